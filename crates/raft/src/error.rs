@@ -1,0 +1,87 @@
+use crate::TypeConfig;
+use openraft::errors::{ClientWriteError, Fatal, LinearizableReadError, RaftError};
+use trireme_types::{ErrorCode, TriremeError};
+
+/// What can go wrong between a request and a shard's Raft group.
+#[derive(Debug, thiserror::Error)]
+pub enum RaftLayerError {
+    /// This node does not lead the group; the leader, if known, is named.
+    #[error("not the leader of shard {shard}; leader is {leader:?}")]
+    NotLeader {
+        /// The shard.
+        shard: u32,
+        /// The leader's node name and HTTP address, if known.
+        leader: Option<crate::PeerNode>,
+    },
+    /// Leadership could not be confirmed (no quorum reached in time).
+    #[error("shard {shard} could not confirm its leader: {reason}")]
+    NoQuorum {
+        /// The shard.
+        shard: u32,
+        /// What openraft said.
+        reason: String,
+    },
+    /// The group has stopped (shutdown or a fatal storage error).
+    #[error("shard {shard} is not running: {reason}")]
+    Stopped {
+        /// The shard.
+        shard: u32,
+        /// Why.
+        reason: String,
+    },
+    /// The request did not finish in time; it may or may not have been applied.
+    #[error("shard {shard}: no answer within {millis} ms; the write may or may not have been applied")]
+    Timeout {
+        /// The shard.
+        shard: u32,
+        /// The time limit.
+        millis: u64,
+    },
+    /// Storage failed.
+    #[error(transparent)]
+    Storage(#[from] trireme_storage::StorageError),
+    /// openraft refused a setup call (initialize, membership).
+    #[error("raft: {0}")]
+    Setup(String),
+}
+
+impl RaftLayerError {
+    pub(crate) fn from_write(shard: u32, e: RaftError<TypeConfig, ClientWriteError<TypeConfig>>) -> Self {
+        match e {
+            RaftError::APIError(ClientWriteError::ForwardToLeader(f)) => RaftLayerError::NotLeader {
+                shard,
+                leader: f.leader_node,
+            },
+            RaftError::APIError(other) => RaftLayerError::NoQuorum { shard, reason: other.to_string() },
+            RaftError::Fatal(fatal) => Self::from_fatal(shard, fatal),
+        }
+    }
+
+    pub(crate) fn from_read(shard: u32, e: RaftError<TypeConfig, LinearizableReadError<TypeConfig>>) -> Self {
+        match e {
+            RaftError::APIError(LinearizableReadError::ForwardToLeader(f)) => RaftLayerError::NotLeader {
+                shard,
+                leader: f.leader_node,
+            },
+            RaftError::APIError(other) => RaftLayerError::NoQuorum { shard, reason: other.to_string() },
+            RaftError::Fatal(fatal) => Self::from_fatal(shard, fatal),
+        }
+    }
+
+    pub(crate) fn from_fatal(shard: u32, fatal: Fatal<TypeConfig>) -> Self {
+        RaftLayerError::Stopped { shard, reason: fatal.to_string() }
+    }
+}
+
+impl From<RaftLayerError> for TriremeError {
+    fn from(e: RaftLayerError) -> Self {
+        let code = match &e {
+            RaftLayerError::NotLeader { .. } | RaftLayerError::NoQuorum { .. } => ErrorCode::NoLeader,
+            RaftLayerError::Stopped { .. } => ErrorCode::Unavailable,
+            RaftLayerError::Timeout { .. } => ErrorCode::Timeout,
+            RaftLayerError::Storage(_) => ErrorCode::StorageFailure,
+            RaftLayerError::Setup(_) => ErrorCode::Internal,
+        };
+        TriremeError::new(code, e.to_string())
+    }
+}

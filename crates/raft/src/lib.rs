@@ -1,0 +1,23 @@
+//! openraft wiring for Trireme: the type configuration, the log and state-machine adaptors that
+//! put every group into the node's one [`trireme_storage::Storage`], the peer network, and
+//! [`ShardGroup`], the handle the router uses to write and to read at a chosen consistency.
+#![deny(missing_docs)]
+#![deny(clippy::unwrap_used)]
+#![cfg_attr(test, allow(clippy::unwrap_used))]
+
+mod error;
+mod group;
+mod log_store;
+mod network;
+mod state_machine;
+mod types;
+
+pub use error::RaftLayerError;
+pub use group::{GroupStatus, RaftTiming, ReadMode, ShardGroup};
+pub use log_store::LogStore;
+pub use network::NoPeers;
+pub use state_machine::ShardStateMachine;
+pub use types::{PeerNode, TypeConfig};
+
+/// openraft itself, re-exported at the pinned version.
+pub use openraft;

@@ -1,0 +1,158 @@
+//! A Raft group's log and vote, kept in the node's shared storage.
+//!
+//! Appends are written to fjall's journal buffer at once, so openraft can read them back as
+//! soon as `append` returns, and made durable by the storage's group-commit thread, which fires
+//! openraft's flush callback after one fdatasync that covers every group. The journal write is
+//! an in-memory copy (the store runs with manual journal persistence), which is why it is done
+//! inline rather than on a blocking thread; everything that waits on the disk does not run on
+//! the async executor.
+
+use crate::TypeConfig;
+use openraft::type_config::alias::{EntryOf, LogIdOf, VoteOf};
+use openraft::entry::RaftEntry;
+use openraft::storage::{IOFlushed, RaftLogStorage};
+use openraft::{LogState, OptionalSend, RaftLogReader};
+use serde::de::DeserializeOwned;
+use serde::Serialize;
+use std::fmt::Debug;
+use std::io;
+use std::ops::{Bound, RangeBounds};
+use std::sync::Arc;
+use trireme_storage::Storage;
+
+const VOTE: &str = "vote";
+const COMMITTED: &str = "committed";
+const PURGED: &str = "purged";
+
+/// The log store of one group.
+#[derive(Clone, Debug)]
+pub struct LogStore {
+    storage: Arc<Storage>,
+    group: u32,
+}
+
+impl LogStore {
+    /// The log of `group` inside `storage`.
+    pub fn new(storage: Arc<Storage>, group: u32) -> Self {
+        Self { storage, group }
+    }
+
+    fn get_meta<T: DeserializeOwned>(&self, name: &str) -> Result<Option<T>, io::Error> {
+        match self.storage.raft_meta(self.group, name).map_err(io::Error::other)? {
+            Some(bytes) => Ok(Some(decode(&bytes)?)),
+            None => Ok(None),
+        }
+    }
+
+    fn put_meta<T: Serialize>(&self, name: &str, value: &T) -> Result<(), io::Error> {
+        self.storage
+            .put_raft_meta(self.group, name, encode(value)?)
+            .map_err(io::Error::other)
+    }
+}
+
+pub(crate) fn encode<T: Serialize>(value: &T) -> Result<Vec<u8>, io::Error> {
+    postcard::to_allocvec(value).map_err(|e| io::Error::new(io::ErrorKind::InvalidData, e))
+}
+
+pub(crate) fn decode<T: DeserializeOwned>(bytes: &[u8]) -> Result<T, io::Error> {
+    postcard::from_bytes(bytes).map_err(|e| io::Error::new(io::ErrorKind::InvalidData, e))
+}
+
+fn bounds(range: &impl RangeBounds<u64>) -> (u64, u64) {
+    let start = match range.start_bound() {
+        Bound::Included(&i) => i,
+        Bound::Excluded(&i) => i.saturating_add(1),
+        Bound::Unbounded => 0,
+    };
+    let end = match range.end_bound() {
+        Bound::Included(&i) => i.saturating_add(1),
+        Bound::Excluded(&i) => i,
+        Bound::Unbounded => u64::MAX,
+    };
+    (start, end)
+}
+
+impl RaftLogReader<TypeConfig> for LogStore {
+    async fn try_get_log_entries<RB: RangeBounds<u64> + Clone + Debug + OptionalSend>(
+        &mut self,
+        range: RB,
+    ) -> Result<Vec<EntryOf<TypeConfig>>, io::Error> {
+        let (start, end) = bounds(&range);
+        let rows = self.storage.read_log(self.group, start, end).map_err(io::Error::other)?;
+        rows.iter().map(|(_, bytes)| decode(bytes)).collect()
+    }
+
+    async fn read_vote(&mut self) -> Result<Option<VoteOf<TypeConfig>>, io::Error> {
+        self.get_meta(VOTE)
+    }
+}
+
+impl RaftLogStorage<TypeConfig> for LogStore {
+    type LogReader = Self;
+
+    async fn get_log_state(&mut self) -> Result<LogState<TypeConfig>, io::Error> {
+        let last_purged: Option<LogIdOf<TypeConfig>> = self.get_meta(PURGED)?;
+        let last = match self.storage.last_log(self.group).map_err(io::Error::other)? {
+            Some((_, bytes)) => Some(decode::<EntryOf<TypeConfig>>(&bytes)?.log_id()),
+            None => None,
+        };
+        Ok(LogState {
+            last_log_id: last.or_else(|| last_purged.clone()),
+            last_purged_log_id: last_purged,
+        })
+    }
+
+    async fn get_log_reader(&mut self) -> Self::LogReader {
+        self.clone()
+    }
+
+    async fn save_vote(&mut self, vote: &VoteOf<TypeConfig>) -> Result<(), io::Error> {
+        self.put_meta(VOTE, vote)?;
+        // A vote must be on disk before it is acted upon.
+        self.storage.sync_async().await.map_err(io::Error::other)
+    }
+
+    async fn save_committed(&mut self, committed: Option<LogIdOf<TypeConfig>>) -> Result<(), io::Error> {
+        // Made durable by the next sync; after a crash openraft re-applies up to what it finds.
+        self.put_meta(COMMITTED, &committed)
+    }
+
+    async fn read_committed(&mut self) -> Result<Option<LogIdOf<TypeConfig>>, io::Error> {
+        Ok(self.get_meta::<Option<LogIdOf<TypeConfig>>>(COMMITTED)?.flatten())
+    }
+
+    async fn append<I>(&mut self, entries: I, callback: IOFlushed<TypeConfig>) -> Result<(), io::Error>
+    where
+        I: IntoIterator<Item = EntryOf<TypeConfig>> + OptionalSend,
+        I::IntoIter: OptionalSend,
+    {
+        let rows = entries
+            .into_iter()
+            .map(|entry| Ok((entry.index(), encode(&entry)?)))
+            .collect::<Result<Vec<_>, io::Error>>()?;
+        self.storage.append_log(self.group, rows).map_err(io::Error::other)?;
+        self.storage.sync(Box::new(move |result| {
+            callback.io_completed(result.map_err(io::Error::other));
+        }));
+        Ok(())
+    }
+
+    async fn truncate_after(&mut self, last_log_id: Option<LogIdOf<TypeConfig>>) -> Result<(), io::Error> {
+        let from = last_log_id.map_or(0, |id| id.index() + 1);
+        self.storage.delete_log_range(self.group, from, u64::MAX).map_err(io::Error::other)
+    }
+
+    async fn purge(&mut self, log_id: LogIdOf<TypeConfig>) -> Result<(), io::Error> {
+        // Record the purge point first: entries at or below it are ignored from then on, so
+        // deleting them need not be atomic with it.
+        self.put_meta(PURGED, &log_id)?;
+        let upto = log_id.index() + 1;
+        let storage = self.storage.clone();
+        let group = self.group;
+        tokio::task::spawn_blocking(move || storage.delete_log_range(group, 0, upto))
+            .await
+            .map_err(io::Error::other)?
+            .map_err(io::Error::other)
+    }
+}

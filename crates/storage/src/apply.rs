@@ -1,0 +1,385 @@
+//! Applying committed commands to a shard's data, atomically with the applied-state metadata.
+
+use crate::keys::owned_key;
+use crate::{Storage, StorageError};
+use bytes::Bytes;
+use std::collections::HashMap;
+use trireme_types::{Command, CommandResult, ErrorCode, LogCommand, PutCondition, Record, TtlUpdate};
+
+/// One committed log entry to apply: its index, and the command if it carries one (blank and
+/// membership entries carry none but still advance the applied state).
+#[derive(Debug)]
+pub struct ApplyEntry<'a> {
+    /// The entry's log index; becomes `ModifyIndex` of what it writes.
+    pub index: u64,
+    /// The command, if any.
+    pub command: Option<&'a LogCommand>,
+}
+
+/// A point-in-time copy of one shard: its state-machine metadata and its records.
+#[derive(Debug, Default)]
+pub struct ShardExport {
+    /// `data_meta` rows of the shard, name → value.
+    pub meta: Vec<(String, Vec<u8>)>,
+    /// Every stored key with its encoded record.
+    pub records: Vec<(Vec<u8>, Vec<u8>)>,
+}
+
+/// Changes made by the entries of one apply call, not yet written. Later commands in the same
+/// call read earlier ones' results through it.
+struct Pending<'s> {
+    storage: &'s Storage,
+    shard: u32,
+    changes: HashMap<Bytes, Option<Record>>,
+    order: Vec<Bytes>,
+}
+
+impl<'s> Pending<'s> {
+    fn raw(&self, key: &Bytes) -> Result<Option<Record>, StorageError> {
+        match self.changes.get(key) {
+            Some(change) => Ok(change.clone()),
+            None => self.storage.get_raw(self.shard, key),
+        }
+    }
+
+    fn live(&self, key: &Bytes, now_ms: u64) -> Result<Option<Record>, StorageError> {
+        Ok(self.raw(key)?.filter(|r| !r.is_expired(now_ms)))
+    }
+
+    fn set(&mut self, key: Bytes, record: Option<Record>) {
+        if self.changes.insert(key.clone(), record).is_none() {
+            self.order.push(key);
+        }
+    }
+
+    fn put(&mut self, key: &Bytes, value: Bytes, flags: Option<u64>, ttl: TtlUpdate, index: u64, now_ms: u64) -> Result<(), StorageError> {
+        let current = self.live(key, now_ms)?;
+        let record = Record {
+            value,
+            flags: flags.unwrap_or_else(|| current.as_ref().map_or(0, |r| r.flags)),
+            create_index: current.as_ref().map_or(index, |r| r.create_index),
+            modify_index: index,
+            expires_at_ms: match ttl {
+                TtlUpdate::Clear => None,
+                TtlUpdate::Keep => current.as_ref().and_then(|r| r.expires_at_ms),
+                TtlUpdate::At(at) => Some(at),
+            },
+        };
+        self.set(key.clone(), Some(record));
+        Ok(())
+    }
+
+    fn apply(&mut self, index: u64, log: &LogCommand) -> Result<CommandResult, StorageError> {
+        let now = log.now_ms;
+        Ok(match &log.command {
+            Command::Put { key, value, flags, condition, ttl } => {
+                let previous = self.live(key, now)?;
+                let allowed = match condition {
+                    PutCondition::Always => true,
+                    PutCondition::IfAbsent => previous.is_none(),
+                    PutCondition::IfPresent => previous.is_some(),
+                    PutCondition::IfModifyIndex(expected) => {
+                        previous.as_ref().is_some_and(|r| r.modify_index == *expected)
+                    }
+                };
+                if allowed {
+                    self.put(key, value.clone(), *flags, *ttl, index, now)?;
+                }
+                CommandResult::Put { written: allowed, previous, index }
+            }
+            Command::PutMany { pairs } => {
+                for (key, value) in pairs {
+                    self.put(key, value.clone(), None, TtlUpdate::Clear, index, now)?;
+                }
+                CommandResult::Done
+            }
+            Command::Delete { keys, cas } => {
+                let mut removed = 0;
+                for key in keys {
+                    let Some(raw) = self.raw(key)? else { continue };
+                    let live = !raw.is_expired(now);
+                    if let Some(expected) = cas {
+                        if !live || raw.modify_index != *expected {
+                            continue;
+                        }
+                    }
+                    removed += u64::from(live);
+                    self.set(key.clone(), None);
+                }
+                CommandResult::Deleted(removed)
+            }
+            Command::DeletePrefix { prefix } => {
+                let mut keys: Vec<Bytes> = Vec::new();
+                for guard in self.storage.data.prefix(owned_key(self.shard, prefix)) {
+                    let key = guard.key()?;
+                    keys.push(Bytes::copy_from_slice(&key[4..]));
+                }
+                keys.extend(self.changes.keys().filter(|k| k.starts_with(prefix)).cloned());
+                keys.sort();
+                keys.dedup();
+                let mut removed = 0;
+                for key in keys {
+                    if let Some(raw) = self.raw(&key)? {
+                        removed += u64::from(!raw.is_expired(now));
+                        self.set(key, None);
+                    }
+                }
+                CommandResult::Deleted(removed)
+            }
+            Command::Incr { key, delta } => {
+                let current = self.live(key, now)?;
+                let parsed = match &current {
+                    None => Ok(0),
+                    Some(r) => std::str::from_utf8(&r.value)
+                        .ok()
+                        .and_then(|s| s.parse::<i64>().ok())
+                        .ok_or(ErrorCode::NotInteger),
+                };
+                match parsed.and_then(|n| n.checked_add(*delta).ok_or(ErrorCode::NotInteger)) {
+                    Ok(next) => {
+                        self.put(key, Bytes::from(next.to_string()), None, TtlUpdate::Keep, index, now)?;
+                        CommandResult::Incr(Ok(next))
+                    }
+                    Err(code) => CommandResult::Incr(Err(code)),
+                }
+            }
+            Command::SetTtl { key, ttl } => match self.live(key, now)? {
+                Some(mut record) => {
+                    record.expires_at_ms = match ttl {
+                        TtlUpdate::Clear => None,
+                        TtlUpdate::Keep => record.expires_at_ms,
+                        TtlUpdate::At(at) => Some(*at),
+                    };
+                    record.modify_index = index;
+                    let changed_to_past = record.is_expired(now);
+                    self.set(key.clone(), (!changed_to_past).then_some(record));
+                    CommandResult::TtlSet(true)
+                }
+                None => CommandResult::TtlSet(false),
+            },
+            Command::Reap { keys } => {
+                for key in keys {
+                    if self.raw(key)?.is_some_and(|r| r.is_expired(now)) {
+                        self.set(key.clone(), None);
+                    }
+                }
+                CommandResult::Done
+            }
+        })
+    }
+}
+
+impl Storage {
+    /// Applies committed entries to `shard` and records `meta` (the applied log id and
+    /// membership, as the raft layer encodes them) in the same atomic batch. Returns one result
+    /// per entry. Not synced: the log is the durable record; after a crash the raft layer
+    /// re-applies entries past the last applied id found here.
+    pub fn apply(
+        &self,
+        shard: u32,
+        entries: &[ApplyEntry<'_>],
+        meta: &[(&str, Vec<u8>)],
+    ) -> Result<Vec<CommandResult>, StorageError> {
+        self.check_writable()?;
+        let mut pending = Pending { storage: self, shard, changes: HashMap::new(), order: Vec::new() };
+        let mut results = Vec::with_capacity(entries.len());
+        for entry in entries {
+            results.push(match entry.command {
+                Some(command) => pending.apply(entry.index, command)?,
+                None => CommandResult::Done,
+            });
+        }
+        let mut batch = self.db.batch();
+        for key in pending.order {
+            let full = owned_key(shard, &key);
+            match pending.changes.remove(&key).flatten() {
+                Some(record) => batch.insert(&self.data, full, record.encode().to_vec()),
+                None => batch.remove(&self.data, full),
+            }
+        }
+        for (name, value) in meta {
+            batch.insert(&self.data_meta, owned_key(shard, name.as_bytes()), value.clone());
+        }
+        batch.commit()?;
+        Ok(results)
+    }
+
+    /// A consistent copy of `shard`: records and metadata read from one fjall snapshot.
+    pub fn export_shard(&self, shard: u32) -> Result<ShardExport, StorageError> {
+        use fjall::Readable;
+        let snapshot = self.db.snapshot();
+        let mut export = ShardExport::default();
+        for guard in snapshot.prefix(&self.data_meta, shard.to_be_bytes()) {
+            let (key, value) = guard.into_inner()?;
+            let name = String::from_utf8_lossy(&key[4..]).into_owned();
+            export.meta.push((name, value.to_vec()));
+        }
+        for guard in snapshot.prefix(&self.data, shard.to_be_bytes()) {
+            let (key, value) = guard.into_inner()?;
+            export.records.push((key[4..].to_vec(), value.to_vec()));
+        }
+        Ok(export)
+    }
+
+    /// Replaces everything stored for `shard` with `export`, atomically.
+    pub fn import_shard(&self, shard: u32, export: &ShardExport) -> Result<(), StorageError> {
+        self.check_writable()?;
+        // A key must not be both removed and inserted in one batch, so only stale keys go.
+        let incoming: std::collections::HashSet<&[u8]> =
+            export.records.iter().map(|(k, _)| k.as_slice()).collect();
+        let incoming_meta: std::collections::HashSet<&[u8]> =
+            export.meta.iter().map(|(k, _)| k.as_bytes()).collect();
+        let mut batch = self.db.batch();
+        for guard in self.data.prefix(shard.to_be_bytes()) {
+            let key = guard.key()?;
+            if !incoming.contains(&key[4..]) {
+                batch.remove(&self.data, key);
+            }
+        }
+        for guard in self.data_meta.prefix(shard.to_be_bytes()) {
+            let key = guard.key()?;
+            if !incoming_meta.contains(&key[4..]) {
+                batch.remove(&self.data_meta, key);
+            }
+        }
+        for (key, value) in &export.records {
+            Record::decode(value)?;
+            batch.insert(&self.data, owned_key(shard, key), value.clone());
+        }
+        for (name, value) in &export.meta {
+            batch.insert(&self.data_meta, owned_key(shard, name.as_bytes()), value.clone());
+        }
+        batch.commit()?;
+        Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::StorageOptions;
+
+    fn cmd(now_ms: u64, command: Command) -> LogCommand {
+        LogCommand { now_ms, command }
+    }
+
+    fn put(key: &str, value: &str, condition: PutCondition, ttl: TtlUpdate) -> Command {
+        Command::Put {
+            key: Bytes::copy_from_slice(key.as_bytes()),
+            value: Bytes::copy_from_slice(value.as_bytes()),
+            flags: None,
+            condition,
+            ttl,
+        }
+    }
+
+    fn run(storage: &Storage, first_index: u64, commands: &[LogCommand]) -> Vec<CommandResult> {
+        let entries: Vec<_> = commands
+            .iter()
+            .enumerate()
+            .map(|(i, c)| ApplyEntry { index: first_index + i as u64, command: Some(c) })
+            .collect();
+        storage.apply(0, &entries, &[("applied", b"x".to_vec())]).unwrap()
+    }
+
+    #[test]
+    fn put_sets_indexes_and_conditions_decide() {
+        let dir = tempfile::tempdir().unwrap();
+        let storage = Storage::open(dir.path(), &StorageOptions::default()).unwrap();
+        let results = run(&storage, 10, &[
+            cmd(1, put("a", "1", PutCondition::IfAbsent, TtlUpdate::Clear)),
+            cmd(1, put("a", "2", PutCondition::IfAbsent, TtlUpdate::Clear)),
+            cmd(1, put("a", "3", PutCondition::IfModifyIndex(10), TtlUpdate::Clear)),
+            cmd(1, put("a", "4", PutCondition::IfModifyIndex(10), TtlUpdate::Clear)),
+            cmd(1, put("b", "5", PutCondition::IfPresent, TtlUpdate::Clear)),
+        ]);
+        let written: Vec<bool> = results
+            .iter()
+            .map(|r| matches!(r, CommandResult::Put { written: true, .. }))
+            .collect();
+        assert_eq!(written, [true, false, true, false, false]);
+        let a = storage.get(0, b"a", 1).unwrap().unwrap();
+        assert_eq!(a.value, Bytes::from_static(b"3"));
+        assert_eq!((a.create_index, a.modify_index), (10, 12));
+        assert_eq!(storage.get(0, b"b", 1).unwrap(), None);
+        assert_eq!(storage.data_meta(0, "applied").unwrap().as_deref(), Some(&b"x"[..]));
+    }
+
+    #[test]
+    fn expiry_follows_the_command_clock() {
+        let dir = tempfile::tempdir().unwrap();
+        let storage = Storage::open(dir.path(), &StorageOptions::default()).unwrap();
+        run(&storage, 1, &[cmd(100, put("k", "v", PutCondition::Always, TtlUpdate::At(200)))]);
+        assert!(storage.get(0, b"k", 199).unwrap().is_some());
+        assert!(storage.get(0, b"k", 200).unwrap().is_none());
+        // An NX put at a time after expiry sees the key as absent.
+        let results = run(&storage, 2, &[cmd(250, put("k", "w", PutCondition::IfAbsent, TtlUpdate::Keep))]);
+        assert!(matches!(results[0], CommandResult::Put { written: true, previous: None, .. }));
+        let k = storage.get(0, b"k", 10_000).unwrap().unwrap();
+        assert_eq!((k.expires_at_ms, k.create_index), (None, 2));
+        // Reap removes only what has expired by the reap command's time.
+        run(&storage, 3, &[
+            cmd(300, put("x", "1", PutCondition::Always, TtlUpdate::At(400))),
+            cmd(300, put("y", "1", PutCondition::Always, TtlUpdate::At(900))),
+        ]);
+        run(&storage, 5, &[cmd(500, Command::Reap { keys: vec![Bytes::from_static(b"x"), Bytes::from_static(b"y")] })]);
+        assert!(storage.get_raw(0, b"x").unwrap().is_none());
+        assert!(storage.get_raw(0, b"y").unwrap().is_some());
+        assert_eq!(storage.expired_keys(0, 1000, 10).unwrap(), vec![Bytes::from_static(b"y")]);
+    }
+
+    #[test]
+    fn incr_delete_and_prefix_delete() {
+        let dir = tempfile::tempdir().unwrap();
+        let storage = Storage::open(dir.path(), &StorageOptions::default()).unwrap();
+        let results = run(&storage, 1, &[
+            cmd(1, Command::Incr { key: Bytes::from_static(b"n"), delta: 5 }),
+            cmd(1, Command::Incr { key: Bytes::from_static(b"n"), delta: -7 }),
+            cmd(1, put("s", "abc", PutCondition::Always, TtlUpdate::Clear)),
+            cmd(1, Command::Incr { key: Bytes::from_static(b"s"), delta: 1 }),
+            cmd(1, put("max", &i64::MAX.to_string(), PutCondition::Always, TtlUpdate::Clear)),
+            cmd(1, Command::Incr { key: Bytes::from_static(b"max"), delta: 1 }),
+        ]);
+        assert_eq!(results[0], CommandResult::Incr(Ok(5)));
+        assert_eq!(results[1], CommandResult::Incr(Ok(-2)));
+        assert_eq!(results[3], CommandResult::Incr(Err(ErrorCode::NotInteger)));
+        assert_eq!(results[5], CommandResult::Incr(Err(ErrorCode::NotInteger)));
+        run(&storage, 10, &[
+            cmd(1, put("dir/a", "1", PutCondition::Always, TtlUpdate::Clear)),
+            cmd(1, put("dir/b", "1", PutCondition::Always, TtlUpdate::Clear)),
+        ]);
+        let results = run(&storage, 12, &[
+            cmd(1, put("dir/c", "1", PutCondition::Always, TtlUpdate::Clear)),
+            cmd(1, Command::DeletePrefix { prefix: Bytes::from_static(b"dir/") }),
+            cmd(1, Command::Delete { keys: vec![Bytes::from_static(b"n")], cas: Some(99) }),
+            cmd(1, Command::Delete { keys: vec![Bytes::from_static(b"n"), Bytes::from_static(b"zz")], cas: None }),
+        ]);
+        assert_eq!(results[1], CommandResult::Deleted(3));
+        assert_eq!(results[2], CommandResult::Deleted(0));
+        assert_eq!(results[3], CommandResult::Deleted(1));
+        assert!(storage.scan(0, b"dir/", None, 100, 1).unwrap().is_empty());
+        let rest: Vec<_> = storage.scan(0, b"", None, 100, 1).unwrap().into_iter().map(|(k, _)| k).collect();
+        assert_eq!(rest, vec![Bytes::from_static(b"max"), Bytes::from_static(b"s")]);
+        let after: Vec<_> = storage.scan(0, b"", Some(b"max"), 100, 1).unwrap().into_iter().map(|(k, _)| k).collect();
+        assert_eq!(after, vec![Bytes::from_static(b"s")]);
+    }
+
+    #[test]
+    fn export_import_round_trip_replaces_the_shard() {
+        let dir = tempfile::tempdir().unwrap();
+        let storage = Storage::open(dir.path(), &StorageOptions::default()).unwrap();
+        run(&storage, 1, &[
+            cmd(1, put("keep", "1", PutCondition::Always, TtlUpdate::Clear)),
+            cmd(1, put("gone", "1", PutCondition::Always, TtlUpdate::Clear)),
+        ]);
+        let export = storage.export_shard(0).unwrap();
+        assert_eq!(export.records.len(), 2);
+        let other_dir = tempfile::tempdir().unwrap();
+        let other = Storage::open(other_dir.path(), &StorageOptions::default()).unwrap();
+        other.apply(0, &[ApplyEntry { index: 1, command: Some(&cmd(1, put("stale", "x", PutCondition::Always, TtlUpdate::Clear))) }], &[]).unwrap();
+        other.import_shard(0, &export).unwrap();
+        let keys: Vec<_> = other.scan(0, b"", None, 10, 1).unwrap().into_iter().map(|(k, _)| k).collect();
+        assert_eq!(keys, vec![Bytes::from_static(b"gone"), Bytes::from_static(b"keep")]);
+        assert_eq!(other.data_meta(0, "applied").unwrap().as_deref(), Some(&b"x"[..]));
+    }
+}

@@ -1,0 +1,37 @@
+use trireme_types::{ErrorCode, TriremeError};
+
+/// What can go wrong in storage.
+#[derive(Debug, thiserror::Error)]
+pub enum StorageError {
+    /// fjall reported an error.
+    #[error("fjall: {0}")]
+    Engine(#[from] fjall::Error),
+    /// A file operation outside fjall failed.
+    #[error("io: {0}")]
+    Io(#[from] std::io::Error),
+    /// Stored bytes could not be decoded.
+    #[error("corrupt data: {0}")]
+    Corrupt(String),
+    /// An earlier sync failed; this store no longer accepts writes.
+    #[error("storage is poisoned after a failed sync; the node must be restarted")]
+    Poisoned,
+    /// The group-commit thread is gone (the store is shutting down).
+    #[error("storage is shutting down")]
+    Closed,
+}
+
+impl From<trireme_types::record::CorruptRecord> for StorageError {
+    fn from(e: trireme_types::record::CorruptRecord) -> Self {
+        StorageError::Corrupt(e.to_string())
+    }
+}
+
+impl From<StorageError> for TriremeError {
+    fn from(e: StorageError) -> Self {
+        let code = match e {
+            StorageError::Closed => ErrorCode::Unavailable,
+            _ => ErrorCode::StorageFailure,
+        };
+        TriremeError::new(code, e.to_string())
+    }
+}

@@ -1,0 +1,30 @@
+//! Trireme's storage: one fjall [`fjall::Database`] per node holding the Raft logs, votes and
+//! state machines of every group, with group commit.
+//!
+//! Keyspaces (DESIGN.md §2):
+//! - `raft_log`: group ‖ index (big-endian) → encoded log entry;
+//! - `raft_meta`: group ‖ name → vote, committed, purged (opaque bytes);
+//! - `data`: shard ‖ key → [`Record`](trireme_types::Record);
+//! - `data_meta`: shard ‖ name → applied log id and membership, written in the same batch as
+//!   the data they describe.
+//!
+//! Writes go to fjall's journal without syncing; [`Storage::sync`] queues a callback on the
+//! group-commit thread, which covers everything written so far with one `fdatasync` and then
+//! fires every queued callback. A failed sync poisons the store: it refuses every later write.
+//!
+//! Every call here blocks on disk I/O; async callers run them on a blocking thread.
+//! No openraft type appears in this crate: the raft layer hands it bytes.
+#![deny(missing_docs)]
+#![deny(clippy::unwrap_used)]
+#![cfg_attr(test, allow(clippy::unwrap_used))]
+
+mod apply;
+mod error;
+mod group_commit;
+mod keys;
+mod store;
+
+pub use apply::{ApplyEntry, ShardExport};
+pub use error::StorageError;
+pub use group_commit::SyncCallback;
+pub use store::{Storage, StorageOptions};

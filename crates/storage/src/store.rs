@@ -1,0 +1,357 @@
+//! The node's one fjall database and the operations the raft layer and the read path need.
+
+use crate::group_commit::GroupCommit;
+use crate::keys::{log_index, log_key, owned_key};
+use crate::{StorageError, SyncCallback};
+use fjall::{Database, Keyspace, KeyspaceCreateOptions, PersistMode};
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::Arc;
+use std::time::Duration;
+use trireme_types::Record;
+
+/// How to open the store.
+#[derive(Debug, Clone)]
+pub struct StorageOptions {
+    /// Block cache size, bytes.
+    pub cache_bytes: u64,
+}
+
+impl Default for StorageOptions {
+    fn default() -> Self {
+        Self {
+            cache_bytes: 64 * 1024 * 1024,
+        }
+    }
+}
+
+/// Counters of the group-commit thread, for `/metrics`.
+#[derive(Debug, Default)]
+pub struct SyncMetrics {
+    /// Number of fdatasync calls.
+    pub syncs: AtomicU64,
+    /// Number of sync requests those calls covered.
+    pub requests: AtomicU64,
+    /// Total time spent in fdatasync, microseconds.
+    pub micros: AtomicU64,
+}
+
+impl SyncMetrics {
+    pub(crate) fn record(&self, requests: usize, took: Duration) {
+        self.syncs.fetch_add(1, Ordering::Relaxed);
+        self.requests.fetch_add(requests as u64, Ordering::Relaxed);
+        self.micros
+            .fetch_add(took.as_micros() as u64, Ordering::Relaxed);
+    }
+}
+
+/// One node's storage. Cheap to share behind an `Arc`.
+pub struct Storage {
+    pub(crate) db: Database,
+    pub(crate) raft_log: Keyspace,
+    pub(crate) raft_meta: Keyspace,
+    pub(crate) data: Keyspace,
+    pub(crate) data_meta: Keyspace,
+    group_commit: GroupCommit,
+    poisoned: Arc<AtomicBool>,
+    sync_metrics: Arc<SyncMetrics>,
+    dir: PathBuf,
+}
+
+impl std::fmt::Debug for Storage {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Storage").field("dir", &self.dir).finish()
+    }
+}
+
+impl Storage {
+    /// Opens (or creates) the store under `dir`.
+    pub fn open(dir: &Path, options: &StorageOptions) -> Result<Arc<Self>, StorageError> {
+        std::fs::create_dir_all(dir)?;
+        let db = Database::builder(dir.join("fjall"))
+            .cache_size(options.cache_bytes)
+            // Durability is ours to decide: writes stay in the journal buffer until the
+            // group-commit thread syncs them.
+            .manual_journal_persist(true)
+            .open()?;
+        let keyspace = |name: &str| db.keyspace(name, KeyspaceCreateOptions::default);
+        let raft_log = keyspace("raft_log")?;
+        let raft_meta = keyspace("raft_meta")?;
+        let data = keyspace("data")?;
+        let data_meta = keyspace("data_meta")?;
+        let poisoned = Arc::new(AtomicBool::new(false));
+        let sync_metrics = Arc::new(SyncMetrics::default());
+        let journal = db.clone();
+        let group_commit = GroupCommit::start(
+            move || journal.persist(PersistMode::SyncData),
+            poisoned.clone(),
+            sync_metrics.clone(),
+        );
+        Ok(Arc::new(Self {
+            db,
+            raft_log,
+            raft_meta,
+            data,
+            data_meta,
+            group_commit,
+            poisoned,
+            sync_metrics,
+            dir: dir.to_path_buf(),
+        }))
+    }
+
+    /// The directory the store lives in.
+    pub fn dir(&self) -> &Path {
+        &self.dir
+    }
+
+    /// Whether a failed sync has poisoned the store.
+    pub fn is_poisoned(&self) -> bool {
+        self.poisoned.load(Ordering::Acquire)
+    }
+
+    /// Group-commit counters.
+    pub fn sync_metrics(&self) -> &SyncMetrics {
+        &self.sync_metrics
+    }
+
+    pub(crate) fn check_writable(&self) -> Result<(), StorageError> {
+        if self.is_poisoned() {
+            return Err(StorageError::Poisoned);
+        }
+        Ok(())
+    }
+
+    /// Calls `callback` once every write made before this call is on disk.
+    pub fn sync(&self, callback: SyncCallback) {
+        self.group_commit.sync(callback);
+    }
+
+    /// Waits until every write made before this call is on disk.
+    pub async fn sync_async(&self) -> Result<(), StorageError> {
+        let (tx, rx) = tokio::sync::oneshot::channel();
+        self.sync(Box::new(move |result| {
+            let _ = tx.send(result);
+        }));
+        rx.await.map_err(|_| StorageError::Closed)?
+    }
+
+    // ---- raft log ----
+
+    /// Writes log entries of `group` (not yet durable: call [`Storage::sync`]).
+    pub fn append_log(
+        &self,
+        group: u32,
+        entries: impl IntoIterator<Item = (u64, Vec<u8>)>,
+    ) -> Result<(), StorageError> {
+        self.check_writable()?;
+        let mut batch = self.db.batch();
+        for (index, bytes) in entries {
+            batch.insert(&self.raft_log, log_key(group, index), bytes);
+        }
+        batch.commit()?;
+        Ok(())
+    }
+
+    /// Reads entries `start..end` of `group`, in order, stopping at the first gap.
+    pub fn read_log(
+        &self,
+        group: u32,
+        start: u64,
+        end: u64,
+    ) -> Result<Vec<(u64, fjall::Slice)>, StorageError> {
+        let mut out = Vec::new();
+        if start >= end {
+            return Ok(out);
+        }
+        for guard in self
+            .raft_log
+            .range(log_key(group, start)..log_key(group, end))
+        {
+            let (key, value) = guard.into_inner()?;
+            let index = log_index(&key).ok_or_else(|| StorageError::Corrupt("log key".into()))?;
+            out.push((index, value));
+        }
+        Ok(out)
+    }
+
+    /// The last entry of `group`'s log, if any.
+    pub fn last_log(&self, group: u32) -> Result<Option<(u64, fjall::Slice)>, StorageError> {
+        let Some(guard) = self
+            .raft_log
+            .range(log_key(group, 0)..=log_key(group, u64::MAX))
+            .next_back()
+        else {
+            return Ok(None);
+        };
+        let (key, value) = guard.into_inner()?;
+        let index = log_index(&key).ok_or_else(|| StorageError::Corrupt("log key".into()))?;
+        Ok(Some((index, value)))
+    }
+
+    /// Deletes entries of `group` with index in `start..end`.
+    pub fn delete_log_range(&self, group: u32, start: u64, end: u64) -> Result<(), StorageError> {
+        self.check_writable()?;
+        if start >= end {
+            return Ok(());
+        }
+        let mut batch = self.db.batch();
+        for guard in self
+            .raft_log
+            .range(log_key(group, start)..log_key(group, end))
+        {
+            let key = guard.key()?;
+            batch.remove(&self.raft_log, key);
+        }
+        batch.commit()?;
+        Ok(())
+    }
+
+    /// Sets a metadata value of `group` (vote, committed, purged); not durable until synced.
+    pub fn put_raft_meta(&self, group: u32, name: &str, value: Vec<u8>) -> Result<(), StorageError> {
+        self.check_writable()?;
+        self.raft_meta
+            .insert(owned_key(group, name.as_bytes()), value)?;
+        Ok(())
+    }
+
+    /// Reads a metadata value of `group`.
+    pub fn raft_meta(&self, group: u32, name: &str) -> Result<Option<fjall::Slice>, StorageError> {
+        Ok(self.raft_meta.get(owned_key(group, name.as_bytes()))?)
+    }
+
+    // ---- state machine ----
+
+    /// Reads a state-machine metadata value of `shard` (applied log id, membership).
+    pub fn data_meta(&self, shard: u32, name: &str) -> Result<Option<fjall::Slice>, StorageError> {
+        Ok(self.data_meta.get(owned_key(shard, name.as_bytes()))?)
+    }
+
+    /// Reads a key as stored, expired or not.
+    pub fn get_raw(&self, shard: u32, key: &[u8]) -> Result<Option<Record>, StorageError> {
+        match self.data.get(owned_key(shard, key))? {
+            Some(bytes) => Ok(Some(Record::decode(&bytes)?)),
+            None => Ok(None),
+        }
+    }
+
+    /// Reads a key, treating a record expired at `now_ms` as absent.
+    pub fn get(&self, shard: u32, key: &[u8], now_ms: u64) -> Result<Option<Record>, StorageError> {
+        Ok(self
+            .get_raw(shard, key)?
+            .filter(|record| !record.is_expired(now_ms)))
+    }
+
+    /// Live keys of `shard` starting with `prefix` and greater than `after` (exclusive, if
+    /// given), in key order, at most `limit` of them.
+    pub fn scan(
+        &self,
+        shard: u32,
+        prefix: &[u8],
+        after: Option<&[u8]>,
+        limit: usize,
+        now_ms: u64,
+    ) -> Result<Vec<(bytes::Bytes, Record)>, StorageError> {
+        let mut out = Vec::new();
+        let full_prefix = owned_key(shard, prefix);
+        let iter = match after {
+            Some(after) if after >= prefix => {
+                let start = owned_key(shard, after);
+                let upper = fjall::util::prefix_to_range(&full_prefix).1;
+                self.data.range::<Vec<u8>, _>((
+                    std::ops::Bound::Excluded(start),
+                    upper.map(|s| s.to_vec()),
+                ))
+            }
+            _ => self.data.prefix(&full_prefix),
+        };
+        for guard in iter {
+            if out.len() >= limit {
+                break;
+            }
+            let (key, value) = guard.into_inner()?;
+            if Record::peek_expiry(&value).is_some_and(|at| at <= now_ms) {
+                continue;
+            }
+            let record = Record::decode(&value)?;
+            out.push((bytes::Bytes::copy_from_slice(&key[4..]), record));
+        }
+        Ok(out)
+    }
+
+    /// Keys of `shard` whose expiry has passed at `now_ms`, at most `limit` of them.
+    pub fn expired_keys(
+        &self,
+        shard: u32,
+        now_ms: u64,
+        limit: usize,
+    ) -> Result<Vec<bytes::Bytes>, StorageError> {
+        let mut out = Vec::new();
+        for guard in self.data.prefix(shard.to_be_bytes()) {
+            let (key, value) = guard.into_inner()?;
+            if Record::peek_expiry(&value).is_some_and(|at| at <= now_ms) {
+                out.push(bytes::Bytes::copy_from_slice(&key[4..]));
+                if out.len() >= limit {
+                    break;
+                }
+            }
+        }
+        Ok(out)
+    }
+
+    /// Approximate number of keys stored for `shard` (expired ones included).
+    pub fn count_keys(&self, shard: u32) -> usize {
+        self.data.prefix(shard.to_be_bytes()).count()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[tokio::test]
+    async fn log_survives_reopen_after_sync() {
+        let dir = tempfile::tempdir().unwrap();
+        {
+            let storage = Storage::open(dir.path(), &StorageOptions::default()).unwrap();
+            storage.append_log(1, (1..=5).map(|i| (i, vec![i as u8]))).unwrap();
+            storage.append_log(2, [(1, b"other".to_vec())]).unwrap();
+            storage.put_raft_meta(1, "vote", b"v".to_vec()).unwrap();
+            storage.sync_async().await.unwrap();
+            assert!(storage.sync_metrics().syncs.load(Ordering::Relaxed) >= 1);
+        }
+        let storage = Storage::open(dir.path(), &StorageOptions::default()).unwrap();
+        let entries = storage.read_log(1, 2, 5).unwrap();
+        let indexes: Vec<u64> = entries.iter().map(|(i, _)| *i).collect();
+        assert_eq!(indexes, vec![2, 3, 4]);
+        assert_eq!(storage.last_log(1).unwrap().map(|(i, _)| i), Some(5));
+        assert_eq!(storage.last_log(2).unwrap().map(|(i, _)| i), Some(1));
+        assert_eq!(storage.last_log(3).unwrap().map(|(i, _)| i), None);
+        assert_eq!(storage.raft_meta(1, "vote").unwrap().as_deref(), Some(&b"v"[..]));
+        storage.delete_log_range(1, 4, u64::MAX).unwrap();
+        storage.delete_log_range(1, 0, 2).unwrap();
+        let indexes: Vec<u64> = storage.read_log(1, 0, 100).unwrap().iter().map(|(i, _)| *i).collect();
+        assert_eq!(indexes, vec![2, 3]);
+    }
+
+    #[tokio::test]
+    async fn many_concurrent_syncs_share_fdatasyncs() {
+        let dir = tempfile::tempdir().unwrap();
+        let storage = Storage::open(dir.path(), &StorageOptions::default()).unwrap();
+        let mut waits = Vec::new();
+        for i in 0..200u64 {
+            storage.append_log(1, [(i, vec![0; 100])]).unwrap();
+            let (tx, rx) = tokio::sync::oneshot::channel();
+            storage.sync(Box::new(move |r| {
+                let _ = tx.send(r.is_ok());
+            }));
+            waits.push(rx);
+        }
+        for rx in waits {
+            assert!(rx.await.unwrap());
+        }
+        let metrics = storage.sync_metrics();
+        assert_eq!(metrics.requests.load(Ordering::Relaxed), 200);
+        assert!(metrics.syncs.load(Ordering::Relaxed) <= 200);
+    }
+}

@@ -1,0 +1,141 @@
+//! Commands that go through a shard's Raft log, and what applying them returns.
+//!
+//! A command is applied on every replica in log order, so applying must be deterministic:
+//! time comes from [`LogCommand::now_ms`] (the proposer's clock), never from the replica's.
+
+use crate::error::ErrorCode;
+use crate::record::Record;
+use bytes::Bytes;
+use serde::{Deserialize, Serialize};
+use std::fmt;
+
+/// A command with the time at which it was proposed.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct LogCommand {
+    /// The proposing leader's wall clock, Unix milliseconds. Expiry decisions use it.
+    pub now_ms: u64,
+    /// What to do.
+    pub command: Command,
+}
+
+impl fmt::Display for LogCommand {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{}@{}", self.command.name(), self.now_ms)
+    }
+}
+
+/// When a put may happen.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub enum PutCondition {
+    /// Always.
+    Always,
+    /// Only if the key does not exist (Redis `NX`, Consul `?cas=0`).
+    IfAbsent,
+    /// Only if the key exists (Redis `XX`).
+    IfPresent,
+    /// Only if the key exists with this `ModifyIndex` (Consul `?cas=N`, N > 0).
+    IfModifyIndex(u64),
+}
+
+/// What a write does to a key's expiry.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub enum TtlUpdate {
+    /// Remove any expiry (a plain `SET`, `PERSIST`).
+    Clear,
+    /// Keep whatever expiry the key has (`SET ... KEEPTTL`, `INCR`, a Consul PUT).
+    Keep,
+    /// Expire at this Unix millisecond.
+    At(u64),
+}
+
+/// A change to one shard's keys. Every key in one command belongs to the same shard; the
+/// router splits multi-key requests per shard, so each command is atomic within its shard.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub enum Command {
+    /// Write one key.
+    Put {
+        /// The key.
+        key: Bytes,
+        /// The new value.
+        value: Bytes,
+        /// Client flags; `None` keeps the existing flags (0 for a new key).
+        flags: Option<u64>,
+        /// When the write may happen.
+        condition: PutCondition,
+        /// What happens to the expiry.
+        ttl: TtlUpdate,
+    },
+    /// Write several keys at once (`MSET`).
+    PutMany {
+        /// Key-value pairs, in order; a later pair wins over an earlier one with the same key.
+        pairs: Vec<(Bytes, Bytes)>,
+    },
+    /// Delete keys; with `cas`, only a single key whose `ModifyIndex` matches.
+    Delete {
+        /// The keys.
+        keys: Vec<Bytes>,
+        /// Consul `?cas=N`.
+        cas: Option<u64>,
+    },
+    /// Delete every key that starts with the prefix (Consul `?recurse`), within the shard.
+    DeletePrefix {
+        /// The prefix; empty deletes the shard's every key.
+        prefix: Bytes,
+    },
+    /// Add to an integer value, creating it at 0.
+    Incr {
+        /// The key.
+        key: Bytes,
+        /// How much to add.
+        delta: i64,
+    },
+    /// Change the expiry of an existing key.
+    SetTtl {
+        /// The key.
+        key: Bytes,
+        /// The new expiry.
+        ttl: TtlUpdate,
+    },
+    /// Remove keys that have expired at `now_ms`; keys not expired (rewritten since) stay.
+    Reap {
+        /// Candidates found by the leader's expiry scan.
+        keys: Vec<Bytes>,
+    },
+}
+
+impl Command {
+    /// A short name for logs and metrics.
+    pub fn name(&self) -> &'static str {
+        match self {
+            Command::Put { .. } => "put",
+            Command::PutMany { .. } => "put_many",
+            Command::Delete { .. } => "delete",
+            Command::DeletePrefix { .. } => "delete_prefix",
+            Command::Incr { .. } => "incr",
+            Command::SetTtl { .. } => "set_ttl",
+            Command::Reap { .. } => "reap",
+        }
+    }
+}
+
+/// What applying a command returned.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub enum CommandResult {
+    /// A put: whether it was written, the live record it replaced, and the log index.
+    Put {
+        /// False when the condition failed.
+        written: bool,
+        /// The live (unexpired) record before the write, if any.
+        previous: Option<Record>,
+        /// The index the write got (or would have got).
+        index: u64,
+    },
+    /// Keys removed (for a CAS delete: 1 if it matched, else 0).
+    Deleted(u64),
+    /// The new integer value, or why it could not be computed.
+    Incr(Result<i64, ErrorCode>),
+    /// Whether the key existed and its expiry was changed.
+    TtlSet(bool),
+    /// Nothing to report (blank and membership entries, `PutMany`, `Reap`).
+    Done,
+}

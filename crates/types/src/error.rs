@@ -1,0 +1,94 @@
+//! Error codes a client can see, and the one mapping from a code to an HTTP status and a RESP
+//! error prefix. Library crates have their own error enums; each maps onto an [`ErrorCode`].
+
+use serde::{Deserialize, Serialize};
+use std::fmt;
+
+/// A stable code for what went wrong. Clients and tests match on the code, not on the message.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+pub enum ErrorCode {
+    /// The request is malformed or an argument is invalid.
+    InvalidArgument,
+    /// A key is longer than the configured limit.
+    KeyTooLarge,
+    /// A value is longer than the configured limit.
+    ValueTooLarge,
+    /// A request body or frame is larger than the configured limit.
+    RequestTooLarge,
+    /// The value is not an integer, or the result would overflow.
+    NotInteger,
+    /// The key's shard has no leader reachable from here right now.
+    NoLeader,
+    /// The request did not complete in time; it may or may not have taken effect.
+    Timeout,
+    /// The node's storage failed; it has stopped serving writes.
+    StorageFailure,
+    /// The node is shutting down or not ready yet.
+    Unavailable,
+    /// A bug or an unexpected condition.
+    Internal,
+}
+
+impl ErrorCode {
+    /// The HTTP status for this code.
+    pub fn http_status(self) -> u16 {
+        match self {
+            ErrorCode::InvalidArgument | ErrorCode::KeyTooLarge | ErrorCode::NotInteger => 400,
+            ErrorCode::ValueTooLarge | ErrorCode::RequestTooLarge => 413,
+            ErrorCode::NoLeader | ErrorCode::Unavailable | ErrorCode::StorageFailure => 503,
+            ErrorCode::Timeout => 504,
+            ErrorCode::Internal => 500,
+        }
+    }
+
+    /// The first word of a RESP error reply (`-ERR ...`, `-TRYAGAIN ...`).
+    pub fn resp_prefix(self) -> &'static str {
+        match self {
+            ErrorCode::NoLeader | ErrorCode::Unavailable | ErrorCode::Timeout => "TRYAGAIN",
+            ErrorCode::StorageFailure => "IOERR",
+            _ => "ERR",
+        }
+    }
+
+    /// A stable snake_case name, used in JSON error bodies and metrics.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            ErrorCode::InvalidArgument => "invalid_argument",
+            ErrorCode::KeyTooLarge => "key_too_large",
+            ErrorCode::ValueTooLarge => "value_too_large",
+            ErrorCode::RequestTooLarge => "request_too_large",
+            ErrorCode::NotInteger => "not_integer",
+            ErrorCode::NoLeader => "no_leader",
+            ErrorCode::Timeout => "timeout",
+            ErrorCode::StorageFailure => "storage_failure",
+            ErrorCode::Unavailable => "unavailable",
+            ErrorCode::Internal => "internal",
+        }
+    }
+}
+
+impl fmt::Display for ErrorCode {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+/// An error as a client sees it: a code and a human-readable message.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error, Serialize, Deserialize)]
+#[error("{message}")]
+pub struct TriremeError {
+    /// What kind of failure.
+    pub code: ErrorCode,
+    /// What happened, for a person.
+    pub message: String,
+}
+
+impl TriremeError {
+    /// An error with a code and a message.
+    pub fn new(code: ErrorCode, message: impl Into<String>) -> Self {
+        Self {
+            code,
+            message: message.into(),
+        }
+    }
+}

@@ -1,0 +1,22 @@
+//! The vocabulary every other Trireme crate speaks: how a key maps to a slot and a shard,
+//! what a stored record looks like, which commands go through the Raft log, and the
+//! limits and error codes a client can see.
+//!
+//! Nothing here does I/O or depends on tokio, so every layer (storage, raft, front ends,
+//! client, bench) can share these types without pulling in the others.
+#![deny(missing_docs)]
+#![deny(clippy::unwrap_used)]
+
+pub mod command;
+pub mod error;
+pub mod ids;
+pub mod limits;
+pub mod record;
+pub mod slot;
+
+pub use command::{Command, CommandResult, LogCommand, PutCondition, TtlUpdate};
+pub use error::{ErrorCode, TriremeError};
+pub use ids::{GroupId, NodeId, ShardId};
+pub use limits::Limits;
+pub use record::Record;
+pub use slot::{key_slot, ShardMap, SLOT_COUNT};

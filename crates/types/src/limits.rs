@@ -1,0 +1,81 @@
+//! Request limits (DESIGN.md, "limits"): what Consul, etcd and Redis enforce.
+
+use crate::error::{ErrorCode, TriremeError};
+use serde::{Deserialize, Serialize};
+
+/// Size limits enforced by every front end before anything reaches the log.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct Limits {
+    /// Longest key, bytes.
+    pub max_key_bytes: usize,
+    /// Longest value, bytes.
+    pub max_value_bytes: usize,
+}
+
+impl Default for Limits {
+    fn default() -> Self {
+        Self {
+            max_key_bytes: 8 * 1024,
+            max_value_bytes: 512 * 1024,
+        }
+    }
+}
+
+impl Limits {
+    /// Longest HTTP request body: the value limit plus headroom, at least 1 MiB.
+    pub fn max_body_bytes(&self) -> usize {
+        (self.max_value_bytes + 64 * 1024).max(1024 * 1024 + 64 * 1024)
+    }
+
+    /// Checks a key.
+    pub fn check_key(&self, key: &[u8]) -> Result<(), TriremeError> {
+        if key.len() > self.max_key_bytes {
+            return Err(TriremeError::new(
+                ErrorCode::KeyTooLarge,
+                format!(
+                    "key is {} bytes, the limit is {}",
+                    key.len(),
+                    self.max_key_bytes
+                ),
+            ));
+        }
+        Ok(())
+    }
+
+    /// Checks a value.
+    pub fn check_value(&self, value: &[u8]) -> Result<(), TriremeError> {
+        if value.len() > self.max_value_bytes {
+            return Err(TriremeError::new(
+                ErrorCode::ValueTooLarge,
+                format!(
+                    "value is {} bytes, the limit is {}",
+                    value.len(),
+                    self.max_value_bytes
+                ),
+            ));
+        }
+        Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn limits_reject_oversized_input() {
+        let limits = Limits::default();
+        assert!(limits.check_key(&[b'k'; 8192]).is_ok());
+        assert_eq!(
+            limits.check_key(&[b'k'; 8193]).map_err(|e| e.code),
+            Err(ErrorCode::KeyTooLarge)
+        );
+        assert!(limits.check_value(&vec![0; 512 * 1024]).is_ok());
+        assert_eq!(
+            limits.check_value(&vec![0; 512 * 1024 + 1]).map_err(|e| e.code),
+            Err(ErrorCode::ValueTooLarge)
+        );
+        assert!(limits.max_body_bytes() > 1024 * 1024);
+    }
+}
