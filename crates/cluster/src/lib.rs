@@ -1,1 +1,30 @@
-//! placeholder
+//! The router and the node: every request finds its key's slot, the slot's shard, and that
+//! shard's Raft group here, whatever front end it came through.
+//!
+//! [`Node::start`] opens the node's storage, checks that the data directory belongs to this
+//! node and cluster, opens one Raft group per shard and bootstraps them on first start.
+//! The read and write methods on [`Node`] are the one request path the HTTP and RESP front
+//! ends share; multi-key operations are split per shard and are atomic within each shard.
+#![deny(missing_docs)]
+#![deny(clippy::unwrap_used)]
+#![cfg_attr(test, allow(clippy::unwrap_used))]
+
+mod config;
+mod error;
+mod expiry;
+mod identity;
+mod node;
+mod router;
+
+pub use config::NodeConfig;
+pub use error::ClusterError;
+pub use node::{Node, NodeHealth, ShardInfo};
+pub use router::{ReadMeta, ScanPage};
+pub use trireme_raft::{RaftTiming, ReadMode};
+
+/// Wall-clock Unix milliseconds: the time commands are stamped with and reads compare expiry to.
+pub fn now_ms() -> u64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_millis() as u64)
+}

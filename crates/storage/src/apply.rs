@@ -1,6 +1,6 @@
 //! Applying committed commands to a shard's data, atomically with the applied-state metadata.
 
-use crate::keys::owned_key;
+use crate::keys::{expiry_key, owned_key};
 use crate::{Storage, StorageError};
 use bytes::Bytes;
 use std::collections::HashMap;
@@ -32,17 +32,25 @@ struct Pending<'s> {
     shard: u32,
     changes: HashMap<Bytes, Option<Record>>,
     order: Vec<Bytes>,
+    /// Expiry of each touched key as stored before this batch, to keep the expiry index right.
+    stored_expiry: HashMap<Bytes, Option<u64>>,
 }
 
 impl<'s> Pending<'s> {
-    fn raw(&self, key: &Bytes) -> Result<Option<Record>, StorageError> {
-        match self.changes.get(key) {
-            Some(change) => Ok(change.clone()),
-            None => self.storage.get_raw(self.shard, key),
+    /// The key as this batch sees it. Every change below reads the key through here first,
+    /// which is what records its stored expiry.
+    fn raw(&mut self, key: &Bytes) -> Result<Option<Record>, StorageError> {
+        if let Some(change) = self.changes.get(key) {
+            return Ok(change.clone());
         }
+        let stored = self.storage.get_raw(self.shard, key)?;
+        self.stored_expiry
+            .entry(key.clone())
+            .or_insert_with(|| stored.as_ref().and_then(|r| r.expires_at_ms));
+        Ok(stored)
     }
 
-    fn live(&self, key: &Bytes, now_ms: u64) -> Result<Option<Record>, StorageError> {
+    fn live(&mut self, key: &Bytes, now_ms: u64) -> Result<Option<Record>, StorageError> {
         Ok(self.raw(key)?.filter(|r| !r.is_expired(now_ms)))
     }
 
@@ -181,7 +189,13 @@ impl Storage {
         meta: &[(&str, Vec<u8>)],
     ) -> Result<Vec<CommandResult>, StorageError> {
         self.check_writable()?;
-        let mut pending = Pending { storage: self, shard, changes: HashMap::new(), order: Vec::new() };
+        let mut pending = Pending {
+            storage: self,
+            shard,
+            changes: HashMap::new(),
+            order: Vec::new(),
+            stored_expiry: HashMap::new(),
+        };
         let mut results = Vec::with_capacity(entries.len());
         for entry in entries {
             results.push(match entry.command {
@@ -192,7 +206,18 @@ impl Storage {
         let mut batch = self.db.batch();
         for key in pending.order {
             let full = owned_key(shard, &key);
-            match pending.changes.remove(&key).flatten() {
+            let record = pending.changes.remove(&key).flatten();
+            let old_expiry = pending.stored_expiry.get(&key).copied().flatten();
+            let new_expiry = record.as_ref().and_then(|r| r.expires_at_ms);
+            if old_expiry != new_expiry {
+                if let Some(at) = old_expiry {
+                    batch.remove(&self.expiry, expiry_key(shard, at, &key));
+                }
+                if let Some(at) = new_expiry {
+                    batch.insert(&self.expiry, expiry_key(shard, at, &key), b"".to_vec());
+                }
+            }
+            match record {
                 Some(record) => batch.insert(&self.data, full, record.encode().to_vec()),
                 None => batch.remove(&self.data, full),
             }
@@ -242,8 +267,14 @@ impl Storage {
                 batch.remove(&self.data_meta, key);
             }
         }
+        for guard in self.expiry.prefix(shard.to_be_bytes()) {
+            batch.remove(&self.expiry, guard.key()?);
+        }
         for (key, value) in &export.records {
-            Record::decode(value)?;
+            let record = Record::decode(value)?;
+            if let Some(at) = record.expires_at_ms {
+                batch.insert(&self.expiry, expiry_key(shard, at, key), b"".to_vec());
+            }
             batch.insert(&self.data, owned_key(shard, key), value.clone());
         }
         for (name, value) in &export.meta {

@@ -23,6 +23,15 @@ pub(crate) fn owned_key(owner: u32, suffix: &[u8]) -> Vec<u8> {
     key
 }
 
+/// `expiry` key: shard ‖ expires-at (Unix ms) ‖ key, so due keys are a range scan.
+pub(crate) fn expiry_key(shard: u32, at_ms: u64, key: &[u8]) -> Vec<u8> {
+    let mut out = Vec::with_capacity(12 + key.len());
+    out.extend_from_slice(&shard.to_be_bytes());
+    out.extend_from_slice(&at_ms.to_be_bytes());
+    out.extend_from_slice(key);
+    out
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

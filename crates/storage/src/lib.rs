@@ -6,7 +6,9 @@
 //! - `raft_meta`: group ‖ name → vote, committed, purged (opaque bytes);
 //! - `data`: shard ‖ key → [`Record`](trireme_types::Record);
 //! - `data_meta`: shard ‖ name → applied log id and membership, written in the same batch as
-//!   the data they describe.
+//!   the data they describe;
+//! - `expiry`: shard ‖ expires-at ‖ key → (), an index of keys with a TTL, so finding expired
+//!   keys is a range scan instead of a walk over the data.
 //!
 //! Writes go to fjall's journal without syncing; [`Storage::sync`] queues a callback on the
 //! group-commit thread, which covers everything written so far with one `fdatasync` and then

@@ -1,0 +1,51 @@
+use std::path::PathBuf;
+use std::time::Duration;
+use trireme_raft::RaftTiming;
+use trireme_types::Limits;
+
+/// Everything a node needs to start; the binary fills it from flags and the TOML file.
+#[derive(Debug, Clone)]
+pub struct NodeConfig {
+    /// The node's name (`n1`).
+    pub name: String,
+    /// Name of the cluster; a data directory made by another cluster is refused.
+    pub cluster_name: String,
+    /// Where the node keeps its data.
+    pub data_dir: PathBuf,
+    /// Advertised client HTTP address.
+    pub http_addr: String,
+    /// Advertised client RESP address.
+    pub resp_addr: String,
+    /// Advertised peer address.
+    pub peer_addr: String,
+    /// Number of shards, fixed when the cluster is bootstrapped; `None` takes the stored count
+    /// (or 16 on a fresh data directory).
+    pub shards: Option<u32>,
+    /// Voters per shard.
+    pub replication_factor: u32,
+    /// Raft timing.
+    pub timing: RaftTiming,
+    /// Request limits.
+    pub limits: Limits,
+    /// How often the leader of each shard looks for expired keys to remove through the log.
+    pub expiry_interval: Duration,
+}
+
+impl NodeConfig {
+    /// A configuration with the documented defaults for node `name` storing under `data_dir`.
+    pub fn new(name: impl Into<String>, data_dir: impl Into<PathBuf>) -> Self {
+        Self {
+            name: name.into(),
+            cluster_name: "trireme".into(),
+            data_dir: data_dir.into(),
+            http_addr: "127.0.0.1:7700".into(),
+            resp_addr: "127.0.0.1:7701".into(),
+            peer_addr: "127.0.0.1:7702".into(),
+            shards: None,
+            replication_factor: 3,
+            timing: RaftTiming::default(),
+            limits: Limits::default(),
+            expiry_interval: Duration::from_millis(250),
+        }
+    }
+}

@@ -1,0 +1,42 @@
+use trireme_raft::RaftLayerError;
+use trireme_storage::StorageError;
+use trireme_types::{ErrorCode, TriremeError};
+
+/// What can go wrong in the router or while starting a node.
+#[derive(Debug, thiserror::Error)]
+pub enum ClusterError {
+    /// The request itself is not acceptable (limits, arguments).
+    #[error(transparent)]
+    Request(#[from] TriremeError),
+    /// The shard's Raft group could not serve it.
+    #[error(transparent)]
+    Raft(#[from] RaftLayerError),
+    /// Storage failed.
+    #[error(transparent)]
+    Storage(#[from] StorageError),
+    /// The node cannot start with this configuration or data directory.
+    #[error("{0}")]
+    Config(String),
+}
+
+impl ClusterError {
+    /// The client-visible form of this error.
+    pub fn to_client(&self) -> TriremeError {
+        match self {
+            ClusterError::Request(e) => e.clone(),
+            ClusterError::Raft(e) => TriremeError::new(raft_code(e), e.to_string()),
+            ClusterError::Storage(e) => TriremeError::new(ErrorCode::StorageFailure, e.to_string()),
+            ClusterError::Config(m) => TriremeError::new(ErrorCode::Internal, m.clone()),
+        }
+    }
+}
+
+fn raft_code(e: &RaftLayerError) -> ErrorCode {
+    match e {
+        RaftLayerError::NotLeader { .. } | RaftLayerError::NoQuorum { .. } => ErrorCode::NoLeader,
+        RaftLayerError::Stopped { .. } => ErrorCode::Unavailable,
+        RaftLayerError::Timeout { .. } => ErrorCode::Timeout,
+        RaftLayerError::Storage(_) => ErrorCode::StorageFailure,
+        RaftLayerError::Setup(_) => ErrorCode::Internal,
+    }
+}

@@ -1,0 +1,48 @@
+//! Expired keys are removed through the log: the leader of each shard finds keys whose expiry
+//! has passed and proposes a `Reap` command, which every replica applies identically. Reads
+//! never return an expired key even before it is reaped.
+
+use crate::Node;
+use std::sync::Weak;
+use trireme_types::Command;
+
+/// Most keys one reap command removes.
+const REAP_BATCH: usize = 1000;
+
+pub(crate) fn spawn_reaper(node: Weak<Node>) {
+    tokio::spawn(async move {
+        let Some(interval) = node.upgrade().map(|n| n.config.expiry_interval) else { return };
+        let mut ticker = tokio::time::interval(interval);
+        ticker.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+        loop {
+            ticker.tick().await;
+            let Some(node) = node.upgrade() else { return };
+            if node.is_stopping() {
+                return;
+            }
+            for group in &node.groups {
+                if !group.raft().is_leader() {
+                    continue;
+                }
+                let storage = node.storage.clone();
+                let shard = group.shard().0;
+                let now = crate::now_ms();
+                let due = tokio::task::spawn_blocking(move || storage.expired_keys(shard, now, REAP_BATCH)).await;
+                let keys = match due {
+                    Ok(Ok(keys)) if !keys.is_empty() => keys,
+                    Ok(Ok(_)) => continue,
+                    Ok(Err(e)) => {
+                        tracing::warn!(shard, error = %e, "expiry scan failed");
+                        continue;
+                    }
+                    Err(_) => return,
+                };
+                let count = keys.len();
+                match node.write_shard(group.shard(), Command::Reap { keys }).await {
+                    Ok(_) => tracing::debug!(shard, count, "reaped expired keys"),
+                    Err(e) => tracing::debug!(shard, error = %e, "reap not applied"),
+                }
+            }
+        }
+    });
+}

@@ -1,0 +1,20 @@
+//! The Redis (RESP2) front end of Trireme.
+//!
+//! This crate turns bytes from a Redis client into requests and replies back into bytes.
+//! [`codec`] decodes requests (arrays of bulk strings and inline commands) with caps on
+//! every length and without rescanning partial input, [`reply`] encodes replies straight
+//! into a `BytesMut`, and [`args`] walks a decoded request with Redis's parsing rules and
+//! error texts, so every command reads its arguments the same way.
+
+#![deny(missing_docs)]
+#![deny(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
+#![cfg_attr(test, allow(clippy::unwrap_used, clippy::expect_used, clippy::panic))]
+
+pub mod args;
+pub mod codec;
+pub mod reply;
+// connection and command modules are added by the server work
+
+pub use args::{ArgError, Args};
+pub use codec::{CodecLimits, ProtocolError, RespCodec};
+pub use reply::Reply;

@@ -1,0 +1,303 @@
+//! Replies to Redis clients, encoded as RESP2 straight into the output buffer.
+//!
+//! A command answers with a [`Reply`]; the connection encodes it with [`Reply::encode`]
+//! (or through [`crate::RespCodec`]'s `Encoder` impl). Integers and lengths are written
+//! without heap allocation, and status and error texts can never break the framing.
+
+use std::borrow::Cow;
+
+use bytes::{BufMut, Bytes, BytesMut};
+use tokio_util::codec::Encoder;
+
+use crate::codec::{ProtocolError, RespCodec};
+
+/// One RESP2 reply.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Reply {
+    /// A status reply: `+OK\r\n`.
+    Simple(Cow<'static, str>),
+    /// An error reply; the full text after `-`, prefix included, e.g. `ERR syntax error`.
+    Error(String),
+    /// An integer reply: `:42\r\n`.
+    Integer(i64),
+    /// A bulk string: `$5\r\nhello\r\n`.
+    Bulk(Bytes),
+    /// The null bulk string: `$-1\r\n`.
+    Null,
+    /// The null array: `*-1\r\n`.
+    NullArray,
+    /// An array of replies: `*2\r\n...`.
+    Array(Vec<Reply>),
+}
+
+impl Reply {
+    /// `+OK`.
+    pub fn ok() -> Self {
+        Reply::Simple(Cow::Borrowed("OK"))
+    }
+
+    /// A status reply with the given text.
+    pub fn simple(text: impl Into<Cow<'static, str>>) -> Self {
+        Reply::Simple(text.into())
+    }
+
+    /// An error reply with its prefix included, e.g. `Reply::error("WRONGTYPE Operation ...")`.
+    pub fn error(text: impl Into<String>) -> Self {
+        Reply::Error(text.into())
+    }
+
+    /// An `ERR` error reply: `Reply::err("syntax error")` is `-ERR syntax error`.
+    pub fn err(message: impl std::fmt::Display) -> Self {
+        Reply::Error(format!("ERR {message}"))
+    }
+
+    /// A bulk string reply.
+    pub fn bulk(data: impl Into<Bytes>) -> Self {
+        Reply::Bulk(data.into())
+    }
+
+    /// An integer reply.
+    pub fn integer(value: i64) -> Self {
+        Reply::Integer(value)
+    }
+
+    /// An array reply.
+    pub fn array(items: Vec<Reply>) -> Self {
+        Reply::Array(items)
+    }
+
+    /// Whether this is an error reply.
+    pub fn is_error(&self) -> bool {
+        matches!(self, Reply::Error(_))
+    }
+
+    /// Appends this reply's RESP2 encoding to `out`.
+    pub fn encode(&self, out: &mut BytesMut) {
+        match self {
+            Reply::Simple(text) => put_text_line(out, b'+', text),
+            Reply::Error(text) => put_text_line(out, b'-', text),
+            Reply::Integer(value) => {
+                out.reserve(24);
+                out.put_u8(b':');
+                put_i64(out, *value);
+                out.put_slice(b"\r\n");
+            }
+            Reply::Bulk(data) => {
+                out.reserve(data.len().saturating_add(24));
+                out.put_u8(b'$');
+                put_u64(out, len_u64(data.len()));
+                out.put_slice(b"\r\n");
+                out.put_slice(data);
+                out.put_slice(b"\r\n");
+            }
+            Reply::Null => out.put_slice(b"$-1\r\n"),
+            Reply::NullArray => out.put_slice(b"*-1\r\n"),
+            Reply::Array(items) => {
+                out.reserve(24);
+                out.put_u8(b'*');
+                put_u64(out, len_u64(items.len()));
+                out.put_slice(b"\r\n");
+                for item in items {
+                    item.encode(out);
+                }
+            }
+        }
+    }
+
+    /// This reply's RESP2 encoding as a fresh buffer (handy in tests and tools).
+    pub fn to_bytes(&self) -> Bytes {
+        let mut out = BytesMut::new();
+        self.encode(&mut out);
+        out.freeze()
+    }
+}
+
+impl From<ProtocolError> for Reply {
+    fn from(err: ProtocolError) -> Self {
+        Reply::err(err)
+    }
+}
+
+impl From<&ProtocolError> for Reply {
+    fn from(err: &ProtocolError) -> Self {
+        Reply::err(err)
+    }
+}
+
+impl Encoder<Reply> for RespCodec {
+    type Error = ProtocolError;
+
+    fn encode(&mut self, item: Reply, dst: &mut BytesMut) -> Result<(), Self::Error> {
+        item.encode(dst);
+        Ok(())
+    }
+}
+
+impl Encoder<&Reply> for RespCodec {
+    type Error = ProtocolError;
+
+    fn encode(&mut self, item: &Reply, dst: &mut BytesMut) -> Result<(), Self::Error> {
+        item.encode(dst);
+        Ok(())
+    }
+}
+
+/// Writes `<kind><text>\r\n`, turning any `\r` or `\n` inside `text` into a space.
+fn put_text_line(out: &mut BytesMut, kind: u8, text: &str) {
+    let text = text.as_bytes();
+    out.reserve(text.len().saturating_add(3));
+    out.put_u8(kind);
+    if text.iter().any(|&b| b == b'\r' || b == b'\n') {
+        out.extend(
+            text.iter()
+                .map(|&b| if b == b'\r' || b == b'\n' { b' ' } else { b }),
+        );
+    } else {
+        out.put_slice(text);
+    }
+    out.put_slice(b"\r\n");
+}
+
+fn len_u64(len: usize) -> u64 {
+    u64::try_from(len).unwrap_or(u64::MAX)
+}
+
+/// Writes `value` in decimal without allocating.
+fn put_u64(out: &mut BytesMut, mut value: u64) {
+    let mut digits = [0u8; 20];
+    let mut start = digits.len();
+    for slot in digits.iter_mut().rev() {
+        // `value % 10` is below 10, so the cast cannot truncate.
+        *slot = b'0' + (value % 10) as u8;
+        start -= 1;
+        value /= 10;
+        if value == 0 {
+            break;
+        }
+    }
+    out.put_slice(digits.get(start..).unwrap_or_default());
+}
+
+/// Writes `value` in decimal, with a leading `-` when negative, without allocating.
+fn put_i64(out: &mut BytesMut, value: i64) {
+    if value < 0 {
+        out.put_u8(b'-');
+    }
+    put_u64(out, value.unsigned_abs());
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn encoded(reply: &Reply) -> Vec<u8> {
+        reply.to_bytes().to_vec()
+    }
+
+    #[test]
+    fn simple_and_ok() {
+        assert_eq!(encoded(&Reply::ok()), b"+OK\r\n");
+        assert_eq!(encoded(&Reply::simple("PONG")), b"+PONG\r\n");
+        assert_eq!(
+            encoded(&Reply::simple(String::from("QUEUED"))),
+            b"+QUEUED\r\n"
+        );
+        assert_eq!(encoded(&Reply::simple("")), b"+\r\n");
+    }
+
+    #[test]
+    fn errors_keep_prefix_and_err_adds_it() {
+        assert_eq!(
+            encoded(&Reply::error("WRONGTYPE Operation against a key")),
+            b"-WRONGTYPE Operation against a key\r\n"
+        );
+        assert_eq!(
+            encoded(&Reply::err("syntax error")),
+            b"-ERR syntax error\r\n"
+        );
+        assert_eq!(Reply::err("x"), Reply::Error("ERR x".into()));
+        assert!(Reply::err("x").is_error());
+        assert!(!Reply::ok().is_error());
+    }
+
+    #[test]
+    fn line_breaks_in_text_become_spaces() {
+        assert_eq!(
+            encoded(&Reply::err("bad\r\nthing\nhere\r")),
+            b"-ERR bad  thing here \r\n"
+        );
+        assert_eq!(encoded(&Reply::simple("a\nb")), b"+a b\r\n");
+    }
+
+    #[test]
+    fn integers_including_extremes() {
+        let cases: &[(i64, &[u8])] = &[
+            (0, b":0\r\n"),
+            (7, b":7\r\n"),
+            (-1, b":-1\r\n"),
+            (10, b":10\r\n"),
+            (1000, b":1000\r\n"),
+            (-1234567890, b":-1234567890\r\n"),
+            (i64::MAX, b":9223372036854775807\r\n"),
+            (i64::MIN, b":-9223372036854775808\r\n"),
+        ];
+        for (value, want) in cases {
+            assert_eq!(encoded(&Reply::integer(*value)), *want, "{value}");
+        }
+    }
+
+    #[test]
+    fn u64_formatting_reaches_twenty_digits() {
+        let mut out = BytesMut::new();
+        put_u64(&mut out, u64::MAX);
+        assert_eq!(&out[..], b"18446744073709551615");
+    }
+
+    #[test]
+    fn bulk_null_and_arrays() {
+        assert_eq!(encoded(&Reply::bulk("hello")), b"$5\r\nhello\r\n");
+        assert_eq!(encoded(&Reply::bulk(Bytes::new())), b"$0\r\n\r\n");
+        assert_eq!(
+            encoded(&Reply::bulk(Bytes::from_static(b"a\r\nb"))),
+            b"$4\r\na\r\nb\r\n"
+        );
+        assert_eq!(encoded(&Reply::Null), b"$-1\r\n");
+        assert_eq!(encoded(&Reply::NullArray), b"*-1\r\n");
+        assert_eq!(encoded(&Reply::array(Vec::new())), b"*0\r\n");
+        let nested = Reply::array(vec![
+            Reply::bulk(vec![b'x'; 12]),
+            Reply::Null,
+            Reply::integer(-3),
+            Reply::array(vec![Reply::ok(), Reply::err("no")]),
+        ]);
+        assert_eq!(
+            encoded(&nested),
+            b"*4\r\n$12\r\nxxxxxxxxxxxx\r\n$-1\r\n:-3\r\n*2\r\n+OK\r\n-ERR no\r\n"
+        );
+    }
+
+    #[test]
+    fn encode_appends_to_existing_buffer() {
+        let mut out = BytesMut::from(&b"+first\r\n"[..]);
+        Reply::integer(2).encode(&mut out);
+        assert_eq!(&out[..], b"+first\r\n:2\r\n");
+    }
+
+    #[test]
+    fn codec_encoder_writes_the_same_bytes() {
+        let mut codec = RespCodec::default();
+        let mut out = BytesMut::new();
+        codec.encode(Reply::ok(), &mut out).unwrap();
+        codec.encode(&Reply::bulk("v"), &mut out).unwrap();
+        assert_eq!(&out[..], b"+OK\r\n$1\r\nv\r\n");
+    }
+
+    #[test]
+    fn protocol_error_becomes_err_reply() {
+        let reply = Reply::from(ProtocolError::InvalidBulkLength);
+        assert_eq!(
+            encoded(&reply),
+            b"-ERR Protocol error: invalid bulk length\r\n"
+        );
+    }
+}
