@@ -20,7 +20,7 @@ pub use config::NodeConfig;
 pub use error::ClusterError;
 pub use node::{Node, NodeHealth, ShardInfo};
 pub use router::{ReadMeta, ScanPage};
-pub use trireme_raft::{RaftTiming, ReadMode};
+pub use trireme_raft::{PeerNode, RaftTiming, ReadMode};
 
 /// Wall-clock Unix milliseconds: the time commands are stamped with and reads compare expiry to.
 pub fn now_ms() -> u64 {

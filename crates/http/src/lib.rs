@@ -1,1 +1,22 @@
-//! placeholder
+//! Trireme's HTTP front end.
+//!
+//! - `/v1/kv/<key>`: the Consul KV API (GET with `raw`, `recurse`, `keys`, `separator`,
+//!   `consistent`, `stale`; PUT with `flags` and `cas`; DELETE with `recurse` and `cas`), so
+//!   Consul's client libraries work unchanged;
+//! - `/v1/status/leader`, `/v1/status/peers`, `/v1/cluster/shards`, `/v1/health`, `/metrics`.
+//!
+//! Every error is a JSON body `{"error": ..., "code": ...}` with the status from
+//! [`trireme_types::ErrorCode::http_status`].
+#![deny(missing_docs)]
+#![deny(clippy::unwrap_used)]
+#![cfg_attr(test, allow(clippy::unwrap_used))]
+
+mod error;
+mod query;
+mod routes;
+mod server;
+mod state;
+
+pub use error::ApiError;
+pub use server::{router, serve, HttpOptions};
+pub use state::{AppState, HttpMetrics};

@@ -5,16 +5,24 @@
 //! every length and without rescanning partial input, [`reply`] encodes replies straight
 //! into a `BytesMut`, and [`args`] walks a decoded request with Redis's parsing rules and
 //! error texts, so every command reads its arguments the same way.
+//!
+//! Above those, [`RespServer`] accepts connections, `connection` runs one client (pipelined
+//! requests are answered in order, replies batched into one write), and `cmd` holds one module
+//! per command family, each parsing its arguments and calling the node's router.
 
 #![deny(missing_docs)]
 #![deny(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 #![cfg_attr(test, allow(clippy::unwrap_used, clippy::expect_used, clippy::panic))]
 
 pub mod args;
+mod cmd;
 pub mod codec;
+mod connection;
+mod glob;
 pub mod reply;
-// connection and command modules are added by the server work
+mod server;
 
 pub use args::{ArgError, Args};
 pub use codec::{CodecLimits, ProtocolError, RespCodec};
 pub use reply::Reply;
+pub use server::{RespMetrics, RespServer};

@@ -152,6 +152,10 @@ impl<'s> Pending<'s> {
                 }
             }
             Command::SetTtl { key, ttl } => match self.live(key, now)? {
+                // Clearing a TTL the key does not have changes nothing (PERSIST answers 0).
+                Some(record) if *ttl == TtlUpdate::Clear && record.expires_at_ms.is_none() => {
+                    CommandResult::TtlSet(false)
+                }
                 Some(mut record) => {
                     record.expires_at_ms = match ttl {
                         TtlUpdate::Clear => None,
@@ -159,8 +163,9 @@ impl<'s> Pending<'s> {
                         TtlUpdate::At(at) => Some(*at),
                     };
                     record.modify_index = index;
-                    let changed_to_past = record.is_expired(now);
-                    self.set(key.clone(), (!changed_to_past).then_some(record));
+                    // An expiry already in the past deletes the key, as in Redis.
+                    let expired = record.is_expired(now);
+                    self.set(key.clone(), (!expired).then_some(record));
                     CommandResult::TtlSet(true)
                 }
                 None => CommandResult::TtlSet(false),

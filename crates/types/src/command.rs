@@ -40,9 +40,9 @@ pub enum PutCondition {
 /// What a write does to a key's expiry.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 pub enum TtlUpdate {
-    /// Remove any expiry (a plain `SET`, `PERSIST`).
+    /// Remove any expiry (a plain `SET`, `PERSIST`, a Consul PUT).
     Clear,
-    /// Keep whatever expiry the key has (`SET ... KEEPTTL`, `INCR`, a Consul PUT).
+    /// Keep whatever expiry the key has (`SET ... KEEPTTL`, `INCR`).
     Keep,
     /// Expire at this Unix millisecond.
     At(u64),
@@ -134,7 +134,7 @@ pub enum CommandResult {
     Deleted(u64),
     /// The new integer value, or why it could not be computed.
     Incr(Result<i64, ErrorCode>),
-    /// Whether the key existed and its expiry was changed.
+    /// Whether the key existed and its expiry changed (clearing: whether it had one).
     TtlSet(bool),
     /// Nothing to report (blank and membership entries, `PutMany`, `Reap`).
     Done,

@@ -1,0 +1,66 @@
+//! Query-string parsing for the Consul API: flags (`?recurse`), numbers (`?cas=12`) and
+//! strings (`?separator=/`), with a clear error naming the parameter on a bad value.
+
+use crate::ApiError;
+use std::collections::HashMap;
+
+/// Parsed query parameters. A parameter given without a value (`?raw`) is present with "".
+#[derive(Debug, Default)]
+pub struct Query {
+    params: HashMap<String, String>,
+}
+
+impl Query {
+    /// Parses a raw query string (`None` when the URL has none).
+    pub fn parse(raw: Option<&str>) -> Self {
+        let params = raw
+            .map(|q| form_urlencoded::parse(q.as_bytes()).into_owned().collect())
+            .unwrap_or_default();
+        Self { params }
+    }
+
+    /// Whether a flag is set: present with no value, or with a true-ish value.
+    pub fn flag(&self, name: &str) -> Result<bool, ApiError> {
+        match self.params.get(name).map(String::as_str) {
+            None => Ok(false),
+            Some("" | "true" | "1") => Ok(true),
+            Some("false" | "0") => Ok(false),
+            Some(other) => Err(ApiError::invalid(format!("invalid value {other:?} for ?{name}: expected true or false"))),
+        }
+    }
+
+    /// An unsigned integer parameter.
+    pub fn u64(&self, name: &str) -> Result<Option<u64>, ApiError> {
+        match self.params.get(name) {
+            None => Ok(None),
+            Some(v) => v
+                .parse::<u64>()
+                .map(Some)
+                .map_err(|_| ApiError::invalid(format!("invalid value {v:?} for ?{name}: expected an unsigned integer"))),
+        }
+    }
+
+    /// A string parameter.
+    pub fn str(&self, name: &str) -> Option<&str> {
+        self.params.get(name).map(String::as_str)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn parses_flags_numbers_and_strings() {
+        let q = Query::parse(Some("recurse&cas=12&separator=%2F&stale=false&bad=x&flags=-1"));
+        assert!(q.flag("recurse").unwrap());
+        assert!(!q.flag("stale").unwrap());
+        assert!(!q.flag("consistent").unwrap());
+        assert_eq!(q.u64("cas").unwrap(), Some(12));
+        assert_eq!(q.u64("missing").unwrap(), None);
+        assert_eq!(q.str("separator"), Some("/"));
+        assert_eq!(q.flag("bad").unwrap_err().0.code, trireme_types::ErrorCode::InvalidArgument);
+        let err = q.u64("flags").unwrap_err();
+        assert!(err.0.message.contains("?flags"), "{}", err.0.message);
+    }
+}

@@ -1,0 +1,233 @@
+//! `/v1/kv/<key>`: Consul's KV API.
+
+use crate::query::Query;
+use crate::state::HttpMetrics;
+use crate::{ApiError, AppState};
+use axum::body::Bytes;
+use axum::extract::rejection::BytesRejection;
+use axum::extract::State;
+use axum::http::{header, HeaderMap, HeaderValue, StatusCode, Uri};
+use axum::response::{IntoResponse, Response};
+use base64::Engine;
+use serde::Serialize;
+use trireme_cluster::{ReadMeta, ReadMode};
+use trireme_types::{Command, CommandResult, ErrorCode, PutCondition, Record, TriremeError, TtlUpdate};
+
+/// The key is everything after `/v1/kv/`, percent-decoded; keys are bytes, not necessarily UTF-8.
+fn key_of(uri: &Uri) -> Vec<u8> {
+    let path = uri.path();
+    let raw = path.strip_prefix("/v1/kv").unwrap_or(path);
+    let raw = raw.strip_prefix('/').unwrap_or(raw);
+    percent_encoding::percent_decode_str(raw).collect()
+}
+
+fn read_mode(query: &Query) -> Result<ReadMode, ApiError> {
+    match (query.flag("consistent")?, query.flag("stale")?) {
+        (true, true) => Err(ApiError::invalid("Cannot specify ?stale with ?consistent, conflicting semantics.")),
+        (true, false) => Ok(ReadMode::Consistent),
+        (false, true) => Ok(ReadMode::Stale),
+        (false, false) => Ok(ReadMode::Default),
+    }
+}
+
+/// One entry as Consul renders it.
+#[derive(Serialize)]
+#[serde(rename_all = "PascalCase")]
+struct Entry {
+    lock_index: u64,
+    key: String,
+    flags: u64,
+    value: Option<String>,
+    create_index: u64,
+    modify_index: u64,
+}
+
+impl Entry {
+    fn new(key: &[u8], record: &Record) -> Self {
+        Entry {
+            lock_index: 0,
+            key: String::from_utf8_lossy(key).into_owned(),
+            flags: record.flags,
+            value: (!record.value.is_empty())
+                .then(|| base64::engine::general_purpose::STANDARD.encode(&record.value)),
+            create_index: record.create_index,
+            modify_index: record.modify_index,
+        }
+    }
+}
+
+fn consul_headers(meta: &ReadMeta) -> HeaderMap {
+    let mut headers = HeaderMap::new();
+    headers.insert("X-Consul-Index", HeaderValue::from(meta.index.max(1)));
+    headers.insert(
+        "X-Consul-KnownLeader",
+        HeaderValue::from_static(if meta.known_leader { "true" } else { "false" }),
+    );
+    headers.insert("X-Consul-LastContact", HeaderValue::from(meta.last_contact_ms));
+    headers
+}
+
+fn json_response(headers: HeaderMap, body: &impl Serialize) -> Response {
+    let mut response = (headers, axum::Json(body)).into_response();
+    response
+        .headers_mut()
+        .insert(header::CONTENT_TYPE, HeaderValue::from_static("application/json"));
+    response
+}
+
+fn not_found(headers: HeaderMap) -> Response {
+    (StatusCode::NOT_FOUND, headers).into_response()
+}
+
+/// `GET /v1/kv/<key>`.
+pub(crate) async fn get(State(state): State<AppState>, uri: Uri) -> Result<Response, ApiError> {
+    HttpMetrics::inc(&state.metrics.kv_get);
+    let key = key_of(&uri);
+    let query = Query::parse(uri.query());
+    let mode = read_mode(&query)?;
+    let node = &state.node;
+
+    if query.flag("keys")? {
+        let (entries, meta) = node.list(&key, mode, usize::MAX).await?;
+        let separator = query.str("separator").filter(|s| !s.is_empty());
+        let mut keys: Vec<String> = Vec::with_capacity(entries.len());
+        for (k, _) in &entries {
+            let mut shown: &[u8] = k;
+            if let Some(sep) = separator {
+                let rest = &k[key.len()..];
+                if let Some(at) = rest.windows(sep.len()).position(|w| w == sep.as_bytes()) {
+                    shown = &k[..key.len() + at + sep.len()];
+                }
+            }
+            let shown = String::from_utf8_lossy(shown).into_owned();
+            if keys.last() != Some(&shown) {
+                keys.push(shown);
+            }
+        }
+        let headers = consul_headers(&meta);
+        if keys.is_empty() {
+            return Ok(not_found(headers));
+        }
+        return Ok(json_response(headers, &keys));
+    }
+
+    if query.flag("recurse")? {
+        let (entries, meta) = node.list(&key, mode, usize::MAX).await?;
+        let headers = consul_headers(&meta);
+        if entries.is_empty() {
+            return Ok(not_found(headers));
+        }
+        let body: Vec<Entry> = entries.iter().map(|(k, r)| Entry::new(k, r)).collect();
+        return Ok(json_response(headers, &body));
+    }
+
+    if key.is_empty() {
+        return Err(ApiError::invalid("Missing key name"));
+    }
+    let (record, meta) = node.get(&key, mode).await?;
+    let headers = consul_headers(&meta);
+    let Some(record) = record else {
+        return Ok(not_found(headers));
+    };
+    if query.flag("raw")? {
+        let mut response = (headers, record.value).into_response();
+        response
+            .headers_mut()
+            .insert(header::CONTENT_TYPE, HeaderValue::from_static("application/octet-stream"));
+        return Ok(response);
+    }
+    Ok(json_response(headers, &[Entry::new(&key, &record)]))
+}
+
+fn bool_response(value: bool) -> Response {
+    json_response(HeaderMap::new(), &value)
+}
+
+/// `PUT /v1/kv/<key>` with the raw value as body.
+pub(crate) async fn put(
+    State(state): State<AppState>,
+    uri: Uri,
+    body: Result<Bytes, BytesRejection>,
+) -> Result<Response, ApiError> {
+    HttpMetrics::inc(&state.metrics.kv_put);
+    let body = body.map_err(|rejection| {
+        let code = if rejection.status() == StatusCode::PAYLOAD_TOO_LARGE {
+            ErrorCode::RequestTooLarge
+        } else {
+            ErrorCode::InvalidArgument
+        };
+        ApiError(TriremeError::new(code, format!("request body: {}", rejection.body_text())))
+    })?;
+    let key = key_of(&uri);
+    let query = Query::parse(uri.query());
+    if key.is_empty() {
+        return Err(ApiError::invalid("Missing key name"));
+    }
+    if query.str("acquire").is_some() || query.str("release").is_some() {
+        return Err(ApiError::invalid("sessions (?acquire, ?release) are not supported"));
+    }
+    let condition = match query.u64("cas")? {
+        None => PutCondition::Always,
+        Some(0) => PutCondition::IfAbsent,
+        Some(index) => PutCondition::IfModifyIndex(index),
+    };
+    let command = Command::Put {
+        key: Bytes::from(key.clone()),
+        value: body,
+        flags: Some(query.u64("flags")?.unwrap_or(0)),
+        condition,
+        ttl: TtlUpdate::Clear,
+    };
+    let result = state.node.write(&key, command).await?;
+    Ok(bool_response(matches!(result, CommandResult::Put { written: true, .. })))
+}
+
+/// `DELETE /v1/kv/<key>`.
+pub(crate) async fn delete(State(state): State<AppState>, uri: Uri) -> Result<Response, ApiError> {
+    HttpMetrics::inc(&state.metrics.kv_delete);
+    let key = key_of(&uri);
+    let query = Query::parse(uri.query());
+    if query.flag("recurse")? {
+        state.node.delete_prefix(&key).await?;
+        return Ok(bool_response(true));
+    }
+    if key.is_empty() {
+        return Err(ApiError::invalid("Missing key name"));
+    }
+    let cas = query.u64("cas")?;
+    let command = Command::Delete { keys: vec![Bytes::from(key.clone())], cas };
+    let result = state.node.write(&key, command).await?;
+    let deleted = matches!(result, CommandResult::Deleted(1));
+    Ok(bool_response(cas.is_none() || deleted))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn keys_are_percent_decoded_bytes() {
+        let uri: Uri = "/v1/kv/a%2Fb/c%20d%FF?raw".parse().unwrap();
+        assert_eq!(key_of(&uri), b"a/b/c d\xff".to_vec());
+        let uri: Uri = "/v1/kv/".parse().unwrap();
+        assert_eq!(key_of(&uri), Vec::<u8>::new());
+    }
+
+    #[test]
+    fn entries_render_like_consul() {
+        let record = Record {
+            value: Bytes::from_static(b"hello"),
+            flags: 3,
+            create_index: 5,
+            modify_index: 9,
+            expires_at_ms: None,
+        };
+        let json = serde_json::to_value(Entry::new(b"k", &record)).unwrap();
+        assert_eq!(
+            json,
+            serde_json::json!({"LockIndex":0,"Key":"k","Flags":3,"Value":"aGVsbG8=","CreateIndex":5,"ModifyIndex":9})
+        );
+        let empty = Record { value: Bytes::new(), ..record };
+        assert_eq!(serde_json::to_value(Entry::new(b"k", &empty)).unwrap()["Value"], serde_json::Value::Null);
+    }
+}

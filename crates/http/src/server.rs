@@ -1,0 +1,110 @@
+//! The HTTP listener: axum routes served by hyper with a header-read timeout and a cap on
+//! open connections, so slow or idle clients cannot starve the others.
+
+use crate::routes::{kv, metrics, status};
+use crate::state::HttpMetrics;
+use crate::AppState;
+use axum::extract::{DefaultBodyLimit, Request, State};
+use axum::middleware::{self, Next};
+use axum::response::Response;
+use axum::routing::get;
+use axum::Router;
+use hyper_util::rt::{TokioExecutor, TokioIo, TokioTimer};
+use hyper_util::server::conn::auto;
+use hyper_util::service::TowerToHyperService;
+use std::future::Future;
+use std::sync::Arc;
+use std::time::Duration;
+use tokio::net::TcpListener;
+use tokio::sync::Semaphore;
+
+/// Listener settings.
+#[derive(Debug, Clone)]
+pub struct HttpOptions {
+    /// Longest time a client may take to send the request headers.
+    pub header_read_timeout: Duration,
+    /// Most connections open at once; further ones wait to be accepted.
+    pub max_connections: usize,
+}
+
+impl Default for HttpOptions {
+    fn default() -> Self {
+        Self {
+            header_read_timeout: Duration::from_secs(10),
+            max_connections: 10_000,
+        }
+    }
+}
+
+async fn count_errors(State(state): State<AppState>, request: Request, next: Next) -> Response {
+    let response = next.run(request).await;
+    if response.status().is_client_error() || response.status().is_server_error() {
+        HttpMetrics::inc(&state.metrics.errors);
+    }
+    response
+}
+
+/// The routes, for serving or for in-process tests.
+pub fn router(state: AppState) -> Router {
+    let body_limit = state.node.config().limits.max_body_bytes();
+    Router::new()
+        .route("/v1/kv", get(kv::get).put(kv::put).delete(kv::delete))
+        .route("/v1/kv/", get(kv::get).put(kv::put).delete(kv::delete))
+        .route("/v1/kv/{*key}", get(kv::get).put(kv::put).delete(kv::delete))
+        .route("/v1/status/leader", get(status::leader))
+        .route("/v1/status/peers", get(status::peers))
+        .route("/v1/cluster/shards", get(status::shards))
+        .route("/v1/health", get(status::health))
+        .route("/metrics", get(metrics::metrics))
+        .layer(DefaultBodyLimit::max(body_limit))
+        .layer(middleware::from_fn_with_state(state.clone(), count_errors))
+        .with_state(state)
+}
+
+/// Serves `router` on `listener` until `shutdown` completes.
+pub async fn serve(
+    listener: TcpListener,
+    router: Router,
+    options: HttpOptions,
+    shutdown: impl Future<Output = ()> + Send + 'static,
+) {
+    let permits = Arc::new(Semaphore::new(options.max_connections));
+    let mut builder = auto::Builder::new(TokioExecutor::new());
+    builder
+        .http1()
+        .timer(TokioTimer::new())
+        .header_read_timeout(options.header_read_timeout)
+        .keep_alive(true);
+    let builder = Arc::new(builder);
+    tokio::pin!(shutdown);
+    loop {
+        let permit = tokio::select! {
+            _ = &mut shutdown => return,
+            permit = permits.clone().acquire_owned() => match permit {
+                Ok(permit) => permit,
+                Err(_) => return,
+            },
+        };
+        let (stream, _peer) = tokio::select! {
+            _ = &mut shutdown => return,
+            accepted = listener.accept() => match accepted {
+                Ok(accepted) => accepted,
+                Err(e) => {
+                    // Out of file descriptors and the like: back off instead of spinning.
+                    tracing::warn!(error = %e, "http accept failed");
+                    tokio::time::sleep(Duration::from_millis(50)).await;
+                    continue;
+                }
+            },
+        };
+        let _ = stream.set_nodelay(true);
+        let service = TowerToHyperService::new(router.clone());
+        let builder = builder.clone();
+        tokio::spawn(async move {
+            let _permit = permit;
+            if let Err(e) = builder.serve_connection(TokioIo::new(stream), service).await {
+                tracing::debug!(error = %e, "http connection ended with an error");
+            }
+        });
+    }
+}

@@ -1,0 +1,120 @@
+//! PING, ECHO, HELLO, SELECT, CLIENT, AUTH.
+
+use super::{CmdError, CmdResult, Ctx};
+use crate::{Args, Reply};
+
+pub(crate) fn ping(args: &mut Args) -> CmdResult {
+    match args.remaining() {
+        0 => Ok(Reply::simple("PONG")),
+        1 => Ok(Reply::Bulk(args.next_bytes()?)),
+        _ => Err(args.wrong_arity().into()),
+    }
+}
+
+pub(crate) fn echo(args: &mut Args) -> CmdResult {
+    let message = args.next_bytes()?;
+    if args.remaining() > 0 {
+        return Err(args.wrong_arity().into());
+    }
+    Ok(Reply::Bulk(message))
+}
+
+/// `HELLO [2 [AUTH u p] [SETNAME n]]`: only protocol 2 is spoken.
+pub(crate) fn hello(ctx: &mut Ctx<'_>, args: &mut Args) -> CmdResult {
+    if args.remaining() > 0 {
+        let version = args.next_i64().map_err(|_| CmdError::Reply("ERR Protocol version is not an integer or out of range".into()))?;
+        if version != 2 {
+            return Err(CmdError::Reply("NOPROTO sorry, this protocol version is not supported".into()));
+        }
+        while args.remaining() > 0 {
+            if args.next_keyword("setname") {
+                ctx.client.name = Some(args.next_bytes()?);
+            } else if args.next_keyword("auth") {
+                args.next_bytes()?;
+                args.next_bytes()?;
+                return Err(CmdError::Reply(no_password().into()));
+            } else {
+                return Err(CmdError::Reply("ERR Syntax error in HELLO option".into()));
+            }
+        }
+    }
+    let node = &ctx.shared.node;
+    Ok(Reply::array(vec![
+        Reply::bulk("server"),
+        Reply::bulk("redis"),
+        Reply::bulk("version"),
+        Reply::bulk(crate::cmd::server::REDIS_VERSION),
+        Reply::bulk("proto"),
+        Reply::integer(2),
+        Reply::bulk("id"),
+        Reply::integer(ctx.client.id as i64),
+        Reply::bulk("mode"),
+        Reply::bulk("cluster"),
+        Reply::bulk("role"),
+        Reply::bulk("master"),
+        Reply::bulk("modules"),
+        Reply::array(vec![]),
+        Reply::bulk("trireme-node"),
+        Reply::bulk(node.me().name.clone()),
+    ]))
+}
+
+pub(crate) fn select(args: &mut Args) -> CmdResult {
+    let db = args.next_i64()?;
+    args.finish()?;
+    if db != 0 {
+        return Err(CmdError::Reply("ERR DB index is out of range".into()));
+    }
+    Ok(Reply::ok())
+}
+
+fn no_password() -> &'static str {
+    "ERR AUTH <password> called without any password configured for the default user. Are you sure your configuration is correct?"
+}
+
+pub(crate) fn auth(args: &mut Args) -> CmdResult {
+    args.next_bytes()?;
+    if args.remaining() > 1 {
+        return Err(args.wrong_arity().into());
+    }
+    Err(CmdError::Reply(no_password().into()))
+}
+
+/// `CLIENT SETNAME | GETNAME | ID | SETINFO | INFO`.
+pub(crate) fn client(ctx: &mut Ctx<'_>, args: &mut Args) -> CmdResult {
+    let sub = args.next_str()?.to_ascii_lowercase();
+    match sub.as_str() {
+        "setname" => {
+            let name = args.next_bytes()?;
+            args.finish()?;
+            if name.iter().any(|b| *b <= b' ' || *b > b'~') {
+                return Err(CmdError::Reply("ERR Client names cannot contain spaces, newlines or special characters.".into()));
+            }
+            ctx.client.name = (!name.is_empty()).then_some(name);
+            Ok(Reply::ok())
+        }
+        "getname" => {
+            args.finish()?;
+            Ok(ctx.client.name.clone().map_or(Reply::Null, Reply::Bulk))
+        }
+        "id" => {
+            args.finish()?;
+            Ok(Reply::integer(ctx.client.id as i64))
+        }
+        "setinfo" => {
+            args.next_bytes()?;
+            args.next_bytes()?;
+            args.finish()?;
+            Ok(Reply::ok())
+        }
+        "info" => {
+            args.finish()?;
+            let name = ctx.client.name.as_ref().map(|n| String::from_utf8_lossy(n).into_owned()).unwrap_or_default();
+            Ok(Reply::bulk(format!("id={} name={} db=0\n", ctx.client.id, name)))
+        }
+        _ => Err(CmdError::Reply(format!(
+            "ERR unknown subcommand '{}'. Try CLIENT HELP.",
+            sub.chars().take(64).collect::<String>()
+        ))),
+    }
+}

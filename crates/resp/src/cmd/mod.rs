@@ -1,0 +1,114 @@
+//! Command dispatch: one module per command family, each parsing its arguments with [`Args`]
+//! and calling the node's router. Errors from the router become `-ERR`/`-TRYAGAIN` replies
+//! through the one mapping in [`trireme_types::ErrorCode::resp_prefix`].
+
+mod cluster;
+mod connection;
+mod keys;
+mod server;
+mod strings;
+
+use crate::connection::ClientState;
+use crate::server::Shared;
+use crate::{ArgError, Args, Reply};
+use trireme_cluster::ClusterError;
+
+/// What the connection does after a command.
+pub(crate) enum Flow {
+    /// Send the reply and go on.
+    Reply(Reply),
+    /// Send the reply and close the connection.
+    Quit(Reply),
+}
+
+/// Why a command failed: bad arguments, or the router's error.
+pub(crate) enum CmdError {
+    Args(ArgError),
+    Cluster(ClusterError),
+    /// A complete error text (`ERR ...`, `NOPROTO ...`).
+    Reply(String),
+}
+
+impl From<ArgError> for CmdError {
+    fn from(e: ArgError) -> Self {
+        CmdError::Args(e)
+    }
+}
+
+impl From<ClusterError> for CmdError {
+    fn from(e: ClusterError) -> Self {
+        CmdError::Cluster(e)
+    }
+}
+
+impl From<CmdError> for Reply {
+    fn from(e: CmdError) -> Self {
+        match e {
+            CmdError::Args(e) => Reply::from(e),
+            CmdError::Cluster(e) => {
+                let e = e.to_client();
+                Reply::error(format!("{} {}", e.code.resp_prefix(), e.message))
+            }
+            CmdError::Reply(text) => Reply::error(text),
+        }
+    }
+}
+
+pub(crate) type CmdResult = Result<Reply, CmdError>;
+
+/// What a command handler gets.
+pub(crate) struct Ctx<'a> {
+    pub(crate) shared: &'a Shared,
+    pub(crate) client: &'a mut ClientState,
+}
+
+/// Runs one request.
+pub(crate) async fn execute(shared: &Shared, client: &mut ClientState, mut args: Args) -> Flow {
+    let mut ctx = Ctx { shared, client };
+    let name = args.command_name();
+    let result = match name.as_str() {
+        // strings
+        "get" => strings::get(&mut ctx, &mut args).await,
+        "set" => strings::set(&mut ctx, &mut args).await,
+        "mget" => strings::mget(&mut ctx, &mut args).await,
+        "mset" => strings::mset(&mut ctx, &mut args).await,
+        "incr" | "decr" | "incrby" | "decrby" => strings::incr(&mut ctx, &mut args).await,
+        // keys
+        "del" | "unlink" => keys::del(&mut ctx, &mut args).await,
+        "exists" => keys::exists(&mut ctx, &mut args).await,
+        "expire" | "pexpire" => keys::expire(&mut ctx, &mut args).await,
+        "ttl" | "pttl" => keys::ttl(&mut ctx, &mut args).await,
+        "persist" => keys::persist(&mut ctx, &mut args).await,
+        "type" => keys::key_type(&mut ctx, &mut args).await,
+        "scan" => keys::scan(&mut ctx, &mut args),
+        "dbsize" => keys::dbsize(&mut ctx, &mut args),
+        // connection
+        "ping" => connection::ping(&mut args),
+        "echo" => connection::echo(&mut args),
+        "hello" => connection::hello(&mut ctx, &mut args),
+        "select" => connection::select(&mut args),
+        "client" => connection::client(&mut ctx, &mut args),
+        "auth" => connection::auth(&mut args),
+        "quit" => return Flow::Quit(Reply::ok()),
+        // server
+        "info" => server::info(&mut ctx, &mut args),
+        "command" => server::command(&mut args),
+        "config" => server::config(&mut args),
+        // cluster
+        "cluster" => cluster::cluster(&mut ctx, &mut args),
+        "" => Err(CmdError::Reply("ERR empty command".into())),
+        _ => Err(CmdError::Reply(unknown_command(&name, &mut args))),
+    };
+    Flow::Reply(result.unwrap_or_else(Reply::from))
+}
+
+fn unknown_command(name: &str, args: &mut Args) -> String {
+    let shown: Vec<String> = args
+        .rest()
+        .iter()
+        .take(8)
+        .map(|a| format!("'{}'", String::from_utf8_lossy(&a[..a.len().min(64)])))
+        .collect();
+    let name: String = name.chars().take(64).collect();
+    format!("ERR unknown command '{name}', with args beginning with: {}", shown.join(" "))
+}

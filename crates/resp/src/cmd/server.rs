@@ -1,0 +1,136 @@
+//! INFO, COMMAND, CONFIG GET.
+
+use super::{CmdError, CmdResult, Ctx};
+use crate::{Args, Reply};
+
+/// The Redis version clients are told: the command set follows Redis 7.2's semantics.
+pub(crate) const REDIS_VERSION: &str = "7.2.0";
+
+/// Commands this server implements: name, arity (negative: at least), flags, first key, last
+/// key, key step, as `COMMAND` reports them.
+const COMMANDS: &[CommandEntry] = &[
+    ("get", 2, &["readonly", "fast"], 1, 1, 1),
+    ("set", -3, &["write", "denyoom"], 1, 1, 1),
+    ("mget", -2, &["readonly", "fast"], 1, -1, 1),
+    ("mset", -3, &["write", "denyoom"], 1, -1, 2),
+    ("incr", 2, &["write", "denyoom", "fast"], 1, 1, 1),
+    ("incrby", 3, &["write", "denyoom", "fast"], 1, 1, 1),
+    ("decr", 2, &["write", "denyoom", "fast"], 1, 1, 1),
+    ("decrby", 3, &["write", "denyoom", "fast"], 1, 1, 1),
+    ("del", -2, &["write"], 1, -1, 1),
+    ("unlink", -2, &["write", "fast"], 1, -1, 1),
+    ("exists", -2, &["readonly", "fast"], 1, -1, 1),
+    ("expire", -3, &["write", "fast"], 1, 1, 1),
+    ("pexpire", -3, &["write", "fast"], 1, 1, 1),
+    ("ttl", 2, &["readonly", "fast"], 1, 1, 1),
+    ("pttl", 2, &["readonly", "fast"], 1, 1, 1),
+    ("persist", 2, &["write", "fast"], 1, 1, 1),
+    ("type", 2, &["readonly", "fast"], 1, 1, 1),
+    ("scan", -2, &["readonly"], 0, 0, 0),
+    ("dbsize", 1, &["readonly", "fast"], 0, 0, 0),
+    ("ping", -1, &["fast"], 0, 0, 0),
+    ("echo", 2, &["fast"], 0, 0, 0),
+    ("hello", -1, &["noscript", "loading", "stale", "fast"], 0, 0, 0),
+    ("select", 2, &["loading", "stale", "fast"], 0, 0, 0),
+    ("client", -2, &["noscript", "loading", "stale"], 0, 0, 0),
+    ("auth", -2, &["noscript", "loading", "stale", "fast"], 0, 0, 0),
+    ("quit", -1, &["noscript", "loading", "stale", "fast"], 0, 0, 0),
+    ("info", -1, &["loading", "stale"], 0, 0, 0),
+    ("command", -1, &["loading", "stale"], 0, 0, 0),
+    ("config", -2, &["admin", "noscript", "loading", "stale"], 0, 0, 0),
+    ("cluster", -2, &["stale"], 0, 0, 0),
+];
+
+type CommandEntry = (&'static str, i64, &'static [&'static str], i64, i64, i64);
+
+fn command_info(entry: &CommandEntry) -> Reply {
+    let (name, arity, flags, first, last, step) = *entry;
+    Reply::array(vec![
+        Reply::bulk(name),
+        Reply::integer(arity),
+        Reply::array(flags.iter().map(|f| Reply::simple(*f)).collect()),
+        Reply::integer(first),
+        Reply::integer(last),
+        Reply::integer(step),
+    ])
+}
+
+/// `COMMAND`, `COMMAND COUNT`, `COMMAND INFO name...`, `COMMAND DOCS` (empty: no docs here).
+pub(crate) fn command(args: &mut Args) -> CmdResult {
+    if args.remaining() == 0 {
+        return Ok(Reply::array(COMMANDS.iter().map(command_info).collect()));
+    }
+    let sub = args.next_str()?.to_ascii_lowercase();
+    match sub.as_str() {
+        "count" => Ok(Reply::integer(COMMANDS.len() as i64)),
+        "info" => Ok(Reply::array(
+            args.rest()
+                .iter()
+                .map(|name| {
+                    let name = String::from_utf8_lossy(name).to_ascii_lowercase();
+                    COMMANDS.iter().find(|c| c.0 == name).map_or(Reply::NullArray, command_info)
+                })
+                .collect(),
+        )),
+        "docs" => Ok(Reply::array(vec![])),
+        _ => Err(CmdError::Reply(format!(
+            "ERR unknown subcommand '{}'. Try COMMAND HELP.",
+            sub.chars().take(64).collect::<String>()
+        ))),
+    }
+}
+
+/// `CONFIG GET pattern`: the few settings clients and redis-benchmark ask for.
+pub(crate) fn config(args: &mut Args) -> CmdResult {
+    let sub = args.next_str()?.to_ascii_lowercase();
+    if sub != "get" {
+        return Err(CmdError::Reply("ERR CONFIG is read-only here: only CONFIG GET is supported".into()));
+    }
+    let mut out = Vec::new();
+    for pattern in args.rest() {
+        for (name, value) in [("save", ""), ("appendonly", "yes"), ("appendfsync", "always"), ("databases", "1"), ("maxclients", "10000")] {
+            if crate::glob::matches(&pattern.to_ascii_lowercase(), name.as_bytes()) {
+                out.push(Reply::bulk(name));
+                out.push(Reply::bulk(value));
+            }
+        }
+    }
+    Ok(Reply::array(out))
+}
+
+/// `INFO [section ...]`: server, clients, keyspace, cluster.
+pub(crate) fn info(ctx: &mut Ctx<'_>, args: &mut Args) -> CmdResult {
+    let wanted: Vec<String> = args.rest().iter().map(|s| String::from_utf8_lossy(s).to_ascii_lowercase()).collect();
+    let want = |section: &str| {
+        wanted.is_empty() || wanted.iter().any(|w| w == section || w == "all" || w == "everything" || w == "default")
+    };
+    let node = &ctx.shared.node;
+    let mut text = String::new();
+    if want("server") {
+        text.push_str(&format!(
+            "# Server\r\nredis_version:{REDIS_VERSION}\r\ntrireme_version:{}\r\nredis_mode:cluster\r\nos:{}\r\narch_bits:64\r\nprocess_id:{}\r\ntcp_port:{}\r\nuptime_in_seconds:{}\r\nuptime_in_days:{}\r\nnode_name:{}\r\n\r\n",
+            env!("CARGO_PKG_VERSION"),
+            std::env::consts::OS,
+            std::process::id(),
+            node.me().resp_addr.rsplit(':').next().unwrap_or("0"),
+            node.uptime().as_secs(),
+            node.uptime().as_secs() / 86_400,
+            node.me().name,
+        ));
+    }
+    if want("clients") {
+        let connected = ctx.shared.metrics.connections.load(std::sync::atomic::Ordering::Relaxed);
+        text.push_str(&format!("# Clients\r\ntotal_connections_received:{connected}\r\n\r\n"));
+    }
+    if want("cluster") {
+        text.push_str("# Cluster\r\ncluster_enabled:1\r\n\r\n");
+    }
+    if want("keyspace") {
+        text.push_str("# Keyspace\r\n");
+        let keys = node.key_count()?;
+        if keys > 0 {
+            text.push_str(&format!("db0:keys={keys},expires=0,avg_ttl=0\r\n"));
+        }
+    }
+    Ok(Reply::bulk(text))
+}

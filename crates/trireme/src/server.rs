@@ -1,0 +1,147 @@
+//! `trireme server`: bind the listeners, start the node, serve HTTP and RESP until SIGINT or
+//! SIGTERM, then stop cleanly.
+
+use crate::config::{ServerArgs, ServerConfig};
+use anyhow::Context;
+use std::net::SocketAddr;
+use std::sync::Arc;
+use tokio::net::TcpListener;
+use tokio::sync::watch;
+use trireme_cluster::Node;
+
+pub fn run(args: ServerArgs) -> anyhow::Result<()> {
+    let config = args.resolve()?;
+    init_logging(&config.log)?;
+    let runtime = tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .thread_name("trireme")
+        .build()
+        .context("cannot start the async runtime")?;
+    runtime.block_on(serve(config))
+}
+
+fn init_logging(filter: &str) -> anyhow::Result<()> {
+    let filter = tracing_subscriber::EnvFilter::try_new(filter)
+        .with_context(|| format!("invalid --log filter {filter:?}"))?;
+    tracing_subscriber::fmt()
+        .with_env_filter(filter)
+        .with_writer(std::io::stderr)
+        .try_init()
+        .map_err(|e| anyhow::anyhow!("cannot set up logging: {e}"))
+}
+
+async fn bind(flag: &str, addr: &str) -> anyhow::Result<TcpListener> {
+    let addr: SocketAddr = addr.parse().with_context(|| format!("{flag} {addr:?} is not an IP:port address"))?;
+    TcpListener::bind(addr)
+        .await
+        .with_context(|| format!("cannot listen on {flag} {addr}"))
+}
+
+async fn serve(mut config: ServerConfig) -> anyhow::Result<()> {
+    // Bind first: a port in use is reported before anything touches the data directory, and
+    // port 0 becomes the real port everyone is told about.
+    let http = bind("--http", &config.node.http_addr).await?;
+    let resp = bind("--resp", &config.node.resp_addr).await?;
+    let peer = bind("--peer", &config.node.peer_addr).await?;
+    config.node.http_addr = http.local_addr()?.to_string();
+    config.node.resp_addr = resp.local_addr()?.to_string();
+    config.node.peer_addr = peer.local_addr()?.to_string();
+    if config.rack.is_some() || config.zone.is_some() {
+        tracing::info!(rack = ?config.rack, zone = ?config.zone, "placement labels recorded (used once there is more than one node)");
+    }
+
+    let data_dir = config.node.data_dir.clone();
+    let node = Node::start(config.node.clone())
+        .await
+        .with_context(|| format!("cannot start node {:?} in {}", config.node.name, data_dir.display()))?;
+
+    let (stop_tx, stop_rx) = watch::channel(false);
+    let stopped = |mut rx: watch::Receiver<bool>| async move {
+        let _ = rx.wait_for(|stop| *stop).await;
+    };
+
+    let resp_server = trireme_resp::RespServer::new(node.clone());
+    let mut http_state = trireme_http::AppState::new(node.clone());
+    let resp_metrics = resp_server.metrics();
+    http_state.extra_metrics = Arc::new(move || resp_metrics.prometheus());
+    let http_task = tokio::spawn(trireme_http::serve(
+        http,
+        trireme_http::router(http_state),
+        trireme_http::HttpOptions::default(),
+        stopped(stop_rx.clone()),
+    ));
+    let resp_task = tokio::spawn(resp_server.serve(resp, stopped(stop_rx.clone())));
+    // The peer transport arrives with multi-node clusters; until then the port is held so the
+    // address stays ours, and connections to it are closed.
+    let peer_task = tokio::spawn(hold_peer_port(peer, stopped(stop_rx.clone())));
+
+    write_endpoints(&node).await?;
+    println!(
+        "trireme node {} ready: http={} resp={} peer={} shards={}",
+        node.me().name,
+        node.me().http_addr,
+        node.me().resp_addr,
+        node.me().peer_addr,
+        node.shard_map().shard_count()
+    );
+
+    wait_for_signal().await;
+    tracing::info!("stopping");
+    let _ = stop_tx.send(true);
+    let _ = tokio::join!(http_task, resp_task, peer_task);
+    node.shutdown().await;
+    Ok(())
+}
+
+async fn hold_peer_port(listener: TcpListener, stop: impl std::future::Future<Output = ()>) {
+    tokio::pin!(stop);
+    loop {
+        tokio::select! {
+            _ = &mut stop => return,
+            accepted = listener.accept() => {
+                if let Ok((_, from)) = accepted {
+                    tracing::debug!(%from, "peer connection closed: this node has no peers");
+                }
+            }
+        }
+    }
+}
+
+/// `<data dir>/endpoints.json`: where this node listens, for scripts and tests that started it
+/// with port 0.
+async fn write_endpoints(node: &Node) -> anyhow::Result<()> {
+    let me = node.me();
+    let body = serde_json::json!({
+        "node": me.name,
+        "http": me.http_addr,
+        "resp": me.resp_addr,
+        "peer": me.peer_addr,
+        "pid": std::process::id(),
+    });
+    let path = node.config().data_dir.join("endpoints.json");
+    let tmp = path.with_extension("json.tmp");
+    tokio::fs::write(&tmp, serde_json::to_vec_pretty(&body)?).await?;
+    tokio::fs::rename(&tmp, &path).await?;
+    Ok(())
+}
+
+async fn wait_for_signal() {
+    let ctrl_c = async {
+        let _ = tokio::signal::ctrl_c().await;
+    };
+    #[cfg(unix)]
+    let terminate = async {
+        match tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()) {
+            Ok(mut signal) => {
+                signal.recv().await;
+            }
+            Err(_) => std::future::pending::<()>().await,
+        }
+    };
+    #[cfg(not(unix))]
+    let terminate = std::future::pending::<()>();
+    tokio::select! {
+        _ = ctrl_c => {},
+        _ = terminate => {},
+    }
+}
