@@ -11,7 +11,9 @@ const REAP_BATCH: usize = 1000;
 
 pub(crate) fn spawn_reaper(node: Weak<Node>) {
     tokio::spawn(async move {
-        let Some(interval) = node.upgrade().map(|n| n.config.expiry_interval) else { return };
+        let Some(interval) = node.upgrade().map(|n| n.config.expiry_interval) else {
+            return;
+        };
         let mut ticker = tokio::time::interval(interval);
         ticker.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
         loop {
@@ -27,7 +29,10 @@ pub(crate) fn spawn_reaper(node: Weak<Node>) {
                 let storage = node.storage.clone();
                 let shard = group.shard().0;
                 let now = crate::now_ms();
-                let due = tokio::task::spawn_blocking(move || storage.expired_keys(shard, now, REAP_BATCH)).await;
+                let due = tokio::task::spawn_blocking(move || {
+                    storage.expired_keys(shard, now, REAP_BATCH)
+                })
+                .await;
                 let keys = match due {
                     Ok(Ok(keys)) if !keys.is_empty() => keys,
                     Ok(Ok(_)) => continue,
@@ -38,7 +43,10 @@ pub(crate) fn spawn_reaper(node: Weak<Node>) {
                     Err(_) => return,
                 };
                 let count = keys.len();
-                match node.write_shard(group.shard(), Command::Reap { keys }).await {
+                match node
+                    .write_shard(group.shard(), Command::Reap { keys })
+                    .await
+                {
                     Ok(_) => tracing::debug!(shard, count, "reaped expired keys"),
                     Err(e) => tracing::debug!(shard, error = %e, "reap not applied"),
                 }

@@ -19,12 +19,19 @@ pub(crate) struct Identity {
 
 /// Returns the stored identity after checking it against `config`, or `None` for a fresh
 /// data directory.
-pub(crate) fn check(storage: &Storage, config: &NodeConfig) -> Result<Option<Identity>, ClusterError> {
+pub(crate) fn check(
+    storage: &Storage,
+    config: &NodeConfig,
+) -> Result<Option<Identity>, ClusterError> {
     let Some(bytes) = storage.raft_meta(GROUP, NAME)? else {
         return Ok(None);
     };
-    let stored: Identity = serde_json::from_slice(&bytes)
-        .map_err(|e| ClusterError::Config(format!("unreadable identity in {}: {e}", storage.dir().display())))?;
+    let stored: Identity = serde_json::from_slice(&bytes).map_err(|e| {
+        ClusterError::Config(format!(
+            "unreadable identity in {}: {e}",
+            storage.dir().display()
+        ))
+    })?;
     let dir = storage.dir().display();
     if stored.cluster_name != config.cluster_name {
         return Err(ClusterError::Config(format!(

@@ -3,8 +3,8 @@
 use crate::identity::{self, Identity};
 use crate::{ClusterError, NodeConfig};
 use std::collections::BTreeMap;
-use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 use trireme_raft::{PeerNode, ShardGroup};
 use trireme_storage::{Storage, StorageOptions};
@@ -64,9 +64,14 @@ impl Node {
     pub async fn start(config: NodeConfig) -> Result<Arc<Self>, ClusterError> {
         let storage = Storage::open(&config.data_dir, &StorageOptions::default())?;
         let stored = identity::check(&storage, &config)?;
-        let shards = stored.as_ref().map(|i| i.shards).or(config.shards).unwrap_or(16);
-        let map = ShardMap::new(shards)
-            .ok_or_else(|| ClusterError::Config(format!("shard count must be 1..=16384, got {shards}")))?;
+        let shards = stored
+            .as_ref()
+            .map(|i| i.shards)
+            .or(config.shards)
+            .unwrap_or(16);
+        let map = ShardMap::new(shards).ok_or_else(|| {
+            ClusterError::Config(format!("shard count must be 1..=16384, got {shards}"))
+        })?;
         let node_id = NodeId::from_name(&config.name).0;
         let me = PeerNode {
             name: config.name.clone(),
@@ -167,7 +172,9 @@ impl Node {
                 ShardInfo {
                     shard: group.shard(),
                     slots: (*slots.start(), *slots.end()),
-                    leader: status.leader.and_then(|id| status.members.get(&id).cloned()),
+                    leader: status
+                        .leader
+                        .and_then(|id| status.members.get(&id).cloned()),
                     replicas: status.members.values().cloned().collect(),
                     role: format!("{:?}", status.state),
                     term: status.term,

@@ -43,20 +43,32 @@ impl Node {
         self.map.shard_of_key(key)
     }
 
-    fn read_meta(&self, shards: impl IntoIterator<Item = ShardId>, found_index: Option<u64>) -> ReadMeta {
-        let mut meta = ReadMeta { index: found_index.unwrap_or(0), known_leader: true, last_contact_ms: 0 };
+    fn read_meta(
+        &self,
+        shards: impl IntoIterator<Item = ShardId>,
+        found_index: Option<u64>,
+    ) -> ReadMeta {
+        let mut meta = ReadMeta {
+            index: found_index.unwrap_or(0),
+            known_leader: true,
+            last_contact_ms: 0,
+        };
         for shard in shards {
-            let status = self.group(shard).status();
-            meta.known_leader &= status.leader.is_some();
+            let (known_leader, applied) = self.group(shard).leader_and_applied();
+            meta.known_leader &= known_leader;
             if found_index.is_none() {
-                meta.index = meta.index.max(status.applied_index);
+                meta.index = meta.index.max(applied);
             }
         }
         meta
     }
 
     /// Reads one key.
-    pub async fn get(&self, key: &[u8], mode: ReadMode) -> Result<(Option<Record>, ReadMeta), ClusterError> {
+    pub async fn get(
+        &self,
+        key: &[u8],
+        mode: ReadMode,
+    ) -> Result<(Option<Record>, ReadMeta), ClusterError> {
         self.check_key(key)?;
         let shard = self.shard_of(key);
         self.group(shard).read_barrier(mode).await?;
@@ -66,7 +78,11 @@ impl Node {
     }
 
     /// Reads several keys (`MGET`); each shard's barrier is passed once.
-    pub async fn get_many(&self, keys: &[Bytes], mode: ReadMode) -> Result<Vec<Option<Record>>, ClusterError> {
+    pub async fn get_many(
+        &self,
+        keys: &[Bytes],
+        mode: ReadMode,
+    ) -> Result<Vec<Option<Record>>, ClusterError> {
         let mut shards: Vec<ShardId> = Vec::new();
         for key in keys {
             self.check_key(key)?;
@@ -106,19 +122,29 @@ impl Node {
     }
 
     /// One page of a walk over every key, shard by shard (`SCAN`). Reads this replica's state.
-    pub fn scan_page(&self, from: ShardId, after: Option<&[u8]>, count: usize) -> Result<ScanPage, ClusterError> {
+    pub fn scan_page(
+        &self,
+        from: ShardId,
+        after: Option<&[u8]>,
+        count: usize,
+    ) -> Result<ScanPage, ClusterError> {
         let now = crate::now_ms();
         let mut keys = Vec::new();
         let mut shard = from;
         let mut after = after.map(Bytes::copy_from_slice);
         while shard.0 < self.map.shard_count() {
             let want = count.saturating_sub(keys.len()).max(1);
-            let rows = self.storage.scan(shard.0, b"", after.as_deref(), want, now)?;
+            let rows = self
+                .storage
+                .scan(shard.0, b"", after.as_deref(), want, now)?;
             let full = rows.len() >= want;
             let last = rows.last().map(|(k, _)| k.clone());
             keys.extend(rows.into_iter().map(|(k, _)| k));
             if full {
-                return Ok(ScanPage { keys, next: Some((shard, last)) });
+                return Ok(ScanPage {
+                    keys,
+                    next: Some((shard, last)),
+                });
             }
             shard = ShardId(shard.0 + 1);
             after = None;
@@ -133,7 +159,9 @@ impl Node {
         for shard in self.map.shards() {
             let mut after: Option<Bytes> = None;
             loop {
-                let rows = self.storage.scan(shard.0, b"", after.as_deref(), 4096, now)?;
+                let rows = self
+                    .storage
+                    .scan(shard.0, b"", after.as_deref(), 4096, now)?;
                 total += rows.len() as u64;
                 match rows.last() {
                     Some((k, _)) if rows.len() == 4096 => after = Some(k.clone()),
@@ -145,11 +173,18 @@ impl Node {
     }
 
     /// Proposes `command` to `shard`'s group and waits for it to be applied.
-    pub async fn write_shard(&self, shard: ShardId, command: Command) -> Result<CommandResult, ClusterError> {
+    pub async fn write_shard(
+        &self,
+        shard: ShardId,
+        command: Command,
+    ) -> Result<CommandResult, ClusterError> {
         if let Command::Put { value, .. } = &command {
             self.config.limits.check_value(value)?;
         }
-        let log = LogCommand { now_ms: crate::now_ms(), command };
+        let log = LogCommand {
+            now_ms: crate::now_ms(),
+            command,
+        };
         Ok(self.group(shard).write(log).await?)
     }
 
@@ -165,7 +200,10 @@ impl Node {
         for (key, value) in pairs {
             self.check_key(&key)?;
             self.config.limits.check_value(&value)?;
-            per_shard.entry(self.shard_of(&key)).or_default().push((key, value));
+            per_shard
+                .entry(self.shard_of(&key))
+                .or_default()
+                .push((key, value));
         }
         try_join_all(
             per_shard
@@ -191,7 +229,13 @@ impl Node {
         .await?;
         Ok(results
             .into_iter()
-            .map(|r| if let CommandResult::Deleted(n) = r { n } else { 0 })
+            .map(|r| {
+                if let CommandResult::Deleted(n) = r {
+                    n
+                } else {
+                    0
+                }
+            })
             .sum())
     }
 
@@ -200,15 +244,24 @@ impl Node {
     pub async fn delete_prefix(&self, prefix: &[u8]) -> Result<u64, ClusterError> {
         self.check_key(prefix)?;
         let prefix = Bytes::copy_from_slice(prefix);
-        let results = try_join_all(
-            self.map
-                .shards()
-                .map(|shard| self.write_shard(shard, Command::DeletePrefix { prefix: prefix.clone() })),
-        )
+        let results = try_join_all(self.map.shards().map(|shard| {
+            self.write_shard(
+                shard,
+                Command::DeletePrefix {
+                    prefix: prefix.clone(),
+                },
+            )
+        }))
         .await?;
         Ok(results
             .into_iter()
-            .map(|r| if let CommandResult::Deleted(n) = r { n } else { 0 })
+            .map(|r| {
+                if let CommandResult::Deleted(n) = r {
+                    n
+                } else {
+                    0
+                }
+            })
             .sum())
     }
 }

@@ -29,7 +29,8 @@ impl From<TriremeError> for ApiError {
 
 impl IntoResponse for ApiError {
     fn into_response(self) -> Response {
-        let status = StatusCode::from_u16(self.0.code.http_status()).unwrap_or(StatusCode::INTERNAL_SERVER_ERROR);
+        let status = StatusCode::from_u16(self.0.code.http_status())
+            .unwrap_or(StatusCode::INTERNAL_SERVER_ERROR);
         let body = serde_json::json!({ "error": self.0.message, "code": self.0.code.as_str() });
         (status, axum::Json(body)).into_response()
     }

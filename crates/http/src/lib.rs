@@ -18,5 +18,5 @@ mod server;
 mod state;
 
 pub use error::ApiError;
-pub use server::{router, serve, HttpOptions};
+pub use server::{HttpOptions, router, serve};
 pub use state::{AppState, HttpMetrics};

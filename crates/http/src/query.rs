@@ -25,7 +25,9 @@ impl Query {
             None => Ok(false),
             Some("" | "true" | "1") => Ok(true),
             Some("false" | "0") => Ok(false),
-            Some(other) => Err(ApiError::invalid(format!("invalid value {other:?} for ?{name}: expected true or false"))),
+            Some(other) => Err(ApiError::invalid(format!(
+                "invalid value {other:?} for ?{name}: expected true or false"
+            ))),
         }
     }
 
@@ -33,10 +35,11 @@ impl Query {
     pub fn u64(&self, name: &str) -> Result<Option<u64>, ApiError> {
         match self.params.get(name) {
             None => Ok(None),
-            Some(v) => v
-                .parse::<u64>()
-                .map(Some)
-                .map_err(|_| ApiError::invalid(format!("invalid value {v:?} for ?{name}: expected an unsigned integer"))),
+            Some(v) => v.parse::<u64>().map(Some).map_err(|_| {
+                ApiError::invalid(format!(
+                    "invalid value {v:?} for ?{name}: expected an unsigned integer"
+                ))
+            }),
         }
     }
 
@@ -52,14 +55,19 @@ mod tests {
 
     #[test]
     fn parses_flags_numbers_and_strings() {
-        let q = Query::parse(Some("recurse&cas=12&separator=%2F&stale=false&bad=x&flags=-1"));
+        let q = Query::parse(Some(
+            "recurse&cas=12&separator=%2F&stale=false&bad=x&flags=-1",
+        ));
         assert!(q.flag("recurse").unwrap());
         assert!(!q.flag("stale").unwrap());
         assert!(!q.flag("consistent").unwrap());
         assert_eq!(q.u64("cas").unwrap(), Some(12));
         assert_eq!(q.u64("missing").unwrap(), None);
         assert_eq!(q.str("separator"), Some("/"));
-        assert_eq!(q.flag("bad").unwrap_err().0.code, trireme_types::ErrorCode::InvalidArgument);
+        assert_eq!(
+            q.flag("bad").unwrap_err().0.code,
+            trireme_types::ErrorCode::InvalidArgument
+        );
         let err = q.u64("flags").unwrap_err();
         assert!(err.0.message.contains("?flags"), "{}", err.0.message);
     }

@@ -1,14 +1,14 @@
 //! The HTTP listener: axum routes served by hyper with a header-read timeout and a cap on
 //! open connections, so slow or idle clients cannot starve the others.
 
+use crate::AppState;
 use crate::routes::{kv, metrics, status};
 use crate::state::HttpMetrics;
-use crate::AppState;
+use axum::Router;
 use axum::extract::{DefaultBodyLimit, Request, State};
 use axum::middleware::{self, Next};
 use axum::response::Response;
 use axum::routing::get;
-use axum::Router;
 use hyper_util::rt::{TokioExecutor, TokioIo, TokioTimer};
 use hyper_util::server::conn::auto;
 use hyper_util::service::TowerToHyperService;
@@ -50,7 +50,10 @@ pub fn router(state: AppState) -> Router {
     Router::new()
         .route("/v1/kv", get(kv::get).put(kv::put).delete(kv::delete))
         .route("/v1/kv/", get(kv::get).put(kv::put).delete(kv::delete))
-        .route("/v1/kv/{*key}", get(kv::get).put(kv::put).delete(kv::delete))
+        .route(
+            "/v1/kv/{*key}",
+            get(kv::get).put(kv::put).delete(kv::delete),
+        )
         .route("/v1/status/leader", get(status::leader))
         .route("/v1/status/peers", get(status::peers))
         .route("/v1/cluster/shards", get(status::shards))
@@ -102,7 +105,10 @@ pub async fn serve(
         let builder = builder.clone();
         tokio::spawn(async move {
             let _permit = permit;
-            if let Err(e) = builder.serve_connection(TokioIo::new(stream), service).await {
+            if let Err(e) = builder
+                .serve_connection(TokioIo::new(stream), service)
+                .await
+            {
                 tracing::debug!(error = %e, "http connection ended with an error");
             }
         });

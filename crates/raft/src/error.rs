@@ -30,7 +30,9 @@ pub enum RaftLayerError {
         reason: String,
     },
     /// The request did not finish in time; it may or may not have been applied.
-    #[error("shard {shard}: no answer within {millis} ms; the write may or may not have been applied")]
+    #[error(
+        "shard {shard}: no answer within {millis} ms; the write may or may not have been applied"
+    )]
     Timeout {
         /// The shard.
         shard: u32,
@@ -46,37 +48,58 @@ pub enum RaftLayerError {
 }
 
 impl RaftLayerError {
-    pub(crate) fn from_write(shard: u32, e: RaftError<TypeConfig, ClientWriteError<TypeConfig>>) -> Self {
+    pub(crate) fn from_write(
+        shard: u32,
+        e: RaftError<TypeConfig, ClientWriteError<TypeConfig>>,
+    ) -> Self {
         match e {
-            RaftError::APIError(ClientWriteError::ForwardToLeader(f)) => RaftLayerError::NotLeader {
+            RaftError::APIError(ClientWriteError::ForwardToLeader(f)) => {
+                RaftLayerError::NotLeader {
+                    shard,
+                    leader: f.leader_node,
+                }
+            }
+            RaftError::APIError(other) => RaftLayerError::NoQuorum {
                 shard,
-                leader: f.leader_node,
+                reason: other.to_string(),
             },
-            RaftError::APIError(other) => RaftLayerError::NoQuorum { shard, reason: other.to_string() },
             RaftError::Fatal(fatal) => Self::from_fatal(shard, fatal),
         }
     }
 
-    pub(crate) fn from_read(shard: u32, e: RaftError<TypeConfig, LinearizableReadError<TypeConfig>>) -> Self {
+    pub(crate) fn from_read(
+        shard: u32,
+        e: RaftError<TypeConfig, LinearizableReadError<TypeConfig>>,
+    ) -> Self {
         match e {
-            RaftError::APIError(LinearizableReadError::ForwardToLeader(f)) => RaftLayerError::NotLeader {
+            RaftError::APIError(LinearizableReadError::ForwardToLeader(f)) => {
+                RaftLayerError::NotLeader {
+                    shard,
+                    leader: f.leader_node,
+                }
+            }
+            RaftError::APIError(other) => RaftLayerError::NoQuorum {
                 shard,
-                leader: f.leader_node,
+                reason: other.to_string(),
             },
-            RaftError::APIError(other) => RaftLayerError::NoQuorum { shard, reason: other.to_string() },
             RaftError::Fatal(fatal) => Self::from_fatal(shard, fatal),
         }
     }
 
     pub(crate) fn from_fatal(shard: u32, fatal: Fatal<TypeConfig>) -> Self {
-        RaftLayerError::Stopped { shard, reason: fatal.to_string() }
+        RaftLayerError::Stopped {
+            shard,
+            reason: fatal.to_string(),
+        }
     }
 }
 
 impl From<RaftLayerError> for TriremeError {
     fn from(e: RaftLayerError) -> Self {
         let code = match &e {
-            RaftLayerError::NotLeader { .. } | RaftLayerError::NoQuorum { .. } => ErrorCode::NoLeader,
+            RaftLayerError::NotLeader { .. } | RaftLayerError::NoQuorum { .. } => {
+                ErrorCode::NoLeader
+            }
             RaftLayerError::Stopped { .. } => ErrorCode::Unavailable,
             RaftLayerError::Timeout { .. } => ErrorCode::Timeout,
             RaftLayerError::Storage(_) => ErrorCode::StorageFailure,

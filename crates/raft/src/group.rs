@@ -54,7 +54,9 @@ impl RaftTiming {
             enable_pre_vote: Some(true),
             ..Default::default()
         };
-        config.validate().map_err(|e| RaftLayerError::Setup(e.to_string()))
+        config
+            .validate()
+            .map_err(|e| RaftLayerError::Setup(e.to_string()))
     }
 }
 
@@ -94,6 +96,14 @@ pub struct ShardGroup {
     shard: ShardId,
     raft: ShardRaft,
     timeout: Duration,
+    /// How long after a quorum acknowledged this leader it may serve reads alone. Followers
+    /// refuse to vote for anyone else for `election_max` after they last heard from a leader,
+    /// so `election_min` leaves a margin for clock drift.
+    lease: Duration,
+    metrics: openraft::type_config::alias::WatchReceiverOf<
+        TypeConfig,
+        openraft::RaftMetrics<TypeConfig>,
+    >,
 }
 
 impl ShardGroup {
@@ -115,7 +125,14 @@ impl ShardGroup {
         )
         .await
         .map_err(|e| RaftLayerError::from_fatal(shard.0, e))?;
-        Ok(Self { shard, raft, timeout: timing.request_timeout })
+        let metrics = raft.metrics();
+        Ok(Self {
+            shard,
+            raft,
+            timeout: timing.request_timeout,
+            lease: timing.election_min,
+            metrics,
+        })
     }
 
     /// The shard.
@@ -130,7 +147,12 @@ impl ShardGroup {
 
     /// Makes this group's first membership (bootstrap). Only on a fresh group.
     pub async fn initialize(&self, members: BTreeMap<u64, PeerNode>) -> Result<(), RaftLayerError> {
-        if self.raft.is_initialized().await.map_err(|e| RaftLayerError::from_fatal(self.shard.0, e))? {
+        if self
+            .raft
+            .is_initialized()
+            .await
+            .map_err(|e| RaftLayerError::from_fatal(self.shard.0, e))?
+        {
             return Ok(());
         }
         self.raft
@@ -168,7 +190,10 @@ impl ShardGroup {
         match tokio::time::timeout(self.timeout, self.raft.client_write(command)).await {
             Ok(Ok(response)) => Ok(response.data),
             Ok(Err(e)) => Err(RaftLayerError::from_write(shard, e)),
-            Err(_) => Err(RaftLayerError::Timeout { shard, millis: self.timeout.as_millis() as u64 }),
+            Err(_) => Err(RaftLayerError::Timeout {
+                shard,
+                millis: self.timeout.as_millis() as u64,
+            }),
         }
     }
 
@@ -177,6 +202,7 @@ impl ShardGroup {
         let shard = self.shard.0;
         let policy = match mode {
             ReadMode::Stale => return Ok(()),
+            ReadMode::Default if self.holds_lease() => return Ok(()),
             ReadMode::Default => ReadPolicy::LeaseRead,
             ReadMode::Consistent => ReadPolicy::ReadIndex,
         };
@@ -195,14 +221,49 @@ impl ShardGroup {
         };
         match tokio::time::timeout(self.timeout, attempt).await {
             Ok(result) => result,
-            Err(_) => Err(RaftLayerError::Timeout { shard, millis: self.timeout.as_millis() as u64 }),
+            Err(_) => Err(RaftLayerError::Timeout {
+                shard,
+                millis: self.timeout.as_millis() as u64,
+            }),
         }
+    }
+
+    /// Whether this node may serve a default-mode read from its own state without asking
+    /// anyone: it leads, a quorum acknowledged it within the lease (or it is the only voter),
+    /// and it has applied an entry of its own term, so everything committed by earlier
+    /// leaders is applied here. Reads only the published metrics: no round trip to the Raft
+    /// task. Stale metrics can only make this answer `false` too late by at most the lease,
+    /// which is what the lease is for.
+    fn holds_lease(&self) -> bool {
+        let m = self.metrics.borrow_watched();
+        if m.state != ServerState::Leader || m.current_leader != Some(m.id) {
+            return false;
+        }
+        if m.last_applied.as_ref().map(|l| l.leader_id.term) != Some(m.current_term) {
+            return false;
+        }
+        let membership = m.membership_config.membership();
+        let mut voters = membership.voter_ids();
+        let only_voter = matches!((voters.next(), voters.next()), (Some(id), None) if id == m.id);
+        only_voter
+            || m.last_quorum_acked
+                .as_ref()
+                .is_some_and(|acked| openraft::Instant::elapsed(&acked.into_inner()) < self.lease)
+    }
+
+    /// Whether a leader is known, and the last applied index: the cheap part of
+    /// [`ShardGroup::status`], for every read's freshness headers.
+    pub fn leader_and_applied(&self) -> (bool, u64) {
+        let m = self.metrics.borrow_watched();
+        (
+            m.current_leader.is_some(),
+            m.last_applied.as_ref().map_or(0, |l| l.index),
+        )
     }
 
     /// A snapshot of the group's state as this node sees it.
     pub fn status(&self) -> GroupStatus {
-        let metrics = self.raft.metrics();
-        let m = metrics.borrow_watched();
+        let m = self.metrics.borrow_watched();
         GroupStatus {
             state: m.state,
             leader: m.current_leader,

@@ -8,12 +8,12 @@
 //! the async executor.
 
 use crate::TypeConfig;
-use openraft::type_config::alias::{EntryOf, LogIdOf, VoteOf};
 use openraft::entry::RaftEntry;
 use openraft::storage::{IOFlushed, RaftLogStorage};
+use openraft::type_config::alias::{EntryOf, LogIdOf, VoteOf};
 use openraft::{LogState, OptionalSend, RaftLogReader};
-use serde::de::DeserializeOwned;
 use serde::Serialize;
+use serde::de::DeserializeOwned;
 use std::fmt::Debug;
 use std::io;
 use std::ops::{Bound, RangeBounds};
@@ -38,7 +38,11 @@ impl LogStore {
     }
 
     fn get_meta<T: DeserializeOwned>(&self, name: &str) -> Result<Option<T>, io::Error> {
-        match self.storage.raft_meta(self.group, name).map_err(io::Error::other)? {
+        match self
+            .storage
+            .raft_meta(self.group, name)
+            .map_err(io::Error::other)?
+        {
             Some(bytes) => Ok(Some(decode(&bytes)?)),
             None => Ok(None),
         }
@@ -79,7 +83,10 @@ impl RaftLogReader<TypeConfig> for LogStore {
         range: RB,
     ) -> Result<Vec<EntryOf<TypeConfig>>, io::Error> {
         let (start, end) = bounds(&range);
-        let rows = self.storage.read_log(self.group, start, end).map_err(io::Error::other)?;
+        let rows = self
+            .storage
+            .read_log(self.group, start, end)
+            .map_err(io::Error::other)?;
         rows.iter().map(|(_, bytes)| decode(bytes)).collect()
     }
 
@@ -93,12 +100,16 @@ impl RaftLogStorage<TypeConfig> for LogStore {
 
     async fn get_log_state(&mut self) -> Result<LogState<TypeConfig>, io::Error> {
         let last_purged: Option<LogIdOf<TypeConfig>> = self.get_meta(PURGED)?;
-        let last = match self.storage.last_log(self.group).map_err(io::Error::other)? {
+        let last = match self
+            .storage
+            .last_log(self.group)
+            .map_err(io::Error::other)?
+        {
             Some((_, bytes)) => Some(decode::<EntryOf<TypeConfig>>(&bytes)?.log_id()),
             None => None,
         };
         Ok(LogState {
-            last_log_id: last.or_else(|| last_purged.clone()),
+            last_log_id: last.or(last_purged),
             last_purged_log_id: last_purged,
         })
     }
@@ -113,16 +124,25 @@ impl RaftLogStorage<TypeConfig> for LogStore {
         self.storage.sync_async().await.map_err(io::Error::other)
     }
 
-    async fn save_committed(&mut self, committed: Option<LogIdOf<TypeConfig>>) -> Result<(), io::Error> {
+    async fn save_committed(
+        &mut self,
+        committed: Option<LogIdOf<TypeConfig>>,
+    ) -> Result<(), io::Error> {
         // Made durable by the next sync; after a crash openraft re-applies up to what it finds.
         self.put_meta(COMMITTED, &committed)
     }
 
     async fn read_committed(&mut self) -> Result<Option<LogIdOf<TypeConfig>>, io::Error> {
-        Ok(self.get_meta::<Option<LogIdOf<TypeConfig>>>(COMMITTED)?.flatten())
+        Ok(self
+            .get_meta::<Option<LogIdOf<TypeConfig>>>(COMMITTED)?
+            .flatten())
     }
 
-    async fn append<I>(&mut self, entries: I, callback: IOFlushed<TypeConfig>) -> Result<(), io::Error>
+    async fn append<I>(
+        &mut self,
+        entries: I,
+        callback: IOFlushed<TypeConfig>,
+    ) -> Result<(), io::Error>
     where
         I: IntoIterator<Item = EntryOf<TypeConfig>> + OptionalSend,
         I::IntoIter: OptionalSend,
@@ -131,16 +151,23 @@ impl RaftLogStorage<TypeConfig> for LogStore {
             .into_iter()
             .map(|entry| Ok((entry.index(), encode(&entry)?)))
             .collect::<Result<Vec<_>, io::Error>>()?;
-        self.storage.append_log(self.group, rows).map_err(io::Error::other)?;
+        self.storage
+            .append_log(self.group, rows)
+            .map_err(io::Error::other)?;
         self.storage.sync(Box::new(move |result| {
             callback.io_completed(result.map_err(io::Error::other));
         }));
         Ok(())
     }
 
-    async fn truncate_after(&mut self, last_log_id: Option<LogIdOf<TypeConfig>>) -> Result<(), io::Error> {
+    async fn truncate_after(
+        &mut self,
+        last_log_id: Option<LogIdOf<TypeConfig>>,
+    ) -> Result<(), io::Error> {
         let from = last_log_id.map_or(0, |id| id.index() + 1);
-        self.storage.delete_log_range(self.group, from, u64::MAX).map_err(io::Error::other)
+        self.storage
+            .delete_log_range(self.group, from, u64::MAX)
+            .map_err(io::Error::other)
     }
 
     async fn purge(&mut self, log_id: LogIdOf<TypeConfig>) -> Result<(), io::Error> {

@@ -2,11 +2,13 @@
 //! multi-node transport (one connection per pair of nodes, shared by every group) plugs in here.
 
 use crate::TypeConfig;
-use openraft::type_config::alias::{SnapshotOf, VoteOf};
 use openraft::errors::{RPCError, ReplicationClosed, StreamingError, Unreachable};
-use openraft::network::v2::RaftNetworkV2;
 use openraft::network::RPCOption;
-use openraft::raft::{AppendEntriesRequest, AppendEntriesResponse, SnapshotResponse, VoteRequest, VoteResponse};
+use openraft::network::v2::RaftNetworkV2;
+use openraft::raft::{
+    AppendEntriesRequest, AppendEntriesResponse, SnapshotResponse, VoteRequest, VoteResponse,
+};
+use openraft::type_config::alias::{SnapshotOf, VoteOf};
 use openraft::{AnyError, RaftNetworkFactory};
 use std::future::Future;
 use std::io::Cursor;

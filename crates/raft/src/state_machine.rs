@@ -5,12 +5,12 @@
 //! `<data dir>/snapshots/`; they exist so that the log can be compacted and so that a lagging
 //! replica can be brought up to date.
 
-use crate::log_store::{decode, encode};
 use crate::TypeConfig;
+use crate::log_store::{decode, encode};
 use futures::{Stream, TryStreamExt};
-use openraft::type_config::alias::{LogIdOf, SnapshotMetaOf, SnapshotOf, StoredMembershipOf};
 use openraft::entry::RaftEntry;
 use openraft::storage::{EntryResponder, RaftStateMachine};
+use openraft::type_config::alias::{LogIdOf, SnapshotMetaOf, SnapshotOf, StoredMembershipOf};
 use openraft::{EntryPayload, OptionalSend, RaftSnapshotBuilder};
 use serde::{Deserialize, Serialize};
 use std::io::{self, Cursor};
@@ -42,18 +42,27 @@ impl ShardStateMachine {
     }
 
     fn snapshot_path(&self) -> PathBuf {
-        self.storage.dir().join("snapshots").join(format!("shard-{}.snap", self.shard))
+        self.storage
+            .dir()
+            .join("snapshots")
+            .join(format!("shard-{}.snap", self.shard))
     }
 
     fn read_applied(
         storage: &Storage,
         shard: u32,
     ) -> Result<(Option<LogIdOf<TypeConfig>>, StoredMembershipOf<TypeConfig>), io::Error> {
-        let applied = match storage.data_meta(shard, APPLIED).map_err(io::Error::other)? {
+        let applied = match storage
+            .data_meta(shard, APPLIED)
+            .map_err(io::Error::other)?
+        {
             Some(bytes) => decode(&bytes)?,
             None => None,
         };
-        let membership = match storage.data_meta(shard, MEMBERSHIP).map_err(io::Error::other)? {
+        let membership = match storage
+            .data_meta(shard, MEMBERSHIP)
+            .map_err(io::Error::other)?
+        {
             Some(bytes) => decode(&bytes)?,
             None => StoredMembershipOf::<TypeConfig>::default(),
         };
@@ -65,7 +74,9 @@ impl ShardStateMachine {
         let path = self.snapshot_path();
         tokio::task::spawn_blocking(move || -> Result<(), io::Error> {
             use std::io::Write;
-            let dir = path.parent().ok_or_else(|| io::Error::other("snapshot path"))?;
+            let dir = path
+                .parent()
+                .ok_or_else(|| io::Error::other("snapshot path"))?;
             std::fs::create_dir_all(dir)?;
             let tmp = path.with_extension("tmp");
             let mut out = std::fs::File::create(&tmp)?;
@@ -82,13 +93,21 @@ impl ShardStateMachine {
 impl RaftSnapshotBuilder<TypeConfig> for ShardStateMachine {
     type SnapshotData = Cursor<Vec<u8>>;
 
-    async fn build_snapshot(&mut self) -> Result<SnapshotOf<TypeConfig, Self::SnapshotData>, io::Error> {
+    async fn build_snapshot(
+        &mut self,
+    ) -> Result<SnapshotOf<TypeConfig, Self::SnapshotData>, io::Error> {
         let storage = self.storage.clone();
         let shard = self.shard;
         let (export, applied, membership) = tokio::task::spawn_blocking(move || {
             let export = storage.export_shard(shard).map_err(io::Error::other)?;
             // The applied state must be the one the exported rows were read with.
-            let find = |name: &str| export.meta.iter().find(|(n, _)| n == name).map(|(_, v)| v.clone());
+            let find = |name: &str| {
+                export
+                    .meta
+                    .iter()
+                    .find(|(n, _)| n == name)
+                    .map(|(_, v)| v.clone())
+            };
             let applied: Option<LogIdOf<TypeConfig>> = match find(APPLIED) {
                 Some(bytes) => decode(&bytes)?,
                 None => None,
@@ -146,11 +165,10 @@ impl RaftStateMachine<TypeConfig> for ShardStateMachine {
             .iter()
             .rev()
             .find(|(e, _)| matches!(e.payload, EntryPayload::Membership(_)))
+            && let EntryPayload::Membership(m) = &entry.payload
         {
-            if let EntryPayload::Membership(m) = &entry.payload {
-                let stored = StoredMembershipOf::<TypeConfig>::new(Some(entry.log_id()), m.clone());
-                meta.push((MEMBERSHIP, encode(&stored)?));
-            }
+            let stored = StoredMembershipOf::<TypeConfig>::new(Some(entry.log_id()), m.clone());
+            meta.push((MEMBERSHIP, encode(&stored)?));
         }
         let storage = self.storage.clone();
         let shard = self.shard;
@@ -213,7 +231,9 @@ impl RaftStateMachine<TypeConfig> for ShardStateMachine {
         .await
     }
 
-    async fn get_current_snapshot(&mut self) -> Result<Option<SnapshotOf<TypeConfig, Self::SnapshotData>>, io::Error> {
+    async fn get_current_snapshot(
+        &mut self,
+    ) -> Result<Option<SnapshotOf<TypeConfig, Self::SnapshotData>>, io::Error> {
         let path = self.snapshot_path();
         let bytes = match tokio::fs::read(&path).await {
             Ok(bytes) => bytes,

@@ -8,8 +8,8 @@ use crate::cmd::{self, Flow};
 use crate::server::Shared;
 use crate::{Args, Reply, RespCodec};
 use bytes::BytesMut;
-use std::sync::atomic::Ordering;
 use std::sync::Arc;
+use std::sync::atomic::Ordering;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpStream;
 use tokio_util::codec::Decoder;
@@ -65,7 +65,10 @@ impl Connection {
                     }
                     Ok(None) => break,
                     Err(e) => {
-                        self.shared.metrics.protocol_errors.fetch_add(1, Ordering::Relaxed);
+                        self.shared
+                            .metrics
+                            .protocol_errors
+                            .fetch_add(1, Ordering::Relaxed);
                         self.push(&Reply::from(&e));
                         self.flush().await?;
                         return Ok(());

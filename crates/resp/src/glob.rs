@@ -19,20 +19,18 @@ pub(crate) fn matches(pattern: &[u8], text: &[u8]) -> bool {
                     continue;
                 }
                 b'[' => {
-                    if let Some((matched, next)) = class(pattern, p, text[t]) {
-                        if matched {
-                            p = next;
-                            t += 1;
-                            continue;
-                        }
-                    }
-                }
-                b'\\' if p + 1 < pattern.len() => {
-                    if pattern[p + 1] == text[t] {
-                        p += 2;
+                    if let Some((matched, next)) = class(pattern, p, text[t])
+                        && matched
+                    {
+                        p = next;
                         t += 1;
                         continue;
                     }
+                }
+                b'\\' if p + 1 < pattern.len() && pattern[p + 1] == text[t] => {
+                    p += 2;
+                    t += 1;
+                    continue;
                 }
                 c if c == text[t] => {
                     p += 1;

@@ -36,12 +36,32 @@ impl RespMetrics {
     pub fn prometheus(&self) -> String {
         let mut out = String::new();
         for (name, help, value) in [
-            ("trireme_resp_connections_total", "RESP connections accepted.", &self.connections),
-            ("trireme_resp_commands_total", "RESP commands executed.", &self.commands),
-            ("trireme_resp_errors_total", "RESP error replies.", &self.errors),
-            ("trireme_resp_protocol_errors_total", "RESP connections closed for a protocol error.", &self.protocol_errors),
+            (
+                "trireme_resp_connections_total",
+                "RESP connections accepted.",
+                &self.connections,
+            ),
+            (
+                "trireme_resp_commands_total",
+                "RESP commands executed.",
+                &self.commands,
+            ),
+            (
+                "trireme_resp_errors_total",
+                "RESP error replies.",
+                &self.errors,
+            ),
+            (
+                "trireme_resp_protocol_errors_total",
+                "RESP connections closed for a protocol error.",
+                &self.protocol_errors,
+            ),
         ] {
-            let _ = writeln!(out, "# HELP {name} {help}\n# TYPE {name} counter\n{name} {}", value.load(Ordering::Relaxed));
+            let _ = writeln!(
+                out,
+                "# HELP {name} {help}\n# TYPE {name} counter\n{name} {}",
+                value.load(Ordering::Relaxed)
+            );
         }
         out
     }
@@ -116,7 +136,11 @@ impl RespServer {
     }
 
     /// Serves clients on `listener` until `shutdown` completes.
-    pub async fn serve(self, listener: TcpListener, shutdown: impl Future<Output = ()> + Send + 'static) {
+    pub async fn serve(
+        self,
+        listener: TcpListener,
+        shutdown: impl Future<Output = ()> + Send + 'static,
+    ) {
         let permits = Arc::new(Semaphore::new(MAX_CONNECTIONS));
         tokio::pin!(shutdown);
         loop {
@@ -139,7 +163,10 @@ impl RespServer {
                 },
             };
             let _ = socket.set_nodelay(true);
-            self.shared.metrics.connections.fetch_add(1, Ordering::Relaxed);
+            self.shared
+                .metrics
+                .connections
+                .fetch_add(1, Ordering::Relaxed);
             let shared = self.shared.clone();
             tokio::spawn(async move {
                 let _permit = permit;

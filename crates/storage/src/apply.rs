@@ -4,7 +4,9 @@ use crate::keys::{expiry_key, owned_key};
 use crate::{Storage, StorageError};
 use bytes::Bytes;
 use std::collections::HashMap;
-use trireme_types::{Command, CommandResult, ErrorCode, LogCommand, PutCondition, Record, TtlUpdate};
+use trireme_types::{
+    Command, CommandResult, ErrorCode, LogCommand, PutCondition, Record, TtlUpdate,
+};
 
 /// One committed log entry to apply: its index, and the command if it carries one (blank and
 /// membership entries carry none but still advance the applied state).
@@ -60,7 +62,15 @@ impl<'s> Pending<'s> {
         }
     }
 
-    fn put(&mut self, key: &Bytes, value: Bytes, flags: Option<u64>, ttl: TtlUpdate, index: u64, now_ms: u64) -> Result<(), StorageError> {
+    fn put(
+        &mut self,
+        key: &Bytes,
+        value: Bytes,
+        flags: Option<u64>,
+        ttl: TtlUpdate,
+        index: u64,
+        now_ms: u64,
+    ) -> Result<(), StorageError> {
         let current = self.live(key, now_ms)?;
         let record = Record {
             value,
@@ -80,20 +90,30 @@ impl<'s> Pending<'s> {
     fn apply(&mut self, index: u64, log: &LogCommand) -> Result<CommandResult, StorageError> {
         let now = log.now_ms;
         Ok(match &log.command {
-            Command::Put { key, value, flags, condition, ttl } => {
+            Command::Put {
+                key,
+                value,
+                flags,
+                condition,
+                ttl,
+            } => {
                 let previous = self.live(key, now)?;
                 let allowed = match condition {
                     PutCondition::Always => true,
                     PutCondition::IfAbsent => previous.is_none(),
                     PutCondition::IfPresent => previous.is_some(),
-                    PutCondition::IfModifyIndex(expected) => {
-                        previous.as_ref().is_some_and(|r| r.modify_index == *expected)
-                    }
+                    PutCondition::IfModifyIndex(expected) => previous
+                        .as_ref()
+                        .is_some_and(|r| r.modify_index == *expected),
                 };
                 if allowed {
                     self.put(key, value.clone(), *flags, *ttl, index, now)?;
                 }
-                CommandResult::Put { written: allowed, previous, index }
+                CommandResult::Put {
+                    written: allowed,
+                    previous,
+                    index,
+                }
             }
             Command::PutMany { pairs } => {
                 for (key, value) in pairs {
@@ -106,10 +126,10 @@ impl<'s> Pending<'s> {
                 for key in keys {
                     let Some(raw) = self.raw(key)? else { continue };
                     let live = !raw.is_expired(now);
-                    if let Some(expected) = cas {
-                        if !live || raw.modify_index != *expected {
-                            continue;
-                        }
+                    if let Some(expected) = cas
+                        && (!live || raw.modify_index != *expected)
+                    {
+                        continue;
                     }
                     removed += u64::from(live);
                     self.set(key.clone(), None);
@@ -122,7 +142,12 @@ impl<'s> Pending<'s> {
                     let key = guard.key()?;
                     keys.push(Bytes::copy_from_slice(&key[4..]));
                 }
-                keys.extend(self.changes.keys().filter(|k| k.starts_with(prefix)).cloned());
+                keys.extend(
+                    self.changes
+                        .keys()
+                        .filter(|k| k.starts_with(prefix))
+                        .cloned(),
+                );
                 keys.sort();
                 keys.dedup();
                 let mut removed = 0;
@@ -145,7 +170,14 @@ impl<'s> Pending<'s> {
                 };
                 match parsed.and_then(|n| n.checked_add(*delta).ok_or(ErrorCode::NotInteger)) {
                     Ok(next) => {
-                        self.put(key, Bytes::from(next.to_string()), None, TtlUpdate::Keep, index, now)?;
+                        self.put(
+                            key,
+                            Bytes::from(next.to_string()),
+                            None,
+                            TtlUpdate::Keep,
+                            index,
+                            now,
+                        )?;
                         CommandResult::Incr(Ok(next))
                     }
                     Err(code) => CommandResult::Incr(Err(code)),
@@ -228,7 +260,11 @@ impl Storage {
             }
         }
         for (name, value) in meta {
-            batch.insert(&self.data_meta, owned_key(shard, name.as_bytes()), value.clone());
+            batch.insert(
+                &self.data_meta,
+                owned_key(shard, name.as_bytes()),
+                value.clone(),
+            );
         }
         batch.commit()?;
         Ok(results)
@@ -283,7 +319,11 @@ impl Storage {
             batch.insert(&self.data, owned_key(shard, key), value.clone());
         }
         for (name, value) in &export.meta {
-            batch.insert(&self.data_meta, owned_key(shard, name.as_bytes()), value.clone());
+            batch.insert(
+                &self.data_meta,
+                owned_key(shard, name.as_bytes()),
+                value.clone(),
+            );
         }
         batch.commit()?;
         Ok(())
@@ -313,22 +353,37 @@ mod tests {
         let entries: Vec<_> = commands
             .iter()
             .enumerate()
-            .map(|(i, c)| ApplyEntry { index: first_index + i as u64, command: Some(c) })
+            .map(|(i, c)| ApplyEntry {
+                index: first_index + i as u64,
+                command: Some(c),
+            })
             .collect();
-        storage.apply(0, &entries, &[("applied", b"x".to_vec())]).unwrap()
+        storage
+            .apply(0, &entries, &[("applied", b"x".to_vec())])
+            .unwrap()
     }
 
     #[test]
     fn put_sets_indexes_and_conditions_decide() {
         let dir = tempfile::tempdir().unwrap();
         let storage = Storage::open(dir.path(), &StorageOptions::default()).unwrap();
-        let results = run(&storage, 10, &[
-            cmd(1, put("a", "1", PutCondition::IfAbsent, TtlUpdate::Clear)),
-            cmd(1, put("a", "2", PutCondition::IfAbsent, TtlUpdate::Clear)),
-            cmd(1, put("a", "3", PutCondition::IfModifyIndex(10), TtlUpdate::Clear)),
-            cmd(1, put("a", "4", PutCondition::IfModifyIndex(10), TtlUpdate::Clear)),
-            cmd(1, put("b", "5", PutCondition::IfPresent, TtlUpdate::Clear)),
-        ]);
+        let results = run(
+            &storage,
+            10,
+            &[
+                cmd(1, put("a", "1", PutCondition::IfAbsent, TtlUpdate::Clear)),
+                cmd(1, put("a", "2", PutCondition::IfAbsent, TtlUpdate::Clear)),
+                cmd(
+                    1,
+                    put("a", "3", PutCondition::IfModifyIndex(10), TtlUpdate::Clear),
+                ),
+                cmd(
+                    1,
+                    put("a", "4", PutCondition::IfModifyIndex(10), TtlUpdate::Clear),
+                ),
+                cmd(1, put("b", "5", PutCondition::IfPresent, TtlUpdate::Clear)),
+            ],
+        );
         let written: Vec<bool> = results
             .iter()
             .map(|r| matches!(r, CommandResult::Put { written: true, .. }))
@@ -338,65 +393,179 @@ mod tests {
         assert_eq!(a.value, Bytes::from_static(b"3"));
         assert_eq!((a.create_index, a.modify_index), (10, 12));
         assert_eq!(storage.get(0, b"b", 1).unwrap(), None);
-        assert_eq!(storage.data_meta(0, "applied").unwrap().as_deref(), Some(&b"x"[..]));
+        assert_eq!(
+            storage.data_meta(0, "applied").unwrap().as_deref(),
+            Some(&b"x"[..])
+        );
     }
 
     #[test]
     fn expiry_follows_the_command_clock() {
         let dir = tempfile::tempdir().unwrap();
         let storage = Storage::open(dir.path(), &StorageOptions::default()).unwrap();
-        run(&storage, 1, &[cmd(100, put("k", "v", PutCondition::Always, TtlUpdate::At(200)))]);
+        run(
+            &storage,
+            1,
+            &[cmd(
+                100,
+                put("k", "v", PutCondition::Always, TtlUpdate::At(200)),
+            )],
+        );
         assert!(storage.get(0, b"k", 199).unwrap().is_some());
         assert!(storage.get(0, b"k", 200).unwrap().is_none());
         // An NX put at a time after expiry sees the key as absent.
-        let results = run(&storage, 2, &[cmd(250, put("k", "w", PutCondition::IfAbsent, TtlUpdate::Keep))]);
-        assert!(matches!(results[0], CommandResult::Put { written: true, previous: None, .. }));
+        let results = run(
+            &storage,
+            2,
+            &[cmd(
+                250,
+                put("k", "w", PutCondition::IfAbsent, TtlUpdate::Keep),
+            )],
+        );
+        assert!(matches!(
+            results[0],
+            CommandResult::Put {
+                written: true,
+                previous: None,
+                ..
+            }
+        ));
         let k = storage.get(0, b"k", 10_000).unwrap().unwrap();
         assert_eq!((k.expires_at_ms, k.create_index), (None, 2));
         // Reap removes only what has expired by the reap command's time.
-        run(&storage, 3, &[
-            cmd(300, put("x", "1", PutCondition::Always, TtlUpdate::At(400))),
-            cmd(300, put("y", "1", PutCondition::Always, TtlUpdate::At(900))),
-        ]);
-        run(&storage, 5, &[cmd(500, Command::Reap { keys: vec![Bytes::from_static(b"x"), Bytes::from_static(b"y")] })]);
+        run(
+            &storage,
+            3,
+            &[
+                cmd(300, put("x", "1", PutCondition::Always, TtlUpdate::At(400))),
+                cmd(300, put("y", "1", PutCondition::Always, TtlUpdate::At(900))),
+            ],
+        );
+        run(
+            &storage,
+            5,
+            &[cmd(
+                500,
+                Command::Reap {
+                    keys: vec![Bytes::from_static(b"x"), Bytes::from_static(b"y")],
+                },
+            )],
+        );
         assert!(storage.get_raw(0, b"x").unwrap().is_none());
         assert!(storage.get_raw(0, b"y").unwrap().is_some());
-        assert_eq!(storage.expired_keys(0, 1000, 10).unwrap(), vec![Bytes::from_static(b"y")]);
+        assert_eq!(
+            storage.expired_keys(0, 1000, 10).unwrap(),
+            vec![Bytes::from_static(b"y")]
+        );
     }
 
     #[test]
     fn incr_delete_and_prefix_delete() {
         let dir = tempfile::tempdir().unwrap();
         let storage = Storage::open(dir.path(), &StorageOptions::default()).unwrap();
-        let results = run(&storage, 1, &[
-            cmd(1, Command::Incr { key: Bytes::from_static(b"n"), delta: 5 }),
-            cmd(1, Command::Incr { key: Bytes::from_static(b"n"), delta: -7 }),
-            cmd(1, put("s", "abc", PutCondition::Always, TtlUpdate::Clear)),
-            cmd(1, Command::Incr { key: Bytes::from_static(b"s"), delta: 1 }),
-            cmd(1, put("max", &i64::MAX.to_string(), PutCondition::Always, TtlUpdate::Clear)),
-            cmd(1, Command::Incr { key: Bytes::from_static(b"max"), delta: 1 }),
-        ]);
+        let results = run(
+            &storage,
+            1,
+            &[
+                cmd(
+                    1,
+                    Command::Incr {
+                        key: Bytes::from_static(b"n"),
+                        delta: 5,
+                    },
+                ),
+                cmd(
+                    1,
+                    Command::Incr {
+                        key: Bytes::from_static(b"n"),
+                        delta: -7,
+                    },
+                ),
+                cmd(1, put("s", "abc", PutCondition::Always, TtlUpdate::Clear)),
+                cmd(
+                    1,
+                    Command::Incr {
+                        key: Bytes::from_static(b"s"),
+                        delta: 1,
+                    },
+                ),
+                cmd(
+                    1,
+                    put(
+                        "max",
+                        &i64::MAX.to_string(),
+                        PutCondition::Always,
+                        TtlUpdate::Clear,
+                    ),
+                ),
+                cmd(
+                    1,
+                    Command::Incr {
+                        key: Bytes::from_static(b"max"),
+                        delta: 1,
+                    },
+                ),
+            ],
+        );
         assert_eq!(results[0], CommandResult::Incr(Ok(5)));
         assert_eq!(results[1], CommandResult::Incr(Ok(-2)));
         assert_eq!(results[3], CommandResult::Incr(Err(ErrorCode::NotInteger)));
         assert_eq!(results[5], CommandResult::Incr(Err(ErrorCode::NotInteger)));
-        run(&storage, 10, &[
-            cmd(1, put("dir/a", "1", PutCondition::Always, TtlUpdate::Clear)),
-            cmd(1, put("dir/b", "1", PutCondition::Always, TtlUpdate::Clear)),
-        ]);
-        let results = run(&storage, 12, &[
-            cmd(1, put("dir/c", "1", PutCondition::Always, TtlUpdate::Clear)),
-            cmd(1, Command::DeletePrefix { prefix: Bytes::from_static(b"dir/") }),
-            cmd(1, Command::Delete { keys: vec![Bytes::from_static(b"n")], cas: Some(99) }),
-            cmd(1, Command::Delete { keys: vec![Bytes::from_static(b"n"), Bytes::from_static(b"zz")], cas: None }),
-        ]);
+        run(
+            &storage,
+            10,
+            &[
+                cmd(1, put("dir/a", "1", PutCondition::Always, TtlUpdate::Clear)),
+                cmd(1, put("dir/b", "1", PutCondition::Always, TtlUpdate::Clear)),
+            ],
+        );
+        let results = run(
+            &storage,
+            12,
+            &[
+                cmd(1, put("dir/c", "1", PutCondition::Always, TtlUpdate::Clear)),
+                cmd(
+                    1,
+                    Command::DeletePrefix {
+                        prefix: Bytes::from_static(b"dir/"),
+                    },
+                ),
+                cmd(
+                    1,
+                    Command::Delete {
+                        keys: vec![Bytes::from_static(b"n")],
+                        cas: Some(99),
+                    },
+                ),
+                cmd(
+                    1,
+                    Command::Delete {
+                        keys: vec![Bytes::from_static(b"n"), Bytes::from_static(b"zz")],
+                        cas: None,
+                    },
+                ),
+            ],
+        );
         assert_eq!(results[1], CommandResult::Deleted(3));
         assert_eq!(results[2], CommandResult::Deleted(0));
         assert_eq!(results[3], CommandResult::Deleted(1));
         assert!(storage.scan(0, b"dir/", None, 100, 1).unwrap().is_empty());
-        let rest: Vec<_> = storage.scan(0, b"", None, 100, 1).unwrap().into_iter().map(|(k, _)| k).collect();
-        assert_eq!(rest, vec![Bytes::from_static(b"max"), Bytes::from_static(b"s")]);
-        let after: Vec<_> = storage.scan(0, b"", Some(b"max"), 100, 1).unwrap().into_iter().map(|(k, _)| k).collect();
+        let rest: Vec<_> = storage
+            .scan(0, b"", None, 100, 1)
+            .unwrap()
+            .into_iter()
+            .map(|(k, _)| k)
+            .collect();
+        assert_eq!(
+            rest,
+            vec![Bytes::from_static(b"max"), Bytes::from_static(b"s")]
+        );
+        let after: Vec<_> = storage
+            .scan(0, b"", Some(b"max"), 100, 1)
+            .unwrap()
+            .into_iter()
+            .map(|(k, _)| k)
+            .collect();
         assert_eq!(after, vec![Bytes::from_static(b"s")]);
     }
 
@@ -404,18 +573,45 @@ mod tests {
     fn export_import_round_trip_replaces_the_shard() {
         let dir = tempfile::tempdir().unwrap();
         let storage = Storage::open(dir.path(), &StorageOptions::default()).unwrap();
-        run(&storage, 1, &[
-            cmd(1, put("keep", "1", PutCondition::Always, TtlUpdate::Clear)),
-            cmd(1, put("gone", "1", PutCondition::Always, TtlUpdate::Clear)),
-        ]);
+        run(
+            &storage,
+            1,
+            &[
+                cmd(1, put("keep", "1", PutCondition::Always, TtlUpdate::Clear)),
+                cmd(1, put("gone", "1", PutCondition::Always, TtlUpdate::Clear)),
+            ],
+        );
         let export = storage.export_shard(0).unwrap();
         assert_eq!(export.records.len(), 2);
         let other_dir = tempfile::tempdir().unwrap();
         let other = Storage::open(other_dir.path(), &StorageOptions::default()).unwrap();
-        other.apply(0, &[ApplyEntry { index: 1, command: Some(&cmd(1, put("stale", "x", PutCondition::Always, TtlUpdate::Clear))) }], &[]).unwrap();
+        other
+            .apply(
+                0,
+                &[ApplyEntry {
+                    index: 1,
+                    command: Some(&cmd(
+                        1,
+                        put("stale", "x", PutCondition::Always, TtlUpdate::Clear),
+                    )),
+                }],
+                &[],
+            )
+            .unwrap();
         other.import_shard(0, &export).unwrap();
-        let keys: Vec<_> = other.scan(0, b"", None, 10, 1).unwrap().into_iter().map(|(k, _)| k).collect();
-        assert_eq!(keys, vec![Bytes::from_static(b"gone"), Bytes::from_static(b"keep")]);
-        assert_eq!(other.data_meta(0, "applied").unwrap().as_deref(), Some(&b"x"[..]));
+        let keys: Vec<_> = other
+            .scan(0, b"", None, 10, 1)
+            .unwrap()
+            .into_iter()
+            .map(|(k, _)| k)
+            .collect();
+        assert_eq!(
+            keys,
+            vec![Bytes::from_static(b"gone"), Bytes::from_static(b"keep")]
+        );
+        assert_eq!(
+            other.data_meta(0, "applied").unwrap().as_deref(),
+            Some(&b"x"[..])
+        );
     }
 }

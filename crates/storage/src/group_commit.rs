@@ -2,7 +2,7 @@
 
 use crate::StorageError;
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::{mpsc, Arc};
+use std::sync::{Arc, mpsc};
 use std::thread;
 
 /// Called once the writes made before it was queued are durable (or the sync failed).
@@ -17,7 +17,7 @@ pub(crate) struct GroupCommit {
 impl GroupCommit {
     /// Starts the thread. `sync` is the fdatasync of the shared journal.
     pub(crate) fn start(
-        sync: impl Fn() -> Result<(), fjall::Error> + Send + 'static,
+        mut sync: impl FnMut() -> Result<(), fjall::Error> + Send + 'static,
         poisoned: Arc<AtomicBool>,
         metrics: Arc<crate::store::SyncMetrics>,
     ) -> Self {

@@ -5,8 +5,8 @@ use crate::keys::{log_index, log_key, owned_key};
 use crate::{StorageError, SyncCallback};
 use fjall::{Database, Keyspace, KeyspaceCreateOptions, PersistMode};
 use std::path::{Path, PathBuf};
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::time::Duration;
 use trireme_types::Record;
 
@@ -42,6 +42,67 @@ impl SyncMetrics {
         self.requests.fetch_add(requests as u64, Ordering::Relaxed);
         self.micros
             .fetch_add(took.as_micros() as u64, Ordering::Relaxed);
+    }
+}
+
+/// Makes everything written to fjall's journal durable without holding fjall's journal lock
+/// during the fdatasync.
+///
+/// `Database::persist(SyncData)` keeps the journal writer locked while the disk syncs, which
+/// stalls every other write (log appends of all groups, applies) for the whole fsync. Instead
+/// we flush fjall's buffer to the OS under its lock (`PersistMode::Buffer`, a memory copy) and
+/// fdatasync the active journal file through our own handle, outside the lock. This relies on
+/// fjall 3.1's journal layout (`<n>.jnl`, the highest `n` active, the old file synced with
+/// `SyncAll` and the folder synced when it rotates), which is why fjall is pinned exactly.
+struct JournalSync {
+    db: Database,
+    folder: PathBuf,
+    active: Option<(u64, std::fs::File)>,
+}
+
+impl JournalSync {
+    fn new(db: Database, folder: PathBuf) -> Self {
+        Self {
+            db,
+            folder,
+            active: None,
+        }
+    }
+
+    /// The highest-numbered journal file in the folder.
+    fn newest_journal(&self) -> std::io::Result<Option<u64>> {
+        let mut newest = None;
+        for entry in std::fs::read_dir(&self.folder)? {
+            let name = entry?.file_name();
+            let id = name
+                .to_str()
+                .and_then(|n| n.strip_suffix(".jnl"))
+                .and_then(|n| n.parse::<u64>().ok());
+            newest = newest.max(id);
+        }
+        Ok(newest)
+    }
+
+    fn sync(&mut self) -> Result<(), fjall::Error> {
+        // 1. Everything written so far reaches the OS, in whichever journal file was active.
+        self.db.persist(PersistMode::Buffer)?;
+        // 2. If fjall rotated since, the old file was synced by the rotation; the data of this
+        //    round is either there or in the newest file, which we sync now.
+        let newest = self.newest_journal().map_err(fjall::Error::Io)?;
+        let Some(newest) = newest else {
+            return Err(fjall::Error::Io(std::io::Error::other(
+                "no journal file found",
+            )));
+        };
+        if self.active.as_ref().is_none_or(|(id, _)| *id != newest) {
+            let file = std::fs::File::open(self.folder.join(format!("{newest}.jnl")))
+                .map_err(fjall::Error::Io)?;
+            self.active = Some((newest, file));
+        }
+        if let Some((_, file)) = &self.active {
+            file.sync_data().map_err(fjall::Error::Io)?;
+        }
+        Ok(())
     }
 }
 
@@ -83,9 +144,9 @@ impl Storage {
         let expiry = keyspace("expiry")?;
         let poisoned = Arc::new(AtomicBool::new(false));
         let sync_metrics = Arc::new(SyncMetrics::default());
-        let journal = db.clone();
+        let mut journal = JournalSync::new(db.clone(), dir.join("fjall"));
         let group_commit = GroupCommit::start(
-            move || journal.persist(PersistMode::SyncData),
+            move || journal.sync(),
             poisoned.clone(),
             sync_metrics.clone(),
         );
@@ -211,7 +272,12 @@ impl Storage {
     }
 
     /// Sets a metadata value of `group` (vote, committed, purged); not durable until synced.
-    pub fn put_raft_meta(&self, group: u32, name: &str, value: Vec<u8>) -> Result<(), StorageError> {
+    pub fn put_raft_meta(
+        &self,
+        group: u32,
+        name: &str,
+        value: Vec<u8>,
+    ) -> Result<(), StorageError> {
         self.check_writable()?;
         self.raft_meta
             .insert(owned_key(group, name.as_bytes()), value)?;
@@ -314,7 +380,9 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         {
             let storage = Storage::open(dir.path(), &StorageOptions::default()).unwrap();
-            storage.append_log(1, (1..=5).map(|i| (i, vec![i as u8]))).unwrap();
+            storage
+                .append_log(1, (1..=5).map(|i| (i, vec![i as u8])))
+                .unwrap();
             storage.append_log(2, [(1, b"other".to_vec())]).unwrap();
             storage.put_raft_meta(1, "vote", b"v".to_vec()).unwrap();
             storage.sync_async().await.unwrap();
@@ -327,10 +395,18 @@ mod tests {
         assert_eq!(storage.last_log(1).unwrap().map(|(i, _)| i), Some(5));
         assert_eq!(storage.last_log(2).unwrap().map(|(i, _)| i), Some(1));
         assert_eq!(storage.last_log(3).unwrap().map(|(i, _)| i), None);
-        assert_eq!(storage.raft_meta(1, "vote").unwrap().as_deref(), Some(&b"v"[..]));
+        assert_eq!(
+            storage.raft_meta(1, "vote").unwrap().as_deref(),
+            Some(&b"v"[..])
+        );
         storage.delete_log_range(1, 4, u64::MAX).unwrap();
         storage.delete_log_range(1, 0, 2).unwrap();
-        let indexes: Vec<u64> = storage.read_log(1, 0, 100).unwrap().iter().map(|(i, _)| *i).collect();
+        let indexes: Vec<u64> = storage
+            .read_log(1, 0, 100)
+            .unwrap()
+            .iter()
+            .map(|(i, _)| *i)
+            .collect();
         assert_eq!(indexes, vec![2, 3]);
     }
 

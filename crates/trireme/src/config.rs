@@ -1,6 +1,6 @@
 //! `trireme server` configuration: a TOML file (`--config`) overlaid by flags.
 
-use anyhow::{bail, Context};
+use anyhow::{Context, bail};
 use clap::Args;
 use serde::Deserialize;
 use std::path::PathBuf;
@@ -111,7 +111,10 @@ impl ServerArgs {
         };
         let name = self.node_id.or(file.node_id).unwrap_or_else(|| "n1".into());
         validate_name(&name)?;
-        let data_dir = self.data_dir.or(file.data_dir).unwrap_or_else(|| PathBuf::from("./trireme-data"));
+        let data_dir = self
+            .data_dir
+            .or(file.data_dir)
+            .unwrap_or_else(|| PathBuf::from("./trireme-data"));
         let mut node = NodeConfig::new(name.clone(), data_dir);
         if let Some(http) = self.http.or(file.http) {
             node.http_addr = http;
@@ -122,19 +125,29 @@ impl ServerArgs {
         if let Some(peer) = self.peer.or(file.peer) {
             node.peer_addr = peer;
         }
-        for (what, addr) in [("--http", &node.http_addr), ("--resp", &node.resp_addr), ("--peer", &node.peer_addr)] {
+        for (what, addr) in [
+            ("--http", &node.http_addr),
+            ("--resp", &node.resp_addr),
+            ("--peer", &node.peer_addr),
+        ] {
             addr.parse::<std::net::SocketAddr>()
                 .with_context(|| format!("{what} {addr:?} is not an IP:port address"))?;
         }
         node.shards = self.shards.or(file.shards);
-        if let Some(shards) = node.shards {
-            if !(1..=16384).contains(&shards) {
-                bail!("--shards must be between 1 and 16384, got {shards}");
-            }
+        if let Some(shards) = node.shards
+            && !(1..=16384).contains(&shards)
+        {
+            bail!("--shards must be between 1 and 16384, got {shards}");
         }
-        node.replication_factor = self.replication_factor.or(file.replication_factor).unwrap_or(3);
+        node.replication_factor = self
+            .replication_factor
+            .or(file.replication_factor)
+            .unwrap_or(3);
         if !(1..=7).contains(&node.replication_factor) {
-            bail!("--replication-factor must be between 1 and 7, got {}", node.replication_factor);
+            bail!(
+                "--replication-factor must be between 1 and 7, got {}",
+                node.replication_factor
+            );
         }
         if let Some(cluster) = self.cluster_name.or(file.cluster_name) {
             node.cluster_name = cluster;
@@ -151,12 +164,16 @@ impl ServerArgs {
         let join = self.join.or(file.join);
         let initial = self.initial_cluster.or(file.initial_cluster);
         if join.is_some() {
-            bail!("--join: multi-node clusters are not available in this build yet (see README); start a one-node cluster without --join");
+            bail!(
+                "--join: multi-node clusters are not available in this build yet (see README); start a one-node cluster without --join"
+            );
         }
         if let Some(initial) = initial {
             let members = parse_initial_cluster(&initial)?;
             if members.len() > 1 || members.first().is_some_and(|(id, _)| id != &name) {
-                bail!("--initial-cluster with other members: multi-node clusters are not available in this build yet (see README)");
+                bail!(
+                    "--initial-cluster with other members: multi-node clusters are not available in this build yet (see README)"
+                );
             }
         }
         Ok(ServerConfig {
@@ -169,7 +186,12 @@ impl ServerArgs {
 }
 
 fn validate_name(name: &str) -> anyhow::Result<()> {
-    if name.is_empty() || name.len() > 64 || !name.chars().all(|c| c.is_ascii_alphanumeric() || c == '-' || c == '_' || c == '.') {
+    if name.is_empty()
+        || name.len() > 64
+        || !name
+            .chars()
+            .all(|c| c.is_ascii_alphanumeric() || c == '-' || c == '_' || c == '.')
+    {
         bail!("--node-id {name:?}: use 1-64 characters from A-Z a-z 0-9 - _ .");
     }
     Ok(())
@@ -183,8 +205,9 @@ pub fn parse_initial_cluster(text: &str) -> anyhow::Result<Vec<(String, String)>
             .split_once('=')
             .with_context(|| format!("--initial-cluster entry {item:?} is not ID=HOST:PORT"))?;
         validate_name(id)?;
-        addr.parse::<std::net::SocketAddr>()
-            .with_context(|| format!("--initial-cluster entry {item:?}: {addr:?} is not an IP:port address"))?;
+        addr.parse::<std::net::SocketAddr>().with_context(|| {
+            format!("--initial-cluster entry {item:?}: {addr:?} is not an IP:port address")
+        })?;
         members.push((id.to_string(), addr.to_string()));
     }
     if members.is_empty() {
@@ -214,7 +237,10 @@ fn raft_timing(raft: RaftSection) -> anyhow::Result<RaftTiming> {
     if let Some(v) = raft.request_timeout_ms {
         timing.request_timeout = ms(v);
     }
-    if timing.heartbeat.is_zero() || timing.heartbeat >= timing.election_min || timing.election_min >= timing.election_max {
+    if timing.heartbeat.is_zero()
+        || timing.heartbeat >= timing.election_min
+        || timing.election_min >= timing.election_max
+    {
         bail!("[raft] needs 0 < heartbeat_ms < election_timeout_min_ms < election_timeout_max_ms");
     }
     if timing.snapshot_every == 0 {
@@ -232,7 +258,11 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         let path = dir.path().join("t.toml");
         std::fs::write(&path, "node_id = \"a\"\nshards = 4\nhttp = \"127.0.0.1:1\"\n[raft]\nheartbeat_ms = 50\nelection_timeout_min_ms = 300\nelection_timeout_max_ms = 600\n").unwrap();
-        let args = ServerArgs { config: Some(path.clone()), node_id: Some("b".into()), ..Default::default() };
+        let args = ServerArgs {
+            config: Some(path.clone()),
+            node_id: Some("b".into()),
+            ..Default::default()
+        };
         let config = args.resolve().unwrap();
         assert_eq!(config.node.name, "b");
         assert_eq!(config.node.shards, Some(4));
@@ -240,12 +270,27 @@ mod tests {
         assert_eq!(config.node.timing.heartbeat, Duration::from_millis(50));
 
         std::fs::write(&path, "node_id = \"a\"\nshardz = 4\n").unwrap();
-        let err = ServerArgs { config: Some(path.clone()), ..Default::default() }.resolve().unwrap_err();
+        let err = ServerArgs {
+            config: Some(path.clone()),
+            ..Default::default()
+        }
+        .resolve()
+        .unwrap_err();
         assert!(format!("{err:#}").contains("shardz"), "{err:#}");
 
-        let err = ServerArgs { shards: Some(0), ..Default::default() }.resolve().unwrap_err();
+        let err = ServerArgs {
+            shards: Some(0),
+            ..Default::default()
+        }
+        .resolve()
+        .unwrap_err();
         assert!(err.to_string().contains("--shards"), "{err}");
-        let err = ServerArgs { http: Some("nowhere".into()), ..Default::default() }.resolve().unwrap_err();
+        let err = ServerArgs {
+            http: Some("nowhere".into()),
+            ..Default::default()
+        }
+        .resolve()
+        .unwrap_err();
         assert!(err.to_string().contains("--http"), "{err}");
     }
 

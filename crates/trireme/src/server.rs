@@ -31,7 +31,9 @@ fn init_logging(filter: &str) -> anyhow::Result<()> {
 }
 
 async fn bind(flag: &str, addr: &str) -> anyhow::Result<TcpListener> {
-    let addr: SocketAddr = addr.parse().with_context(|| format!("{flag} {addr:?} is not an IP:port address"))?;
+    let addr: SocketAddr = addr
+        .parse()
+        .with_context(|| format!("{flag} {addr:?} is not an IP:port address"))?;
     TcpListener::bind(addr)
         .await
         .with_context(|| format!("cannot listen on {flag} {addr}"))
@@ -51,9 +53,13 @@ async fn serve(mut config: ServerConfig) -> anyhow::Result<()> {
     }
 
     let data_dir = config.node.data_dir.clone();
-    let node = Node::start(config.node.clone())
-        .await
-        .with_context(|| format!("cannot start node {:?} in {}", config.node.name, data_dir.display()))?;
+    let node = Node::start(config.node.clone()).await.with_context(|| {
+        format!(
+            "cannot start node {:?} in {}",
+            config.node.name,
+            data_dir.display()
+        )
+    })?;
 
     let (stop_tx, stop_rx) = watch::channel(false);
     let stopped = |mut rx: watch::Receiver<bool>| async move {

@@ -6,7 +6,9 @@ use std::fmt;
 /// A node's numeric id inside Raft. Users name nodes (`n1`, `db-east-2`); the number is a
 /// stable 64-bit FNV-1a hash of that name, so every node derives the same id without
 /// coordination. Collisions are checked where the member list is known.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Default, Serialize, Deserialize)]
+#[derive(
+    Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Default, Serialize, Deserialize,
+)]
 pub struct NodeId(pub u64);
 
 impl NodeId {

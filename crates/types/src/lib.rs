@@ -19,4 +19,4 @@ pub use error::{ErrorCode, TriremeError};
 pub use ids::{GroupId, NodeId, ShardId};
 pub use limits::Limits;
 pub use record::Record;
-pub use slot::{key_slot, ShardMap, SLOT_COUNT};
+pub use slot::{SLOT_COUNT, ShardMap, key_slot};

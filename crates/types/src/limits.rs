@@ -73,7 +73,9 @@ mod tests {
         );
         assert!(limits.check_value(&vec![0; 512 * 1024]).is_ok());
         assert_eq!(
-            limits.check_value(&vec![0; 512 * 1024 + 1]).map_err(|e| e.code),
+            limits
+                .check_value(&vec![0; 512 * 1024 + 1])
+                .map_err(|e| e.code),
             Err(ErrorCode::ValueTooLarge)
         );
         assert!(limits.max_body_bytes() > 1024 * 1024);

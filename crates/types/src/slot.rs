@@ -29,10 +29,10 @@ fn crc16(bytes: &[u8]) -> u16 {
 pub fn hash_tag(key: &[u8]) -> &[u8] {
     if let Some(open) = key.iter().position(|&b| b == b'{') {
         let rest = &key[open + 1..];
-        if let Some(close) = rest.iter().position(|&b| b == b'}') {
-            if close > 0 {
-                return &rest[..close];
-            }
+        if let Some(close) = rest.iter().position(|&b| b == b'}')
+            && close > 0
+        {
+            return &rest[..close];
         }
     }
     key
@@ -130,7 +130,11 @@ mod tests {
             let mut next = 0u32;
             for shard in map.shards() {
                 let range = map.slots_of(shard);
-                assert_eq!(u32::from(*range.start()), next, "shard {shard:?} of {count}");
+                assert_eq!(
+                    u32::from(*range.start()),
+                    next,
+                    "shard {shard:?} of {count}"
+                );
                 assert!(range.start() <= range.end());
                 for slot in [*range.start(), *range.end()] {
                     assert_eq!(map.shard_of_slot(slot), shard, "slot {slot} of {count}");

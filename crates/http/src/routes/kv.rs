@@ -4,14 +4,16 @@ use crate::query::Query;
 use crate::state::HttpMetrics;
 use crate::{ApiError, AppState};
 use axum::body::Bytes;
-use axum::extract::rejection::BytesRejection;
 use axum::extract::State;
-use axum::http::{header, HeaderMap, HeaderValue, StatusCode, Uri};
+use axum::extract::rejection::BytesRejection;
+use axum::http::{HeaderMap, HeaderValue, StatusCode, Uri, header};
 use axum::response::{IntoResponse, Response};
 use base64::Engine;
 use serde::Serialize;
 use trireme_cluster::{ReadMeta, ReadMode};
-use trireme_types::{Command, CommandResult, ErrorCode, PutCondition, Record, TriremeError, TtlUpdate};
+use trireme_types::{
+    Command, CommandResult, ErrorCode, PutCondition, Record, TriremeError, TtlUpdate,
+};
 
 /// The key is everything after `/v1/kv/`, percent-decoded; keys are bytes, not necessarily UTF-8.
 fn key_of(uri: &Uri) -> Vec<u8> {
@@ -23,7 +25,9 @@ fn key_of(uri: &Uri) -> Vec<u8> {
 
 fn read_mode(query: &Query) -> Result<ReadMode, ApiError> {
     match (query.flag("consistent")?, query.flag("stale")?) {
-        (true, true) => Err(ApiError::invalid("Cannot specify ?stale with ?consistent, conflicting semantics.")),
+        (true, true) => Err(ApiError::invalid(
+            "Cannot specify ?stale with ?consistent, conflicting semantics.",
+        )),
         (true, false) => Ok(ReadMode::Consistent),
         (false, true) => Ok(ReadMode::Stale),
         (false, false) => Ok(ReadMode::Default),
@@ -63,15 +67,19 @@ fn consul_headers(meta: &ReadMeta) -> HeaderMap {
         "X-Consul-KnownLeader",
         HeaderValue::from_static(if meta.known_leader { "true" } else { "false" }),
     );
-    headers.insert("X-Consul-LastContact", HeaderValue::from(meta.last_contact_ms));
+    headers.insert(
+        "X-Consul-LastContact",
+        HeaderValue::from(meta.last_contact_ms),
+    );
     headers
 }
 
 fn json_response(headers: HeaderMap, body: &impl Serialize) -> Response {
     let mut response = (headers, axum::Json(body)).into_response();
-    response
-        .headers_mut()
-        .insert(header::CONTENT_TYPE, HeaderValue::from_static("application/json"));
+    response.headers_mut().insert(
+        header::CONTENT_TYPE,
+        HeaderValue::from_static("application/json"),
+    );
     response
 }
 
@@ -131,9 +139,10 @@ pub(crate) async fn get(State(state): State<AppState>, uri: Uri) -> Result<Respo
     };
     if query.flag("raw")? {
         let mut response = (headers, record.value).into_response();
-        response
-            .headers_mut()
-            .insert(header::CONTENT_TYPE, HeaderValue::from_static("application/octet-stream"));
+        response.headers_mut().insert(
+            header::CONTENT_TYPE,
+            HeaderValue::from_static("application/octet-stream"),
+        );
         return Ok(response);
     }
     Ok(json_response(headers, &[Entry::new(&key, &record)]))
@@ -156,7 +165,10 @@ pub(crate) async fn put(
         } else {
             ErrorCode::InvalidArgument
         };
-        ApiError(TriremeError::new(code, format!("request body: {}", rejection.body_text())))
+        ApiError(TriremeError::new(
+            code,
+            format!("request body: {}", rejection.body_text()),
+        ))
     })?;
     let key = key_of(&uri);
     let query = Query::parse(uri.query());
@@ -164,7 +176,9 @@ pub(crate) async fn put(
         return Err(ApiError::invalid("Missing key name"));
     }
     if query.str("acquire").is_some() || query.str("release").is_some() {
-        return Err(ApiError::invalid("sessions (?acquire, ?release) are not supported"));
+        return Err(ApiError::invalid(
+            "sessions (?acquire, ?release) are not supported",
+        ));
     }
     let condition = match query.u64("cas")? {
         None => PutCondition::Always,
@@ -179,7 +193,10 @@ pub(crate) async fn put(
         ttl: TtlUpdate::Clear,
     };
     let result = state.node.write(&key, command).await?;
-    Ok(bool_response(matches!(result, CommandResult::Put { written: true, .. })))
+    Ok(bool_response(matches!(
+        result,
+        CommandResult::Put { written: true, .. }
+    )))
 }
 
 /// `DELETE /v1/kv/<key>`.
@@ -195,7 +212,10 @@ pub(crate) async fn delete(State(state): State<AppState>, uri: Uri) -> Result<Re
         return Err(ApiError::invalid("Missing key name"));
     }
     let cas = query.u64("cas")?;
-    let command = Command::Delete { keys: vec![Bytes::from(key.clone())], cas };
+    let command = Command::Delete {
+        keys: vec![Bytes::from(key.clone())],
+        cas,
+    };
     let result = state.node.write(&key, command).await?;
     let deleted = matches!(result, CommandResult::Deleted(1));
     Ok(bool_response(cas.is_none() || deleted))
@@ -227,7 +247,13 @@ mod tests {
             json,
             serde_json::json!({"LockIndex":0,"Key":"k","Flags":3,"Value":"aGVsbG8=","CreateIndex":5,"ModifyIndex":9})
         );
-        let empty = Record { value: Bytes::new(), ..record };
-        assert_eq!(serde_json::to_value(Entry::new(b"k", &empty)).unwrap()["Value"], serde_json::Value::Null);
+        let empty = Record {
+            value: Bytes::new(),
+            ..record
+        };
+        assert_eq!(
+            serde_json::to_value(Entry::new(b"k", &empty)).unwrap()["Value"],
+            serde_json::Value::Null
+        );
     }
 }

@@ -11,34 +11,96 @@ pub(crate) async fn metrics(State(state): State<AppState>) -> impl IntoResponse 
     let mut out = String::with_capacity(4096);
     let m = &state.metrics;
     let counter = |out: &mut String, name: &str, help: &str, value: u64| {
-        let _ = writeln!(out, "# HELP {name} {help}\n# TYPE {name} counter\n{name} {value}");
+        let _ = writeln!(
+            out,
+            "# HELP {name} {help}\n# TYPE {name} counter\n{name} {value}"
+        );
     };
-    let _ = writeln!(out, "# HELP trireme_http_requests_total KV requests served over HTTP.\n# TYPE trireme_http_requests_total counter");
-    for (op, value) in [("get", &m.kv_get), ("put", &m.kv_put), ("delete", &m.kv_delete)] {
-        let _ = writeln!(out, "trireme_http_requests_total{{op=\"{op}\"}} {}", value.load(Ordering::Relaxed));
+    let _ = writeln!(
+        out,
+        "# HELP trireme_http_requests_total KV requests served over HTTP.\n# TYPE trireme_http_requests_total counter"
+    );
+    for (op, value) in [
+        ("get", &m.kv_get),
+        ("put", &m.kv_put),
+        ("delete", &m.kv_delete),
+    ] {
+        let _ = writeln!(
+            out,
+            "trireme_http_requests_total{{op=\"{op}\"}} {}",
+            value.load(Ordering::Relaxed)
+        );
     }
-    counter(&mut out, "trireme_http_errors_total", "HTTP requests answered with an error status.", m.errors.load(Ordering::Relaxed));
+    counter(
+        &mut out,
+        "trireme_http_errors_total",
+        "HTTP requests answered with an error status.",
+        m.errors.load(Ordering::Relaxed),
+    );
 
     let sync = state.node.storage().sync_metrics();
-    counter(&mut out, "trireme_storage_syncs_total", "fdatasync calls made by group commit.", sync.syncs.load(Ordering::Relaxed));
-    counter(&mut out, "trireme_storage_sync_requests_total", "Durability requests covered by those syncs.", sync.requests.load(Ordering::Relaxed));
-    counter(&mut out, "trireme_storage_sync_micros_total", "Time spent in fdatasync, microseconds.", sync.micros.load(Ordering::Relaxed));
+    counter(
+        &mut out,
+        "trireme_storage_syncs_total",
+        "fdatasync calls made by group commit.",
+        sync.syncs.load(Ordering::Relaxed),
+    );
+    counter(
+        &mut out,
+        "trireme_storage_sync_requests_total",
+        "Durability requests covered by those syncs.",
+        sync.requests.load(Ordering::Relaxed),
+    );
+    counter(
+        &mut out,
+        "trireme_storage_sync_micros_total",
+        "Time spent in fdatasync, microseconds.",
+        sync.micros.load(Ordering::Relaxed),
+    );
     let poisoned = u64::from(state.node.storage().is_poisoned());
-    let _ = writeln!(out, "# HELP trireme_storage_poisoned 1 after a failed sync.\n# TYPE trireme_storage_poisoned gauge\ntrireme_storage_poisoned {poisoned}");
+    let _ = writeln!(
+        out,
+        "# HELP trireme_storage_poisoned 1 after a failed sync.\n# TYPE trireme_storage_poisoned gauge\ntrireme_storage_poisoned {poisoned}"
+    );
 
-    let _ = writeln!(out, "# HELP trireme_shard_is_leader 1 if this node leads the shard.\n# TYPE trireme_shard_is_leader gauge");
+    let _ = writeln!(
+        out,
+        "# HELP trireme_shard_is_leader 1 if this node leads the shard.\n# TYPE trireme_shard_is_leader gauge"
+    );
     let shards = state.node.shards();
     for s in &shards {
-        let leads = s.leader.as_ref().is_some_and(|l| l.name == state.node.me().name);
-        let _ = writeln!(out, "trireme_shard_is_leader{{shard=\"{}\"}} {}", s.shard.0, u8::from(leads));
+        let leads = s
+            .leader
+            .as_ref()
+            .is_some_and(|l| l.name == state.node.me().name);
+        let _ = writeln!(
+            out,
+            "trireme_shard_is_leader{{shard=\"{}\"}} {}",
+            s.shard.0,
+            u8::from(leads)
+        );
     }
-    let _ = writeln!(out, "# HELP trireme_shard_applied_index Last log index applied here.\n# TYPE trireme_shard_applied_index gauge");
+    let _ = writeln!(
+        out,
+        "# HELP trireme_shard_applied_index Last log index applied here.\n# TYPE trireme_shard_applied_index gauge"
+    );
     for s in &shards {
-        let _ = writeln!(out, "trireme_shard_applied_index{{shard=\"{}\"}} {}", s.shard.0, s.applied_index);
+        let _ = writeln!(
+            out,
+            "trireme_shard_applied_index{{shard=\"{}\"}} {}",
+            s.shard.0, s.applied_index
+        );
     }
-    let _ = writeln!(out, "# HELP trireme_shard_term Current Raft term.\n# TYPE trireme_shard_term gauge");
+    let _ = writeln!(
+        out,
+        "# HELP trireme_shard_term Current Raft term.\n# TYPE trireme_shard_term gauge"
+    );
     for s in &shards {
-        let _ = writeln!(out, "trireme_shard_term{{shard=\"{}\"}} {}", s.shard.0, s.term);
+        let _ = writeln!(
+            out,
+            "trireme_shard_term{{shard=\"{}\"}} {}",
+            s.shard.0, s.term
+        );
     }
     out.push_str(&(state.extra_metrics)());
     ([(header::CONTENT_TYPE, "text/plain; version=0.0.4")], out)

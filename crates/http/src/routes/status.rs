@@ -1,10 +1,10 @@
 //! Status endpoints: who leads, who the peers are, the shard map, health.
 
 use crate::AppState;
+use axum::Json;
 use axum::extract::State;
 use axum::http::StatusCode;
 use axum::response::{IntoResponse, Response};
-use axum::Json;
 use serde_json::json;
 use std::collections::BTreeSet;
 
@@ -64,7 +64,11 @@ pub(crate) async fn shards(State(state): State<AppState>) -> Json<serde_json::Va
 pub(crate) async fn health(State(state): State<AppState>) -> Response {
     let health = state.node.health();
     let ok = health.all_shards_led && health.storage_ok && !state.node.is_stopping();
-    let status = if ok { StatusCode::OK } else { StatusCode::SERVICE_UNAVAILABLE };
+    let status = if ok {
+        StatusCode::OK
+    } else {
+        StatusCode::SERVICE_UNAVAILABLE
+    };
     let body = json!({
         "status": if ok { "ok" } else { "unavailable" },
         "node": state.node.me().name,

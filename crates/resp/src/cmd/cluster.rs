@@ -13,7 +13,10 @@ fn redis_node_id(name: &str) -> String {
 
 fn split_addr(addr: &str) -> (String, i64) {
     match addr.rsplit_once(':') {
-        Some((host, port)) => (host.trim_matches(['[', ']']).to_string(), port.parse().unwrap_or(0)),
+        Some((host, port)) => (
+            host.trim_matches(['[', ']']).to_string(),
+            port.parse().unwrap_or(0),
+        ),
         None => (addr.to_string(), 0),
     }
 }
@@ -21,7 +24,11 @@ fn split_addr(addr: &str) -> (String, i64) {
 /// Leader first, then the other replicas, as Redis lists master then replicas.
 fn ordered_replicas(shard: &ShardInfo) -> Vec<(&PeerNode, bool)> {
     let leader = shard.leader.as_ref().map(|l| l.name.as_str());
-    let mut out: Vec<_> = shard.replicas.iter().map(|r| (r, Some(r.name.as_str()) == leader)).collect();
+    let mut out: Vec<_> = shard
+        .replicas
+        .iter()
+        .map(|r| (r, Some(r.name.as_str()) == leader))
+        .collect();
     out.sort_by_key(|(_, is_leader)| !is_leader);
     out
 }
@@ -43,13 +50,19 @@ pub(crate) fn cluster(ctx: &mut Ctx<'_>, args: &mut Args) -> CmdResult {
             args.finish()?;
             let shards = node.shards();
             let led = shards.iter().filter(|s| s.leader.is_some()).count();
-            let nodes: std::collections::BTreeSet<&str> =
-                shards.iter().flat_map(|s| s.replicas.iter().map(|r| r.name.as_str())).collect();
+            let nodes: std::collections::BTreeSet<&str> = shards
+                .iter()
+                .flat_map(|s| s.replicas.iter().map(|r| r.name.as_str()))
+                .collect();
             let state = if led == shards.len() { "ok" } else { "fail" };
             let epoch = shards.iter().map(|s| s.term).max().unwrap_or(0);
             Ok(Reply::bulk(format!(
                 "cluster_enabled:1\r\ncluster_state:{state}\r\ncluster_slots_assigned:16384\r\ncluster_slots_ok:{}\r\ncluster_slots_pfail:0\r\ncluster_slots_fail:0\r\ncluster_known_nodes:{}\r\ncluster_size:{}\r\ncluster_current_epoch:{epoch}\r\ncluster_my_epoch:{epoch}\r\n",
-                shards.iter().filter(|s| s.leader.is_some()).map(|s| u32::from(s.slots.1 - s.slots.0) + 1).sum::<u32>(),
+                shards
+                    .iter()
+                    .filter(|s| s.leader.is_some())
+                    .map(|s| u32::from(s.slots.1 - s.slots.0) + 1)
+                    .sum::<u32>(),
                 nodes.len(),
                 shards.len(),
             )))
@@ -58,10 +71,17 @@ pub(crate) fn cluster(ctx: &mut Ctx<'_>, args: &mut Args) -> CmdResult {
             args.finish()?;
             let mut out = Vec::new();
             for shard in node.shards() {
-                let mut entry = vec![Reply::integer(i64::from(shard.slots.0)), Reply::integer(i64::from(shard.slots.1))];
+                let mut entry = vec![
+                    Reply::integer(i64::from(shard.slots.0)),
+                    Reply::integer(i64::from(shard.slots.1)),
+                ];
                 for (replica, _) in ordered_replicas(&shard) {
                     let (host, port) = split_addr(&replica.resp_addr);
-                    entry.push(Reply::array(vec![Reply::bulk(host), Reply::integer(port), Reply::bulk(redis_node_id(&replica.name))]));
+                    entry.push(Reply::array(vec![
+                        Reply::bulk(host),
+                        Reply::integer(port),
+                        Reply::bulk(redis_node_id(&replica.name)),
+                    ]));
                 }
                 out.push(Reply::array(entry));
             }
@@ -89,13 +109,20 @@ pub(crate) fn cluster(ctx: &mut Ctx<'_>, args: &mut Args) -> CmdResult {
                             Reply::bulk("replication-offset"),
                             Reply::integer(shard.applied_index as i64),
                             Reply::bulk("health"),
-                            Reply::bulk(if shard.leader.is_some() { "online" } else { "loading" }),
+                            Reply::bulk(if shard.leader.is_some() {
+                                "online"
+                            } else {
+                                "loading"
+                            }),
                         ])
                     })
                     .collect();
                 out.push(Reply::array(vec![
                     Reply::bulk("slots"),
-                    Reply::array(vec![Reply::integer(i64::from(shard.slots.0)), Reply::integer(i64::from(shard.slots.1))]),
+                    Reply::array(vec![
+                        Reply::integer(i64::from(shard.slots.0)),
+                        Reply::integer(i64::from(shard.slots.1)),
+                    ]),
                     Reply::bulk("nodes"),
                     Reply::array(nodes),
                 ]));
@@ -105,10 +132,13 @@ pub(crate) fn cluster(ctx: &mut Ctx<'_>, args: &mut Args) -> CmdResult {
         "nodes" => {
             args.finish()?;
             // One line per node: the slot ranges it leads (as master) are listed on its line.
-            let mut lines: std::collections::BTreeMap<String, (String, Vec<String>)> = Default::default();
+            let mut lines: std::collections::BTreeMap<String, (String, Vec<String>)> =
+                Default::default();
             for shard in node.shards() {
                 for (replica, is_leader) in ordered_replicas(&shard) {
-                    let line = lines.entry(replica.name.clone()).or_insert_with(|| (replica.resp_addr.clone(), Vec::new()));
+                    let line = lines
+                        .entry(replica.name.clone())
+                        .or_insert_with(|| (replica.resp_addr.clone(), Vec::new()));
                     if is_leader {
                         line.1.push(format!("{}-{}", shard.slots.0, shard.slots.1));
                     }
@@ -118,8 +148,16 @@ pub(crate) fn cluster(ctx: &mut Ctx<'_>, args: &mut Args) -> CmdResult {
             let mut text = String::new();
             for (name, (addr, slots)) in lines {
                 let (host, port) = split_addr(&addr);
-                let flags = if &name == me { "myself,master" } else { "master" };
-                text.push_str(&format!("{} {host}:{port}@{port} {flags} - 0 0 0 connected {}\n", redis_node_id(&name), slots.join(" ")));
+                let flags = if &name == me {
+                    "myself,master"
+                } else {
+                    "master"
+                };
+                text.push_str(&format!(
+                    "{} {host}:{port}@{port} {flags} - 0 0 0 connected {}\n",
+                    redis_node_id(&name),
+                    slots.join(" ")
+                ));
             }
             Ok(Reply::bulk(text))
         }

@@ -22,9 +22,13 @@ pub(crate) fn echo(args: &mut Args) -> CmdResult {
 /// `HELLO [2 [AUTH u p] [SETNAME n]]`: only protocol 2 is spoken.
 pub(crate) fn hello(ctx: &mut Ctx<'_>, args: &mut Args) -> CmdResult {
     if args.remaining() > 0 {
-        let version = args.next_i64().map_err(|_| CmdError::Reply("ERR Protocol version is not an integer or out of range".into()))?;
+        let version = args.next_i64().map_err(|_| {
+            CmdError::Reply("ERR Protocol version is not an integer or out of range".into())
+        })?;
         if version != 2 {
-            return Err(CmdError::Reply("NOPROTO sorry, this protocol version is not supported".into()));
+            return Err(CmdError::Reply(
+                "NOPROTO sorry, this protocol version is not supported".into(),
+            ));
         }
         while args.remaining() > 0 {
             if args.next_keyword("setname") {
@@ -88,7 +92,10 @@ pub(crate) fn client(ctx: &mut Ctx<'_>, args: &mut Args) -> CmdResult {
             let name = args.next_bytes()?;
             args.finish()?;
             if name.iter().any(|b| *b <= b' ' || *b > b'~') {
-                return Err(CmdError::Reply("ERR Client names cannot contain spaces, newlines or special characters.".into()));
+                return Err(CmdError::Reply(
+                    "ERR Client names cannot contain spaces, newlines or special characters."
+                        .into(),
+                ));
             }
             ctx.client.name = (!name.is_empty()).then_some(name);
             Ok(Reply::ok())
@@ -109,8 +116,16 @@ pub(crate) fn client(ctx: &mut Ctx<'_>, args: &mut Args) -> CmdResult {
         }
         "info" => {
             args.finish()?;
-            let name = ctx.client.name.as_ref().map(|n| String::from_utf8_lossy(n).into_owned()).unwrap_or_default();
-            Ok(Reply::bulk(format!("id={} name={} db=0\n", ctx.client.id, name)))
+            let name = ctx
+                .client
+                .name
+                .as_ref()
+                .map(|n| String::from_utf8_lossy(n).into_owned())
+                .unwrap_or_default();
+            Ok(Reply::bulk(format!(
+                "id={} name={} db=0\n",
+                ctx.client.id, name
+            )))
         }
         _ => Err(CmdError::Reply(format!(
             "ERR unknown subcommand '{}'. Try CLIENT HELP.",

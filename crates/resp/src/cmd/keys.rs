@@ -23,7 +23,9 @@ pub(crate) async fn exists(ctx: &mut Ctx<'_>, args: &mut Args) -> CmdResult {
         return Err(args.wrong_arity().into());
     }
     let records = ctx.shared.node.get_many(&keys, ReadMode::Default).await?;
-    Ok(Reply::integer(records.iter().filter(|r| r.is_some()).count() as i64))
+    Ok(Reply::integer(
+        records.iter().filter(|r| r.is_some()).count() as i64,
+    ))
 }
 
 /// `EXPIRE key seconds` / `PEXPIRE key ms`; zero or negative deletes the key, as in Redis.
@@ -32,12 +34,20 @@ pub(crate) async fn expire(ctx: &mut Ctx<'_>, args: &mut Args) -> CmdResult {
     let amount = args.next_i64()?;
     args.finish()?;
     let unit = if args.name() == "pexpire" { 1 } else { 1000 };
-    let invalid = || CmdError::Reply(format!("ERR invalid expire time in '{}' command", args.name()));
+    let invalid = || {
+        CmdError::Reply(format!(
+            "ERR invalid expire time in '{}' command",
+            args.name()
+        ))
+    };
     let at = amount
         .checked_mul(unit)
         .and_then(|delta| (trireme_cluster::now_ms() as i64).checked_add(delta))
         .ok_or_else(invalid)?;
-    let command = Command::SetTtl { key: key.clone(), ttl: TtlUpdate::At(at.max(0) as u64) };
+    let command = Command::SetTtl {
+        key: key.clone(),
+        ttl: TtlUpdate::At(at.max(0) as u64),
+    };
     match ctx.shared.node.write(&key, command).await? {
         CommandResult::TtlSet(changed) => Ok(Reply::integer(i64::from(changed))),
         other => Err(unexpected(other)),
@@ -48,16 +58,35 @@ pub(crate) async fn ttl(ctx: &mut Ctx<'_>, args: &mut Args) -> CmdResult {
     let key = args.next_bytes()?;
     args.finish()?;
     let (record, _) = ctx.shared.node.get(&key, ReadMode::Default).await?;
-    let Some(record) = record else { return Ok(Reply::integer(-2)) };
-    let Some(at) = record.expires_at_ms else { return Ok(Reply::integer(-1)) };
+    let Some(record) = record else {
+        return Ok(Reply::integer(-2));
+    };
+    let Some(at) = record.expires_at_ms else {
+        return Ok(Reply::integer(-1));
+    };
     let left = at.saturating_sub(trireme_cluster::now_ms()) as i64;
-    Ok(Reply::integer(if args.name() == "pttl" { left } else { (left + 500) / 1000 }))
+    Ok(Reply::integer(if args.name() == "pttl" {
+        left
+    } else {
+        (left + 500) / 1000
+    }))
 }
 
 pub(crate) async fn persist(ctx: &mut Ctx<'_>, args: &mut Args) -> CmdResult {
     let key = args.next_bytes()?;
     args.finish()?;
-    match ctx.shared.node.write(&key, Command::SetTtl { key: key.clone(), ttl: TtlUpdate::Clear }).await? {
+    match ctx
+        .shared
+        .node
+        .write(
+            &key,
+            Command::SetTtl {
+                key: key.clone(),
+                ttl: TtlUpdate::Clear,
+            },
+        )
+        .await?
+    {
         CommandResult::TtlSet(changed) => Ok(Reply::integer(i64::from(changed))),
         other => Err(unexpected(other)),
     }
@@ -67,13 +96,19 @@ pub(crate) async fn key_type(ctx: &mut Ctx<'_>, args: &mut Args) -> CmdResult {
     let key = args.next_bytes()?;
     args.finish()?;
     let (record, _) = ctx.shared.node.get(&key, ReadMode::Default).await?;
-    Ok(Reply::simple(if record.is_some() { "string" } else { "none" }))
+    Ok(Reply::simple(if record.is_some() {
+        "string"
+    } else {
+        "none"
+    }))
 }
 
 /// `SCAN cursor [MATCH pattern] [COUNT n] [TYPE t]`. Cursors are handed out by the server and
 /// remember the shard and last key; an unknown cursor starts nothing and returns `0`.
 pub(crate) fn scan(ctx: &mut Ctx<'_>, args: &mut Args) -> CmdResult {
-    let cursor = args.next_u64().map_err(|_| CmdError::Reply("ERR invalid cursor".into()))?;
+    let cursor = args
+        .next_u64()
+        .map_err(|_| CmdError::Reply("ERR invalid cursor".into()))?;
     let mut pattern: Option<Bytes> = None;
     let mut count: usize = 10;
     let mut only_strings = true;
@@ -107,8 +142,13 @@ pub(crate) fn scan(ctx: &mut Ctx<'_>, args: &mut Args) -> CmdResult {
         .filter(|k| only_strings && pattern.as_ref().is_none_or(|p| crate::glob::matches(p, k)))
         .map(Reply::Bulk)
         .collect();
-    let next = page.next.map_or(0, |position| ctx.shared.save_cursor(position));
-    Ok(Reply::array(vec![Reply::bulk(next.to_string()), Reply::array(keys)]))
+    let next = page
+        .next
+        .map_or(0, |position| ctx.shared.save_cursor(position));
+    Ok(Reply::array(vec![
+        Reply::bulk(next.to_string()),
+        Reply::array(keys),
+    ]))
 }
 
 pub(crate) fn dbsize(ctx: &mut Ctx<'_>, args: &mut Args) -> CmdResult {

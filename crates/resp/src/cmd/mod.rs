@@ -110,5 +110,8 @@ fn unknown_command(name: &str, args: &mut Args) -> String {
         .map(|a| format!("'{}'", String::from_utf8_lossy(&a[..a.len().min(64)])))
         .collect();
     let name: String = name.chars().take(64).collect();
-    format!("ERR unknown command '{name}', with args beginning with: {}", shown.join(" "))
+    format!(
+        "ERR unknown command '{name}', with args beginning with: {}",
+        shown.join(" ")
+    )
 }

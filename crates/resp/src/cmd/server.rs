@@ -30,14 +30,42 @@ const COMMANDS: &[CommandEntry] = &[
     ("dbsize", 1, &["readonly", "fast"], 0, 0, 0),
     ("ping", -1, &["fast"], 0, 0, 0),
     ("echo", 2, &["fast"], 0, 0, 0),
-    ("hello", -1, &["noscript", "loading", "stale", "fast"], 0, 0, 0),
+    (
+        "hello",
+        -1,
+        &["noscript", "loading", "stale", "fast"],
+        0,
+        0,
+        0,
+    ),
     ("select", 2, &["loading", "stale", "fast"], 0, 0, 0),
     ("client", -2, &["noscript", "loading", "stale"], 0, 0, 0),
-    ("auth", -2, &["noscript", "loading", "stale", "fast"], 0, 0, 0),
-    ("quit", -1, &["noscript", "loading", "stale", "fast"], 0, 0, 0),
+    (
+        "auth",
+        -2,
+        &["noscript", "loading", "stale", "fast"],
+        0,
+        0,
+        0,
+    ),
+    (
+        "quit",
+        -1,
+        &["noscript", "loading", "stale", "fast"],
+        0,
+        0,
+        0,
+    ),
     ("info", -1, &["loading", "stale"], 0, 0, 0),
     ("command", -1, &["loading", "stale"], 0, 0, 0),
-    ("config", -2, &["admin", "noscript", "loading", "stale"], 0, 0, 0),
+    (
+        "config",
+        -2,
+        &["admin", "noscript", "loading", "stale"],
+        0,
+        0,
+        0,
+    ),
     ("cluster", -2, &["stale"], 0, 0, 0),
 ];
 
@@ -68,7 +96,10 @@ pub(crate) fn command(args: &mut Args) -> CmdResult {
                 .iter()
                 .map(|name| {
                     let name = String::from_utf8_lossy(name).to_ascii_lowercase();
-                    COMMANDS.iter().find(|c| c.0 == name).map_or(Reply::NullArray, command_info)
+                    COMMANDS
+                        .iter()
+                        .find(|c| c.0 == name)
+                        .map_or(Reply::NullArray, command_info)
                 })
                 .collect(),
         )),
@@ -84,11 +115,19 @@ pub(crate) fn command(args: &mut Args) -> CmdResult {
 pub(crate) fn config(args: &mut Args) -> CmdResult {
     let sub = args.next_str()?.to_ascii_lowercase();
     if sub != "get" {
-        return Err(CmdError::Reply("ERR CONFIG is read-only here: only CONFIG GET is supported".into()));
+        return Err(CmdError::Reply(
+            "ERR CONFIG is read-only here: only CONFIG GET is supported".into(),
+        ));
     }
     let mut out = Vec::new();
     for pattern in args.rest() {
-        for (name, value) in [("save", ""), ("appendonly", "yes"), ("appendfsync", "always"), ("databases", "1"), ("maxclients", "10000")] {
+        for (name, value) in [
+            ("save", ""),
+            ("appendonly", "yes"),
+            ("appendfsync", "always"),
+            ("databases", "1"),
+            ("maxclients", "10000"),
+        ] {
             if crate::glob::matches(&pattern.to_ascii_lowercase(), name.as_bytes()) {
                 out.push(Reply::bulk(name));
                 out.push(Reply::bulk(value));
@@ -100,9 +139,16 @@ pub(crate) fn config(args: &mut Args) -> CmdResult {
 
 /// `INFO [section ...]`: server, clients, keyspace, cluster.
 pub(crate) fn info(ctx: &mut Ctx<'_>, args: &mut Args) -> CmdResult {
-    let wanted: Vec<String> = args.rest().iter().map(|s| String::from_utf8_lossy(s).to_ascii_lowercase()).collect();
+    let wanted: Vec<String> = args
+        .rest()
+        .iter()
+        .map(|s| String::from_utf8_lossy(s).to_ascii_lowercase())
+        .collect();
     let want = |section: &str| {
-        wanted.is_empty() || wanted.iter().any(|w| w == section || w == "all" || w == "everything" || w == "default")
+        wanted.is_empty()
+            || wanted
+                .iter()
+                .any(|w| w == section || w == "all" || w == "everything" || w == "default")
     };
     let node = &ctx.shared.node;
     let mut text = String::new();
@@ -119,8 +165,14 @@ pub(crate) fn info(ctx: &mut Ctx<'_>, args: &mut Args) -> CmdResult {
         ));
     }
     if want("clients") {
-        let connected = ctx.shared.metrics.connections.load(std::sync::atomic::Ordering::Relaxed);
-        text.push_str(&format!("# Clients\r\ntotal_connections_received:{connected}\r\n\r\n"));
+        let connected = ctx
+            .shared
+            .metrics
+            .connections
+            .load(std::sync::atomic::Ordering::Relaxed);
+        text.push_str(&format!(
+            "# Clients\r\ntotal_connections_received:{connected}\r\n\r\n"
+        ));
     }
     if want("cluster") {
         text.push_str("# Cluster\r\ncluster_enabled:1\r\n\r\n");

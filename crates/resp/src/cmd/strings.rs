@@ -24,7 +24,10 @@ fn expiry_after(amount: i64, unit_ms: i64, command: &str) -> Result<u64, CmdErro
         return Err(invalid());
     }
     let delta = amount.checked_mul(unit_ms).ok_or_else(invalid)?;
-    (trireme_cluster::now_ms() as i64).checked_add(delta).map(|at| at as u64).ok_or_else(invalid)
+    (trireme_cluster::now_ms() as i64)
+        .checked_add(delta)
+        .map(|at| at as u64)
+        .ok_or_else(invalid)
 }
 
 fn expiry_at(amount: i64, unit_ms: i64, command: &str) -> Result<u64, CmdError> {
@@ -32,7 +35,10 @@ fn expiry_at(amount: i64, unit_ms: i64, command: &str) -> Result<u64, CmdError> 
     if amount <= 0 {
         return Err(invalid());
     }
-    amount.checked_mul(unit_ms).map(|at| at as u64).ok_or_else(invalid)
+    amount
+        .checked_mul(unit_ms)
+        .map(|at| at as u64)
+        .ok_or_else(invalid)
 }
 
 /// `SET key value [NX|XX] [GET] [EX s|PX ms|EXAT s|PXAT ms|KEEPTTL]`.
@@ -67,9 +73,17 @@ pub(crate) async fn set(ctx: &mut Ctx<'_>, args: &mut Args) -> CmdResult {
             _ => return Err(ArgError::Syntax.into()),
         }
     }
-    let command = Command::Put { key: key.clone(), value, flags: None, condition, ttl };
+    let command = Command::Put {
+        key: key.clone(),
+        value,
+        flags: None,
+        condition,
+        ttl,
+    };
     match ctx.shared.node.write(&key, command).await? {
-        CommandResult::Put { written, previous, .. } => Ok(if return_old {
+        CommandResult::Put {
+            written, previous, ..
+        } => Ok(if return_old {
             previous.map_or(Reply::Null, |r| Reply::Bulk(r.value))
         } else if written {
             Reply::ok()
@@ -101,10 +115,13 @@ pub(crate) async fn mget(ctx: &mut Ctx<'_>, args: &mut Args) -> CmdResult {
 /// `MSET k v [k v ...]`: atomic per shard, not across shards.
 pub(crate) async fn mset(ctx: &mut Ctx<'_>, args: &mut Args) -> CmdResult {
     let rest = args.rest();
-    if rest.is_empty() || rest.len() % 2 != 0 {
+    if rest.is_empty() || !rest.len().is_multiple_of(2) {
         return Err(args.wrong_arity().into());
     }
-    let pairs = rest.chunks_exact(2).map(|kv| (kv[0].clone(), kv[1].clone())).collect();
+    let pairs = rest
+        .chunks_exact(2)
+        .map(|kv| (kv[0].clone(), kv[1].clone()))
+        .collect();
     ctx.shared.node.put_many(pairs).await?;
     Ok(Reply::ok())
 }
@@ -123,7 +140,18 @@ pub(crate) async fn incr(ctx: &mut Ctx<'_>, args: &mut Args) -> CmdResult {
     if args.remaining() > 0 {
         return Err(args.wrong_arity().into());
     }
-    match ctx.shared.node.write(&key, Command::Incr { key: key.clone(), delta }).await? {
+    match ctx
+        .shared
+        .node
+        .write(
+            &key,
+            Command::Incr {
+                key: key.clone(),
+                delta,
+            },
+        )
+        .await?
+    {
         CommandResult::Incr(Ok(n)) => Ok(Reply::integer(n)),
         CommandResult::Incr(Err(ErrorCode::NotInteger)) => Err(ArgError::NotInteger.into()),
         CommandResult::Incr(Err(code)) => Err(CmdError::Reply(format!("ERR {code}"))),
