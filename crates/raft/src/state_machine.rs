@@ -170,25 +170,23 @@ impl RaftStateMachine<TypeConfig> for ShardStateMachine {
             let stored = StoredMembershipOf::<TypeConfig>::new(Some(entry.log_id()), m.clone());
             meta.push((MEMBERSHIP, encode(&stored)?));
         }
-        let storage = self.storage.clone();
-        let shard = self.shard;
-        let (batch, results) = tokio::task::spawn_blocking(move || {
-            let apply: Vec<ApplyEntry<'_>> = batch
-                .iter()
-                .map(|(entry, _)| ApplyEntry {
-                    index: entry.index(),
-                    command: match &entry.payload {
-                        EntryPayload::Normal(command) => Some(command),
-                        _ => None,
-                    },
-                })
-                .collect();
-            let results = storage.apply(shard, &apply, &meta);
-            (batch, results)
-        })
-        .await
-        .map_err(io::Error::other)?;
-        let results = results.map_err(io::Error::other)?;
+        let apply: Vec<ApplyEntry<'_>> = batch
+            .iter()
+            .map(|(entry, _)| ApplyEntry {
+                index: entry.index(),
+                command: match &entry.payload {
+                    EntryPayload::Normal(command) => Some(command),
+                    _ => None,
+                },
+            })
+            .collect();
+        // Inline, not on a blocking thread: the batch goes to fjall's memtable and journal
+        // buffer (no sync), and a thread hop per batch cost more than the write itself.
+        let results = self
+            .storage
+            .apply(self.shard, &apply, &meta)
+            .map_err(io::Error::other)?;
+        drop(apply);
         for ((_, responder), result) in batch.into_iter().zip(results) {
             if let Some(responder) = responder {
                 responder.send(result);

@@ -5,6 +5,11 @@ mod config;
 mod server;
 
 use clap::{Parser, Subcommand};
+
+/// mimalloc instead of the system allocator: the request path allocates small buffers at a
+/// high rate, and glibc's malloc showed up as ~10% of a write-heavy profile.
+#[global_allocator]
+static GLOBAL: mimalloc::MiMalloc = mimalloc::MiMalloc;
 use std::process::ExitCode;
 
 /// Trireme: a sharded, Raft-replicated key-value database with Consul KV and Redis APIs.
