@@ -4,6 +4,40 @@ use crate::StorageError;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, mpsc};
 use std::thread;
+use std::time::{Duration, Instant};
+
+/// The longest a sync waits for more requests to join it.
+const MAX_LINGER: Duration = Duration::from_micros(400);
+
+/// Under load, requests arrive spread out over the previous sync, and syncing as soon as the
+/// first one arrives splits them into many small syncs, each paying the device's full flush
+/// cost. When fewer than half as many requests are waiting as the last sync covered, wait a
+/// little (at most a quarter of the last sync's duration, and `MAX_LINGER`) for the rest.
+/// A lone client never waits: its previous batch was 1, so the target is already met.
+fn linger(
+    rx: &mpsc::Receiver<SyncCallback>,
+    waiting: &mut Vec<SyncCallback>,
+    last_batch: usize,
+    last_sync: Duration,
+) {
+    let target = last_batch / 2;
+    if waiting.len() >= target {
+        return;
+    }
+    let deadline = Instant::now() + (last_sync / 4).min(MAX_LINGER);
+    while waiting.len() < target {
+        let Some(left) = deadline.checked_duration_since(Instant::now()) else {
+            return;
+        };
+        match rx.recv_timeout(left) {
+            Ok(callback) => {
+                waiting.push(callback);
+                waiting.extend(rx.try_iter());
+            }
+            Err(_) => return,
+        }
+    }
+}
 
 /// Called once the writes made before it was queued are durable (or the sync failed).
 pub type SyncCallback = Box<dyn FnOnce(Result<(), StorageError>) + Send>;
@@ -27,17 +61,22 @@ impl GroupCommit {
             .name("trireme-group-commit".into())
             .spawn(move || {
                 let mut waiting = Vec::new();
+                let mut last_batch = 0usize;
+                let mut last_sync = Duration::ZERO;
                 // Block for the first request, then take everything queued behind it: all of
                 // their writes happened before they were queued, so one sync covers them all.
                 while let Ok(first) = rx.recv() {
                     waiting.push(first);
                     waiting.extend(rx.try_iter());
+                    linger(&rx, &mut waiting, last_batch, last_sync);
                     let result = if flag.load(Ordering::Acquire) {
                         Err(StorageError::Poisoned)
                     } else {
-                        let started = std::time::Instant::now();
+                        let started = Instant::now();
                         let result = sync();
-                        metrics.record(waiting.len(), started.elapsed());
+                        last_sync = started.elapsed();
+                        last_batch = waiting.len();
+                        metrics.record(waiting.len(), last_sync);
                         result.map_err(|e| {
                             tracing::error!(error = %e, "fdatasync failed: poisoning storage, the node stops accepting writes");
                             flag.store(true, Ordering::Release);
