@@ -1,0 +1,751 @@
+//! Test harness: real `trireme server` processes on loopback ports.
+//!
+//! A [`TestNode`] owns one child process, its data directory and the files its stdout and
+//! stderr go to, so a failing test can print what the server said. Everything waits by
+//! polling a condition under a deadline; nothing sleeps in place of synchronization.
+
+#![allow(dead_code)]
+
+use std::net::SocketAddr;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, ExitStatus, Stdio};
+use std::time::{Duration, Instant};
+
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::net::TcpStream;
+
+/// How long a node may take to start, stop, or answer before a test gives up.
+pub const DEADLINE: Duration = Duration::from_secs(30);
+
+/// The path of the binary under test.
+pub fn binary() -> &'static str {
+    env!("CARGO_BIN_EXE_trireme")
+}
+
+/// Polls `cond` every `every` until it holds or `timeout` passes; returns whether it held.
+pub async fn wait_until<F, Fut>(timeout: Duration, every: Duration, mut cond: F) -> bool
+where
+    F: FnMut() -> Fut,
+    Fut: std::future::Future<Output = bool>,
+{
+    let deadline = Instant::now() + timeout;
+    loop {
+        if cond().await {
+            return true;
+        }
+        if Instant::now() >= deadline {
+            return false;
+        }
+        tokio::time::sleep(every).await;
+    }
+}
+
+/// An HTTP client that never goes through a proxy (all targets are on loopback).
+pub fn http_client() -> reqwest::Client {
+    reqwest::Client::builder()
+        .no_proxy()
+        .timeout(Duration::from_secs(20))
+        .build()
+        .expect("build reqwest client")
+}
+
+/// How to start a node. `Default` is a one-node cluster named `n1` with default shards.
+#[derive(Clone, Debug)]
+pub struct StartOptions {
+    pub node_id: String,
+    pub shards: Option<u32>,
+    pub cluster_name: Option<String>,
+    /// Written to `config.toml` in the temp dir and passed as `--config`.
+    pub config_toml: Option<String>,
+    pub log: String,
+    pub extra_args: Vec<String>,
+}
+
+impl Default for StartOptions {
+    fn default() -> Self {
+        StartOptions {
+            node_id: "n1".into(),
+            shards: None,
+            cluster_name: None,
+            config_toml: None,
+            log: "warn".into(),
+            extra_args: Vec::new(),
+        }
+    }
+}
+
+impl StartOptions {
+    #[must_use]
+    pub fn shards(mut self, n: u32) -> Self {
+        self.shards = Some(n);
+        self
+    }
+
+    #[must_use]
+    pub fn config(mut self, toml: &str) -> Self {
+        self.config_toml = Some(toml.to_string());
+        self
+    }
+}
+
+/// The addresses a ready node published in `endpoints.json`.
+#[derive(Clone, Debug)]
+pub struct Endpoints {
+    pub node: String,
+    pub http: SocketAddr,
+    pub resp: SocketAddr,
+    pub peer: SocketAddr,
+    pub pid: u32,
+}
+
+fn read_endpoints(path: &Path) -> Option<Endpoints> {
+    let text = std::fs::read_to_string(path).ok()?;
+    let v: serde_json::Value = serde_json::from_str(&text).ok()?;
+    Some(Endpoints {
+        node: v["node"].as_str()?.to_string(),
+        http: v["http"].as_str()?.parse().ok()?,
+        resp: v["resp"].as_str()?.parse().ok()?,
+        peer: v["peer"].as_str()?.parse().ok()?,
+        pid: u32::try_from(v["pid"].as_u64()?).ok()?,
+    })
+}
+
+/// One running `trireme server` process. Dropping it SIGKILLs that process (and only it).
+pub struct TestNode {
+    opts: StartOptions,
+    dir: tempfile::TempDir,
+    child: Option<Child>,
+    endpoints: Option<Endpoints>,
+    /// Counts starts, so each run's stdout/stderr go to their own files.
+    generation: u32,
+    pub http: reqwest::Client,
+}
+
+impl TestNode {
+    /// Starts a node in a fresh temp dir and waits until it is ready and healthy.
+    pub async fn start(opts: StartOptions) -> TestNode {
+        let dir = tempfile::Builder::new()
+            .prefix("trireme-it-")
+            .tempdir()
+            .expect("create temp dir");
+        let mut node = TestNode {
+            opts,
+            dir,
+            child: None,
+            endpoints: None,
+            generation: 0,
+            http: http_client(),
+        };
+        node.spawn_and_wait().await;
+        node
+    }
+
+    /// The directory given as `--data-dir`.
+    pub fn data_dir(&self) -> PathBuf {
+        self.dir.path().join("data")
+    }
+
+    /// The temp dir that holds the data dir, the config and the logs.
+    pub fn temp_dir(&self) -> &Path {
+        self.dir.path()
+    }
+
+    fn stdout_path(&self) -> PathBuf {
+        self.dir
+            .path()
+            .join(format!("stdout.{}.log", self.generation))
+    }
+
+    fn stderr_path(&self) -> PathBuf {
+        self.dir
+            .path()
+            .join(format!("stderr.{}.log", self.generation))
+    }
+
+    /// What the current (or last) process wrote to stderr.
+    pub fn stderr_log(&self) -> String {
+        std::fs::read_to_string(self.stderr_path()).unwrap_or_default()
+    }
+
+    /// What the current (or last) process wrote to stdout.
+    pub fn stdout_log(&self) -> String {
+        std::fs::read_to_string(self.stdout_path()).unwrap_or_default()
+    }
+
+    /// Waits (bounded) for the "ready" line on stdout and returns stdout.
+    pub async fn ready_stdout(&self) -> String {
+        let found = wait_until(DEADLINE, Duration::from_millis(10), || async {
+            self.stdout_log().contains(" ready: ")
+        })
+        .await;
+        assert!(found, "no ready line on stdout: {:?}", self.stdout_log());
+        self.stdout_log()
+    }
+
+    /// The arguments of `trireme server` for this node (port 0 everywhere).
+    pub fn server_args(&self) -> Vec<String> {
+        let mut args: Vec<String> = vec![
+            "server".into(),
+            "--node-id".into(),
+            self.opts.node_id.clone(),
+            "--data-dir".into(),
+            self.data_dir().display().to_string(),
+            "--http".into(),
+            "127.0.0.1:0".into(),
+            "--resp".into(),
+            "127.0.0.1:0".into(),
+            "--peer".into(),
+            "127.0.0.1:0".into(),
+            "--log".into(),
+            self.opts.log.clone(),
+        ];
+        if let Some(n) = self.opts.shards {
+            args.extend(["--shards".into(), n.to_string()]);
+        }
+        if let Some(name) = &self.opts.cluster_name {
+            args.extend(["--cluster-name".into(), name.clone()]);
+        }
+        if let Some(toml) = &self.opts.config_toml {
+            let path = self.dir.path().join("config.toml");
+            std::fs::write(&path, toml).expect("write config.toml");
+            args.extend(["--config".into(), path.display().to_string()]);
+        }
+        args.extend(self.opts.extra_args.iter().cloned());
+        args
+    }
+
+    async fn spawn_and_wait(&mut self) {
+        assert!(self.child.is_none(), "a process is already running");
+        self.generation += 1;
+        let stdout = std::fs::File::create(self.stdout_path()).expect("create stdout log");
+        let stderr = std::fs::File::create(self.stderr_path()).expect("create stderr log");
+        let child = Command::new(binary())
+            .args(self.server_args())
+            .stdin(Stdio::null())
+            .stdout(stdout)
+            .stderr(stderr)
+            .spawn()
+            .expect("spawn trireme server");
+        let pid = child.id();
+        self.child = Some(child);
+        self.endpoints = None;
+
+        let path = self.data_dir().join("endpoints.json");
+        let deadline = Instant::now() + DEADLINE;
+        let endpoints = loop {
+            if let Some(e) = read_endpoints(&path).filter(|e| e.pid == pid) {
+                break e;
+            }
+            if let Some(status) = self.child_exited() {
+                panic!(
+                    "trireme server exited early with {status} before writing endpoints.json\n--- stderr ---\n{}",
+                    self.stderr_log()
+                );
+            }
+            if Instant::now() >= deadline {
+                panic!(
+                    "no endpoints.json with pid {pid} after {DEADLINE:?}\n--- stderr ---\n{}",
+                    self.stderr_log()
+                );
+            }
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        };
+        assert_eq!(
+            endpoints.node, self.opts.node_id,
+            "endpoints.json names another node"
+        );
+        self.endpoints = Some(endpoints);
+
+        let url = format!("{}/v1/health", self.http_url());
+        let client = self.http.clone();
+        let healthy = wait_until(DEADLINE, Duration::from_millis(25), || {
+            let client = client.clone();
+            let url = url.clone();
+            async move { matches!(client.get(&url).send().await, Ok(r) if r.status() == 200) }
+        })
+        .await;
+        assert!(
+            healthy,
+            "node never reported /v1/health 200 within {DEADLINE:?}\n--- stderr ---\n{}",
+            self.stderr_log()
+        );
+    }
+
+    fn child_exited(&mut self) -> Option<ExitStatus> {
+        self.child
+            .as_mut()
+            .and_then(|c| c.try_wait().expect("try_wait on child"))
+    }
+
+    /// The endpoints of the running process.
+    pub fn endpoints(&self) -> &Endpoints {
+        self.endpoints.as_ref().expect("node is not running")
+    }
+
+    /// `http://127.0.0.1:PORT`.
+    pub fn http_url(&self) -> String {
+        format!("http://{}", self.endpoints().http)
+    }
+
+    /// `http://127.0.0.1:PORT/v1/kv/<key>`.
+    pub fn kv_url(&self, key: &str) -> String {
+        format!("{}/v1/kv/{}", self.http_url(), key)
+    }
+
+    /// The RESP listen address.
+    pub fn resp_addr(&self) -> SocketAddr {
+        self.endpoints().resp
+    }
+
+    /// The process id of the running server.
+    pub fn pid(&self) -> u32 {
+        self.child.as_ref().expect("node is not running").id()
+    }
+
+    /// SIGKILLs the server and reaps it.
+    pub async fn kill9(&mut self) {
+        let mut child = self.child.take().expect("node is not running");
+        child.kill().expect("SIGKILL the server");
+        let status = wait_child(&mut child).await;
+        assert!(
+            !status.success(),
+            "a SIGKILLed server cannot exit cleanly: {status}"
+        );
+        self.endpoints = None;
+    }
+
+    /// Sends SIGTERM and waits for the process to exit; returns the exit status.
+    pub async fn terminate(&mut self) -> ExitStatus {
+        self.stop_with("TERM").await
+    }
+
+    /// Sends `kill -<signal>` to the server's PID and waits for it to exit.
+    pub async fn stop_with(&mut self, signal: &str) -> ExitStatus {
+        let mut child = self.child.take().expect("node is not running");
+        let pid = child.id().to_string();
+        let ok = Command::new("kill")
+            .args([format!("-{signal}").as_str(), &pid])
+            .status()
+            .expect("run kill");
+        assert!(ok.success(), "kill -{signal} {pid} failed");
+        let status = wait_child(&mut child).await;
+        self.endpoints = None;
+        status
+    }
+
+    /// Starts a new process on the same data dir (after `kill9` or `terminate`).
+    pub async fn restart(&mut self) {
+        self.spawn_and_wait().await;
+    }
+
+    /// Changes the options used by the next `restart`.
+    pub fn options_mut(&mut self) -> &mut StartOptions {
+        &mut self.opts
+    }
+
+    /// GET a key; `None` on 404, otherwise (flags, value, create_index, modify_index).
+    pub async fn get(&self, key: &str) -> Option<KvEntry> {
+        let resp = self
+            .http
+            .get(self.kv_url(key))
+            .send()
+            .await
+            .expect("GET request");
+        if resp.status() == 404 {
+            return None;
+        }
+        assert_eq!(resp.status(), 200, "GET {key}");
+        let v: serde_json::Value = resp.json().await.expect("GET body is JSON");
+        let arr = v.as_array().expect("GET body is an array");
+        assert_eq!(
+            arr.len(),
+            1,
+            "GET {key} without ?recurse returns one entry: {v}"
+        );
+        Some(KvEntry::from_json(&arr[0]))
+    }
+
+    /// PUT a key; returns the `true`/`false` body.
+    pub async fn put(&self, key: &str, value: impl Into<reqwest::Body>) -> bool {
+        let resp = self
+            .http
+            .put(self.kv_url(key))
+            .body(value)
+            .send()
+            .await
+            .expect("PUT request");
+        assert_eq!(resp.status(), 200, "PUT {key}");
+        let text = resp.text().await.expect("PUT body");
+        match text.trim() {
+            "true" => true,
+            "false" => false,
+            other => panic!("PUT {key} answered {other:?}"),
+        }
+    }
+
+    /// All entries under a prefix (`?recurse`); empty on 404.
+    pub async fn list(&self, prefix: &str) -> Vec<KvEntry> {
+        let resp = self
+            .http
+            .get(format!("{}?recurse", self.kv_url(prefix)))
+            .send()
+            .await
+            .expect("GET ?recurse");
+        if resp.status() == 404 {
+            return Vec::new();
+        }
+        assert_eq!(resp.status(), 200, "GET {prefix}?recurse");
+        let v: serde_json::Value = resp.json().await.expect("recurse body is JSON");
+        v.as_array()
+            .expect("recurse body is an array")
+            .iter()
+            .map(KvEntry::from_json)
+            .collect()
+    }
+
+    /// `/v1/cluster/shards` as JSON.
+    pub async fn shards(&self) -> serde_json::Value {
+        let resp = self
+            .http
+            .get(format!("{}/v1/cluster/shards", self.http_url()))
+            .send()
+            .await
+            .expect("GET /v1/cluster/shards");
+        assert_eq!(resp.status(), 200);
+        resp.json().await.expect("shards JSON")
+    }
+}
+
+impl Drop for TestNode {
+    fn drop(&mut self) {
+        if let Some(mut child) = self.child.take() {
+            let _ = child.kill();
+            let _ = child.wait();
+        }
+    }
+}
+
+/// Waits (bounded) for a child to exit.
+async fn wait_child(child: &mut Child) -> ExitStatus {
+    let deadline = Instant::now() + DEADLINE;
+    loop {
+        if let Some(status) = child.try_wait().expect("try_wait on child") {
+            return status;
+        }
+        if Instant::now() >= deadline {
+            let _ = child.kill();
+            let _ = child.wait();
+            panic!("process {} did not exit within {DEADLINE:?}", child.id());
+        }
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+}
+
+/// One entry of a KV answer.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct KvEntry {
+    pub key: String,
+    pub flags: u64,
+    pub value: Vec<u8>,
+    pub create_index: u64,
+    pub modify_index: u64,
+}
+
+impl KvEntry {
+    pub fn from_json(v: &serde_json::Value) -> KvEntry {
+        use base64::Engine as _;
+        let value = match &v["Value"] {
+            serde_json::Value::Null => Vec::new(),
+            serde_json::Value::String(s) => base64::engine::general_purpose::STANDARD
+                .decode(s)
+                .expect("Value is base64"),
+            other => panic!("Value is neither null nor a string: {other}"),
+        };
+        KvEntry {
+            key: v["Key"].as_str().expect("Key").to_string(),
+            flags: v["Flags"].as_u64().expect("Flags"),
+            value,
+            create_index: v["CreateIndex"].as_u64().expect("CreateIndex"),
+            modify_index: v["ModifyIndex"].as_u64().expect("ModifyIndex"),
+        }
+    }
+}
+
+/// Runs the binary with `args` and expects it to fail within `timeout`.
+/// Returns the exit code and everything written to stderr.
+pub fn run_expect_failure(args: &[&str], timeout: Duration) -> (i32, String) {
+    let dir = tempfile::tempdir().expect("temp dir");
+    let err_path = dir.path().join("stderr");
+    let out_path = dir.path().join("stdout");
+    let mut child = Command::new(binary())
+        .args(args)
+        .stdin(Stdio::null())
+        .stdout(std::fs::File::create(&out_path).expect("stdout file"))
+        .stderr(std::fs::File::create(&err_path).expect("stderr file"))
+        .spawn()
+        .expect("spawn trireme");
+    let deadline = Instant::now() + timeout;
+    let status = loop {
+        if let Some(status) = child.try_wait().expect("try_wait") {
+            break status;
+        }
+        if Instant::now() >= deadline {
+            let _ = child.kill();
+            let _ = child.wait();
+            panic!(
+                "`trireme {}` was expected to fail but still ran after {timeout:?}\n--- stdout ---\n{}\n--- stderr ---\n{}",
+                args.join(" "),
+                std::fs::read_to_string(&out_path).unwrap_or_default(),
+                std::fs::read_to_string(&err_path).unwrap_or_default(),
+            );
+        }
+        std::thread::sleep(Duration::from_millis(10));
+    };
+    let stderr = std::fs::read_to_string(&err_path).unwrap_or_default();
+    let code = status
+        .code()
+        .unwrap_or_else(|| panic!("killed by a signal: {status}\n{stderr}"));
+    (code, stderr)
+}
+
+/// A raw RESP connection: bytes in, bytes out, nothing interpreted on the way.
+pub struct RawResp {
+    stream: TcpStream,
+    buf: Vec<u8>,
+}
+
+/// How long a raw RESP read may wait.
+pub const RESP_TIMEOUT: Duration = Duration::from_secs(10);
+
+impl RawResp {
+    pub async fn connect(addr: SocketAddr) -> RawResp {
+        let stream = TcpStream::connect(addr)
+            .await
+            .expect("connect to RESP port");
+        stream.set_nodelay(true).expect("nodelay");
+        RawResp {
+            stream,
+            buf: Vec::new(),
+        }
+    }
+
+    /// Writes all of `bytes` in one write call.
+    pub async fn send(&mut self, bytes: &[u8]) {
+        self.stream
+            .write_all(bytes)
+            .await
+            .expect("write to RESP port");
+    }
+
+    /// Like `send`, but hands back the error (for connections a test expects to lose).
+    pub async fn try_send(&mut self, bytes: &[u8]) -> std::io::Result<()> {
+        self.stream.write_all(bytes).await
+    }
+
+    /// Like `read_reply`, but `None` when the connection ends or fails first.
+    pub async fn try_read_reply(&mut self) -> Option<Vec<u8>> {
+        loop {
+            if let Some(len) = reply_len(&self.buf, 0) {
+                return Some(self.buf.drain(..len).collect());
+            }
+            let mut chunk = [0u8; 16 * 1024];
+            let read = tokio::time::timeout(RESP_TIMEOUT, self.stream.read(&mut chunk)).await;
+            match read {
+                Ok(Ok(n)) if n > 0 => self.buf.extend_from_slice(&chunk[..n]),
+                _ => return None,
+            }
+        }
+    }
+
+    /// Sends one command encoded as an array of bulk strings.
+    pub async fn send_cmd(&mut self, args: &[&[u8]]) {
+        let bytes = encode_cmd(args);
+        self.send(&bytes).await;
+    }
+
+    /// Sends a command and returns its one complete reply.
+    pub async fn cmd(&mut self, args: &[&[u8]]) -> Vec<u8> {
+        self.send_cmd(args).await;
+        self.read_reply().await
+    }
+
+    async fn fill(&mut self) -> usize {
+        let mut chunk = [0u8; 16 * 1024];
+        let n = tokio::time::timeout(RESP_TIMEOUT, self.stream.read(&mut chunk))
+            .await
+            .unwrap_or_else(|_| {
+                panic!(
+                    "no RESP reply within {RESP_TIMEOUT:?}; buffered so far: {:?}",
+                    String::from_utf8_lossy(&self.buf)
+                )
+            })
+            .expect("read from RESP port");
+        self.buf.extend_from_slice(&chunk[..n]);
+        n
+    }
+
+    /// Reads exactly `len` bytes (the length of the expected reply).
+    pub async fn read_exact_reply(&mut self, len: usize) -> Vec<u8> {
+        while self.buf.len() < len {
+            if self.fill().await == 0 {
+                panic!(
+                    "connection closed after {:?}, wanted {len} bytes",
+                    String::from_utf8_lossy(&self.buf)
+                );
+            }
+        }
+        self.buf.drain(..len).collect()
+    }
+
+    /// Reads one complete reply (any RESP2 type, arrays nested) and returns its raw bytes.
+    pub async fn read_reply(&mut self) -> Vec<u8> {
+        loop {
+            if let Some(len) = reply_len(&self.buf, 0) {
+                return self.buf.drain(..len).collect();
+            }
+            if self.fill().await == 0 {
+                panic!(
+                    "connection closed mid-reply: {:?}",
+                    String::from_utf8_lossy(&self.buf)
+                );
+            }
+        }
+    }
+
+    /// Reads until the server closes the connection; returns everything left.
+    /// Panics if the server keeps it open past the timeout.
+    pub async fn read_to_close(&mut self) -> Vec<u8> {
+        let mut rest = std::mem::take(&mut self.buf);
+        let read = tokio::time::timeout(RESP_TIMEOUT, self.stream.read_to_end(&mut rest)).await;
+        match read {
+            Ok(Ok(_)) => rest,
+            // A reset after the error line still counts as closed.
+            Ok(Err(e)) if e.kind() == std::io::ErrorKind::ConnectionReset => rest,
+            Ok(Err(e)) => panic!("read error: {e}"),
+            Err(_) => panic!(
+                "server kept the connection open for {RESP_TIMEOUT:?}; got {:?}",
+                String::from_utf8_lossy(&rest)
+            ),
+        }
+    }
+}
+
+/// Encodes a command as a RESP array of bulk strings.
+pub fn encode_cmd(args: &[&[u8]]) -> Vec<u8> {
+    let mut out = format!("*{}\r\n", args.len()).into_bytes();
+    for a in args {
+        out.extend_from_slice(format!("${}\r\n", a.len()).as_bytes());
+        out.extend_from_slice(a);
+        out.extend_from_slice(b"\r\n");
+    }
+    out
+}
+
+fn line_end(buf: &[u8], from: usize) -> Option<usize> {
+    buf.get(from..)?
+        .windows(2)
+        .position(|w| w == b"\r\n")
+        .map(|p| from + p)
+}
+
+/// The length of the complete reply starting at `at`, or `None` if more bytes are needed.
+fn reply_len(buf: &[u8], at: usize) -> Option<usize> {
+    let kind = *buf.get(at)?;
+    let end = line_end(buf, at + 1)?;
+    let header = std::str::from_utf8(&buf[at + 1..end]).ok();
+    let after = end + 2;
+    match kind {
+        b'+' | b'-' | b':' => Some(after - at),
+        b'$' => {
+            let n: i64 = header?.parse().ok()?;
+            if n < 0 {
+                return Some(after - at);
+            }
+            let total = after + usize::try_from(n).ok()? + 2;
+            (buf.len() >= total).then_some(total - at)
+        }
+        b'*' => {
+            let n: i64 = header?.parse().ok()?;
+            let mut pos = after;
+            for _ in 0..n.max(0) {
+                pos += reply_len(buf, pos)?;
+            }
+            Some(pos - at)
+        }
+        other => panic!("unexpected RESP type byte {:?}", other as char),
+    }
+}
+
+/// Parses a complete RESP reply into a small tree (for replies whose exact bytes vary).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Reply {
+    Simple(String),
+    Error(String),
+    Int(i64),
+    Bulk(Option<Vec<u8>>),
+    Array(Option<Vec<Reply>>),
+}
+
+impl Reply {
+    pub fn parse(bytes: &[u8]) -> Reply {
+        let (reply, used) = parse_at(bytes, 0);
+        assert_eq!(used, bytes.len(), "trailing bytes after the reply");
+        reply
+    }
+
+    pub fn int(&self) -> i64 {
+        match self {
+            Reply::Int(n) => *n,
+            other => panic!("expected an integer reply, got {other:?}"),
+        }
+    }
+
+    pub fn array(&self) -> &[Reply] {
+        match self {
+            Reply::Array(Some(a)) => a,
+            other => panic!("expected an array reply, got {other:?}"),
+        }
+    }
+
+    pub fn bulk(&self) -> &[u8] {
+        match self {
+            Reply::Bulk(Some(b)) => b,
+            other => panic!("expected a bulk reply, got {other:?}"),
+        }
+    }
+}
+
+fn parse_at(buf: &[u8], at: usize) -> (Reply, usize) {
+    let end = line_end(buf, at + 1).expect("complete reply line");
+    let text = String::from_utf8_lossy(&buf[at + 1..end]).to_string();
+    let after = end + 2;
+    match buf[at] {
+        b'+' => (Reply::Simple(text), after - at),
+        b'-' => (Reply::Error(text), after - at),
+        b':' => (Reply::Int(text.parse().expect("integer")), after - at),
+        b'$' => {
+            let n: i64 = text.parse().expect("bulk length");
+            if n < 0 {
+                return (Reply::Bulk(None), after - at);
+            }
+            let n = usize::try_from(n).expect("bulk length");
+            let data = buf[after..after + n].to_vec();
+            (Reply::Bulk(Some(data)), after + n + 2 - at)
+        }
+        b'*' => {
+            let n: i64 = text.parse().expect("array length");
+            if n < 0 {
+                return (Reply::Array(None), after - at);
+            }
+            let mut pos = after;
+            let mut items = Vec::new();
+            for _ in 0..n {
+                let (item, used) = parse_at(buf, pos);
+                items.push(item);
+                pos += used;
+            }
+            (Reply::Array(Some(items)), pos - at)
+        }
+        other => panic!("unexpected RESP type byte {:?}", other as char),
+    }
+}
