@@ -163,12 +163,9 @@ impl<'s> Pending<'s> {
                 let current = self.live(key, now)?;
                 let parsed = match &current {
                     None => Ok(0),
-                    Some(r) => std::str::from_utf8(&r.value)
-                        .ok()
-                        .and_then(|s| s.parse::<i64>().ok())
-                        .ok_or(ErrorCode::NotInteger),
+                    Some(r) => trireme_types::int::parse_i64(&r.value).ok_or(ErrorCode::NotInteger),
                 };
-                match parsed.and_then(|n| n.checked_add(*delta).ok_or(ErrorCode::NotInteger)) {
+                match parsed.and_then(|n| n.checked_add(*delta).ok_or(ErrorCode::Overflow)) {
                     Ok(next) => {
                         self.put(
                             key,
@@ -510,7 +507,7 @@ mod tests {
         assert_eq!(results[0], CommandResult::Incr(Ok(5)));
         assert_eq!(results[1], CommandResult::Incr(Ok(-2)));
         assert_eq!(results[3], CommandResult::Incr(Err(ErrorCode::NotInteger)));
-        assert_eq!(results[5], CommandResult::Incr(Err(ErrorCode::NotInteger)));
+        assert_eq!(results[5], CommandResult::Incr(Err(ErrorCode::Overflow)));
         run(
             &storage,
             10,

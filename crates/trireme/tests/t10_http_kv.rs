@@ -583,7 +583,7 @@ async fn configured_limits_apply() {
 }
 
 #[tokio::test]
-#[ignore = "bug: 413 request_too_large closes the connection without `Connection: close`, so a pooled client's next request fails with IncompleteMessage"]
+
 async fn request_too_large_answer_announces_connection_close() {
     let node = TestNode::start(StartOptions::default()).await;
     let resp = node

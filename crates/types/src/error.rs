@@ -15,8 +15,10 @@ pub enum ErrorCode {
     ValueTooLarge,
     /// A request body or frame is larger than the configured limit.
     RequestTooLarge,
-    /// The value is not an integer, or the result would overflow.
+    /// The value is not an integer.
     NotInteger,
+    /// An integer operation would overflow.
+    Overflow,
     /// The key's shard has no leader reachable from here right now.
     NoLeader,
     /// The request did not complete in time; it may or may not have taken effect.
@@ -33,7 +35,10 @@ impl ErrorCode {
     /// The HTTP status for this code.
     pub fn http_status(self) -> u16 {
         match self {
-            ErrorCode::InvalidArgument | ErrorCode::KeyTooLarge | ErrorCode::NotInteger => 400,
+            ErrorCode::InvalidArgument
+            | ErrorCode::KeyTooLarge
+            | ErrorCode::NotInteger
+            | ErrorCode::Overflow => 400,
             ErrorCode::ValueTooLarge | ErrorCode::RequestTooLarge => 413,
             ErrorCode::NoLeader | ErrorCode::Unavailable | ErrorCode::StorageFailure => 503,
             ErrorCode::Timeout => 504,
@@ -58,6 +63,7 @@ impl ErrorCode {
             ErrorCode::ValueTooLarge => "value_too_large",
             ErrorCode::RequestTooLarge => "request_too_large",
             ErrorCode::NotInteger => "not_integer",
+            ErrorCode::Overflow => "overflow",
             ErrorCode::NoLeader => "no_leader",
             ErrorCode::Timeout => "timeout",
             ErrorCode::StorageFailure => "storage_failure",

@@ -10,6 +10,7 @@
 pub mod command;
 pub mod error;
 pub mod ids;
+pub mod int;
 pub mod limits;
 pub mod record;
 pub mod slot;

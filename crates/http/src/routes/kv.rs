@@ -159,17 +159,28 @@ pub(crate) async fn put(
     body: Result<Bytes, BytesRejection>,
 ) -> Result<Response, ApiError> {
     HttpMetrics::inc(&state.metrics.kv_put);
-    let body = body.map_err(|rejection| {
-        let code = if rejection.status() == StatusCode::PAYLOAD_TOO_LARGE {
-            ErrorCode::RequestTooLarge
-        } else {
-            ErrorCode::InvalidArgument
-        };
-        ApiError(TriremeError::new(
-            code,
-            format!("request body: {}", rejection.body_text()),
-        ))
-    })?;
+    let body = match body {
+        Ok(body) => body,
+        Err(rejection) if rejection.status() == StatusCode::PAYLOAD_TOO_LARGE => {
+            // The rest of the body is never read, so this connection cannot carry another
+            // request: say so, so that clients reusing connections open a new one.
+            let error = ApiError(TriremeError::new(
+                ErrorCode::RequestTooLarge,
+                format!("request body: {}", rejection.body_text()),
+            ));
+            let mut response = error.into_response();
+            response
+                .headers_mut()
+                .insert(header::CONNECTION, HeaderValue::from_static("close"));
+            return Ok(response);
+        }
+        Err(rejection) => {
+            return Err(ApiError::invalid(format!(
+                "request body: {}",
+                rejection.body_text()
+            )));
+        }
+    };
     let key = key_of(&uri);
     let query = Query::parse(uri.query());
     if key.is_empty() {

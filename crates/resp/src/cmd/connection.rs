@@ -65,7 +65,7 @@ pub(crate) fn hello(ctx: &mut Ctx<'_>, args: &mut Args) -> CmdResult {
 
 pub(crate) fn select(args: &mut Args) -> CmdResult {
     let db = args.next_i64()?;
-    args.finish()?;
+    super::no_more(args)?;
     if db != 0 {
         return Err(CmdError::Reply("ERR DB index is out of range".into()));
     }

@@ -1,7 +1,7 @@
 //! DEL, EXISTS, EXPIRE, PEXPIRE, TTL, PTTL, PERSIST, TYPE, SCAN, DBSIZE.
 
 use super::strings::unexpected;
-use super::{CmdError, CmdResult, Ctx};
+use super::{CmdError, CmdResult, Ctx, no_more};
 use crate::{ArgError, Args, Reply};
 use bytes::Bytes;
 use trireme_cluster::ReadMode;
@@ -32,7 +32,7 @@ pub(crate) async fn exists(ctx: &mut Ctx<'_>, args: &mut Args) -> CmdResult {
 pub(crate) async fn expire(ctx: &mut Ctx<'_>, args: &mut Args) -> CmdResult {
     let key = args.next_bytes()?;
     let amount = args.next_i64()?;
-    args.finish()?;
+    no_more(args)?;
     let unit = if args.name() == "pexpire" { 1 } else { 1000 };
     let invalid = || {
         CmdError::Reply(format!(
@@ -56,7 +56,7 @@ pub(crate) async fn expire(ctx: &mut Ctx<'_>, args: &mut Args) -> CmdResult {
 
 pub(crate) async fn ttl(ctx: &mut Ctx<'_>, args: &mut Args) -> CmdResult {
     let key = args.next_bytes()?;
-    args.finish()?;
+    no_more(args)?;
     let (record, _) = ctx.shared.node.get(&key, ReadMode::Default).await?;
     let Some(record) = record else {
         return Ok(Reply::integer(-2));
@@ -74,7 +74,7 @@ pub(crate) async fn ttl(ctx: &mut Ctx<'_>, args: &mut Args) -> CmdResult {
 
 pub(crate) async fn persist(ctx: &mut Ctx<'_>, args: &mut Args) -> CmdResult {
     let key = args.next_bytes()?;
-    args.finish()?;
+    no_more(args)?;
     match ctx
         .shared
         .node
@@ -94,7 +94,7 @@ pub(crate) async fn persist(ctx: &mut Ctx<'_>, args: &mut Args) -> CmdResult {
 
 pub(crate) async fn key_type(ctx: &mut Ctx<'_>, args: &mut Args) -> CmdResult {
     let key = args.next_bytes()?;
-    args.finish()?;
+    no_more(args)?;
     let (record, _) = ctx.shared.node.get(&key, ReadMode::Default).await?;
     Ok(Reply::simple(if record.is_some() {
         "string"
@@ -106,6 +106,9 @@ pub(crate) async fn key_type(ctx: &mut Ctx<'_>, args: &mut Args) -> CmdResult {
 /// `SCAN cursor [MATCH pattern] [COUNT n] [TYPE t]`. Cursors are handed out by the server and
 /// remember the shard and last key; an unknown cursor starts nothing and returns `0`.
 pub(crate) fn scan(ctx: &mut Ctx<'_>, args: &mut Args) -> CmdResult {
+    if args.remaining() == 0 {
+        return Err(args.wrong_arity().into());
+    }
     let cursor = args
         .next_u64()
         .map_err(|_| CmdError::Reply("ERR invalid cursor".into()))?;
@@ -152,6 +155,6 @@ pub(crate) fn scan(ctx: &mut Ctx<'_>, args: &mut Args) -> CmdResult {
 }
 
 pub(crate) fn dbsize(ctx: &mut Ctx<'_>, args: &mut Args) -> CmdResult {
-    args.finish()?;
+    no_more(args)?;
     Ok(Reply::integer(ctx.shared.node.key_count()? as i64))
 }

@@ -56,6 +56,15 @@ impl From<CmdError> for Reply {
 
 pub(crate) type CmdResult = Result<Reply, CmdError>;
 
+/// For fixed-arity commands: arguments left over are a wrong number of arguments, as Redis
+/// says it (not a syntax error).
+pub(crate) fn no_more(args: &Args) -> Result<(), CmdError> {
+    if args.remaining() > 0 {
+        return Err(args.wrong_arity().into());
+    }
+    Ok(())
+}
+
 /// What a command handler gets.
 pub(crate) struct Ctx<'a> {
     pub(crate) shared: &'a Shared,
@@ -103,15 +112,13 @@ pub(crate) async fn execute(shared: &Shared, client: &mut ClientState, mut args:
 }
 
 fn unknown_command(name: &str, args: &mut Args) -> String {
-    let shown: Vec<String> = args
+    // Redis quotes each argument and follows it with a space, the last one included.
+    let shown: String = args
         .rest()
         .iter()
         .take(8)
-        .map(|a| format!("'{}'", String::from_utf8_lossy(&a[..a.len().min(64)])))
+        .map(|a| format!("'{}' ", String::from_utf8_lossy(&a[..a.len().min(64)])))
         .collect();
     let name: String = name.chars().take(64).collect();
-    format!(
-        "ERR unknown command '{name}', with args beginning with: {}",
-        shown.join(" ")
-    )
+    format!("ERR unknown command '{name}', with args beginning with: {shown}")
 }

@@ -60,7 +60,10 @@ pub(crate) async fn set(ctx: &mut Ctx<'_>, args: &mut Args) -> CmdResult {
                 ttl_given = true;
             }
             "EX" | "PX" | "EXAT" | "PXAT" if !ttl_given => {
-                let amount = args.next_i64().map_err(|_| ArgError::NotInteger)?;
+                if args.remaining() == 0 {
+                    return Err(ArgError::Syntax.into());
+                }
+                let amount = args.next_i64()?;
                 let at = match option.as_str() {
                     "EX" => expiry_after(amount, 1000, "set")?,
                     "PX" => expiry_after(amount, 1, "set")?,
@@ -154,6 +157,9 @@ pub(crate) async fn incr(ctx: &mut Ctx<'_>, args: &mut Args) -> CmdResult {
     {
         CommandResult::Incr(Ok(n)) => Ok(Reply::integer(n)),
         CommandResult::Incr(Err(ErrorCode::NotInteger)) => Err(ArgError::NotInteger.into()),
+        CommandResult::Incr(Err(ErrorCode::Overflow)) => Err(CmdError::Reply(
+            "ERR increment or decrement would overflow".into(),
+        )),
         CommandResult::Incr(Err(code)) => Err(CmdError::Reply(format!("ERR {code}"))),
         other => Err(unexpected(other)),
     }
