@@ -14,10 +14,11 @@ use openraft::type_config::alias::{EntryOf, LogIdOf, VoteOf};
 use openraft::{LogState, OptionalSend, RaftLogReader};
 use serde::Serialize;
 use serde::de::DeserializeOwned;
+use std::collections::VecDeque;
 use std::fmt::Debug;
 use std::io;
 use std::ops::{Bound, RangeBounds};
-use std::sync::Arc;
+use std::sync::{Arc, Mutex};
 use trireme_storage::Storage;
 
 const VOTE: &str = "vote";
@@ -28,12 +29,97 @@ const PURGED: &str = "purged";
 pub struct LogStore {
     storage: Arc<Storage>,
     group: u32,
+    recent: Arc<Mutex<RecentEntries>>,
+}
+
+/// Most entries, and most encoded bytes, kept in [`RecentEntries`] per group.
+const RECENT_MAX_ENTRIES: usize = 4096;
+const RECENT_MAX_BYTES: usize = 4 * 1024 * 1024;
+
+/// The newest entries of the log, decoded, with contiguous indexes. openraft reads every
+/// entry back right after appending it (to apply it, to replicate it); serving those reads
+/// from memory saves an LSM range scan and a decode (which copies the value) per entry.
+#[derive(Debug, Default)]
+struct RecentEntries {
+    entries: VecDeque<(EntryOf<TypeConfig>, usize)>,
+    bytes: usize,
+}
+
+impl RecentEntries {
+    fn first_index(&self) -> Option<u64> {
+        self.entries.front().map(|(e, _)| e.index())
+    }
+
+    fn push(&mut self, entry: EntryOf<TypeConfig>, size: usize) {
+        let follows = self
+            .entries
+            .back()
+            .is_none_or(|(last, _)| last.index() + 1 == entry.index());
+        if !follows {
+            self.clear();
+        }
+        self.bytes += size;
+        self.entries.push_back((entry, size));
+        while self.entries.len() > RECENT_MAX_ENTRIES || self.bytes > RECENT_MAX_BYTES {
+            if let Some((_, size)) = self.entries.pop_front() {
+                self.bytes -= size;
+            }
+        }
+    }
+
+    /// Entries `start..end` if all of them are here.
+    fn get(&self, start: u64, end: u64) -> Option<Vec<EntryOf<TypeConfig>>> {
+        let first = self.first_index()?;
+        let last = self.entries.back().map(|(e, _)| e.index())?;
+        if start < first || end > last + 1 {
+            return None;
+        }
+        let from = (start - first) as usize;
+        let to = (end.min(last + 1) - first) as usize;
+        Some(
+            self.entries
+                .range(from..to)
+                .map(|(e, _)| e.clone())
+                .collect(),
+        )
+    }
+
+    /// Drops entries with index >= `from`.
+    fn truncate(&mut self, from: u64) {
+        while self.entries.back().is_some_and(|(e, _)| e.index() >= from) {
+            if let Some((_, size)) = self.entries.pop_back() {
+                self.bytes -= size;
+            }
+        }
+    }
+
+    /// Drops entries with index < `upto`.
+    fn purge(&mut self, upto: u64) {
+        while self.entries.front().is_some_and(|(e, _)| e.index() < upto) {
+            if let Some((_, size)) = self.entries.pop_front() {
+                self.bytes -= size;
+            }
+        }
+    }
+
+    fn clear(&mut self) {
+        self.entries.clear();
+        self.bytes = 0;
+    }
 }
 
 impl LogStore {
     /// The log of `group` inside `storage`.
     pub fn new(storage: Arc<Storage>, group: u32) -> Self {
-        Self { storage, group }
+        Self {
+            storage,
+            group,
+            recent: Arc::default(),
+        }
+    }
+
+    fn recent(&self) -> std::sync::MutexGuard<'_, RecentEntries> {
+        self.recent.lock().unwrap_or_else(|e| e.into_inner())
     }
 
     fn get_meta<T: DeserializeOwned>(&self, name: &str) -> Result<Option<T>, io::Error> {
@@ -82,6 +168,12 @@ impl RaftLogReader<TypeConfig> for LogStore {
         range: RB,
     ) -> Result<Vec<EntryOf<TypeConfig>>, io::Error> {
         let (start, end) = bounds(&range);
+        if start >= end {
+            return Ok(Vec::new());
+        }
+        if let Some(entries) = self.recent().get(start, end) {
+            return Ok(entries);
+        }
         let rows = self
             .storage
             .read_log(self.group, start, end)
@@ -138,13 +230,21 @@ impl RaftLogStorage<TypeConfig> for LogStore {
         I: IntoIterator<Item = EntryOf<TypeConfig>> + OptionalSend,
         I::IntoIter: OptionalSend,
     {
+        let entries: Vec<EntryOf<TypeConfig>> = entries.into_iter().collect();
         let rows = entries
-            .into_iter()
-            .map(|entry| Ok((entry.index(), encode(&entry)?)))
+            .iter()
+            .map(|entry| Ok((entry.index(), encode(entry)?)))
             .collect::<Result<Vec<_>, io::Error>>()?;
+        let sizes: Vec<usize> = rows.iter().map(|(_, bytes)| bytes.len()).collect();
         self.storage
             .append_log(self.group, rows)
             .map_err(io::Error::other)?;
+        {
+            let mut recent = self.recent();
+            for (entry, size) in entries.into_iter().zip(sizes) {
+                recent.push(entry, size);
+            }
+        }
         self.storage.sync(Box::new(move |result| {
             callback.io_completed(result.map_err(io::Error::other));
         }));
@@ -156,6 +256,7 @@ impl RaftLogStorage<TypeConfig> for LogStore {
         last_log_id: Option<LogIdOf<TypeConfig>>,
     ) -> Result<(), io::Error> {
         let from = last_log_id.map_or(0, |id| id.index() + 1);
+        self.recent().truncate(from);
         self.storage
             .delete_log_range(self.group, from, u64::MAX)
             .map_err(io::Error::other)
@@ -166,6 +267,7 @@ impl RaftLogStorage<TypeConfig> for LogStore {
         // deleting them need not be atomic with it.
         self.put_meta(PURGED, &log_id)?;
         let upto = log_id.index() + 1;
+        self.recent().purge(upto);
         let storage = self.storage.clone();
         let group = self.group;
         tokio::task::spawn_blocking(move || storage.delete_log_range(group, 0, upto))
