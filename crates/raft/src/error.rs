@@ -86,6 +86,33 @@ impl RaftLayerError {
         }
     }
 
+    /// The same error again, for every writer of a failed batch.
+    pub(crate) fn duplicate(&self) -> Self {
+        match self {
+            RaftLayerError::NotLeader { shard, leader } => RaftLayerError::NotLeader {
+                shard: *shard,
+                leader: leader.clone(),
+            },
+            RaftLayerError::NoQuorum { shard, reason } => RaftLayerError::NoQuorum {
+                shard: *shard,
+                reason: reason.clone(),
+            },
+            RaftLayerError::Stopped { shard, reason } => RaftLayerError::Stopped {
+                shard: *shard,
+                reason: reason.clone(),
+            },
+            RaftLayerError::Timeout { shard, millis } => RaftLayerError::Timeout {
+                shard: *shard,
+                millis: *millis,
+            },
+            RaftLayerError::Storage(e) => RaftLayerError::Stopped {
+                shard: 0,
+                reason: e.to_string(),
+            },
+            RaftLayerError::Setup(m) => RaftLayerError::Setup(m.clone()),
+        }
+    }
+
     pub(crate) fn from_fatal(shard: u32, fatal: Fatal<TypeConfig>) -> Self {
         RaftLayerError::Stopped {
             shard,

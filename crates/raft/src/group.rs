@@ -100,6 +100,7 @@ pub struct ShardGroup {
     /// refuse to vote for anyone else for `election_max` after they last heard from a leader,
     /// so `election_min` leaves a margin for clock drift.
     lease: Duration,
+    proposals: tokio::sync::mpsc::Sender<crate::batcher::Proposal>,
     metrics: openraft::type_config::alias::WatchReceiverOf<
         TypeConfig,
         openraft::RaftMetrics<TypeConfig>,
@@ -126,8 +127,10 @@ impl ShardGroup {
         .await
         .map_err(|e| RaftLayerError::from_fatal(shard.0, e))?;
         let metrics = raft.metrics();
+        let proposals = crate::batcher::spawn(raft.clone(), shard.0);
         Ok(Self {
             shard,
+            proposals,
             raft,
             timeout: timing.request_timeout,
             lease: timing.election_min,
@@ -187,9 +190,18 @@ impl ShardGroup {
     /// Proposes a command and returns its result once it is committed and applied here.
     pub async fn write(&self, command: LogCommand) -> Result<CommandResult, RaftLayerError> {
         let shard = self.shard.0;
-        match tokio::time::timeout(self.timeout, self.raft.client_write(command)).await {
-            Ok(Ok(response)) => Ok(response.data),
-            Ok(Err(e)) => Err(RaftLayerError::from_write(shard, e)),
+        let stopped = || RaftLayerError::Stopped {
+            shard,
+            reason: "the group's proposal queue is closed".into(),
+        };
+        let (reply, result) = tokio::sync::oneshot::channel();
+        let proposal = crate::batcher::Proposal { command, reply };
+        let attempt = async {
+            self.proposals.send(proposal).await.map_err(|_| stopped())?;
+            result.await.map_err(|_| stopped())?
+        };
+        match tokio::time::timeout(self.timeout, attempt).await {
+            Ok(result) => result,
             Err(_) => Err(RaftLayerError::Timeout {
                 shard,
                 millis: self.timeout.as_millis() as u64,

@@ -5,6 +5,7 @@
 #![deny(clippy::unwrap_used)]
 #![cfg_attr(test, allow(clippy::unwrap_used))]
 
+mod batcher;
 mod error;
 mod group;
 mod log_store;

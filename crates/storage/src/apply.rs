@@ -88,8 +88,22 @@ impl<'s> Pending<'s> {
     }
 
     fn apply(&mut self, index: u64, log: &LogCommand) -> Result<CommandResult, StorageError> {
-        let now = log.now_ms;
-        Ok(match &log.command {
+        self.apply_command(index, log.now_ms, &log.command)
+    }
+
+    fn apply_command(
+        &mut self,
+        index: u64,
+        now: u64,
+        command: &Command,
+    ) -> Result<CommandResult, StorageError> {
+        Ok(match command {
+            Command::Batch(commands) => CommandResult::Batch(
+                commands
+                    .iter()
+                    .map(|c| self.apply_command(index, now, c))
+                    .collect::<Result<_, _>>()?,
+            ),
             Command::Put {
                 key,
                 value,
@@ -564,6 +578,43 @@ mod tests {
             .map(|(k, _)| k)
             .collect();
         assert_eq!(after, vec![Bytes::from_static(b"s")]);
+    }
+
+    #[test]
+    fn a_batch_applies_in_order_under_one_index() {
+        let dir = tempfile::tempdir().unwrap();
+        let storage = Storage::open(dir.path(), &StorageOptions::default()).unwrap();
+        let batch = Command::Batch(vec![
+            put("a", "1", PutCondition::Always, TtlUpdate::Clear),
+            Command::Incr {
+                key: Bytes::from_static(b"n"),
+                delta: 2,
+            },
+            put("b", "2", PutCondition::IfPresent, TtlUpdate::Clear),
+        ]);
+        let results = run(&storage, 7, &[cmd(1, batch)]);
+        let CommandResult::Batch(inner) = &results[0] else {
+            panic!("{results:?}")
+        };
+        assert!(matches!(
+            inner[0],
+            CommandResult::Put {
+                written: true,
+                index: 7,
+                ..
+            }
+        ));
+        assert_eq!(inner[1], CommandResult::Incr(Ok(2)));
+        assert!(matches!(
+            inner[2],
+            CommandResult::Put { written: false, .. }
+        ));
+        assert_eq!(storage.get(0, b"a", 1).unwrap().unwrap().modify_index, 7);
+        assert_eq!(
+            storage.get(0, b"n", 1).unwrap().unwrap().value,
+            Bytes::from_static(b"2")
+        );
+        assert!(storage.get(0, b"b", 1).unwrap().is_none());
     }
 
     #[test]

@@ -101,6 +101,10 @@ pub enum Command {
         /// Candidates found by the leader's expiry scan.
         keys: Vec<Bytes>,
     },
+    /// Several clients' commands proposed as one log entry, applied in order. The proposer
+    /// only batches commands that touch different keys, so every change of a key still gets
+    /// its own `ModifyIndex`.
+    Batch(Vec<Command>),
 }
 
 impl Command {
@@ -114,6 +118,20 @@ impl Command {
             Command::Incr { .. } => "incr",
             Command::SetTtl { .. } => "set_ttl",
             Command::Reap { .. } => "reap",
+            Command::Batch(_) => "batch",
+        }
+    }
+
+    /// The keys this command writes, or `None` if it may write keys it cannot name up front
+    /// (a prefix delete, a batch): such a command is never batched with others.
+    pub fn keys(&self) -> Option<Vec<&Bytes>> {
+        match self {
+            Command::Put { key, .. } | Command::Incr { key, .. } | Command::SetTtl { key, .. } => {
+                Some(vec![key])
+            }
+            Command::PutMany { pairs } => Some(pairs.iter().map(|(k, _)| k).collect()),
+            Command::Delete { keys, .. } | Command::Reap { keys } => Some(keys.iter().collect()),
+            Command::DeletePrefix { .. } | Command::Batch(_) => None,
         }
     }
 }
@@ -138,4 +156,6 @@ pub enum CommandResult {
     TtlSet(bool),
     /// Nothing to report (blank and membership entries, `PutMany`, `Reap`).
     Done,
+    /// One result per command of a [`Command::Batch`], in order.
+    Batch(Vec<CommandResult>),
 }
