@@ -10,13 +10,21 @@ command -v redis-cli >/dev/null 2>&1 || need+=(redis-tools)
 command -v redis-benchmark >/dev/null 2>&1 || need+=(redis-tools)
 command -v curl >/dev/null 2>&1 || need+=(curl)
 
-if [ ${#need[@]} -eq 0 ]; then
-  exit 0
+python3 -c 'import venv, ensurepip' >/dev/null 2>&1 || need+=(python3-venv)
+
+if [ ${#need[@]} -gt 0 ]; then
+  SUDO=""
+  if [ "$(id -u)" -ne 0 ]; then SUDO="sudo"; fi
+  export DEBIAN_FRONTEND=noninteractive
+  $SUDO apt-get update -qq
+  # shellcheck disable=SC2068
+  $SUDO apt-get install -y -qq --no-install-recommends $(printf '%s\n' "${need[@]}" | sort -u) >/dev/null
 fi
 
-SUDO=""
-if [ "$(id -u)" -ne 0 ]; then SUDO="sudo"; fi
-export DEBIAN_FRONTEND=noninteractive
-$SUDO apt-get update -qq
-# shellcheck disable=SC2068
-$SUDO apt-get install -y -qq --no-install-recommends $(printf '%s\n' "${need[@]}" | sort -u) >/dev/null
+# Real client libraries the integration tests drive: Consul's Python client (py-consul),
+# in a virtualenv of the project's own under target/.
+venv="$(cd "$(dirname "$0")/.." && pwd)/target/test-venv"
+if ! "$venv/bin/python" -c 'import consul' >/dev/null 2>&1; then
+  python3 -m venv "$venv"
+  "$venv/bin/pip" install --quiet --disable-pip-version-check 'py-consul==1.8.0'
+fi

@@ -19,16 +19,10 @@ impl Query {
         Self { params }
     }
 
-    /// Whether a flag is set: present with no value, or with a true-ish value.
+    /// Whether a flag is present. As in Consul, only presence counts, not the value:
+    /// `?recurse`, `?recurse=1` and `?keys=True` (what py-consul sends) all set it.
     pub fn flag(&self, name: &str) -> Result<bool, ApiError> {
-        match self.params.get(name).map(String::as_str) {
-            None => Ok(false),
-            Some("" | "true" | "1") => Ok(true),
-            Some("false" | "0") => Ok(false),
-            Some(other) => Err(ApiError::invalid(format!(
-                "invalid value {other:?} for ?{name}: expected true or false"
-            ))),
-        }
+        Ok(self.params.contains_key(name))
     }
 
     /// An unsigned integer parameter.

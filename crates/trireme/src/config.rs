@@ -178,7 +178,10 @@ impl ServerArgs {
         }
         Ok(ServerConfig {
             node,
-            log: self.log.or(file.log).unwrap_or_else(|| "info".into()),
+            log: self
+                .log
+                .or(file.log)
+                .unwrap_or_else(|| "info,openraft=error".into()),
             rack: self.rack.or(file.rack),
             zone: self.zone.or(file.zone),
         })

@@ -1,0 +1,131 @@
+//! Area 50: the client programs users already run, unchanged, against a real node:
+//! py-consul (Consul's Python client) and redis-benchmark (Debian's redis-tools). Both are
+//! installed by `scripts/install-test-deps.sh`.
+
+mod common;
+
+use common::{RawResp, Reply, StartOptions, TestNode};
+use std::path::PathBuf;
+use std::process::{Command, Stdio};
+use std::time::{Duration, Instant};
+
+/// Runs a program to completion with a deadline; returns (success, stdout, stderr).
+fn run(program: &str, args: &[String], limit: Duration) -> (bool, String, String) {
+    let mut child = Command::new(program)
+        .args(args)
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap_or_else(|e| {
+            panic!("{program} cannot start ({e}): run scripts/install-test-deps.sh")
+        });
+    let deadline = Instant::now() + limit;
+    while child.try_wait().expect("try_wait").is_none() {
+        if Instant::now() >= deadline {
+            let _ = child.kill();
+            panic!("{program} {args:?} did not finish within {limit:?}");
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    let out = child.wait_with_output().expect("output");
+    (
+        out.status.success(),
+        String::from_utf8_lossy(&out.stdout).into_owned(),
+        String::from_utf8_lossy(&out.stderr).into_owned(),
+    )
+}
+
+fn workspace_root() -> PathBuf {
+    PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../..")
+}
+
+#[tokio::test]
+async fn py_consul_works_unchanged() {
+    let node = TestNode::start(StartOptions::default()).await;
+    let python = workspace_root().join("target/test-venv/bin/python");
+    let script = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("tests/clients/consul_kv.py");
+    let http = node.endpoints().http;
+    let args = vec![
+        script.display().to_string(),
+        http.ip().to_string(),
+        http.port().to_string(),
+    ];
+    let python = python.display().to_string();
+    let (ok, stdout, stderr) =
+        tokio::task::spawn_blocking(move || run(&python, &args, Duration::from_secs(60)))
+            .await
+            .expect("runner");
+    assert!(
+        ok,
+        "py-consul checks failed:\n{stdout}\n{stderr}\nserver log:\n{}",
+        node.stderr_log()
+    );
+    assert_eq!(stdout.trim(), "ok");
+}
+
+#[tokio::test]
+async fn redis_benchmark_runs_clean_and_its_writes_are_readable() {
+    let node = TestNode::start(StartOptions::default()).await;
+    let port = node.resp_addr().port().to_string();
+    let args: Vec<String> = [
+        "-h",
+        "127.0.0.1",
+        "-p",
+        &port,
+        "-t",
+        "set,get,incr,mset",
+        "-n",
+        "2000",
+        "-c",
+        "10",
+        "-r",
+        "100",
+        "-d",
+        "64",
+        "--csv",
+    ]
+    .iter()
+    .map(|s| s.to_string())
+    .collect();
+    let (ok, stdout, stderr) = tokio::task::spawn_blocking(move || {
+        run("redis-benchmark", &args, Duration::from_secs(120))
+    })
+    .await
+    .expect("runner");
+    assert!(ok, "redis-benchmark failed: {stdout}\n{stderr}");
+    assert!(
+        !stdout.contains("ERR") && !stderr.contains("ERR"),
+        "errors during the run: {stdout}\n{stderr}"
+    );
+    for test in ["SET", "GET", "INCR", "MSET (10 keys)"] {
+        let row = stdout
+            .lines()
+            .find(|l| l.starts_with(&format!("\"{test}\"")))
+            .unwrap_or_else(|| panic!("no {test} row in:\n{stdout}"));
+        let rps: f64 = row
+            .split(',')
+            .nth(1)
+            .and_then(|v| v.trim_matches('"').parse().ok())
+            .expect("rps column");
+        assert!(rps > 0.0, "{test}: {row}");
+    }
+    // -r 100 draws keys key:000000000000..key:000000000099 (and counter:..., plus MSET's keys):
+    // what it wrote is there, and INCR counted every one of its 2000 increments.
+    let mut c = RawResp::connect(node.resp_addr()).await;
+    c.send_cmd(&[b"DBSIZE"]).await;
+    let keys = Reply::parse(&c.read_reply().await).int();
+    assert!((1..=300).contains(&keys), "DBSIZE {keys}");
+    let mut total = 0i64;
+    for i in 0..100 {
+        let key = format!("counter:{i:012}");
+        c.send_cmd(&[b"GET", key.as_bytes()]).await;
+        if let Reply::Bulk(Some(value)) = Reply::parse(&c.read_reply().await) {
+            total += std::str::from_utf8(&value)
+                .expect("text")
+                .parse::<i64>()
+                .expect("integer");
+        }
+    }
+    assert_eq!(total, 2000, "INCR lost or duplicated increments");
+}
