@@ -9,7 +9,7 @@ cargo fmt --all -- --check
 cargo clippy --workspace --all-targets --locked -- -D warnings
 mkdir -p target
 set +e
-cargo test --workspace --locked 2>&1 | tee target/test-output.txt
+cargo test --workspace --locked --no-fail-fast 2>&1 | tee target/test-output.txt
 status=${PIPESTATUS[0]}
 set -e
 # One closing line over every test binary, for readers and CI.
