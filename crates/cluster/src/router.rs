@@ -227,16 +227,7 @@ impl Node {
                 .map(|(shard, keys)| self.write_shard(shard, Command::Delete { keys, cas: None })),
         )
         .await?;
-        Ok(results
-            .into_iter()
-            .map(|r| {
-                if let CommandResult::Deleted(n) = r {
-                    n
-                } else {
-                    0
-                }
-            })
-            .sum())
+        Ok(total_deleted(results))
     }
 
     /// Deletes every key starting with `prefix` in every shard; returns how many existed.
@@ -253,15 +244,20 @@ impl Node {
             )
         }))
         .await?;
-        Ok(results
-            .into_iter()
-            .map(|r| {
-                if let CommandResult::Deleted(n) = r {
-                    n
-                } else {
-                    0
-                }
-            })
-            .sum())
+        Ok(total_deleted(results))
     }
+}
+
+/// The number of keys removed by per-shard delete commands.
+fn total_deleted(results: Vec<CommandResult>) -> u64 {
+    results
+        .into_iter()
+        .map(|r| {
+            if let CommandResult::Deleted(n) = r {
+                n
+            } else {
+                0
+            }
+        })
+        .sum()
 }
