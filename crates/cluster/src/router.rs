@@ -69,12 +69,24 @@ impl Node {
         key: &[u8],
         mode: ReadMode,
     ) -> Result<(Option<Record>, ReadMeta), ClusterError> {
+        let record = self.get_record(key, mode).await?;
+        let meta = self.read_meta(
+            [self.shard_of(key)],
+            record.as_ref().map(|r| r.modify_index),
+        );
+        Ok((record, meta))
+    }
+
+    /// Reads one key without the freshness metadata (the RESP path has nowhere to put it).
+    pub async fn get_record(
+        &self,
+        key: &[u8],
+        mode: ReadMode,
+    ) -> Result<Option<Record>, ClusterError> {
         self.check_key(key)?;
         let shard = self.shard_of(key);
         self.group(shard).read_barrier(mode).await?;
-        let record = self.storage.get(shard.0, key, crate::now_ms())?;
-        let meta = self.read_meta([shard], record.as_ref().map(|r| r.modify_index));
-        Ok((record, meta))
+        Ok(self.storage.get(shard.0, key, crate::now_ms())?)
     }
 
     /// Reads several keys (`MGET`); each shard's barrier is passed once.

@@ -57,7 +57,7 @@ pub(crate) async fn expire(ctx: &mut Ctx<'_>, args: &mut Args) -> CmdResult {
 pub(crate) async fn ttl(ctx: &mut Ctx<'_>, args: &mut Args) -> CmdResult {
     let key = args.next_bytes()?;
     no_more(args)?;
-    let (record, _) = ctx.shared.node.get(&key, ReadMode::Default).await?;
+    let record = ctx.shared.node.get_record(&key, ReadMode::Default).await?;
     let Some(record) = record else {
         return Ok(Reply::integer(-2));
     };
@@ -95,7 +95,7 @@ pub(crate) async fn persist(ctx: &mut Ctx<'_>, args: &mut Args) -> CmdResult {
 pub(crate) async fn key_type(ctx: &mut Ctx<'_>, args: &mut Args) -> CmdResult {
     let key = args.next_bytes()?;
     no_more(args)?;
-    let (record, _) = ctx.shared.node.get(&key, ReadMode::Default).await?;
+    let record = ctx.shared.node.get_record(&key, ReadMode::Default).await?;
     Ok(Reply::simple(if record.is_some() {
         "string"
     } else {

@@ -13,7 +13,7 @@ pub(crate) async fn get(ctx: &mut Ctx<'_>, args: &mut Args) -> CmdResult {
     if args.remaining() > 0 {
         return Err(args.wrong_arity().into());
     }
-    let (record, _) = ctx.shared.node.get(&key, READ_MODE).await?;
+    let record = ctx.shared.node.get_record(&key, READ_MODE).await?;
     Ok(record.map_or(Reply::Null, |r| Reply::Bulk(r.value)))
 }
 
