@@ -156,6 +156,9 @@ impl ServerArgs {
             if limits.max_key_bytes == 0 || limits.max_value_bytes == 0 {
                 bail!("[limits] max_key_bytes and max_value_bytes must be positive");
             }
+            if !(1..=60_000).contains(&limits.header_read_timeout_ms) {
+                bail!("[limits] header_read_timeout_ms must be between 1 and 60000");
+            }
             node.limits = limits;
         }
         if let Some(raft) = file.raft {

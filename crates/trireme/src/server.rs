@@ -73,7 +73,12 @@ async fn serve(mut config: ServerConfig) -> anyhow::Result<()> {
     let http_task = tokio::spawn(trireme_http::serve(
         http,
         trireme_http::router(http_state),
-        trireme_http::HttpOptions::default(),
+        trireme_http::HttpOptions {
+            header_read_timeout: std::time::Duration::from_millis(
+                config.node.limits.header_read_timeout_ms,
+            ),
+            ..Default::default()
+        },
         stopped(stop_rx.clone()),
     ));
     let resp_task = tokio::spawn(resp_server.serve(resp, stopped(stop_rx.clone())));

@@ -693,3 +693,56 @@ async fn cas_is_atomic_under_contention() {
         "every successful CAS must count exactly once"
     );
 }
+
+/// A client that never finishes its headers is cut off after the header timeout, and while it
+/// (and a crowd of idle connections) hangs on, everyone else is served.
+#[tokio::test]
+async fn slow_and_idle_clients_do_not_starve_others() {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let node =
+        TestNode::start(StartOptions::default().config("[limits]\nheader_read_timeout_ms = 500\n"))
+            .await;
+    let addr = node.endpoints().http;
+
+    let mut idle = Vec::new();
+    for _ in 0..200 {
+        idle.push(
+            tokio::net::TcpStream::connect(addr)
+                .await
+                .expect("idle connection"),
+        );
+    }
+    let mut slow = tokio::net::TcpStream::connect(addr)
+        .await
+        .expect("slow connection");
+    slow.write_all(b"PUT /v1/kv/slow HTTP/1.1\r\nHost: x\r\nContent-Le")
+        .await
+        .expect("half a header");
+
+    for i in 0..20 {
+        still_serves(&node, &format!("busy/{i}")).await;
+    }
+
+    // The server closes the half-sent request (EOF or reset) well after 500 ms, well before 10 s.
+    let started = std::time::Instant::now();
+    let mut buf = [0u8; 1024];
+    let outcome = tokio::time::timeout(Duration::from_secs(10), slow.read(&mut buf)).await;
+    match outcome {
+        Ok(Ok(n)) => {
+            let answer = String::from_utf8_lossy(&buf[..n]);
+            assert!(
+                n == 0 || answer.starts_with("HTTP/1.1 408"),
+                "unexpected answer {answer:?}"
+            );
+        }
+        Ok(Err(_)) => {}
+        Err(_) => panic!("a client holding half-sent headers was never cut off"),
+    }
+    assert!(started.elapsed() < Duration::from_secs(10));
+    assert!(
+        node.get("slow").await.is_none(),
+        "a half-sent request wrote something"
+    );
+    still_serves(&node, "after/slow").await;
+    drop(idle);
+}

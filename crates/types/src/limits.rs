@@ -11,6 +11,8 @@ pub struct Limits {
     pub max_key_bytes: usize,
     /// Longest value, bytes.
     pub max_value_bytes: usize,
+    /// How long an HTTP client may take to send its request headers, milliseconds.
+    pub header_read_timeout_ms: u64,
 }
 
 impl Default for Limits {
@@ -18,6 +20,7 @@ impl Default for Limits {
         Self {
             max_key_bytes: 8 * 1024,
             max_value_bytes: 512 * 1024,
+            header_read_timeout_ms: 10_000,
         }
     }
 }
