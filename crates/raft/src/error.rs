@@ -105,10 +105,7 @@ impl RaftLayerError {
                 shard: *shard,
                 millis: *millis,
             },
-            RaftLayerError::Storage(e) => RaftLayerError::Stopped {
-                shard: 0,
-                reason: e.to_string(),
-            },
+            RaftLayerError::Storage(e) => RaftLayerError::Setup(format!("storage: {e}")),
             RaftLayerError::Setup(m) => RaftLayerError::Setup(m.clone()),
         }
     }
