@@ -3,6 +3,8 @@
 # one-node Trireme and against redis-server with appendfsync always (both durable), in one run.
 #
 #   bench/redis-benchmark.sh [REQUESTS]      (default 200000)
+#   KEYSPACE=100000 bench/redis-benchmark.sh  (random keys over that many; default: the
+#                                              issue's literal command, one key)
 #
 # Prints each server's requests/s and the Trireme / Redis ratios. Uses release builds and
 # loopback ports 17700-17802; everything it starts is stopped by PID on exit.
@@ -29,13 +31,15 @@ for port in 17701 17801 17802; do
   for _ in $(seq 100); do redis-cli -p $port ping >/dev/null 2>&1 && break; sleep 0.1; done
 done
 
+keyspace=()
+if [ -n "${KEYSPACE:-}" ]; then keyspace=(-r "$KEYSPACE"); fi
 run() { # port test -> requests/s
-  redis-benchmark -p "$1" -t "$2" -d 1024 -c 50 -n "$REQUESTS" -r 100000 --csv 2>/dev/null \
+  redis-benchmark -p "$1" -t "$2" -d 1024 -c 50 -n "$REQUESTS" "${keyspace[@]}" --csv 2>/dev/null \
     | awk -F'"' 'NR==2 {print $4}'
 }
 t_set=$(run 17701 set); r_set=$(run 17801 set)
 t_get=$(run 17701 get); r_get=$(run 17802 get)
-printf '%-34s %12s\n' "test (1 KiB values, 50 clients)" "requests/s"
+printf '%-34s %12s\n' "test (1 KiB values, 50 clients, keyspace ${KEYSPACE:-1})" "requests/s"
 printf '%-34s %12s\n' "trireme SET (fsync per commit)" "$t_set"
 printf '%-34s %12s\n' "redis SET (appendfsync always)" "$r_set"
 printf '%-34s %12s\n' "trireme GET" "$t_get"

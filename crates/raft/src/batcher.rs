@@ -14,8 +14,11 @@ use std::collections::HashSet;
 use tokio::sync::{mpsc, oneshot};
 use trireme_types::{Command, CommandResult, LogCommand};
 
-/// Entries of one shard being committed at once; more proposals wait and batch up.
-const MAX_IN_FLIGHT: usize = 1;
+/// Entries of one shard being committed at once; more proposals wait and batch up. Kept
+/// well above 1: writes to one hot key can never share an entry, and with a single entry in
+/// flight they were committed one per fsync (64 HTTP clients on one key: 2k/s instead of
+/// 27k/s with 32, when openraft itself packs the entries into one append).
+const MAX_IN_FLIGHT: usize = 32;
 /// Most commands in one entry.
 const MAX_BATCH: usize = 256;
 /// Proposals queued per shard before writers wait (their request timeout still applies).
