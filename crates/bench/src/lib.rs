@@ -1,17 +1,20 @@
 //! Workloads, generators, scenarios and latency statistics for `trireme bench`.
 //!
-//! This crate holds the parts of the benchmark harness that do not talk to a network:
-//! which key to touch next ([`keygen`]), what value to write ([`valuegen`]), what a run
-//! looks like ([`scenario`], [`presets`]) and how latencies are recorded and summarised
-//! ([`stats`]). Everything random is drawn from a seeded [`rand_chacha::ChaCha8Rng`], so a
+//! Which key to touch next ([`keygen`]), what value to write ([`valuegen`]), what a run
+//! looks like ([`scenario`], [`presets`]), how latencies are recorded and summarised
+//! ([`stats`]), how to talk to a target ([`driver`]), how a run is driven ([`runner`]) and
+//! how its result is shown ([`report`]). Everything random is drawn from a seeded [`rand_chacha::ChaCha8Rng`], so a
 //! scenario with the same seed replays the same sequence of operations and keys.
 
 #![deny(missing_docs)]
 #![deny(clippy::unwrap_used)]
 #![cfg_attr(test, allow(clippy::unwrap_used))]
 
+pub mod driver;
 pub mod keygen;
 pub mod presets;
+pub mod report;
+pub mod runner;
 pub mod scenario;
 pub mod stats;
 pub mod valuegen;
@@ -19,8 +22,10 @@ pub mod valuegen;
 use rand::SeedableRng;
 use rand_chacha::ChaCha8Rng;
 
+pub use driver::{DriverError, RespDriver};
 pub use keygen::{InsertCounter, KeyGenerator, KeyGeneratorConfig};
 pub use presets::{preset, preset_names};
+pub use runner::{LoadSummary, Progress, RunResult, run};
 pub use scenario::{
     Consistency, Driver, LoadConfig, Mode, Operation, OperationMix, OperationWeights, Scenario,
 };

@@ -1,0 +1,95 @@
+//! Client drivers: how a worker talks to the system under test.
+//!
+//! Each worker owns one driver (one connection). Only the RESP driver ([`RespDriver`]) is
+//! implemented so far. Failed requests come back as a [`DriverError`] whose
+//! [`DriverError::kind`] is the label errors are counted under in a run's statistics.
+
+pub mod resp;
+
+use std::time::Duration;
+
+pub use resp::{Reply, RespDriver};
+
+use crate::scenario::{Driver, Operation};
+
+/// How long one request may take before it counts as a `timeout` error.
+pub const REQUEST_TIMEOUT: Duration = Duration::from_secs(5);
+
+/// A failed request, or a target a driver cannot use.
+#[derive(Debug, thiserror::Error)]
+pub enum DriverError {
+    /// The connection failed (refused, reset, closed); kind `io`.
+    #[error("i/o error: {0}")]
+    Io(#[from] std::io::Error),
+    /// The server answered with an error reply (`-ERR ...`); kind `server`.
+    #[error("server error: {0}")]
+    Server(String),
+    /// No answer within the per-request timeout; kind `timeout`.
+    #[error("request timed out after {0:?}")]
+    Timeout(Duration),
+    /// The server's answer could not be parsed or had an unexpected type; kind `protocol`.
+    #[error("protocol error: {0}")]
+    Protocol(String),
+    /// The driver cannot perform this operation; kind `unsupported`.
+    #[error("the {op} operation is not supported by the {driver} driver")]
+    Unsupported {
+        /// The operation asked for.
+        op: Operation,
+        /// The driver's name as written in scenario files.
+        driver: &'static str,
+    },
+    /// The target URL is not one this driver understands; kind `target`.
+    #[error("invalid target {target:?}: {message}")]
+    Target {
+        /// The target as given.
+        target: String,
+        /// What is wrong with it.
+        message: String,
+    },
+}
+
+impl DriverError {
+    /// The label this error is counted under: `io`, `server`, `timeout`, `protocol`,
+    /// `unsupported` or `target`.
+    #[must_use]
+    pub fn kind(&self) -> &'static str {
+        match self {
+            DriverError::Io(_) => "io",
+            DriverError::Server(_) => "server",
+            DriverError::Timeout(_) => "timeout",
+            DriverError::Protocol(_) => "protocol",
+            DriverError::Unsupported { .. } => "unsupported",
+            DriverError::Target { .. } => "target",
+        }
+    }
+
+    /// Whether the connection is unusable after this error (the worker backs off a little
+    /// before trying again, instead of spinning on a dead target).
+    #[must_use]
+    pub fn is_connection_error(&self) -> bool {
+        matches!(
+            self,
+            DriverError::Io(_) | DriverError::Timeout(_) | DriverError::Protocol(_)
+        )
+    }
+}
+
+/// The name of `driver` as written in scenario files.
+#[must_use]
+pub fn driver_name(driver: Driver) -> &'static str {
+    match driver {
+        Driver::Trireme => "trireme",
+        Driver::Resp => "resp",
+        Driver::Consul => "consul",
+        Driver::Etcd => "etcd",
+    }
+}
+
+/// Whether `driver` can perform `op`. Drivers not implemented yet support nothing.
+#[must_use]
+pub fn supports(driver: Driver, op: Operation) -> bool {
+    match driver {
+        Driver::Resp => RespDriver::supports(op),
+        Driver::Trireme | Driver::Consul | Driver::Etcd => false,
+    }
+}

@@ -1,0 +1,14 @@
+#!/usr/bin/env bash
+# Runs every cargo-fuzz target for SECONDS each (default 60), starting from the corpus kept in
+# fuzz/corpus/. Needs the nightly toolchain; installs cargo-fuzz if it is missing.
+#   scripts/fuzz.sh [SECONDS]        (CI: 30; a longer soak: scripts/fuzz.sh 3600)
+set -euo pipefail
+cd "$(dirname "$0")/.."
+SECONDS_EACH=${1:-60}
+command -v cargo-fuzz >/dev/null 2>&1 || cargo install --locked cargo-fuzz
+cd fuzz
+for target in resp_decode stored_values; do
+  mkdir -p "target/corpus/$target"
+  cargo +nightly fuzz run "$target" "target/corpus/$target" "corpus/$target" -- \
+    -max_total_time="$SECONDS_EACH" -max_len=4096 -print_final_stats=1 2>&1 | tail -n 12
+done
