@@ -103,6 +103,18 @@ impl KeyGeneratorConfig {
         }
     }
 
+    /// Changes the size of the key space (`trireme bench --keys`, for small machines).
+    pub fn set_keys(&mut self, count: u64) {
+        match self {
+            KeyGeneratorConfig::Uniform { keys }
+            | KeyGeneratorConfig::Pareto { keys }
+            | KeyGeneratorConfig::Zipfian { keys, .. }
+            | KeyGeneratorConfig::Sequential { keys }
+            | KeyGeneratorConfig::Latest { keys }
+            | KeyGeneratorConfig::Hotspot { keys, .. } => *keys = count,
+        }
+    }
+
     /// Checks the parameters; errors name the offending `key_generator.*` field.
     pub fn validate(&self) -> Result<(), BenchError> {
         if self.keys() == 0 {
@@ -606,6 +618,17 @@ mod tests {
             );
             assert!(err.to_string().contains(field), "{err}");
         }
+    }
+
+    #[test]
+    fn key_count_can_be_scaled() {
+        let mut config = KeyGeneratorConfig::Zipfian {
+            keys: 1_000_000,
+            theta: 0.99,
+            scrambled: false,
+        };
+        config.set_keys(1000);
+        assert_eq!(config.keys(), 1000);
     }
 
     #[test]

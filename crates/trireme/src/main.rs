@@ -1,6 +1,7 @@
 //! `trireme`: one binary for running a node and, later, for starting local clusters, talking to
 //! them and benchmarking them. Errors go to stderr with a non-zero exit.
 
+mod bench;
 mod config;
 mod server;
 
@@ -24,12 +25,15 @@ struct Cli {
 enum Commands {
     /// Run a database node.
     Server(config::ServerArgs),
+    /// Run a benchmark scenario against running targets (RESP only, for now).
+    Bench(bench::BenchArgs),
 }
 
 fn main() -> ExitCode {
     let cli = Cli::parse();
     let result = match cli.command {
         Commands::Server(args) => server::run(args),
+        Commands::Bench(args) => bench::run(args),
     };
     match result {
         Ok(()) => ExitCode::SUCCESS,

@@ -129,3 +129,55 @@ async fn redis_benchmark_runs_clean_and_its_writes_are_readable() {
     }
     assert_eq!(total, 2000, "INCR lost or duplicated increments");
 }
+
+/// `trireme bench` (RESP driver) runs a preset against a real node and prints the seeds' table.
+#[tokio::test]
+async fn trireme_bench_runs_a_preset_against_a_node() {
+    let node = TestNode::start(StartOptions::default()).await;
+    let target = format!("redis://{}", node.resp_addr());
+    let args: Vec<String> = [
+        "bench",
+        "--preset",
+        "riak-10-1",
+        "--target",
+        &target,
+        "--duration",
+        "1s",
+        "--warmup",
+        "0s",
+        "--keys",
+        "100",
+        "--concurrent",
+        "2",
+    ]
+    .iter()
+    .map(|s| s.to_string())
+    .collect();
+    let (ok, stdout, stderr) =
+        tokio::task::spawn_blocking(move || run(common::binary(), &args, Duration::from_secs(120)))
+            .await
+            .expect("runner");
+    assert!(ok, "trireme bench failed:\n{stdout}\n{stderr}");
+    assert!(
+        stderr.contains("scaled from 1000000 to 100 keys"),
+        "{stderr}"
+    );
+    for op in ["get", "put", "total"] {
+        let row = stdout
+            .lines()
+            .find(|l| l.split_whitespace().next() == Some(op))
+            .unwrap_or_else(|| panic!("no {op} row in:\n{stdout}"));
+        let columns: Vec<&str> = row.split_whitespace().collect();
+        let count: u64 = columns[1].parse().expect("count");
+        assert!(count > 0, "{row}");
+        assert_eq!(columns.last(), Some(&"0"), "errors in {row}");
+    }
+
+    let (ok, _, stderr) = run(
+        common::binary(),
+        &["bench".into(), "--preset".into(), "nope".into()],
+        Duration::from_secs(30),
+    );
+    assert!(!ok);
+    assert!(stderr.contains("no preset \"nope\""), "{stderr}");
+}

@@ -1,0 +1,139 @@
+//! `trireme bench`: run a scenario (a preset or a TOML file) against running targets and
+//! print the seeds' table. This first slice speaks RESP only and needs `--target`; the other
+//! drivers, the embedded local cluster and the report files come next (issue 4).
+
+use anyhow::{Context, bail};
+use clap::Args;
+use std::path::PathBuf;
+use std::time::Duration;
+use trireme_bench::{Driver, Scenario};
+
+/// Flags of `trireme bench`; each overrides the scenario's own setting.
+#[derive(Args, Debug)]
+pub struct BenchArgs {
+    /// Scenario file (TOML, the basho_bench vocabulary of DESIGN.md §4).
+    pub scenario: Option<PathBuf>,
+    /// A built-in scenario instead of a file (see --list-presets).
+    #[arg(long, conflicts_with = "scenario")]
+    pub preset: Option<String>,
+    /// Print the built-in presets and exit.
+    #[arg(long)]
+    pub list_presets: bool,
+    /// Target URL, e.g. redis://127.0.0.1:7701; repeat for several (workers spread over them).
+    #[arg(long = "target")]
+    pub targets: Vec<String>,
+    /// Driver: resp (trireme, consul and etcd are not available yet).
+    #[arg(long)]
+    pub driver: Option<String>,
+    /// Measured duration, e.g. 30s or 2m.
+    #[arg(long)]
+    pub duration: Option<String>,
+    /// Unmeasured warm-up before the measured part.
+    #[arg(long)]
+    pub warmup: Option<String>,
+    /// Concurrent workers (connections).
+    #[arg(long)]
+    pub concurrent: Option<u32>,
+    /// Scale the key space (and the load phase) down to this many keys; the report says so.
+    #[arg(long)]
+    pub keys: Option<u64>,
+    /// Print the result as JSON after the table.
+    #[arg(long)]
+    pub json: bool,
+}
+
+fn duration(flag: &str, text: &str) -> anyhow::Result<Duration> {
+    humantime::parse_duration(text)
+        .with_context(|| format!("{flag} {text:?} is not a duration like 30s or 2m"))
+}
+
+impl BenchArgs {
+    fn scenario(&self) -> anyhow::Result<Scenario> {
+        let mut scenario = match (&self.preset, &self.scenario) {
+            (Some(name), _) => trireme_bench::preset(name).with_context(|| {
+                format!(
+                    "no preset {name:?}; built in: {}",
+                    trireme_bench::preset_names().join(", ")
+                )
+            })?,
+            (None, Some(path)) => {
+                let text = std::fs::read_to_string(path)
+                    .with_context(|| format!("cannot read scenario {}", path.display()))?;
+                Scenario::from_toml_str(&text)
+                    .with_context(|| format!("invalid scenario {}", path.display()))?
+            }
+            (None, None) => bail!("give a scenario file or --preset NAME (see --list-presets)"),
+        };
+        // A redis:// target implies the RESP driver unless --driver says otherwise.
+        if self.driver.is_none()
+            && !self.targets.is_empty()
+            && self.targets.iter().all(|t| t.starts_with("redis://"))
+        {
+            scenario.driver = Driver::Resp;
+        }
+        if let Some(driver) = &self.driver {
+            scenario.driver = match driver.as_str() {
+                "resp" => Driver::Resp,
+                "trireme" => Driver::Trireme,
+                "consul" => Driver::Consul,
+                "etcd" => Driver::Etcd,
+                other => bail!("--driver {other:?}: expected resp, trireme, consul or etcd"),
+            };
+        }
+        if let Some(text) = &self.duration {
+            scenario.duration = duration("--duration", text)?;
+        }
+        if let Some(text) = &self.warmup {
+            scenario.warmup = duration("--warmup", text)?;
+        }
+        if let Some(n) = self.concurrent {
+            scenario.concurrent = n;
+        }
+        if !self.targets.is_empty() {
+            scenario.targets = self.targets.clone();
+        }
+        if let Some(keys) = self.keys {
+            eprintln!(
+                "key space scaled from {} to {keys} keys (--keys)",
+                scenario.key_generator.keys()
+            );
+            scenario.key_generator.set_keys(keys);
+            if scenario.load.keys.is_some() {
+                scenario.load.keys = Some(keys);
+            }
+        }
+        scenario
+            .validate()
+            .context("invalid scenario after applying the flags")?;
+        Ok(scenario)
+    }
+}
+
+pub fn run(args: BenchArgs) -> anyhow::Result<()> {
+    if args.list_presets {
+        for name in trireme_bench::preset_names() {
+            println!("{name}");
+        }
+        return Ok(());
+    }
+    let scenario = args.scenario()?;
+    let runtime = tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()
+        .context("cannot start the async runtime")?;
+    eprintln!(
+        "running {} ({:?}, {} workers, {:?} + {:?} warm-up) against {}",
+        scenario.name,
+        scenario.driver,
+        scenario.concurrent,
+        scenario.duration,
+        scenario.warmup,
+        scenario.targets.join(", ")
+    );
+    let result = runtime.block_on(trireme_bench::run(&scenario, &scenario.targets, None))?;
+    print!("{}", trireme_bench::report::table(&result));
+    if args.json {
+        println!("{}", serde_json::to_string_pretty(&result)?);
+    }
+    Ok(())
+}
