@@ -5,6 +5,10 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 SECONDS_EACH=${1:-60}
+if ! cargo +nightly --version >/dev/null 2>&1; then
+  echo "fuzz: SKIPPED, no nightly toolchain on this machine (cargo-fuzz needs it)" >&2
+  exit 0
+fi
 command -v cargo-fuzz >/dev/null 2>&1 || cargo install --locked cargo-fuzz
 cd fuzz
 for target in resp_decode stored_values; do
