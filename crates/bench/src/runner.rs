@@ -13,9 +13,9 @@ use std::time::Duration;
 use serde::Serialize;
 use tokio::time::Instant;
 
-use crate::driver::{self, DriverError, RespDriver};
+use crate::driver::{self, AnyDriver, DriverError};
 use crate::keygen::{KeyGenerator, KeyGeneratorConfig};
-use crate::scenario::{Driver, Mode, Operation, OperationMix, Scenario};
+use crate::scenario::{Mode, Operation, OperationMix, Scenario};
 use crate::stats::{OpSummary, Recorder};
 use crate::valuegen::ValueGenerator;
 use crate::{BenchError, worker_rng};
@@ -71,7 +71,7 @@ pub struct RunResult {
 /// Checks that `driver` is implemented and can perform every operation of the mix.
 fn check_driver(scenario: &Scenario) -> Result<OperationMix, BenchError> {
     let name = driver::driver_name(scenario.driver);
-    if scenario.driver != Driver::Resp {
+    if !driver::implemented(scenario.driver) {
         return Err(BenchError::invalid(
             "driver",
             format!("the {name} driver is not implemented yet"),
@@ -126,9 +126,11 @@ pub async fn run(
     let mut drivers = Vec::new();
     for w in 0..workers {
         let target = &targets[usize::try_from(w).unwrap_or(0) % targets.len()];
-        let driver = RespDriver::connect(target).await.map_err(|e| {
-            BenchError::invalid("targets", format!("cannot use target {target}: {e}"))
-        })?;
+        let driver = AnyDriver::connect(scenario.driver, target, scenario.consistency)
+            .await
+            .map_err(|e| {
+                BenchError::invalid("targets", format!("cannot use target {target}: {e}"))
+            })?;
         drivers.push(driver);
     }
 
@@ -198,12 +200,12 @@ pub async fn run(
 
 /// Writes keys `0..keys`, each worker a contiguous range, and hands the drivers back.
 async fn load_phase(
-    drivers: Vec<RespDriver>,
+    drivers: Vec<AnyDriver>,
     keys: u64,
     seed: u64,
     values: &ValueGenerator,
     progress: &Arc<Progress>,
-) -> Result<(LoadSummary, Vec<RespDriver>), BenchError> {
+) -> Result<(LoadSummary, Vec<AnyDriver>), BenchError> {
     let started = Instant::now();
     let n = drivers.len() as u64;
     let mut handles = Vec::new();
@@ -248,7 +250,7 @@ async fn load_phase(
 }
 
 struct Worker {
-    driver: RespDriver,
+    driver: AnyDriver,
     rng: crate::BenchRng,
     keygen: KeyGenerator,
     values: ValueGenerator,

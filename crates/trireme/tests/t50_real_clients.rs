@@ -181,3 +181,50 @@ async fn trireme_bench_runs_a_preset_against_a_node() {
     assert!(!ok);
     assert!(stderr.contains("no preset \"nope\""), "{stderr}");
 }
+
+/// The Consul report's tests through `trireme bench`'s Consul KV driver, against a node's HTTP API.
+#[tokio::test]
+async fn trireme_bench_runs_the_consul_presets_over_http() {
+    let node = TestNode::start(StartOptions::default()).await;
+    let target = format!("http://{}", node.endpoints().http);
+    for preset in ["consul-put", "consul-get-consistent"] {
+        let args: Vec<String> = [
+            "bench",
+            "--preset",
+            preset,
+            "--target",
+            &target,
+            "--duration",
+            "1s",
+            "--warmup",
+            "0s",
+            "--concurrent",
+            "4",
+        ]
+        .iter()
+        .map(|s| s.to_string())
+        .collect();
+        let (ok, stdout, stderr) = tokio::task::spawn_blocking(move || {
+            run(common::binary(), &args, Duration::from_secs(120))
+        })
+        .await
+        .expect("runner");
+        assert!(ok, "{preset} failed:\n{stdout}\n{stderr}");
+        let total = stdout
+            .lines()
+            .find(|l| l.starts_with("total"))
+            .unwrap_or_else(|| panic!("no total row in:\n{stdout}"));
+        let columns: Vec<&str> = total.split_whitespace().collect();
+        assert!(
+            columns[1].parse::<u64>().expect("count") > 0,
+            "{preset}: {total}"
+        );
+        assert_eq!(columns.last(), Some(&"0"), "{preset} had errors: {total}");
+    }
+    // consul-put wrote the 36-byte value the report used.
+    let entry = node
+        .get("key:000000000000")
+        .await
+        .expect("the benchmark's single key");
+    assert_eq!(entry.value.len(), 36);
+}

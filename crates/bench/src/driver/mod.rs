@@ -1,16 +1,19 @@
 //! Client drivers: how a worker talks to the system under test.
 //!
-//! Each worker owns one driver (one connection). Only the RESP driver ([`RespDriver`]) is
-//! implemented so far. Failed requests come back as a [`DriverError`] whose
+//! Each worker owns one driver (one connection): RESP ([`RespDriver`]) or the Consul KV HTTP
+//! API ([`HttpDriver`], for `consul` and, until the slot-aware client exists, `trireme`); etcd
+//! is not implemented yet. Failed requests come back as a [`DriverError`] whose
 //! [`DriverError::kind`] is the label errors are counted under in a run's statistics.
 
+pub mod http;
 pub mod resp;
 
 use std::time::Duration;
 
+pub use http::HttpDriver;
 pub use resp::{Reply, RespDriver};
 
-use crate::scenario::{Driver, Operation};
+use crate::scenario::{Consistency, Driver, Operation};
 
 /// How long one request may take before it counts as a `timeout` error.
 pub const REQUEST_TIMEOUT: Duration = Duration::from_secs(5);
@@ -90,6 +93,62 @@ pub fn driver_name(driver: Driver) -> &'static str {
 pub fn supports(driver: Driver, op: Operation) -> bool {
     match driver {
         Driver::Resp => RespDriver::supports(op),
-        Driver::Trireme | Driver::Consul | Driver::Etcd => false,
+        Driver::Trireme | Driver::Consul => HttpDriver::supports(op),
+        Driver::Etcd => false,
+    }
+}
+
+/// Whether `driver` is implemented.
+#[must_use]
+pub fn implemented(driver: Driver) -> bool {
+    driver != Driver::Etcd
+}
+
+/// One worker's driver, whichever protocol it speaks.
+pub enum AnyDriver {
+    /// RESP.
+    Resp(RespDriver),
+    /// Consul KV over HTTP.
+    Http(HttpDriver),
+}
+
+impl AnyDriver {
+    /// Connects a `driver` to `target` now, so a bad target fails before the run.
+    pub async fn connect(
+        driver: Driver,
+        target: &str,
+        consistency: Consistency,
+    ) -> Result<Self, DriverError> {
+        match driver {
+            Driver::Resp => Ok(AnyDriver::Resp(RespDriver::connect(target).await?)),
+            Driver::Trireme | Driver::Consul => Ok(AnyDriver::Http(
+                HttpDriver::connect(target, consistency).await?,
+            )),
+            Driver::Etcd => Err(DriverError::Target {
+                target: target.to_string(),
+                message: "the etcd driver is not implemented yet".into(),
+            }),
+        }
+    }
+
+    /// Writes a key (the load phase).
+    pub async fn put(&mut self, key: &str, value: &[u8]) -> Result<(), DriverError> {
+        match self {
+            AnyDriver::Resp(d) => d.put(key, value).await,
+            AnyDriver::Http(d) => d.put(key, value).await,
+        }
+    }
+
+    /// Performs `op` on `key` (`value` for writes).
+    pub async fn execute(
+        &mut self,
+        op: Operation,
+        key: &str,
+        value: Option<&[u8]>,
+    ) -> Result<(), DriverError> {
+        match self {
+            AnyDriver::Resp(d) => d.execute(op, key, value).await,
+            AnyDriver::Http(d) => d.execute(op, key, value).await,
+        }
     }
 }
