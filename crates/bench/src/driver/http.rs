@@ -25,18 +25,7 @@ pub struct HttpDriver {
 
 /// `http://host:port` (an optional trailing `/`) → `host:port`.
 pub fn parse_target(target: &str) -> Result<String, DriverError> {
-    let bad = |message: &str| DriverError::Target {
-        target: target.to_string(),
-        message: message.to_string(),
-    };
-    let rest = target
-        .strip_prefix("http://")
-        .ok_or_else(|| bad("expected http://host:port"))?;
-    let addr = rest.strip_suffix('/').unwrap_or(rest);
-    if addr.is_empty() || addr.contains('/') || !addr.contains(':') {
-        return Err(bad("expected http://host:port"));
-    }
-    Ok(addr.to_string())
+    super::host_port(target, "http")
 }
 
 impl HttpDriver {

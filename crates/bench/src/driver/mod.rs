@@ -77,6 +77,31 @@ impl DriverError {
     }
 }
 
+/// `SCHEME://host:port` (an optional trailing `/`) → `host:port`, the one target syntax every
+/// driver accepts; anything else (user, path, database, a bad port) is refused.
+pub(crate) fn host_port(target: &str, scheme: &str) -> Result<String, DriverError> {
+    let bad = |message: String| DriverError::Target {
+        target: target.to_owned(),
+        message,
+    };
+    let expected = || format!("expected {scheme}://host:port");
+    let rest = target
+        .strip_prefix(scheme)
+        .and_then(|r| r.strip_prefix("://"))
+        .ok_or_else(|| bad(expected()))?;
+    let rest = rest.strip_suffix('/').unwrap_or(rest);
+    let (host, port) = rest
+        .rsplit_once(':')
+        .ok_or_else(|| bad(format!("missing port: {}", expected())))?;
+    if host.is_empty() || host.contains('/') || host.contains('@') {
+        return Err(bad(format!("{} (no user, path or database)", expected())));
+    }
+    match port.parse::<u16>() {
+        Ok(p) if p > 0 => Ok(rest.to_owned()),
+        _ => Err(bad("port must be a number from 1 to 65535".into())),
+    }
+}
+
 /// The name of `driver` as written in scenario files.
 #[must_use]
 pub fn driver_name(driver: Driver) -> &'static str {

@@ -139,26 +139,7 @@ fn encode(args: &[&[u8]], out: &mut Vec<u8>) {
 
 /// Parses a `redis://host:port` target (a trailing `/` is allowed) into `host:port`.
 pub fn parse_target(target: &str) -> Result<String, DriverError> {
-    let bad = |message: &str| DriverError::Target {
-        target: target.to_owned(),
-        message: message.to_owned(),
-    };
-    let rest = target
-        .strip_prefix("redis://")
-        .ok_or_else(|| bad("the resp driver expects a target like redis://host:port"))?;
-    let rest = rest.strip_suffix('/').unwrap_or(rest);
-    let (host, port) = rest
-        .rsplit_once(':')
-        .ok_or_else(|| bad("missing port: expected redis://host:port"))?;
-    if host.is_empty() || host.contains('/') || host.contains('@') {
-        return Err(bad(
-            "expected redis://host:port (no user, path or database)",
-        ));
-    }
-    match port.parse::<u16>() {
-        Ok(p) if p > 0 => Ok(rest.to_owned()),
-        _ => Err(bad("port must be a number from 1 to 65535")),
-    }
+    super::host_port(target, "redis")
 }
 
 struct Connection {
