@@ -36,6 +36,15 @@ fn run(program: &str, args: &[String], limit: Duration) -> (bool, String, String
     )
 }
 
+/// [`run`] off the async runtime, for tests that also drive a server.
+async fn run_blocking(program: &str, args: &[&str], limit: Duration) -> (bool, String, String) {
+    let program = program.to_string();
+    let args: Vec<String> = args.iter().map(|s| s.to_string()).collect();
+    tokio::task::spawn_blocking(move || run(&program, &args, limit))
+        .await
+        .expect("runner")
+}
+
 fn workspace_root() -> PathBuf {
     PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../..")
 }
@@ -46,16 +55,17 @@ async fn py_consul_works_unchanged() {
     let python = workspace_root().join("target/test-venv/bin/python");
     let script = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("tests/clients/consul_kv.py");
     let http = node.endpoints().http;
-    let args = vec![
+    let (script, ip, port) = (
         script.display().to_string(),
         http.ip().to_string(),
         http.port().to_string(),
-    ];
-    let python = python.display().to_string();
-    let (ok, stdout, stderr) =
-        tokio::task::spawn_blocking(move || run(&python, &args, Duration::from_secs(60)))
-            .await
-            .expect("runner");
+    );
+    let (ok, stdout, stderr) = run_blocking(
+        &python.display().to_string(),
+        &[&script, &ip, &port],
+        Duration::from_secs(60),
+    )
+    .await;
     assert!(
         ok,
         "py-consul checks failed:\n{stdout}\n{stderr}\nserver log:\n{}",
@@ -68,31 +78,28 @@ async fn py_consul_works_unchanged() {
 async fn redis_benchmark_runs_clean_and_its_writes_are_readable() {
     let node = TestNode::start(StartOptions::default()).await;
     let port = node.resp_addr().port().to_string();
-    let args: Vec<String> = [
-        "-h",
-        "127.0.0.1",
-        "-p",
-        &port,
-        "-t",
-        "set,get,incr,mset",
-        "-n",
-        "2000",
-        "-c",
-        "10",
-        "-r",
-        "100",
-        "-d",
-        "64",
-        "--csv",
-    ]
-    .iter()
-    .map(|s| s.to_string())
-    .collect();
-    let (ok, stdout, stderr) = tokio::task::spawn_blocking(move || {
-        run("redis-benchmark", &args, Duration::from_secs(120))
-    })
-    .await
-    .expect("runner");
+    let (ok, stdout, stderr) = run_blocking(
+        "redis-benchmark",
+        &[
+            "-h",
+            "127.0.0.1",
+            "-p",
+            &port,
+            "-t",
+            "set,get,incr,mset",
+            "-n",
+            "2000",
+            "-c",
+            "10",
+            "-r",
+            "100",
+            "-d",
+            "64",
+            "--csv",
+        ],
+        Duration::from_secs(120),
+    )
+    .await;
     assert!(ok, "redis-benchmark failed: {stdout}\n{stderr}");
     assert!(
         !stdout.contains("ERR") && !stderr.contains("ERR"),
@@ -135,28 +142,26 @@ async fn redis_benchmark_runs_clean_and_its_writes_are_readable() {
 async fn trireme_bench_runs_a_preset_against_a_node() {
     let node = TestNode::start(StartOptions::default()).await;
     let target = format!("redis://{}", node.resp_addr());
-    let args: Vec<String> = [
-        "bench",
-        "--preset",
-        "riak-10-1",
-        "--target",
-        &target,
-        "--duration",
-        "1s",
-        "--warmup",
-        "0s",
-        "--keys",
-        "100",
-        "--concurrent",
-        "2",
-    ]
-    .iter()
-    .map(|s| s.to_string())
-    .collect();
-    let (ok, stdout, stderr) =
-        tokio::task::spawn_blocking(move || run(common::binary(), &args, Duration::from_secs(120)))
-            .await
-            .expect("runner");
+    let (ok, stdout, stderr) = run_blocking(
+        common::binary(),
+        &[
+            "bench",
+            "--preset",
+            "riak-10-1",
+            "--target",
+            &target,
+            "--duration",
+            "1s",
+            "--warmup",
+            "0s",
+            "--keys",
+            "100",
+            "--concurrent",
+            "2",
+        ],
+        Duration::from_secs(120),
+    )
+    .await;
     assert!(ok, "trireme bench failed:\n{stdout}\n{stderr}");
     assert!(
         stderr.contains("scaled from 1000000 to 100 keys"),
@@ -188,27 +193,24 @@ async fn trireme_bench_runs_the_consul_presets_over_http() {
     let node = TestNode::start(StartOptions::default()).await;
     let target = format!("http://{}", node.endpoints().http);
     for preset in ["consul-put", "consul-get-consistent"] {
-        let args: Vec<String> = [
-            "bench",
-            "--preset",
-            preset,
-            "--target",
-            &target,
-            "--duration",
-            "1s",
-            "--warmup",
-            "0s",
-            "--concurrent",
-            "4",
-        ]
-        .iter()
-        .map(|s| s.to_string())
-        .collect();
-        let (ok, stdout, stderr) = tokio::task::spawn_blocking(move || {
-            run(common::binary(), &args, Duration::from_secs(120))
-        })
-        .await
-        .expect("runner");
+        let (ok, stdout, stderr) = run_blocking(
+            common::binary(),
+            &[
+                "bench",
+                "--preset",
+                preset,
+                "--target",
+                &target,
+                "--duration",
+                "1s",
+                "--warmup",
+                "0s",
+                "--concurrent",
+                "4",
+            ],
+            Duration::from_secs(120),
+        )
+        .await;
         assert!(ok, "{preset} failed:\n{stdout}\n{stderr}");
         let total = stdout
             .lines()
