@@ -21,8 +21,15 @@ pub struct NodeConfig {
     /// Number of shards, fixed when the cluster is bootstrapped; `None` takes the stored count
     /// (or 16 on a fresh data directory).
     pub shards: Option<u32>,
-    /// Voters per shard.
+    /// Voters per shard (capped by the number of nodes).
     pub replication_factor: u32,
+    /// The nodes of a new cluster, `(name, peer address)`, this node included; empty bootstraps
+    /// a one-node cluster. Only read on a fresh data directory.
+    pub initial_cluster: Vec<(String, String)>,
+    /// Rack label, for placing replicas apart.
+    pub rack: Option<String>,
+    /// Zone label, for placing replicas apart.
+    pub zone: Option<String>,
     /// Raft timing.
     pub timing: RaftTiming,
     /// Request limits.
@@ -43,6 +50,9 @@ impl NodeConfig {
             peer_addr: "127.0.0.1:7702".into(),
             shards: None,
             replication_factor: 3,
+            initial_cluster: Vec::new(),
+            rack: None,
+            zone: None,
             timing: RaftTiming::default(),
             limits: Limits::default(),
             expiry_interval: Duration::from_millis(250),

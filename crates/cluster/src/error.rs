@@ -14,6 +14,9 @@ pub enum ClusterError {
     /// Storage failed.
     #[error(transparent)]
     Storage(#[from] StorageError),
+    /// The node that served a forwarded request answered with this error.
+    #[error("{0}")]
+    Remote(TriremeError),
     /// The node cannot start with this configuration or data directory.
     #[error("{0}")]
     Config(String),
@@ -23,7 +26,7 @@ impl ClusterError {
     /// The client-visible form of this error.
     pub fn to_client(&self) -> TriremeError {
         match self {
-            ClusterError::Request(e) => e.clone(),
+            ClusterError::Request(e) | ClusterError::Remote(e) => e.clone(),
             ClusterError::Raft(e) => TriremeError::new(raft_code(e), e.to_string()),
             ClusterError::Storage(e) => TriremeError::new(ErrorCode::StorageFailure, e.to_string()),
             ClusterError::Config(m) => TriremeError::new(ErrorCode::Internal, m.clone()),

@@ -22,8 +22,8 @@ pub(crate) fn spawn_reaper(node: Weak<Node>) {
             if node.is_stopping() {
                 return;
             }
-            for group in &node.groups {
-                if !group.raft().is_leader() {
+            for group in node.local_groups() {
+                if !group.is_leader() {
                     continue;
                 }
                 let storage = node.storage.clone();

@@ -15,6 +15,10 @@ pub(crate) struct Identity {
     pub node_name: String,
     pub shards: u32,
     pub created_ms: u64,
+    /// The `--initial-cluster` the node was bootstrapped with (name, peer address); later
+    /// starts use this one.
+    #[serde(default)]
+    pub initial_cluster: Vec<(String, String)>,
 }
 
 /// Returns the stored identity after checking it against `config`, or `None` for a fresh

@@ -12,12 +12,15 @@
 mod config;
 mod error;
 mod expiry;
+mod forward;
 mod identity;
+mod meta;
 mod node;
 mod router;
 
 pub use config::NodeConfig;
 pub use error::ClusterError;
+pub use meta::NodeInfo;
 pub use node::{Node, NodeHealth, ShardInfo};
 pub use router::{ReadMeta, ScanPage};
 pub use trireme_raft::{PeerNode, RaftTiming, ReadMode};

@@ -1,9 +1,11 @@
 //! The request path: key → slot → shard → that shard's group, for reads and writes.
 //!
-//! Single-key requests go to one group. Multi-key requests are split per shard, sent to the
-//! shards concurrently, and are atomic within each shard only. Reads first pass the group's
-//! read barrier for the requested mode, then read the shard's rows straight from storage.
+//! Single-key requests go to one shard. Multi-key requests are split per shard, sent to the
+//! shards concurrently, and are atomic within each shard only. Each shard operation is served
+//! where it can be (see `forward.rs`): by this node's replica when it leads the shard (or for
+//! `stale` reads), otherwise by the leader over the peer link.
 
+use crate::forward::{Freshness, ShardAnswer, ShardOp};
 use crate::{ClusterError, Node};
 use bytes::Bytes;
 use futures::future::try_join_all;
@@ -43,37 +45,17 @@ impl Node {
         self.map.shard_of_key(key)
     }
 
-    fn read_meta(
-        &self,
-        shards: impl IntoIterator<Item = ShardId>,
-        found_index: Option<u64>,
-    ) -> ReadMeta {
-        let mut meta = ReadMeta {
-            index: found_index.unwrap_or(0),
-            known_leader: true,
-            last_contact_ms: 0,
-        };
-        for shard in shards {
-            let (known_leader, applied) = self.group(shard).leader_and_applied();
-            meta.known_leader &= known_leader;
-            if found_index.is_none() {
-                meta.index = meta.index.max(applied);
-            }
-        }
-        meta
-    }
-
     /// Reads one key.
     pub async fn get(
         &self,
         key: &[u8],
         mode: ReadMode,
     ) -> Result<(Option<Record>, ReadMeta), ClusterError> {
-        let record = self.get_record(key, mode).await?;
-        let meta = self.read_meta(
-            [self.shard_of(key)],
-            record.as_ref().map(|r| r.modify_index),
-        );
+        self.check_key(key)?;
+        let op = ShardOp::Get(vec![Bytes::copy_from_slice(key)]);
+        let (answer, fresh) = self.on_shard(self.shard_of(key), mode, op).await?;
+        let record = records(answer)?.pop().flatten();
+        let meta = read_meta([fresh], record.as_ref().map(|r| r.modify_index));
         Ok((record, meta))
     }
 
@@ -83,32 +65,36 @@ impl Node {
         key: &[u8],
         mode: ReadMode,
     ) -> Result<Option<Record>, ClusterError> {
-        self.check_key(key)?;
-        let shard = self.shard_of(key);
-        self.group(shard).read_barrier(mode).await?;
-        Ok(self.storage.get(shard.0, key, crate::now_ms())?)
+        Ok(self.get(key, mode).await?.0)
     }
 
-    /// Reads several keys (`MGET`); each shard's barrier is passed once.
+    /// Reads several keys (`MGET`): one read per shard, concurrently.
     pub async fn get_many(
         &self,
         keys: &[Bytes],
         mode: ReadMode,
     ) -> Result<Vec<Option<Record>>, ClusterError> {
-        let mut shards: Vec<ShardId> = Vec::new();
-        for key in keys {
+        let mut per_shard: BTreeMap<ShardId, (Vec<usize>, Vec<Bytes>)> = BTreeMap::new();
+        for (i, key) in keys.iter().enumerate() {
             self.check_key(key)?;
-            shards.push(self.shard_of(key));
+            let entry = per_shard.entry(self.shard_of(key)).or_default();
+            entry.0.push(i);
+            entry.1.push(key.clone());
         }
-        let mut distinct = shards.clone();
-        distinct.sort();
-        distinct.dedup();
-        try_join_all(distinct.iter().map(|s| self.group(*s).read_barrier(mode))).await?;
-        let now = crate::now_ms();
-        keys.iter()
-            .zip(shards)
-            .map(|(key, shard)| Ok(self.storage.get(shard.0, key, now)?))
-            .collect()
+        let answers = try_join_all(per_shard.into_iter().map(
+            |(shard, (slots, keys))| async move {
+                let (answer, _) = self.on_shard(shard, mode, ShardOp::Get(keys)).await?;
+                Ok::<_, ClusterError>((slots, records(answer)?))
+            },
+        ))
+        .await?;
+        let mut out = vec![None; keys.len()];
+        for (slots, found) in answers {
+            for (i, record) in slots.into_iter().zip(found) {
+                out[i] = record;
+            }
+        }
+        Ok(out)
     }
 
     /// Live keys starting with `prefix`, merged across shards in key order, at most `limit`.
@@ -119,39 +105,50 @@ impl Node {
         limit: usize,
     ) -> Result<(Vec<(Bytes, Record)>, ReadMeta), ClusterError> {
         self.check_key(prefix)?;
-        let shards: Vec<ShardId> = self.map.shards().collect();
-        try_join_all(shards.iter().map(|s| self.group(*s).read_barrier(mode))).await?;
-        let now = crate::now_ms();
+        let prefix = Bytes::copy_from_slice(prefix);
+        let limit32 = u32::try_from(limit).unwrap_or(u32::MAX);
+        let answers = try_join_all(self.map.shards().map(|shard| {
+            let op = ShardOp::Scan {
+                prefix: prefix.clone(),
+                after: None,
+                limit: limit32,
+            };
+            self.on_shard(shard, mode, op)
+        }))
+        .await?;
         let mut merged = Vec::new();
-        for shard in &shards {
-            merged.extend(self.storage.scan(shard.0, prefix, None, limit, now)?);
+        let mut fresh = Vec::with_capacity(answers.len());
+        for (answer, f) in answers {
+            merged.extend(rows(answer)?);
+            fresh.push(f);
         }
         merged.sort_by(|a, b| a.0.cmp(&b.0));
         merged.truncate(limit);
         let found = merged.iter().map(|(_, r)| r.modify_index).max();
-        let meta = self.read_meta(shards, found);
-        Ok((merged, meta))
+        Ok((merged, read_meta(fresh, found)))
     }
 
-    /// One page of a walk over every key, shard by shard (`SCAN`). Reads this replica's state.
-    pub fn scan_page(
+    /// One page of a walk over every key, shard by shard (`SCAN`).
+    pub async fn scan_page(
         &self,
         from: ShardId,
         after: Option<&[u8]>,
         count: usize,
     ) -> Result<ScanPage, ClusterError> {
-        let now = crate::now_ms();
         let mut keys = Vec::new();
         let mut shard = from;
         let mut after = after.map(Bytes::copy_from_slice);
         while shard.0 < self.map.shard_count() {
             let want = count.saturating_sub(keys.len()).max(1);
-            let rows = self
-                .storage
-                .scan(shard.0, b"", after.as_deref(), want, now)?;
-            let full = rows.len() >= want;
-            let last = rows.last().map(|(k, _)| k.clone());
-            keys.extend(rows.into_iter().map(|(k, _)| k));
+            let op = ShardOp::Scan {
+                prefix: Bytes::new(),
+                after: after.take(),
+                limit: u32::try_from(want).unwrap_or(u32::MAX),
+            };
+            let found = rows(self.on_shard(shard, ReadMode::Default, op).await?.0)?;
+            let full = found.len() >= want;
+            let last = found.last().map(|(k, _)| k.clone());
+            keys.extend(found.into_iter().map(|(k, _)| k));
             if full {
                 return Ok(ScanPage {
                     keys,
@@ -159,29 +156,25 @@ impl Node {
                 });
             }
             shard = ShardId(shard.0 + 1);
-            after = None;
         }
         Ok(ScanPage { keys, next: None })
     }
 
-    /// Number of live keys held here (`DBSIZE`); counts every row, so it is O(keys).
-    pub fn key_count(&self) -> Result<u64, ClusterError> {
-        let now = crate::now_ms();
-        let mut total = 0u64;
-        for shard in self.map.shards() {
-            let mut after: Option<Bytes> = None;
-            loop {
-                let rows = self
-                    .storage
-                    .scan(shard.0, b"", after.as_deref(), 4096, now)?;
-                total += rows.len() as u64;
-                match rows.last() {
-                    Some((k, _)) if rows.len() == 4096 => after = Some(k.clone()),
-                    _ => break,
-                }
-            }
-        }
-        Ok(total)
+    /// Number of live keys in the cluster (`DBSIZE`); counts every row, so it is O(keys).
+    pub async fn key_count(&self) -> Result<u64, ClusterError> {
+        let answers = try_join_all(
+            self.map
+                .shards()
+                .map(|shard| self.on_shard(shard, ReadMode::Default, ShardOp::Count)),
+        )
+        .await?;
+        answers
+            .into_iter()
+            .map(|(answer, _)| match answer {
+                ShardAnswer::Count(n) => Ok(n),
+                other => Err(unexpected(&other)),
+            })
+            .sum()
     }
 
     /// Proposes `command` to `shard`'s group and waits for it to be applied.
@@ -197,7 +190,13 @@ impl Node {
             now_ms: crate::now_ms(),
             command,
         };
-        Ok(self.group(shard).write(log).await?)
+        match self
+            .on_shard(shard, ReadMode::Default, ShardOp::Write(log))
+            .await?
+        {
+            (ShardAnswer::Written(result), _) => Ok(result),
+            (other, _) => Err(unexpected(&other)),
+        }
     }
 
     /// Proposes a single-key command routed by `key`.
@@ -257,6 +256,41 @@ impl Node {
         }))
         .await?;
         Ok(total_deleted(results))
+    }
+}
+
+/// Combines the freshness of the shards a read touched into Consul's headers.
+fn read_meta(fresh: impl IntoIterator<Item = Freshness>, found_index: Option<u64>) -> ReadMeta {
+    let mut meta = ReadMeta {
+        index: found_index.unwrap_or(0),
+        known_leader: true,
+        last_contact_ms: 0,
+    };
+    for f in fresh {
+        meta.known_leader &= f.known_leader;
+        meta.last_contact_ms = meta.last_contact_ms.max(f.last_contact_ms);
+        if found_index.is_none() {
+            meta.index = meta.index.max(f.applied);
+        }
+    }
+    meta
+}
+
+fn unexpected(answer: &ShardAnswer) -> ClusterError {
+    ClusterError::Config(format!("unexpected shard answer {answer:?}"))
+}
+
+fn records(answer: ShardAnswer) -> Result<Vec<Option<Record>>, ClusterError> {
+    match answer {
+        ShardAnswer::Records(records) => Ok(records),
+        other => Err(unexpected(&other)),
+    }
+}
+
+fn rows(answer: ShardAnswer) -> Result<Vec<(Bytes, Record)>, ClusterError> {
+    match answer {
+        ShardAnswer::Rows(rows) => Ok(rows),
+        other => Err(unexpected(&other)),
     }
 }
 

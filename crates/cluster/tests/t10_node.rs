@@ -8,6 +8,7 @@ use trireme_types::{Command, CommandResult, PutCondition, ShardId, TtlUpdate};
 fn config(dir: &std::path::Path, shards: u32) -> NodeConfig {
     let mut config = NodeConfig::new("n1", dir);
     config.shards = Some(shards);
+    config.peer_addr = "127.0.0.1:0".into();
     config.expiry_interval = Duration::from_millis(50);
     config
 }
@@ -65,7 +66,7 @@ async fn writes_route_to_shards_and_read_back_in_every_mode() {
     let mut seen = Vec::new();
     let mut position = Some((ShardId(0), None));
     while let Some((shard, after)) = position {
-        let page = node.scan_page(shard, after.as_deref(), 5).unwrap();
+        let page = node.scan_page(shard, after.as_deref(), 5).await.unwrap();
         seen.extend(page.keys);
         position = page.next;
     }
@@ -73,10 +74,10 @@ async fn writes_route_to_shards_and_read_back_in_every_mode() {
     assert_eq!(seen.len(), 64);
     seen.dedup();
     assert_eq!(seen.len(), 64);
-    assert_eq!(node.key_count().unwrap(), 64);
+    assert_eq!(node.key_count().await.unwrap(), 64);
 
     assert_eq!(node.delete_prefix(b"k1").await.unwrap(), 10);
-    assert_eq!(node.key_count().unwrap(), 54);
+    assert_eq!(node.key_count().await.unwrap(), 54);
     let removed = node
         .delete_many(vec![
             Bytes::from_static(b"k20"),
@@ -114,9 +115,9 @@ async fn limits_are_enforced_before_the_log() {
         trireme_types::ErrorCode::ValueTooLarge
     );
     // Nothing was written, and the node still serves.
-    assert_eq!(node.key_count().unwrap(), 0);
+    assert_eq!(node.key_count().await.unwrap(), 0);
     node.write(b"k", put("k", "ok")).await.unwrap();
-    assert_eq!(node.key_count().unwrap(), 1);
+    assert_eq!(node.key_count().await.unwrap(), 1);
     node.shutdown().await;
 }
 

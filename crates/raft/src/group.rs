@@ -1,13 +1,14 @@
 //! [`ShardGroup`]: one shard's Raft group on this node, and the write and read paths through it.
 
-use crate::{LogStore, NoPeers, PeerNode, RaftLayerError, ShardStateMachine, TypeConfig};
+use crate::{LogStore, PeerNode, PeerTransport, RaftLayerError, ShardStateMachine, TypeConfig};
 use openraft::type_config::async_runtime::WatchReceiver;
 use openraft::{Config, Raft, ReadPolicy, ServerState, SnapshotPolicy};
+use openraft_multi::GroupNetworkFactory;
 use std::collections::BTreeMap;
-use std::sync::Arc;
-use std::time::Duration;
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
 use trireme_storage::Storage;
-use trireme_types::{CommandResult, LogCommand, ShardId};
+use trireme_types::{CommandResult, GroupId, LogCommand, ShardId};
 
 /// The Raft handle type of a shard.
 type ShardRaft = Raft<TypeConfig, ShardStateMachine>;
@@ -90,10 +91,15 @@ pub struct GroupStatus {
     pub millis_since_quorum_ack: Option<u64>,
 }
 
-/// One shard's Raft group on this node.
+/// One Raft group on this node: a shard's, or the metadata group (whose state machine rows
+/// live under a storage shard id of their own).
 #[derive(Clone)]
 pub struct ShardGroup {
     shard: ShardId,
+    group: GroupId,
+    transport: PeerTransport,
+    /// When this node last received AppendEntries for the group, stamped by the transport.
+    last_append: Arc<Mutex<Option<Instant>>>,
     raft: ShardRaft,
     timeout: Duration,
     /// How long after a quorum acknowledged this leader it may serve reads alone. Followers
@@ -108,28 +114,34 @@ pub struct ShardGroup {
 }
 
 impl ShardGroup {
-    /// Opens the group of `shard` from `storage` and starts it.
+    /// Opens Raft group `group` from `storage`, its state machine rows under `shard`, registers
+    /// it with the peer transport and starts it.
     pub async fn open(
         storage: Arc<Storage>,
+        group: GroupId,
         shard: ShardId,
         node_id: u64,
         timing: &RaftTiming,
+        transport: &PeerTransport,
     ) -> Result<Self, RaftLayerError> {
-        let group = trireme_types::GroupId::of_shard(shard).0;
         let config = Arc::new(timing.config()?);
         let raft = Raft::new(
             node_id,
             config,
-            NoPeers,
-            LogStore::new(storage.clone(), group),
+            GroupNetworkFactory::new(transport.clone(), group.0),
+            LogStore::new(storage.clone(), group.0),
             ShardStateMachine::new(storage, shard.0),
         )
         .await
         .map_err(|e| RaftLayerError::from_fatal(shard.0, e))?;
+        let last_append = transport.register(group.0, raft.clone());
         let metrics = raft.metrics();
         let proposals = crate::batcher::spawn(raft.clone(), shard.0);
         Ok(Self {
             shard,
+            group,
+            transport: transport.clone(),
+            last_append,
             proposals,
             raft,
             timeout: timing.request_timeout,
@@ -138,9 +150,72 @@ impl ShardGroup {
         })
     }
 
-    /// The shard.
+    /// The shard whose rows this group's state machine holds.
     pub fn shard(&self) -> ShardId {
         self.shard
+    }
+
+    /// The Raft group id.
+    pub fn group_id(&self) -> GroupId {
+        self.group
+    }
+
+    /// Whether this node currently leads the group.
+    pub fn is_leader(&self) -> bool {
+        let m = self.metrics.borrow_watched();
+        m.state == ServerState::Leader && m.current_leader == Some(m.id)
+    }
+
+    /// The leader's node id, if known.
+    pub fn leader(&self) -> Option<u64> {
+        self.metrics.borrow_watched().current_leader
+    }
+
+    /// Milliseconds since this replica last heard from its leader: 0 on the leader itself,
+    /// `None` when it never has.
+    pub fn last_contact_ms(&self) -> Option<u64> {
+        if self.is_leader() {
+            return Some(0);
+        }
+        let stamp = *self
+            .last_append
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        stamp.map(|at| at.elapsed().as_millis() as u64)
+    }
+
+    /// Waits until this replica has applied past `index`, or `timeout` passes.
+    pub async fn await_applied_beyond(&self, index: u64, timeout: Duration) {
+        let mut metrics = self.metrics.clone();
+        let wait = async {
+            loop {
+                let applied = metrics
+                    .borrow_watched()
+                    .last_applied
+                    .as_ref()
+                    .map_or(0, |l| l.index);
+                if applied > index || metrics.changed().await.is_err() {
+                    return;
+                }
+            }
+        };
+        let _ = tokio::time::timeout(timeout, wait).await;
+    }
+
+    /// Waits until a leader is known or `timeout` passes; returns it.
+    pub async fn await_leader(&self, timeout: Duration) -> Option<u64> {
+        let mut metrics = self.metrics.clone();
+        let wait = async {
+            loop {
+                if let Some(leader) = metrics.borrow_watched().current_leader {
+                    return Some(leader);
+                }
+                if metrics.changed().await.is_err() {
+                    return None;
+                }
+            }
+        };
+        tokio::time::timeout(timeout, wait).await.ok().flatten()
     }
 
     /// The openraft handle, for administration.
@@ -158,10 +233,18 @@ impl ShardGroup {
         {
             return Ok(());
         }
-        self.raft
-            .initialize(members)
-            .await
-            .map_err(|e| RaftLayerError::Setup(e.to_string()))
+        match self.raft.initialize(members).await {
+            Ok(()) => Ok(()),
+            // Another replica initialized with the same membership first and has already
+            // asked this one for its vote: the group exists, its log will arrive by replication.
+            Err(openraft::errors::RaftError::APIError(
+                openraft::errors::InitializeError::NotAllowed(e),
+            )) => {
+                tracing::debug!(shard = self.shard.0, reason = %e, "group already started by a peer");
+                Ok(())
+            }
+            Err(e) => Err(RaftLayerError::Setup(e.to_string())),
+        }
     }
 
     /// Waits until the state machine has caught up with what was committed before a restart,
@@ -297,6 +380,7 @@ impl ShardGroup {
 
     /// Stops the group.
     pub async fn shutdown(&self) {
+        self.transport.unregister(self.group.0);
         if let Err(e) = self.raft.shutdown().await {
             tracing::warn!(shard = self.shard.0, error = %e, "raft shutdown");
         }

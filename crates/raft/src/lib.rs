@@ -9,14 +9,14 @@ mod batcher;
 mod error;
 mod group;
 mod log_store;
-mod network;
+mod peer;
 mod state_machine;
 mod types;
 
 pub use error::RaftLayerError;
 pub use group::{GroupStatus, RaftTiming, ReadMode, ShardGroup};
 pub use log_store::LogStore;
-pub use network::NoPeers;
+pub use peer::{ForwardHandler, PeerError, PeerTransport};
 pub use state_machine::ShardStateMachine;
 pub use types::{PeerNode, TypeConfig};
 

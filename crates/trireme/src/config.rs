@@ -93,8 +93,6 @@ struct RaftSection {
 pub struct ServerConfig {
     pub node: NodeConfig,
     pub log: String,
-    pub rack: Option<String>,
-    pub zone: Option<String>,
 }
 
 impl ServerArgs {
@@ -168,25 +166,27 @@ impl ServerArgs {
         let initial = self.initial_cluster.or(file.initial_cluster);
         if join.is_some() {
             bail!(
-                "--join: multi-node clusters are not available in this build yet (see README); start a one-node cluster without --join"
+                "--join: adding nodes to a running cluster is not available in this build yet (see README); bootstrap every node with the same --initial-cluster"
             );
         }
         if let Some(initial) = initial {
             let members = parse_initial_cluster(&initial)?;
-            if members.len() > 1 || members.first().is_some_and(|(id, _)| id != &name) {
-                bail!(
-                    "--initial-cluster with other members: multi-node clusters are not available in this build yet (see README)"
-                );
+            for (id, _) in &members {
+                validate_name(id)?;
             }
+            if !members.iter().any(|(id, _)| id == &name) {
+                bail!("--initial-cluster does not list this node ({name})");
+            }
+            node.initial_cluster = members;
         }
+        node.rack = self.rack.or(file.rack);
+        node.zone = self.zone.or(file.zone);
         Ok(ServerConfig {
             node,
             log: self
                 .log
                 .or(file.log)
                 .unwrap_or_else(|| "info,openraft=error".into()),
-            rack: self.rack.or(file.rack),
-            zone: self.zone.or(file.zone),
         })
     }
 }

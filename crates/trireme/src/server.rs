@@ -48,18 +48,19 @@ async fn serve(mut config: ServerConfig) -> anyhow::Result<()> {
     config.node.http_addr = http.local_addr()?.to_string();
     config.node.resp_addr = resp.local_addr()?.to_string();
     config.node.peer_addr = peer.local_addr()?.to_string();
-    if config.rack.is_some() || config.zone.is_some() {
-        tracing::info!(rack = ?config.rack, zone = ?config.zone, "placement labels recorded (used once there is more than one node)");
-    }
 
     let data_dir = config.node.data_dir.clone();
-    let node = Node::start(config.node.clone()).await.with_context(|| {
-        format!(
-            "cannot start node {:?} in {}",
-            config.node.name,
-            data_dir.display()
-        )
-    })?;
+    // The peer listener serves from here on: the other nodes need it while this one waits
+    // for them during start-up.
+    let node = Node::start_with_listener(config.node.clone(), peer)
+        .await
+        .with_context(|| {
+            format!(
+                "cannot start node {:?} in {}",
+                config.node.name,
+                data_dir.display()
+            )
+        })?;
 
     let (stop_tx, stop_rx) = watch::channel(false);
     let stopped = |mut rx: watch::Receiver<bool>| async move {
@@ -82,9 +83,6 @@ async fn serve(mut config: ServerConfig) -> anyhow::Result<()> {
         stopped(stop_rx.clone()),
     ));
     let resp_task = tokio::spawn(resp_server.serve(resp, stopped(stop_rx.clone())));
-    // The peer transport arrives with multi-node clusters; until then the port is held so the
-    // address stays ours, and connections to it are closed.
-    let peer_task = tokio::spawn(hold_peer_port(peer, stopped(stop_rx.clone())));
 
     write_endpoints(&node).await?;
     println!(
@@ -99,23 +97,9 @@ async fn serve(mut config: ServerConfig) -> anyhow::Result<()> {
     wait_for_signal().await;
     tracing::info!("stopping");
     let _ = stop_tx.send(true);
-    let _ = tokio::join!(http_task, resp_task, peer_task);
+    let _ = tokio::join!(http_task, resp_task);
     node.shutdown().await;
     Ok(())
-}
-
-async fn hold_peer_port(listener: TcpListener, stop: impl std::future::Future<Output = ()>) {
-    tokio::pin!(stop);
-    loop {
-        tokio::select! {
-            _ = &mut stop => return,
-            accepted = listener.accept() => {
-                if let Ok((_, from)) = accepted {
-                    tracing::debug!(%from, "peer connection closed: this node has no peers");
-                }
-            }
-        }
-    }
 }
 
 /// `<data dir>/endpoints.json`: where this node listens, for scripts and tests that started it

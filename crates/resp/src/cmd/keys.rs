@@ -105,7 +105,7 @@ pub(crate) async fn key_type(ctx: &mut Ctx<'_>, args: &mut Args) -> CmdResult {
 
 /// `SCAN cursor [MATCH pattern] [COUNT n] [TYPE t]`. Cursors are handed out by the server and
 /// remember the shard and last key; an unknown cursor starts nothing and returns `0`.
-pub(crate) fn scan(ctx: &mut Ctx<'_>, args: &mut Args) -> CmdResult {
+pub(crate) async fn scan(ctx: &mut Ctx<'_>, args: &mut Args) -> CmdResult {
     if args.remaining() == 0 {
         return Err(args.wrong_arity().into());
     }
@@ -138,7 +138,11 @@ pub(crate) fn scan(ctx: &mut Ctx<'_>, args: &mut Args) -> CmdResult {
             None => return Ok(Reply::array(vec![Reply::bulk("0"), Reply::array(vec![])])),
         }
     };
-    let page = ctx.shared.node.scan_page(shard, after.as_deref(), count)?;
+    let page = ctx
+        .shared
+        .node
+        .scan_page(shard, after.as_deref(), count)
+        .await?;
     let keys: Vec<Reply> = page
         .keys
         .into_iter()
@@ -154,7 +158,7 @@ pub(crate) fn scan(ctx: &mut Ctx<'_>, args: &mut Args) -> CmdResult {
     ]))
 }
 
-pub(crate) fn dbsize(ctx: &mut Ctx<'_>, args: &mut Args) -> CmdResult {
+pub(crate) async fn dbsize(ctx: &mut Ctx<'_>, args: &mut Args) -> CmdResult {
     no_more(args)?;
-    Ok(Reply::integer(ctx.shared.node.key_count()? as i64))
+    Ok(Reply::integer(ctx.shared.node.key_count().await? as i64))
 }

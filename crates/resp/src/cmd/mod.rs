@@ -89,8 +89,8 @@ pub(crate) async fn execute(shared: &Shared, client: &mut ClientState, mut args:
         "ttl" | "pttl" => keys::ttl(&mut ctx, &mut args).await,
         "persist" => keys::persist(&mut ctx, &mut args).await,
         "type" => keys::key_type(&mut ctx, &mut args).await,
-        "scan" => keys::scan(&mut ctx, &mut args),
-        "dbsize" => keys::dbsize(&mut ctx, &mut args),
+        "scan" => keys::scan(&mut ctx, &mut args).await,
+        "dbsize" => keys::dbsize(&mut ctx, &mut args).await,
         // connection
         "ping" => connection::ping(&mut args),
         "echo" => connection::echo(&mut args),
@@ -100,7 +100,7 @@ pub(crate) async fn execute(shared: &Shared, client: &mut ClientState, mut args:
         "auth" => connection::auth(&mut args),
         "quit" => return Flow::Quit(Reply::ok()),
         // server
-        "info" => server::info(&mut ctx, &mut args),
+        "info" => server::info(&mut ctx, &mut args).await,
         "command" => server::command(&mut args),
         "config" => server::config(&mut args),
         // cluster

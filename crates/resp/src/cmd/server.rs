@@ -138,7 +138,7 @@ pub(crate) fn config(args: &mut Args) -> CmdResult {
 }
 
 /// `INFO [section ...]`: server, clients, keyspace, cluster.
-pub(crate) fn info(ctx: &mut Ctx<'_>, args: &mut Args) -> CmdResult {
+pub(crate) async fn info(ctx: &mut Ctx<'_>, args: &mut Args) -> CmdResult {
     let wanted: Vec<String> = args
         .rest()
         .iter()
@@ -179,7 +179,7 @@ pub(crate) fn info(ctx: &mut Ctx<'_>, args: &mut Args) -> CmdResult {
     }
     if want("keyspace") {
         text.push_str("# Keyspace\r\n");
-        let keys = node.key_count()?;
+        let keys = node.key_count().await?;
         if keys > 0 {
             text.push_str(&format!("db0:keys={keys},expires=0,avg_ttl=0\r\n"));
         }

@@ -1,0 +1,214 @@
+//! What the metadata group (group 0) holds, and how shards are placed on nodes.
+//!
+//! The metadata group's state machine is an ordinary keyspace under a storage shard id no data
+//! shard uses, so it is replicated, snapshotted and recovered like any shard. It holds:
+//! - `node/<name>`: each node's [`NodeInfo`] (addresses, rack, zone), written by the node itself
+//!   at every start, so clients and peers always see its current addresses;
+//! - `placement`: the [`Placement`] of every shard's replicas, written once by the metadata
+//!   leader when every initial node has registered (create-only, so a second writer loses).
+
+use serde::{Deserialize, Serialize};
+use std::collections::{BTreeMap, BTreeSet};
+use trireme_raft::PeerNode;
+use trireme_types::{NodeId, ShardId};
+
+/// The storage shard id of the metadata group's rows (data shards count up from 0).
+pub(crate) const META_SHARD: ShardId = ShardId(u32::MAX);
+/// At most this many initial nodes are voters of the metadata group; the rest are learners.
+pub(crate) const META_VOTERS: usize = 5;
+
+/// Key of a node's row.
+pub(crate) fn node_key(name: &str) -> Vec<u8> {
+    format!("node/{name}").into_bytes()
+}
+/// Prefix of every node row.
+pub(crate) const NODE_PREFIX: &[u8] = b"node/";
+/// Key of the placement row.
+pub(crate) const PLACEMENT_KEY: &[u8] = b"placement";
+
+/// A node as the cluster knows it.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct NodeInfo {
+    /// Name and addresses.
+    pub node: PeerNode,
+    /// Rack label; replicas of a shard avoid sharing one.
+    pub rack: Option<String>,
+    /// Zone label; replicas of a shard avoid sharing one before racks are considered.
+    pub zone: Option<String>,
+}
+
+impl NodeInfo {
+    /// The node's Raft id.
+    pub fn id(&self) -> u64 {
+        NodeId::from_name(&self.node.name).0
+    }
+}
+
+/// Where every shard's replicas live, fixed at bootstrap (shard moves come later).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub(crate) struct Placement {
+    /// Voters of shard `i`, by node id.
+    pub replicas: Vec<Vec<u64>>,
+    /// The members as written into each group's first membership: name and peer address only,
+    /// so every replica initializes its group with exactly the same configuration.
+    pub members: BTreeMap<u64, PeerNode>,
+}
+
+impl Placement {
+    /// The voters of `shard` with the identities their group was initialized with.
+    pub fn membership(&self, shard: ShardId) -> BTreeMap<u64, PeerNode> {
+        self.replicas
+            .get(shard.0 as usize)
+            .into_iter()
+            .flatten()
+            .filter_map(|id| self.members.get(id).map(|n| (*id, n.clone())))
+            .collect()
+    }
+
+    /// Whether node `id` holds a replica of `shard`.
+    pub fn hosts(&self, shard: ShardId, id: u64) -> bool {
+        self.replicas
+            .get(shard.0 as usize)
+            .is_some_and(|r| r.contains(&id))
+    }
+}
+
+/// The membership Raft groups start with: name and peer address, nothing that changes at restart.
+pub(crate) fn member(node: &PeerNode) -> PeerNode {
+    PeerNode {
+        name: node.name.clone(),
+        peer_addr: node.peer_addr.clone(),
+        http_addr: String::new(),
+        resp_addr: String::new(),
+    }
+}
+
+/// Places `shards` shards of `factor` voters each on `nodes`: distinct nodes per shard, zones
+/// spread first, then racks, and the first replica (where the election usually lands first)
+/// rotated so leaders and load spread evenly. Deterministic for the same input.
+pub(crate) fn place(nodes: &[NodeInfo], shards: u32, factor: usize) -> Placement {
+    let mut sorted: Vec<&NodeInfo> = nodes.iter().collect();
+    // Interleave racks and zones in the ring so consecutive picks land apart.
+    sorted.sort_by(|a, b| a.node.name.cmp(&b.node.name));
+    let factor = factor.clamp(1, sorted.len().max(1));
+    let mut replicas = Vec::with_capacity(shards as usize);
+    for shard in 0..shards as usize {
+        let mut chosen: Vec<&NodeInfo> = Vec::with_capacity(factor);
+        let ring = (0..sorted.len()).map(|i| sorted[(shard + i) % sorted.len()]);
+        let ring: Vec<&NodeInfo> = ring.collect();
+        // Pass 1: a new zone and a new rack; pass 2: a new rack; pass 3: any node not chosen.
+        for pass in 0..3 {
+            for candidate in &ring {
+                if chosen.len() == factor {
+                    break;
+                }
+                if chosen.iter().any(|c| c.node.name == candidate.node.name) {
+                    continue;
+                }
+                let zones: BTreeSet<&Option<String>> = chosen.iter().map(|c| &c.zone).collect();
+                let racks: BTreeSet<(&Option<String>, &Option<String>)> =
+                    chosen.iter().map(|c| (&c.zone, &c.rack)).collect();
+                let new_zone = candidate.zone.is_none() || !zones.contains(&candidate.zone);
+                let new_rack = candidate.rack.is_none()
+                    || !racks.contains(&(&candidate.zone, &candidate.rack));
+                let ok = match pass {
+                    0 => new_zone && new_rack,
+                    1 => new_rack,
+                    _ => true,
+                };
+                if ok {
+                    chosen.push(candidate);
+                }
+            }
+        }
+        replicas.push(chosen.iter().map(|n| n.id()).collect());
+    }
+    Placement {
+        replicas,
+        members: nodes.iter().map(|n| (n.id(), member(&n.node))).collect(),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn node(name: &str, zone: Option<&str>, rack: Option<&str>) -> NodeInfo {
+        NodeInfo {
+            node: PeerNode {
+                name: name.into(),
+                peer_addr: format!("{name}:1"),
+                http_addr: String::new(),
+                resp_addr: String::new(),
+            },
+            rack: rack.map(Into::into),
+            zone: zone.map(Into::into),
+        }
+    }
+
+    #[test]
+    fn three_nodes_factor_three_puts_every_shard_everywhere() {
+        let nodes = [
+            node("n1", None, None),
+            node("n2", None, None),
+            node("n3", None, None),
+        ];
+        let p = place(&nodes, 16, 3);
+        assert_eq!(p.replicas.len(), 16);
+        for r in &p.replicas {
+            let distinct: BTreeSet<_> = r.iter().collect();
+            assert_eq!(distinct.len(), 3);
+        }
+        // The first replica rotates.
+        let firsts: BTreeSet<_> = p.replicas.iter().map(|r| r[0]).collect();
+        assert_eq!(firsts.len(), 3);
+    }
+
+    #[test]
+    fn replicas_spread_over_racks_before_sharing_one() {
+        let nodes = [
+            node("a1", None, Some("a")),
+            node("a2", None, Some("a")),
+            node("b1", None, Some("b")),
+            node("b2", None, Some("b")),
+            node("c1", None, Some("c")),
+        ];
+        let p = place(&nodes, 32, 3);
+        let rack_of: BTreeMap<u64, char> = nodes
+            .iter()
+            .map(|n| (n.id(), n.node.name.chars().next().unwrap()))
+            .collect();
+        for r in &p.replicas {
+            let racks: BTreeSet<char> = r.iter().map(|id| rack_of[id]).collect();
+            assert_eq!(racks.len(), 3, "replicas {r:?} share a rack");
+        }
+    }
+
+    #[test]
+    fn zones_come_before_racks_and_factor_is_capped_by_node_count() {
+        let nodes = [
+            node("x1", Some("x"), Some("r1")),
+            node("x2", Some("x"), Some("r2")),
+            node("y1", Some("y"), Some("r1")),
+        ];
+        let p = place(&nodes, 8, 2);
+        let y = nodes[2].id();
+        for r in &p.replicas {
+            assert_eq!(r.len(), 2);
+            assert!(r.contains(&y), "two replicas in zone x: {r:?}");
+        }
+        let p = place(&nodes[..1], 4, 3);
+        assert!(p.replicas.iter().all(|r| r.len() == 1));
+    }
+
+    #[test]
+    fn placement_is_deterministic_and_membership_is_identical() {
+        let nodes = [node("n2", None, None), node("n1", None, None)];
+        let a = place(&nodes, 4, 2);
+        let b = place(&[nodes[1].clone(), nodes[0].clone()], 4, 2);
+        assert_eq!(a, b);
+        let m = a.membership(ShardId(0));
+        assert_eq!(m.len(), 2);
+        assert!(m.values().all(|n| n.http_addr.is_empty()));
+    }
+}

@@ -1,0 +1,609 @@
+//! The peer transport: one TCP connection per pair of nodes, shared by every Raft group and by
+//! forwarded client requests (DESIGN.md "peer traffic").
+//!
+//! Of each pair, the node with the lower id dials and keeps redialling while the other is
+//! down; the higher one only accepts. Either side then sends requests over the link. The
+//! dialer opens with a `Hello` naming the cluster and both node ids; a node of another
+//! cluster, or one that reached the wrong node, is refused and logged. A frame that fails to
+//! decode closes the link (the dialer reconnects); it never takes the node down.
+//!
+//! [`PeerTransport`] implements openraft-multi's [`GroupRouter`], so every group's
+//! `RaftNetworkV2` is a thin adapter binding (target node, group id) to it.
+
+mod link;
+mod wire;
+
+use crate::{PeerNode, TypeConfig};
+use bytes::BytesMut;
+use futures::StreamExt;
+use futures::future::BoxFuture;
+use link::{CallError, Inbound, Link};
+use openraft::errors::{NetworkError, RPCError, ReplicationClosed, StreamingError, Unreachable};
+use openraft::network::RPCOption;
+use openraft::raft::{
+    AppendEntriesRequest, AppendEntriesResponse, SnapshotResponse, VoteRequest, VoteResponse,
+};
+use openraft::type_config::alias::{SnapshotOf, VoteOf};
+use openraft::{AnyError, Raft, RaftNetworkFactory};
+use openraft_multi::{GroupNetworkAdapter, GroupNetworkFactory, GroupRouter};
+use std::collections::{HashMap, HashSet};
+use std::io::Cursor;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::{Arc, Mutex, OnceLock, RwLock};
+use std::time::{Duration, Instant};
+use tokio::io::AsyncWriteExt;
+use tokio::net::{TcpListener, TcpStream};
+use tokio::sync::Notify;
+use tokio_util::codec::{FramedRead, LengthDelimitedCodec};
+
+/// How long a dialer waits for a connection and for the answer to its `Hello`.
+const HANDSHAKE_TIMEOUT: Duration = Duration::from_secs(2);
+/// Redial backoff bounds.
+const REDIAL_MIN: Duration = Duration::from_millis(50);
+const REDIAL_MAX: Duration = Duration::from_millis(1000);
+
+/// The Raft handle type of every group.
+pub(crate) type GroupRaft = Raft<TypeConfig, crate::ShardStateMachine>;
+
+/// Serves client requests forwarded by other nodes. The cluster layer implements it; the
+/// transport only carries the bytes.
+pub trait ForwardHandler: Send + Sync + 'static {
+    /// Answers the encoded request `payload` from node `from` with an encoded response.
+    fn handle(&self, from: u64, payload: Vec<u8>) -> BoxFuture<'static, Vec<u8>>;
+}
+
+/// Why a forwarded request got no answer.
+#[derive(Debug, thiserror::Error)]
+pub enum PeerError {
+    /// No link to the node; the request was not sent.
+    #[error("node {0:016x} is unreachable: {1}")]
+    Unreachable(u64, String),
+    /// The link broke after the request was sent; it may have been served.
+    #[error("lost the link to node {0:016x}: {1}")]
+    Lost(u64, String),
+    /// No answer in time; the request may have been served.
+    #[error("node {0:016x} did not answer within {1:?}")]
+    Timeout(u64, Duration),
+    /// The node received the request but could not serve it.
+    #[error("node {0:016x} could not serve the request: {1}")]
+    Failed(u64, String),
+}
+
+/// A group registered with the transport, so RPCs addressed to it reach its Raft.
+struct GroupEntry {
+    raft: GroupRaft,
+    /// When this node last received AppendEntries for the group (heartbeats included).
+    last_append: Arc<Mutex<Option<Instant>>>,
+}
+
+struct Inner {
+    me: u64,
+    cluster: String,
+    groups: RwLock<HashMap<u32, GroupEntry>>,
+    links: Mutex<HashMap<u64, Arc<Link>>>,
+    addrs: Mutex<HashMap<u64, String>>,
+    dialers: Mutex<HashSet<u64>>,
+    /// Woken whenever a link comes up, for callers waiting to forward.
+    link_up: Notify,
+    next_serial: AtomicU64,
+    forward: OnceLock<Arc<dyn ForwardHandler>>,
+    stopped: AtomicBool,
+}
+
+/// The node's peer transport; cheap to clone.
+#[derive(Clone)]
+pub struct PeerTransport {
+    inner: Arc<Inner>,
+}
+
+impl PeerTransport {
+    /// A transport for node `me` of `cluster`. Nothing is dialled or served until
+    /// [`PeerTransport::serve`] and [`PeerTransport::set_peer_addr`] are called.
+    pub fn new(me: u64, cluster: impl Into<String>) -> Self {
+        Self {
+            inner: Arc::new(Inner {
+                me,
+                cluster: cluster.into(),
+                groups: RwLock::new(HashMap::new()),
+                links: Mutex::new(HashMap::new()),
+                addrs: Mutex::new(HashMap::new()),
+                dialers: Mutex::new(HashSet::new()),
+                link_up: Notify::new(),
+                next_serial: AtomicU64::new(1),
+                forward: OnceLock::new(),
+                stopped: AtomicBool::new(false),
+            }),
+        }
+    }
+
+    /// This node's id.
+    pub fn me(&self) -> u64 {
+        self.inner.me
+    }
+
+    /// Installs the handler for forwarded client requests (once).
+    pub fn set_forward_handler(&self, handler: Arc<dyn ForwardHandler>) {
+        let _ = self.inner.forward.set(handler);
+    }
+
+    /// Accepts links from peers on `listener` until the transport stops.
+    pub fn serve(&self, listener: TcpListener) {
+        let inner = self.inner.clone();
+        tokio::spawn(async move {
+            loop {
+                let (stream, from) = match listener.accept().await {
+                    Ok(accepted) => accepted,
+                    Err(e) => {
+                        tracing::warn!(error = %e, "peer accept failed");
+                        tokio::time::sleep(REDIAL_MIN).await;
+                        continue;
+                    }
+                };
+                if inner.stopped.load(Ordering::Acquire) {
+                    return;
+                }
+                let inner = inner.clone();
+                tokio::spawn(async move {
+                    if let Err(reason) = accept(inner, stream).await {
+                        tracing::warn!(remote = %from, %reason, "refused a peer link");
+                    }
+                });
+            }
+        });
+    }
+
+    /// Records where node `id` listens for peers. Of each pair the lower id dials, so this
+    /// starts (once) a task that keeps a link to `id` up when `id` is higher than this node.
+    pub fn set_peer_addr(&self, id: u64, addr: &str) {
+        if id == self.inner.me || addr.is_empty() {
+            return;
+        }
+        let changed = {
+            let mut addrs = lock(&self.inner.addrs);
+            addrs.insert(id, addr.to_string()).as_deref() != Some(addr)
+        };
+        if changed && id > self.inner.me && lock(&self.inner.dialers).insert(id) {
+            tokio::spawn(dial_loop(self.inner.clone(), id));
+        }
+    }
+
+    /// Whether a link to `id` is up.
+    pub fn is_linked(&self, id: u64) -> bool {
+        self.inner.link(id).is_some()
+    }
+
+    /// Registers a group's Raft so RPCs for `group` reach it; returns the cell the transport
+    /// stamps on every AppendEntries received for the group (how fresh a follower is).
+    pub(crate) fn register(&self, group: u32, raft: GroupRaft) -> Arc<Mutex<Option<Instant>>> {
+        let last_append = Arc::new(Mutex::new(None));
+        write_lock(&self.inner.groups).insert(
+            group,
+            GroupEntry {
+                raft,
+                last_append: last_append.clone(),
+            },
+        );
+        last_append
+    }
+
+    /// Removes a group (it stopped or left this node).
+    pub(crate) fn unregister(&self, group: u32) {
+        write_lock(&self.inner.groups).remove(&group);
+    }
+
+    /// Sends a client request to node `to` and returns its answer. Waits up to `timeout`,
+    /// including for the link to come up.
+    pub async fn forward(
+        &self,
+        to: u64,
+        payload: Vec<u8>,
+        timeout: Duration,
+    ) -> Result<Vec<u8>, PeerError> {
+        let deadline = tokio::time::Instant::now() + timeout;
+        let link = loop {
+            let notified = self.inner.link_up.notified();
+            if let Some(link) = self.inner.link(to) {
+                break link;
+            }
+            if tokio::time::timeout_at(deadline, notified).await.is_err() {
+                return Err(PeerError::Unreachable(to, "no link".into()));
+            }
+        };
+        let left = deadline.saturating_duration_since(tokio::time::Instant::now());
+        match link.call(wire::Request::Forward { payload }, left).await {
+            Ok(wire::Response::Forward(answer)) => Ok(answer),
+            Ok(wire::Response::Failed(reason)) => Err(PeerError::Failed(to, reason)),
+            Ok(other) => Err(PeerError::Failed(
+                to,
+                format!("unexpected answer {other:?}"),
+            )),
+            Err(CallError::Unreachable(reason)) => Err(PeerError::Unreachable(to, reason)),
+            Err(CallError::Lost(reason)) => Err(PeerError::Lost(to, reason)),
+            Err(CallError::Timeout(t)) => Err(PeerError::Timeout(to, t)),
+        }
+    }
+
+    /// Stops accepting and dialling and closes every link.
+    pub fn stop(&self) {
+        self.inner.stopped.store(true, Ordering::Release);
+        let links: Vec<Arc<Link>> = lock(&self.inner.links).drain().map(|(_, l)| l).collect();
+        for link in links {
+            link.close();
+        }
+    }
+
+    async fn call(
+        &self,
+        target: u64,
+        request: wire::Request,
+        timeout: Duration,
+    ) -> Result<wire::Response, RPCError<TypeConfig>> {
+        let Some(link) = self.inner.link(target) else {
+            return Err(unreachable(format!("no link to node {target:016x}")));
+        };
+        match link.call(request, timeout).await {
+            Ok(wire::Response::Failed(reason)) => Err(unreachable(reason)),
+            Ok(response) => Ok(response),
+            Err(CallError::Unreachable(reason) | CallError::Lost(reason)) => {
+                Err(unreachable(reason))
+            }
+            Err(CallError::Timeout(t)) => Err(RPCError::Network(NetworkError::new(
+                &AnyError::error(format!("no answer from node {target:016x} within {t:?}")),
+            ))),
+        }
+    }
+}
+
+fn unreachable(reason: String) -> RPCError<TypeConfig> {
+    RPCError::Unreachable(Unreachable::new(&AnyError::error(reason)))
+}
+
+fn unexpected(response: wire::Response) -> RPCError<TypeConfig> {
+    RPCError::Network(NetworkError::new(&AnyError::error(format!(
+        "unexpected answer {response:?}"
+    ))))
+}
+
+fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
+    // Every map here stays consistent even if a holder panicked mid-way.
+    m.lock().unwrap_or_else(std::sync::PoisonError::into_inner)
+}
+
+fn write_lock<T>(m: &RwLock<T>) -> std::sync::RwLockWriteGuard<'_, T> {
+    m.write().unwrap_or_else(std::sync::PoisonError::into_inner)
+}
+
+impl Inner {
+    fn link(&self, peer: u64) -> Option<Arc<Link>> {
+        lock(&self.links)
+            .get(&peer)
+            .filter(|l| !l.is_closed())
+            .cloned()
+    }
+
+    fn group(&self, group: u32) -> Option<(GroupRaft, Arc<Mutex<Option<Instant>>>)> {
+        self.groups
+            .read()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .get(&group)
+            .map(|g| (g.raft.clone(), g.last_append.clone()))
+    }
+
+    fn install(self: &Arc<Self>, peer: u64, stream: TcpStream) -> Arc<Link> {
+        let serial = self.next_serial.fetch_add(1, Ordering::Relaxed);
+        let link = Link::start(stream, peer, serial, self.clone());
+        if let Some(old) = lock(&self.links).insert(peer, link.clone()) {
+            old.close();
+        }
+        self.link_up.notify_waiters();
+        tracing::info!(peer = %format_args!("{peer:016x}"), "peer link up");
+        link
+    }
+}
+
+impl Inbound for Inner {
+    async fn serve(self: Arc<Self>, peer: u64, request: wire::Request) -> wire::Response {
+        use wire::{Request, Response};
+        let no_group =
+            |group: u32| Response::Failed(format!("group {group} is not open on this node"));
+        match request {
+            Request::Append { group, rpc } => {
+                let Some((raft, last_append)) = self.group(group) else {
+                    return no_group(group);
+                };
+                *lock(&last_append) = Some(Instant::now());
+                match raft.append_entries(rpc).await {
+                    Ok(r) => Response::Append(r),
+                    Err(e) => Response::Failed(e.to_string()),
+                }
+            }
+            Request::Vote { group, rpc } => match self.group(group) {
+                Some((raft, _)) => match raft.vote(rpc).await {
+                    Ok(r) => Response::Vote(r),
+                    Err(e) => Response::Failed(e.to_string()),
+                },
+                None => no_group(group),
+            },
+            Request::PreVote { group, rpc } => match self.group(group) {
+                Some((raft, _)) => match raft.pre_vote(rpc).await {
+                    Ok(r) => Response::Vote(r),
+                    Err(e) => Response::Failed(e.to_string()),
+                },
+                None => no_group(group),
+            },
+            Request::Snapshot {
+                group,
+                vote,
+                meta,
+                data,
+            } => match self.group(group) {
+                Some((raft, last_append)) => {
+                    *lock(&last_append) = Some(Instant::now());
+                    let snapshot = SnapshotOf::<TypeConfig, Cursor<Vec<u8>>> {
+                        meta,
+                        snapshot: Cursor::new(data),
+                    };
+                    match raft.install_full_snapshot(vote, snapshot).await {
+                        Ok(r) => Response::Snapshot(r),
+                        Err(e) => Response::Failed(e.to_string()),
+                    }
+                }
+                None => no_group(group),
+            },
+            Request::Forward { payload } => match self.forward.get() {
+                Some(handler) => Response::Forward(handler.handle(peer, payload).await),
+                None => Response::Failed("this node is still starting".into()),
+            },
+        }
+    }
+
+    fn closed(&self, peer: u64, serial: u64) {
+        let mut links = lock(&self.links);
+        if links.get(&peer).is_some_and(|l| l.serial == serial) {
+            links.remove(&peer);
+            tracing::info!(peer = %format_args!("{peer:016x}"), "peer link down");
+        }
+    }
+}
+
+/// Reads one handshake frame from a fresh connection.
+async fn read_handshake(stream: &mut TcpStream) -> Result<wire::Frame, String> {
+    let mut frames = FramedRead::new(
+        stream,
+        LengthDelimitedCodec::builder()
+            .max_frame_length(64 * 1024)
+            .new_codec(),
+    );
+    let body = tokio::time::timeout(HANDSHAKE_TIMEOUT, frames.next())
+        .await
+        .map_err(|_| "no handshake in time".to_string())?
+        .ok_or_else(|| "closed during the handshake".to_string())?
+        .map_err(|e| format!("handshake: {e}"))?;
+    if !frames.read_buffer().is_empty() {
+        // Nothing may follow the handshake before it is answered.
+        return Err("data after the handshake frame".into());
+    }
+    wire::decode(&body).map_err(|e| format!("undecodable handshake: {e}"))
+}
+
+async fn send_frame(stream: &mut TcpStream, frame: &wire::Frame) -> Result<(), String> {
+    let mut buf = BytesMut::new();
+    wire::encode(frame, &mut buf).map_err(|e| e.to_string())?;
+    stream.write_all(&buf).await.map_err(|e| e.to_string())
+}
+
+/// The accepting side of a handshake.
+async fn accept(inner: Arc<Inner>, mut stream: TcpStream) -> Result<(), String> {
+    let _ = stream.set_nodelay(true);
+    let hello = read_handshake(&mut stream).await?;
+    let wire::Frame::Hello { cluster, from, to } = hello else {
+        return refuse(stream, format!("expected a hello, got {hello:?}")).await;
+    };
+    if cluster != inner.cluster {
+        return refuse(
+            stream,
+            format!(
+                "node {from:016x} belongs to cluster {cluster:?}, this node to {:?}",
+                inner.cluster
+            ),
+        )
+        .await;
+    }
+    if to != inner.me {
+        return refuse(
+            stream,
+            format!(
+                "node {from:016x} meant to reach node {to:016x}, this is {:016x}",
+                inner.me
+            ),
+        )
+        .await;
+    }
+    if from >= inner.me {
+        return refuse(
+            stream,
+            format!(
+                "node {from:016x} must wait for this node ({:016x}) to dial it",
+                inner.me
+            ),
+        )
+        .await;
+    }
+    send_frame(&mut stream, &wire::Frame::Welcome).await?;
+    inner.install(from, stream);
+    Ok(())
+}
+
+/// Tells the dialer why its link is refused, then drops the connection.
+async fn refuse(mut stream: TcpStream, reason: String) -> Result<(), String> {
+    let _ = send_frame(
+        &mut stream,
+        &wire::Frame::Refused {
+            reason: reason.clone(),
+        },
+    )
+    .await;
+    Err(reason)
+}
+
+/// Keeps a link to `peer` up while the transport runs: dial, handshake, wait for the link to
+/// close, redial with backoff.
+async fn dial_loop(inner: Arc<Inner>, peer: u64) {
+    let mut backoff = REDIAL_MIN;
+    loop {
+        if inner.stopped.load(Ordering::Acquire) {
+            return;
+        }
+        if inner.link(peer).is_none() {
+            match dial(&inner, peer).await {
+                Ok(()) => backoff = REDIAL_MIN,
+                Err(reason) => {
+                    tracing::debug!(peer = %format_args!("{peer:016x}"), %reason, "dial failed");
+                    tokio::time::sleep(backoff).await;
+                    backoff = (backoff * 2).min(REDIAL_MAX);
+                    continue;
+                }
+            }
+        }
+        // Check again soon: the link closes on its own when the peer goes away.
+        tokio::time::sleep(REDIAL_MIN).await;
+    }
+}
+
+async fn dial(inner: &Arc<Inner>, peer: u64) -> Result<(), String> {
+    let Some(addr) = lock(&inner.addrs).get(&peer).cloned() else {
+        return Err("address unknown".into());
+    };
+    let mut stream = tokio::time::timeout(HANDSHAKE_TIMEOUT, TcpStream::connect(&addr))
+        .await
+        .map_err(|_| format!("connect to {addr} timed out"))?
+        .map_err(|e| format!("connect to {addr}: {e}"))?;
+    let _ = stream.set_nodelay(true);
+    send_frame(
+        &mut stream,
+        &wire::Frame::Hello {
+            cluster: inner.cluster.clone(),
+            from: inner.me,
+            to: peer,
+        },
+    )
+    .await?;
+    match read_handshake(&mut stream).await? {
+        wire::Frame::Welcome => {
+            inner.install(peer, stream);
+            Ok(())
+        }
+        wire::Frame::Refused { reason } => {
+            tracing::warn!(peer = %format_args!("{peer:016x}"), %addr, %reason, "peer refused the link");
+            Err(reason)
+        }
+        other => Err(format!("unexpected handshake answer {other:?}")),
+    }
+}
+
+impl GroupRouter<TypeConfig, u32> for PeerTransport {
+    type SnapshotData = Cursor<Vec<u8>>;
+
+    async fn append_entries(
+        &self,
+        target: u64,
+        group: u32,
+        rpc: AppendEntriesRequest<TypeConfig>,
+        option: RPCOption,
+    ) -> Result<AppendEntriesResponse<TypeConfig>, RPCError<TypeConfig>> {
+        match self
+            .call(
+                target,
+                wire::Request::Append { group, rpc },
+                option.hard_ttl(),
+            )
+            .await?
+        {
+            wire::Response::Append(r) => Ok(r),
+            other => Err(unexpected(other)),
+        }
+    }
+
+    async fn vote(
+        &self,
+        target: u64,
+        group: u32,
+        rpc: VoteRequest<TypeConfig>,
+        option: RPCOption,
+    ) -> Result<VoteResponse<TypeConfig>, RPCError<TypeConfig>> {
+        match self
+            .call(
+                target,
+                wire::Request::Vote { group, rpc },
+                option.hard_ttl(),
+            )
+            .await?
+        {
+            wire::Response::Vote(r) => Ok(r),
+            other => Err(unexpected(other)),
+        }
+    }
+
+    async fn pre_vote(
+        &self,
+        target: u64,
+        group: u32,
+        rpc: VoteRequest<TypeConfig>,
+        option: RPCOption,
+    ) -> Result<VoteResponse<TypeConfig>, RPCError<TypeConfig>> {
+        match self
+            .call(
+                target,
+                wire::Request::PreVote { group, rpc },
+                option.hard_ttl(),
+            )
+            .await?
+        {
+            wire::Response::Vote(r) => Ok(r),
+            other => Err(unexpected(other)),
+        }
+    }
+
+    async fn full_snapshot(
+        &self,
+        target: u64,
+        group: u32,
+        vote: VoteOf<TypeConfig>,
+        snapshot: SnapshotOf<TypeConfig, Self::SnapshotData>,
+        cancel: impl Future<Output = ReplicationClosed> + Send + 'static,
+        option: RPCOption,
+    ) -> Result<SnapshotResponse<TypeConfig>, StreamingError<TypeConfig>> {
+        let request = wire::Request::Snapshot {
+            group,
+            vote,
+            meta: snapshot.meta,
+            data: snapshot.snapshot.into_inner(),
+        };
+        let send = self.call(target, request, option.hard_ttl());
+        let answer = tokio::select! {
+            answer = send => answer,
+            closed = cancel => return Err(StreamingError::Closed(closed)),
+        };
+        match answer {
+            Ok(wire::Response::Snapshot(r)) => Ok(r),
+            Ok(other) => Err(StreamingError::Network(NetworkError::new(
+                &AnyError::error(format!("unexpected answer {other:?}")),
+            ))),
+            Err(RPCError::Unreachable(e)) => Err(StreamingError::Unreachable(e)),
+            Err(e) => Err(StreamingError::Network(NetworkError::new(
+                &AnyError::error(e.to_string()),
+            ))),
+        }
+    }
+}
+
+/// Each group's network: the shared transport bound to the group id. Learns peer addresses
+/// from the group's membership as openraft opens a client per target.
+impl RaftNetworkFactory<TypeConfig> for GroupNetworkFactory<PeerTransport, u32> {
+    type Network = GroupNetworkAdapter<TypeConfig, u32, PeerTransport>;
+
+    async fn new_client(&mut self, target: u64, node: &PeerNode) -> Self::Network {
+        self.factory.set_peer_addr(target, &node.peer_addr);
+        GroupNetworkAdapter::new(self.factory.clone(), target, self.group_id)
+    }
+}

@@ -1,0 +1,158 @@
+//! What travels on a peer link: postcard-encoded [`Frame`]s, each behind a 4-byte big-endian
+//! length (tokio-util's length-delimited framing).
+
+use crate::TypeConfig;
+use bytes::{BufMut, BytesMut};
+use openraft::raft::{
+    AppendEntriesRequest, AppendEntriesResponse, SnapshotResponse, VoteRequest, VoteResponse,
+};
+use openraft::type_config::alias::{SnapshotMetaOf, VoteOf};
+use serde::{Deserialize, Serialize};
+
+/// The largest frame a node accepts. A whole snapshot travels as one frame, so this bounds
+/// the snapshot size a shard can send (see the README's limits).
+pub(crate) const MAX_FRAME: usize = 512 << 20;
+
+/// One message on a link.
+#[derive(Debug, Serialize, Deserialize)]
+pub(crate) enum Frame {
+    /// The dialer's first frame: which cluster it belongs to, who it is, whom it meant to reach.
+    Hello {
+        /// The cluster name; a node of another cluster is refused.
+        cluster: String,
+        /// The dialer's node id.
+        from: u64,
+        /// The node id the dialer expects to find at this address.
+        to: u64,
+    },
+    /// The acceptor took the link.
+    Welcome,
+    /// The acceptor refused the link, and why.
+    Refused {
+        /// Why.
+        reason: String,
+    },
+    /// A request; the answer carries the same id.
+    Request {
+        /// Chosen by the sender, unique per link.
+        id: u64,
+        /// What is asked.
+        request: Request,
+    },
+    /// The answer to the request with this id.
+    Response {
+        /// The request's id.
+        id: u64,
+        /// The answer.
+        response: Response,
+    },
+}
+
+/// Requests: Raft RPCs addressed to a group, and client requests forwarded to another node.
+#[derive(Debug, Serialize, Deserialize)]
+pub(crate) enum Request {
+    /// AppendEntries (also heartbeats).
+    Append {
+        /// The Raft group.
+        group: u32,
+        /// The RPC.
+        rpc: AppendEntriesRequest<TypeConfig>,
+    },
+    /// RequestVote.
+    Vote {
+        /// The Raft group.
+        group: u32,
+        /// The RPC.
+        rpc: VoteRequest<TypeConfig>,
+    },
+    /// Pre-vote: would the peer vote, without anyone raising its term.
+    PreVote {
+        /// The Raft group.
+        group: u32,
+        /// The RPC.
+        rpc: VoteRequest<TypeConfig>,
+    },
+    /// A whole snapshot, for a follower too far behind for the log.
+    Snapshot {
+        /// The Raft group.
+        group: u32,
+        /// The leader's vote.
+        vote: VoteOf<TypeConfig>,
+        /// What the snapshot covers.
+        meta: SnapshotMetaOf<TypeConfig>,
+        /// The snapshot file's bytes.
+        data: Vec<u8>,
+    },
+    /// A client request the cluster layer forwards to the node that can serve it; the transport
+    /// does not look inside.
+    Forward {
+        /// The cluster layer's encoded request.
+        payload: Vec<u8>,
+    },
+}
+
+/// Answers, one kind per request kind, or why the request could not be served.
+#[derive(Debug, Serialize, Deserialize)]
+pub(crate) enum Response {
+    /// Answer to [`Request::Append`].
+    Append(AppendEntriesResponse<TypeConfig>),
+    /// Answer to [`Request::Vote`] and [`Request::PreVote`].
+    Vote(VoteResponse<TypeConfig>),
+    /// Answer to [`Request::Snapshot`].
+    Snapshot(SnapshotResponse<TypeConfig>),
+    /// Answer to [`Request::Forward`].
+    Forward(Vec<u8>),
+    /// The request reached the node but could not be served (no such group here yet, the group
+    /// stopped, the node is starting).
+    Failed(String),
+}
+
+/// Appends `frame` to `out` with its length prefix.
+pub(crate) fn encode(frame: &Frame, out: &mut BytesMut) -> Result<(), postcard::Error> {
+    let start = out.len();
+    out.put_u32(0);
+    let mut writer = out.writer();
+    postcard::to_io(frame, &mut writer)?;
+    let out = writer.into_inner();
+    let len = out.len() - start - 4;
+    out[start..start + 4].copy_from_slice(&(len as u32).to_be_bytes());
+    Ok(())
+}
+
+/// Decodes one frame body (without its length prefix).
+pub(crate) fn decode(body: &[u8]) -> Result<Frame, postcard::Error> {
+    postcard::from_bytes(body)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn frames_round_trip_with_their_length_prefix() {
+        let mut buf = BytesMut::new();
+        let frame = Frame::Request {
+            id: 7,
+            request: Request::Forward {
+                payload: b"hello".to_vec(),
+            },
+        };
+        encode(&frame, &mut buf).unwrap();
+        let len = u32::from_be_bytes(buf[..4].try_into().unwrap()) as usize;
+        assert_eq!(len, buf.len() - 4);
+        match decode(&buf[4..]).unwrap() {
+            Frame::Request {
+                id: 7,
+                request: Request::Forward { payload },
+            } => assert_eq!(payload, b"hello"),
+            other => panic!("decoded {other:?}"),
+        }
+    }
+
+    #[test]
+    fn garbage_is_an_error_not_a_panic() {
+        for body in [&b""[..], b"\xff\xff\xff\xff\xff", b"\x03\x01", b"\x09"] {
+            assert!(decode(body).is_err(), "{body:?} decoded");
+        }
+    }
+}
