@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Installs what the tests and benchmarks use from Debian's packages: redis-server and
-# redis-tools (redis-cli, redis-benchmark) as real peers and clients. Idempotent: does nothing
+# redis-tools (redis-cli, redis-benchmark) as real peers and clients, and etcd-server (the
+# `etcd` binary) as the real peer of the bench harness's etcd driver. Idempotent: does nothing
 # when everything is already there.
 set -euo pipefail
 
@@ -8,6 +9,7 @@ need=()
 command -v redis-server >/dev/null 2>&1 || need+=(redis-server)
 command -v redis-cli >/dev/null 2>&1 || need+=(redis-tools)
 command -v redis-benchmark >/dev/null 2>&1 || need+=(redis-tools)
+command -v etcd >/dev/null 2>&1 || need+=(etcd-server)
 command -v curl >/dev/null 2>&1 || need+=(curl)
 
 python3 -c 'import venv, ensurepip' >/dev/null 2>&1 || need+=(python3-venv)

@@ -68,15 +68,9 @@ pub struct RunResult {
     pub load: Option<LoadSummary>,
 }
 
-/// Checks that `driver` is implemented and can perform every operation of the mix.
+/// Checks that `driver` can perform every operation of the mix.
 fn check_driver(scenario: &Scenario) -> Result<OperationMix, BenchError> {
     let name = driver::driver_name(scenario.driver);
-    if !driver::implemented(scenario.driver) {
-        return Err(BenchError::invalid(
-            "driver",
-            format!("the {name} driver is not implemented yet"),
-        ));
-    }
     let mix = OperationMix::new(&scenario.operations)?;
     let unsupported: Vec<&str> = mix
         .operations()
@@ -105,9 +99,8 @@ fn join_failure(e: tokio::task::JoinError) -> BenchError {
 
 /// Runs `scenario` against `targets` (worker `w` uses `targets[w % len]`).
 ///
-/// Fails before sending anything if the driver is not implemented, the mix has an
-/// operation the driver cannot do, no target is given, or a target cannot be parsed or
-/// reached.
+/// Fails before sending anything if the mix has an operation the driver cannot do, no
+/// target is given, or a target cannot be parsed or reached.
 pub async fn run(
     scenario: &Scenario,
     targets: &[String],
@@ -271,7 +264,8 @@ impl Worker {
             self.keygen.next_index(&mut self.rng)
         };
         let key = KeyGenerator::key(index);
-        let value = matches!(op, Operation::Put | Operation::Update)
+        // A cas writes too: it needs a value of the scenario's size like put and update.
+        let value = matches!(op, Operation::Put | Operation::Update | Operation::Cas)
             .then(|| self.values.next_value(&mut self.rng));
         let start = Instant::now();
         let result = self.driver.execute(op, &key, value.as_deref()).await;

@@ -1,6 +1,6 @@
 //! `trireme bench`: run a scenario (a preset or a TOML file) against running targets and
-//! print the seeds' table. This first slice speaks RESP only and needs `--target`; the other
-//! drivers, the embedded local cluster and the report files come next (issue 4).
+//! print the seeds' table. This first slice needs `--target`; the embedded local cluster and
+//! the report files come next (issue 4).
 
 use anyhow::{Context, bail};
 use clap::Args;
@@ -22,7 +22,8 @@ pub struct BenchArgs {
     /// Target URL, e.g. redis://127.0.0.1:7701; repeat for several (workers spread over them).
     #[arg(long = "target")]
     pub targets: Vec<String>,
-    /// Driver: resp (trireme, consul and etcd are not available yet).
+    /// Driver: resp, trireme, consul or etcd (default: the scenario's; redis:// targets imply
+    /// resp).
     #[arg(long)]
     pub driver: Option<String>,
     /// Measured duration, e.g. 30s or 2m.

@@ -25,7 +25,7 @@ struct Cli {
 enum Commands {
     /// Run a database node.
     Server(config::ServerArgs),
-    /// Run a benchmark scenario against running targets (RESP only, for now).
+    /// Run a benchmark scenario against running targets (RESP, Consul KV HTTP or etcd).
     Bench(bench::BenchArgs),
 }
 

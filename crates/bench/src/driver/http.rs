@@ -1,26 +1,17 @@
 //! The Consul KV HTTP driver: GET/PUT/DELETE on `/v1/kv/<key>` over one keep-alive HTTP/1.1
-//! connection per worker. It serves `driver = "consul"` (Consul itself) and, until the
-//! slot-aware client exists, `driver = "trireme"` (Trireme speaks the same API).
-//!
-//! A small hand-written client on purpose: the load generator must not be what limits a run,
-//! and a request is a few formatted lines and one read of a length-delimited answer.
+//! connection per worker (the client shared with the etcd driver). It serves
+//! `driver = "consul"` (Consul itself) and, until the slot-aware client exists,
+//! `driver = "trireme"` (Trireme speaks the same API).
 
-use super::{DriverError, REQUEST_TIMEOUT};
+use super::DriverError;
+use super::http1::HttpConnection;
 use crate::scenario::{Consistency, Operation};
-use std::time::Duration;
-use tokio::io::{AsyncBufReadExt, AsyncReadExt, AsyncWriteExt, BufReader};
-use tokio::net::TcpStream;
-
-/// Longest header section accepted from a server.
-const MAX_HEADER_BYTES: usize = 64 * 1024;
 
 /// One worker's connection to a Consul-KV-speaking server.
 pub struct HttpDriver {
     target: String,
-    addr: String,
     read_suffix: &'static str,
-    conn: Option<BufReader<TcpStream>>,
-    timeout: Duration,
+    conn: HttpConnection,
 }
 
 /// `http://host:port` (an optional trailing `/`) → `host:port`.
@@ -33,21 +24,19 @@ impl HttpDriver {
     pub fn new(target: &str, consistency: Consistency) -> Result<Self, DriverError> {
         Ok(Self {
             target: target.to_string(),
-            addr: parse_target(target)?,
             read_suffix: match consistency {
                 Consistency::Default => "",
                 Consistency::Consistent => "&consistent",
                 Consistency::Stale => "&stale",
             },
-            conn: None,
-            timeout: REQUEST_TIMEOUT,
+            conn: HttpConnection::new(parse_target(target)?, ""),
         })
     }
 
     /// Connects now, so an unreachable target is reported before a run starts.
     pub async fn connect(target: &str, consistency: Consistency) -> Result<Self, DriverError> {
         let mut driver = Self::new(target, consistency)?;
-        driver.conn = Some(BufReader::new(TcpStream::connect(&driver.addr).await?));
+        driver.conn.open().await?;
         Ok(driver)
     }
 
@@ -72,90 +61,8 @@ impl HttpDriver {
         path: &str,
         body: &[u8],
     ) -> Result<(u16, Vec<u8>), DriverError> {
-        let timeout = self.timeout;
-        match tokio::time::timeout(timeout, self.exchange(method, path, body)).await {
-            Ok(Ok(answer)) => Ok(answer),
-            Ok(Err(e)) => {
-                self.conn = None;
-                Err(e)
-            }
-            Err(_) => {
-                self.conn = None;
-                Err(DriverError::Timeout(timeout))
-            }
-        }
-    }
-
-    async fn exchange(
-        &mut self,
-        method: &str,
-        path: &str,
-        body: &[u8],
-    ) -> Result<(u16, Vec<u8>), DriverError> {
-        if self.conn.is_none() {
-            self.conn = Some(BufReader::new(TcpStream::connect(&self.addr).await?));
-        }
-        let Some(conn) = self.conn.as_mut() else {
-            return Err(DriverError::Protocol("no connection".into()));
-        };
-        let mut request = format!(
-            "{method} {path} HTTP/1.1\r\nHost: {}\r\nContent-Length: {}\r\n\r\n",
-            self.addr,
-            body.len()
-        )
-        .into_bytes();
-        request.extend_from_slice(body);
-        conn.get_mut().write_all(&request).await?;
-
-        let mut line = String::new();
-        let mut header_bytes = 0usize;
-        conn.read_line(&mut line).await?;
-        if line.is_empty() {
-            return Err(DriverError::Io(std::io::ErrorKind::UnexpectedEof.into()));
-        }
-        let status: u16 = line
-            .split_whitespace()
-            .nth(1)
-            .and_then(|s| s.parse().ok())
-            .ok_or_else(|| DriverError::Protocol(format!("bad status line {line:?}")))?;
-        let mut length: Option<usize> = None;
-        let mut close = false;
-        loop {
-            line.clear();
-            let n = conn.read_line(&mut line).await?;
-            header_bytes += n;
-            if n == 0 || header_bytes > MAX_HEADER_BYTES {
-                return Err(DriverError::Protocol(
-                    "unterminated or oversized headers".into(),
-                ));
-            }
-            let header = line.trim_end();
-            if header.is_empty() {
-                break;
-            }
-            if let Some((name, value)) = header.split_once(':') {
-                let value = value.trim();
-                if name.eq_ignore_ascii_case("content-length") {
-                    length = Some(value.parse().map_err(|_| {
-                        DriverError::Protocol(format!("bad content-length {value:?}"))
-                    })?);
-                } else if name.eq_ignore_ascii_case("connection")
-                    && value.eq_ignore_ascii_case("close")
-                {
-                    close = true;
-                } else if name.eq_ignore_ascii_case("transfer-encoding") {
-                    return Err(DriverError::Protocol(format!(
-                        "transfer-encoding {value} is not supported"
-                    )));
-                }
-            }
-        }
-        let mut body = vec![0u8; length.unwrap_or(0)];
-        conn.read_exact(&mut body).await?;
-        if close {
-            self.conn = None;
-        }
-        Ok((status, body))
+        let response = self.conn.request(method, path, body).await?;
+        Ok((response.status, response.body))
     }
 
     fn unexpected(status: u16, body: &[u8]) -> DriverError {

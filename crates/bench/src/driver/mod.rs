@@ -1,15 +1,22 @@
 //! Client drivers: how a worker talks to the system under test.
 //!
-//! Each worker owns one driver (one connection): RESP ([`RespDriver`]) or the Consul KV HTTP
-//! API ([`HttpDriver`], for `consul` and, until the slot-aware client exists, `trireme`); etcd
-//! is not implemented yet. Failed requests come back as a [`DriverError`] whose
-//! [`DriverError::kind`] is the label errors are counted under in a run's statistics.
+//! Each worker owns one driver (one connection): RESP ([`RespDriver`]), the Consul KV HTTP
+//! API ([`HttpDriver`], for `consul` and, until the slot-aware client exists, `trireme`), or
+//! etcd's v3 JSON gateway ([`EtcdDriver`]). The two HTTP drivers share one hand-written
+//! keep-alive HTTP/1.1 client (`http1`) rather than each framing requests of its own.
+//! Which operations a driver can do is known up front ([`supports`]), so a scenario asking
+//! for one it cannot do is refused before anything is sent. Failed requests come back as a
+//! [`DriverError`] whose [`DriverError::kind`] is the label errors are counted under in a
+//! run's statistics; none of them stops a run.
 
+pub mod etcd;
 pub mod http;
+mod http1;
 pub mod resp;
 
 use std::time::Duration;
 
+pub use etcd::EtcdDriver;
 pub use http::HttpDriver;
 pub use resp::{Reply, RespDriver};
 
@@ -33,6 +40,11 @@ pub enum DriverError {
     /// The server's answer could not be parsed or had an unexpected type; kind `protocol`.
     #[error("protocol error: {0}")]
     Protocol(String),
+    /// A compare-and-set lost: the key changed between the read and the conditional write;
+    /// kind `conflict`. Kept apart from failures because it is the outcome a CAS exists to
+    /// detect, and its rate measures contention rather than a broken target.
+    #[error("compare-and-set lost: {0}")]
+    Conflict(String),
     /// The driver cannot perform this operation; kind `unsupported`.
     #[error("the {op} operation is not supported by the {driver} driver")]
     Unsupported {
@@ -53,7 +65,7 @@ pub enum DriverError {
 
 impl DriverError {
     /// The label this error is counted under: `io`, `server`, `timeout`, `protocol`,
-    /// `unsupported` or `target`.
+    /// `conflict`, `unsupported` or `target`.
     #[must_use]
     pub fn kind(&self) -> &'static str {
         match self {
@@ -61,6 +73,7 @@ impl DriverError {
             DriverError::Server(_) => "server",
             DriverError::Timeout(_) => "timeout",
             DriverError::Protocol(_) => "protocol",
+            DriverError::Conflict(_) => "conflict",
             DriverError::Unsupported { .. } => "unsupported",
             DriverError::Target { .. } => "target",
         }
@@ -113,20 +126,14 @@ pub fn driver_name(driver: Driver) -> &'static str {
     }
 }
 
-/// Whether `driver` can perform `op`. Drivers not implemented yet support nothing.
+/// Whether `driver` can perform `op`.
 #[must_use]
 pub fn supports(driver: Driver, op: Operation) -> bool {
     match driver {
         Driver::Resp => RespDriver::supports(op),
         Driver::Trireme | Driver::Consul => HttpDriver::supports(op),
-        Driver::Etcd => false,
+        Driver::Etcd => EtcdDriver::supports(op),
     }
-}
-
-/// Whether `driver` is implemented.
-#[must_use]
-pub fn implemented(driver: Driver) -> bool {
-    driver != Driver::Etcd
 }
 
 /// One worker's driver, whichever protocol it speaks.
@@ -135,6 +142,8 @@ pub enum AnyDriver {
     Resp(RespDriver),
     /// Consul KV over HTTP.
     Http(HttpDriver),
+    /// etcd's v3 JSON gateway.
+    Etcd(EtcdDriver),
 }
 
 impl AnyDriver {
@@ -149,10 +158,9 @@ impl AnyDriver {
             Driver::Trireme | Driver::Consul => Ok(AnyDriver::Http(
                 HttpDriver::connect(target, consistency).await?,
             )),
-            Driver::Etcd => Err(DriverError::Target {
-                target: target.to_string(),
-                message: "the etcd driver is not implemented yet".into(),
-            }),
+            Driver::Etcd => Ok(AnyDriver::Etcd(
+                EtcdDriver::connect(target, consistency).await?,
+            )),
         }
     }
 
@@ -161,6 +169,7 @@ impl AnyDriver {
         match self {
             AnyDriver::Resp(d) => d.put(key, value).await,
             AnyDriver::Http(d) => d.put(key, value).await,
+            AnyDriver::Etcd(d) => d.put(key, value).await,
         }
     }
 
@@ -174,6 +183,7 @@ impl AnyDriver {
         match self {
             AnyDriver::Resp(d) => d.execute(op, key, value).await,
             AnyDriver::Http(d) => d.execute(op, key, value).await,
+            AnyDriver::Etcd(d) => d.execute(op, key, value).await,
         }
     }
 }
