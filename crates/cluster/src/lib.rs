@@ -9,6 +9,7 @@
 #![deny(clippy::unwrap_used)]
 #![cfg_attr(test, allow(clippy::unwrap_used))]
 
+mod balance;
 mod config;
 mod error;
 mod expiry;

@@ -186,6 +186,7 @@ impl Node {
         let placement = node.await_placement(deadline).await?;
         node.open_shards(&placement).await?;
         crate::expiry::spawn_reaper(Arc::downgrade(&node));
+        crate::balance::spawn_balancer(Arc::downgrade(&node));
         Ok(node)
     }
 

@@ -184,6 +184,25 @@ impl ShardGroup {
         stamp.map(|at| at.elapsed().as_millis() as u64)
     }
 
+    /// Whether, as leader, this node knows that `follower` holds every entry of its log.
+    pub fn follower_caught_up(&self, follower: u64) -> bool {
+        let m = self.metrics.borrow_watched();
+        let last = m.last_log_index;
+        m.replication
+            .as_ref()
+            .and_then(|r| r.get(&follower))
+            .is_some_and(|matched| matched.as_ref().map(|l| l.index) == last)
+    }
+
+    /// Hands leadership to `to` (ignored unless this node leads).
+    pub async fn transfer_leader(&self, to: u64) -> Result<(), RaftLayerError> {
+        self.raft
+            .trigger()
+            .transfer_leader(to)
+            .await
+            .map_err(|e| RaftLayerError::from_fatal(self.shard.0, e))
+    }
+
     /// Waits until this replica has applied past `index`, or `timeout` passes.
     pub async fn await_applied_beyond(&self, index: u64, timeout: Duration) {
         let mut metrics = self.metrics.clone();

@@ -6,7 +6,7 @@ use anyhow::{Context, bail};
 use clap::Args;
 use std::path::PathBuf;
 use std::time::Duration;
-use trireme_bench::{Driver, Scenario};
+use trireme_bench::{Consistency, Driver, Scenario};
 
 /// Flags of `trireme bench`; each overrides the scenario's own setting.
 #[derive(Args, Debug)]
@@ -41,6 +41,9 @@ pub struct BenchArgs {
     /// Print the result as JSON after the table.
     #[arg(long)]
     pub json: bool,
+    /// Read consistency: default, consistent or stale (overrides the scenario's).
+    #[arg(long)]
+    pub consistency: Option<String>,
 }
 
 fn duration(flag: &str, text: &str) -> anyhow::Result<Duration> {
@@ -79,6 +82,14 @@ impl BenchArgs {
                 "consul" => Driver::Consul,
                 "etcd" => Driver::Etcd,
                 other => bail!("--driver {other:?}: expected resp, trireme, consul or etcd"),
+            };
+        }
+        if let Some(mode) = &self.consistency {
+            scenario.consistency = match mode.as_str() {
+                "default" => Consistency::Default,
+                "consistent" => Consistency::Consistent,
+                "stale" => Consistency::Stale,
+                other => bail!("--consistency {other:?}: expected default, consistent or stale"),
             };
         }
         if let Some(text) = &self.duration {
@@ -132,9 +143,12 @@ pub fn run(args: BenchArgs) -> anyhow::Result<()> {
         scenario.targets.join(", ")
     );
     let result = runtime.block_on(trireme_bench::run(&scenario, &scenario.targets, None))?;
-    print!("{}", trireme_bench::report::table(&result));
+    // With --json, stdout carries only the JSON (for scripts); the table goes to stderr.
     if args.json {
+        eprint!("{}", trireme_bench::report::table(&result));
         println!("{}", serde_json::to_string_pretty(&result)?);
+    } else {
+        print!("{}", trireme_bench::report::table(&result));
     }
     Ok(())
 }

@@ -21,7 +21,8 @@ use link::{CallError, Inbound, Link};
 use openraft::errors::{NetworkError, RPCError, ReplicationClosed, StreamingError, Unreachable};
 use openraft::network::RPCOption;
 use openraft::raft::{
-    AppendEntriesRequest, AppendEntriesResponse, SnapshotResponse, VoteRequest, VoteResponse,
+    AppendEntriesRequest, AppendEntriesResponse, SnapshotResponse, TransferLeaderRequest,
+    TransferLeaderResponse, VoteRequest, VoteResponse,
 };
 use openraft::type_config::alias::{SnapshotOf, VoteOf};
 use openraft::{AnyError, Raft, RaftNetworkFactory};
@@ -350,6 +351,13 @@ impl Inbound for Inner {
                 }
                 None => no_group(group),
             },
+            Request::TransferLeader { group, rpc } => match self.group(group) {
+                Some((raft, _)) => match raft.handle_transfer_leader(rpc).await {
+                    Ok(r) => Response::TransferLeader(r),
+                    Err(e) => Response::Failed(e.to_string()),
+                },
+                None => no_group(group),
+            },
             Request::Forward { payload } => match self.forward.get() {
                 Some(handler) => Response::Forward(handler.handle(peer, payload).await),
                 None => Response::Failed("this node is still starting".into()),
@@ -560,6 +568,26 @@ impl GroupRouter<TypeConfig, u32> for PeerTransport {
             .await?
         {
             wire::Response::Vote(r) => Ok(r),
+            other => Err(unexpected(other)),
+        }
+    }
+
+    async fn transfer_leader(
+        &self,
+        target: u64,
+        group: u32,
+        rpc: TransferLeaderRequest<TypeConfig>,
+        option: RPCOption,
+    ) -> Result<TransferLeaderResponse<TypeConfig>, RPCError<TypeConfig>> {
+        match self
+            .call(
+                target,
+                wire::Request::TransferLeader { group, rpc },
+                option.hard_ttl(),
+            )
+            .await?
+        {
+            wire::Response::TransferLeader(r) => Ok(r),
             other => Err(unexpected(other)),
         }
     }

@@ -4,7 +4,8 @@
 use crate::TypeConfig;
 use bytes::{BufMut, BytesMut};
 use openraft::raft::{
-    AppendEntriesRequest, AppendEntriesResponse, SnapshotResponse, VoteRequest, VoteResponse,
+    AppendEntriesRequest, AppendEntriesResponse, SnapshotResponse, TransferLeaderRequest,
+    TransferLeaderResponse, VoteRequest, VoteResponse,
 };
 use openraft::type_config::alias::{SnapshotMetaOf, VoteOf};
 use serde::{Deserialize, Serialize};
@@ -83,6 +84,13 @@ pub(crate) enum Request {
         /// The snapshot file's bytes.
         data: Vec<u8>,
     },
+    /// The leader hands leadership to the receiver (which may take it once its log is flushed).
+    TransferLeader {
+        /// The Raft group.
+        group: u32,
+        /// The request.
+        rpc: TransferLeaderRequest<TypeConfig>,
+    },
     /// A client request the cluster layer forwards to the node that can serve it; the transport
     /// does not look inside.
     Forward {
@@ -100,6 +108,8 @@ pub(crate) enum Response {
     Vote(VoteResponse<TypeConfig>),
     /// Answer to [`Request::Snapshot`].
     Snapshot(SnapshotResponse<TypeConfig>),
+    /// Answer to [`Request::TransferLeader`].
+    TransferLeader(TransferLeaderResponse<TypeConfig>),
     /// Answer to [`Request::Forward`].
     Forward(Vec<u8>),
     /// The request reached the node but could not be served (no such group here yet, the group
