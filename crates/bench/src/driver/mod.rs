@@ -1,8 +1,8 @@
 //! Client drivers: how a worker talks to the system under test.
 //!
-//! Each worker owns one driver (one connection): RESP ([`RespDriver`]), the Consul KV HTTP
-//! API ([`HttpDriver`], for `consul` and, until the slot-aware client exists, `trireme`), or
-//! etcd's v3 JSON gateway ([`EtcdDriver`]). The two HTTP drivers share one hand-written
+//! Each worker owns one driver: RESP ([`RespDriver`]), the Consul KV HTTP API ([`HttpDriver`],
+//! `consul`), the same API sent straight to each shard's leader ([`TriremeDriver`], `trireme`:
+//! one connection per node), or etcd's v3 JSON gateway ([`EtcdDriver`]). The two HTTP drivers share one hand-written
 //! keep-alive HTTP/1.1 client (`http1`) rather than each framing requests of its own.
 //! Which operations a driver can do is known up front ([`supports`]), so a scenario asking
 //! for one it cannot do is refused before anything is sent. Failed requests come back as a
@@ -13,12 +13,14 @@ pub mod etcd;
 pub mod http;
 mod http1;
 pub mod resp;
+pub mod trireme;
 
 use std::time::Duration;
 
 pub use etcd::EtcdDriver;
 pub use http::HttpDriver;
 pub use resp::{Reply, RespDriver};
+pub use trireme::TriremeDriver;
 
 use crate::scenario::{Consistency, Driver, Operation};
 
@@ -131,7 +133,8 @@ pub fn driver_name(driver: Driver) -> &'static str {
 pub fn supports(driver: Driver, op: Operation) -> bool {
     match driver {
         Driver::Resp => RespDriver::supports(op),
-        Driver::Trireme | Driver::Consul => HttpDriver::supports(op),
+        Driver::Trireme => TriremeDriver::supports(op),
+        Driver::Consul => HttpDriver::supports(op),
         Driver::Etcd => EtcdDriver::supports(op),
     }
 }
@@ -142,6 +145,8 @@ pub enum AnyDriver {
     Resp(RespDriver),
     /// Consul KV over HTTP.
     Http(HttpDriver),
+    /// Consul KV over HTTP, straight to each shard's leader.
+    Trireme(TriremeDriver),
     /// etcd's v3 JSON gateway.
     Etcd(EtcdDriver),
 }
@@ -155,7 +160,10 @@ impl AnyDriver {
     ) -> Result<Self, DriverError> {
         match driver {
             Driver::Resp => Ok(AnyDriver::Resp(RespDriver::connect(target).await?)),
-            Driver::Trireme | Driver::Consul => Ok(AnyDriver::Http(
+            Driver::Trireme => Ok(AnyDriver::Trireme(
+                TriremeDriver::connect(target, consistency).await?,
+            )),
+            Driver::Consul => Ok(AnyDriver::Http(
                 HttpDriver::connect(target, consistency).await?,
             )),
             Driver::Etcd => Ok(AnyDriver::Etcd(
@@ -169,6 +177,7 @@ impl AnyDriver {
         match self {
             AnyDriver::Resp(d) => d.put(key, value).await,
             AnyDriver::Http(d) => d.put(key, value).await,
+            AnyDriver::Trireme(d) => d.put(key, value).await,
             AnyDriver::Etcd(d) => d.put(key, value).await,
         }
     }
@@ -183,6 +192,7 @@ impl AnyDriver {
         match self {
             AnyDriver::Resp(d) => d.execute(op, key, value).await,
             AnyDriver::Http(d) => d.execute(op, key, value).await,
+            AnyDriver::Trireme(d) => d.execute(op, key, value).await,
             AnyDriver::Etcd(d) => d.execute(op, key, value).await,
         }
     }

@@ -1,0 +1,142 @@
+//! The `trireme` driver: the Consul KV API over HTTP, slot-aware. At connect it reads the
+//! cluster's shard map (`/v1/cluster/shards`) from the target, then sends each request straight
+//! to the leader of its key's shard, over one keep-alive connection per node, as a cluster-aware
+//! client would. A map gone stale (a leader moved) costs one forward inside the cluster, never
+//! a wrong answer.
+
+use super::{DriverError, HttpDriver};
+use crate::scenario::{Consistency, Operation};
+use std::collections::HashMap;
+
+/// One shard's slot range and the HTTP address (`host:port`) of its leader.
+#[derive(Debug, Clone, PartialEq, Eq)]
+struct Route {
+    first: u16,
+    last: u16,
+    leader: String,
+}
+
+/// A worker's connections to every node that leads a shard.
+pub struct TriremeDriver {
+    consistency: Consistency,
+    routes: Vec<Route>,
+    /// The target given, for keys whose shard has no known leader.
+    fallback: String,
+    nodes: HashMap<String, HttpDriver>,
+}
+
+impl TriremeDriver {
+    /// Reads the shard map from `target` (`http://host:port`) and connects to the leaders.
+    pub async fn connect(target: &str, consistency: Consistency) -> Result<Self, DriverError> {
+        let mut first = HttpDriver::connect(target, consistency).await?;
+        let (status, body) = first.request("GET", "/v1/cluster/shards", b"").await?;
+        if status != 200 {
+            return Err(DriverError::Server(format!(
+                "HTTP {status} from /v1/cluster/shards: is {target} a Trireme node?"
+            )));
+        }
+        let routes = parse_routes(&body)?;
+        let fallback = super::host_port(target, "http")?;
+        let mut nodes = HashMap::new();
+        nodes.insert(fallback.clone(), first);
+        for route in &routes {
+            if !nodes.contains_key(&route.leader) {
+                let driver =
+                    HttpDriver::connect(&format!("http://{}", route.leader), consistency).await?;
+                nodes.insert(route.leader.clone(), driver);
+            }
+        }
+        Ok(Self {
+            consistency,
+            routes,
+            fallback,
+            nodes,
+        })
+    }
+
+    /// Which operations this driver performs (those of the Consul KV driver).
+    #[must_use]
+    pub fn supports(op: Operation) -> bool {
+        HttpDriver::supports(op)
+    }
+
+    /// The connection to the node leading `key`'s shard.
+    fn node_for(&mut self, key: &str) -> Result<&mut HttpDriver, DriverError> {
+        let slot = trireme_types::key_slot(key.as_bytes());
+        let addr = self
+            .routes
+            .iter()
+            .find(|r| (r.first..=r.last).contains(&slot))
+            .map_or(&self.fallback, |r| &r.leader);
+        if !self.nodes.contains_key(addr) {
+            let driver = HttpDriver::new(&format!("http://{addr}"), self.consistency)?;
+            self.nodes.insert(addr.clone(), driver);
+        }
+        self.nodes
+            .get_mut(addr)
+            .ok_or_else(|| DriverError::Protocol(format!("no connection to {addr}")))
+    }
+
+    /// Writes a key (the load phase).
+    pub async fn put(&mut self, key: &str, value: &[u8]) -> Result<(), DriverError> {
+        self.node_for(key)?.put(key, value).await
+    }
+
+    /// Performs `op` on `key` (`value` for writes).
+    pub async fn execute(
+        &mut self,
+        op: Operation,
+        key: &str,
+        value: Option<&[u8]>,
+    ) -> Result<(), DriverError> {
+        self.node_for(key)?.execute(op, key, value).await
+    }
+}
+
+/// Reads the slot ranges and leaders out of `/v1/cluster/shards`.
+fn parse_routes(body: &[u8]) -> Result<Vec<Route>, DriverError> {
+    let bad = |what: &str| DriverError::Protocol(format!("/v1/cluster/shards: {what}"));
+    let doc: serde_json::Value =
+        serde_json::from_slice(body).map_err(|e| bad(&format!("not JSON: {e}")))?;
+    let shards = doc["shards"].as_array().ok_or_else(|| bad("no shards"))?;
+    let mut routes = Vec::with_capacity(shards.len());
+    for shard in shards {
+        let slot = |i: usize| {
+            shard["slots"][i]
+                .as_u64()
+                .and_then(|s| u16::try_from(s).ok())
+                .ok_or_else(|| bad("bad slot range"))
+        };
+        let (first, last) = (slot(0)?, slot(1)?);
+        if let Some(leader) = shard["leader"]["http"].as_str() {
+            routes.push(Route {
+                first,
+                last,
+                leader: leader.to_string(),
+            });
+        }
+    }
+    Ok(routes)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn routes_come_from_the_shard_map_and_skip_leaderless_shards() {
+        let body = br#"{"shards":[
+            {"slots":[0,8191],"leader":{"http":"127.0.0.1:7700"}},
+            {"slots":[8192,16383],"leader":null}]}"#;
+        assert_eq!(
+            parse_routes(body).unwrap(),
+            vec![Route {
+                first: 0,
+                last: 8191,
+                leader: "127.0.0.1:7700".into()
+            }]
+        );
+        assert!(parse_routes(b"not json").is_err());
+        assert!(parse_routes(br#"{"shards":[{"slots":[0],"leader":null}]}"#).is_err());
+    }
+}
