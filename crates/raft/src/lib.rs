@@ -20,5 +20,11 @@ pub use peer::{ForwardHandler, PeerError, PeerTransport};
 pub use state_machine::ShardStateMachine;
 pub use types::{PeerNode, TypeConfig};
 
+/// Decodes one peer frame (without its length prefix) and drops it: the decoder every byte
+/// from a peer goes through, exposed for the fuzz target (`fuzz/fuzz_targets/peer_frames.rs`).
+pub fn decode_peer_frame(body: &[u8]) -> Result<(), String> {
+    peer::decode_frame(body)
+}
+
 /// openraft itself, re-exported at the pinned version.
 pub use openraft;

@@ -43,6 +43,11 @@ const HANDSHAKE_TIMEOUT: Duration = Duration::from_secs(2);
 const REDIAL_MIN: Duration = Duration::from_millis(50);
 const REDIAL_MAX: Duration = Duration::from_millis(1000);
 
+/// See [`crate::decode_peer_frame`].
+pub(crate) fn decode_frame(body: &[u8]) -> Result<(), String> {
+    wire::decode(body).map(drop).map_err(|e| e.to_string())
+}
+
 /// The Raft handle type of every group.
 pub(crate) type GroupRaft = Raft<TypeConfig, crate::ShardStateMachine>;
 
