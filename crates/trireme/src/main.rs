@@ -1,7 +1,8 @@
-//! `trireme`: one binary for running a node and, later, for starting local clusters, talking to
-//! them and benchmarking them. Errors go to stderr with a non-zero exit.
+//! `trireme`: one binary for running a node, starting a local cluster and looking at it, and
+//! benchmarking. Errors go to stderr with a non-zero exit.
 
 mod bench;
+mod cluster;
 mod config;
 mod server;
 
@@ -25,6 +26,8 @@ struct Cli {
 enum Commands {
     /// Run a database node.
     Server(config::ServerArgs),
+    /// Start a local multi-node cluster (up), or show a running one shard by shard (status).
+    Cluster(cluster::ClusterArgs),
     /// Run a benchmark scenario against running targets (RESP, Consul KV HTTP or etcd).
     Bench(bench::BenchArgs),
 }
@@ -33,6 +36,7 @@ fn main() -> ExitCode {
     let cli = Cli::parse();
     let result = match cli.command {
         Commands::Server(args) => server::run(args),
+        Commands::Cluster(args) => cluster::run(args),
         Commands::Bench(args) => bench::run(args),
     };
     match result {

@@ -1,0 +1,501 @@
+//! Area 70: `trireme cluster up` and `trireme cluster status`. A real three-node cluster started
+//! by the binary is written to on one node and read on another, described by `status`,
+//! stopped by one SIGTERM to `cluster up`, and started again on its data; a port in use and an
+//! unreachable target are refused with messages that name them.
+
+mod common;
+
+use common::{DEADLINE, KvEntry, RawResp, binary, http_client, run_expect_failure};
+use rustix::process::{Pid, Signal, kill_process, test_kill_process};
+use std::net::{SocketAddr, TcpListener};
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, ExitStatus, Stdio};
+use std::time::{Duration, Instant};
+
+/// How long `cluster up` may take to report a serving cluster: three debug servers
+/// bootstrapping on a couple of shared cores.
+const UP_DEADLINE: Duration = Duration::from_secs(120);
+/// Ports a test cluster may use from its base: three nodes take base..base+22.
+const PORT_SPAN: u16 = 30;
+
+/// A base port with the `PORT_SPAN` ports from it free on 127.0.0.1 (the kernel picks the
+/// base, so concurrent tests do not all try the same one).
+fn free_base_port() -> u16 {
+    for _ in 0..100 {
+        let base = TcpListener::bind("127.0.0.1:0")
+            .and_then(|l| l.local_addr())
+            .expect("bind an ephemeral port")
+            .port();
+        let Some(end) = base.checked_add(PORT_SPAN) else {
+            continue;
+        };
+        if (base..end).all(|port| TcpListener::bind(("127.0.0.1", port)).is_ok()) {
+            return base;
+        }
+    }
+    panic!("found no {PORT_SPAN} consecutive free ports on 127.0.0.1");
+}
+
+fn pid(raw: u32) -> Pid {
+    Pid::from_raw(i32::try_from(raw).expect("pid fits i32")).expect("pid is positive")
+}
+
+fn alive(raw: u32) -> bool {
+    test_kill_process(pid(raw)).is_ok()
+}
+
+/// One node as `cluster.json` lists it.
+#[derive(Debug, Clone)]
+struct ListedNode {
+    name: String,
+    http: SocketAddr,
+    resp: SocketAddr,
+    pid: u32,
+}
+
+/// `cluster.json`, read.
+#[derive(Debug)]
+struct Manifest {
+    state: String,
+    shard_count: u64,
+    nodes: Vec<ListedNode>,
+}
+
+fn read_manifest(dir: &Path) -> Option<Manifest> {
+    let text = std::fs::read_to_string(dir.join("cluster.json")).ok()?;
+    let v: serde_json::Value = serde_json::from_str(&text).ok()?;
+    let nodes = v["nodes"]
+        .as_array()?
+        .iter()
+        .map(|n| {
+            Some(ListedNode {
+                name: n["name"].as_str()?.to_string(),
+                http: n["http"].as_str()?.parse().ok()?,
+                resp: n["resp"].as_str()?.parse().ok()?,
+                pid: u32::try_from(n["pid"].as_u64()?).ok()?,
+            })
+        })
+        .collect::<Option<Vec<_>>>()?;
+    Some(Manifest {
+        state: v["state"].as_str()?.to_string(),
+        shard_count: v["shard_count"].as_u64()?,
+        nodes,
+    })
+}
+
+/// A running `trireme cluster up`, its output in files. Dropping it (a failed test) stops it
+/// with SIGTERM, and SIGKILLs it and then its own nodes if they outlive the deadline.
+struct ClusterUp {
+    child: Option<Child>,
+    dir: PathBuf,
+    stdout: PathBuf,
+    stderr: PathBuf,
+}
+
+impl ClusterUp {
+    /// Starts `trireme cluster up --dir <dir> <args>`; its output goes next to `dir`.
+    fn start(dir: &Path, args: &[&str]) -> ClusterUp {
+        let parent = dir.parent().expect("dir has a parent");
+        let run = std::fs::read_dir(parent).expect("list parent").count();
+        let stdout = parent.join(format!("up-{run}.stdout"));
+        let stderr = parent.join(format!("up-{run}.stderr"));
+        let child = Command::new(binary())
+            .args(["cluster", "up", "--dir"])
+            .arg(dir)
+            .args(args)
+            .stdin(Stdio::null())
+            .stdout(std::fs::File::create(&stdout).expect("stdout file"))
+            .stderr(std::fs::File::create(&stderr).expect("stderr file"))
+            .spawn()
+            .expect("spawn trireme cluster up");
+        ClusterUp {
+            child: Some(child),
+            dir: dir.to_path_buf(),
+            stdout,
+            stderr,
+        }
+    }
+
+    /// What `cluster up` printed so far.
+    fn output(&self) -> String {
+        format!(
+            "--- cluster up stdout ---\n{}\n--- cluster up stderr ---\n{}",
+            std::fs::read_to_string(&self.stdout).unwrap_or_default(),
+            std::fs::read_to_string(&self.stderr).unwrap_or_default()
+        )
+    }
+
+    fn child(&mut self) -> &mut Child {
+        self.child.as_mut().expect("cluster up is running")
+    }
+
+    /// Waits (bounded) for `cluster.json` to say the cluster runs.
+    async fn wait_running(&mut self) -> Manifest {
+        let deadline = Instant::now() + UP_DEADLINE;
+        loop {
+            if let Some(m) = read_manifest(&self.dir).filter(|m| m.state == "running") {
+                return m;
+            }
+            if let Some(status) = self.child().try_wait().expect("try_wait") {
+                panic!(
+                    "cluster up exited with {status} before the cluster ran\n{}",
+                    self.output()
+                );
+            }
+            assert!(
+                Instant::now() < deadline,
+                "no running cluster.json within {UP_DEADLINE:?}\n{}",
+                self.output()
+            );
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+    }
+
+    /// Sends SIGTERM to `cluster up` and waits (bounded) for it to exit.
+    async fn terminate(&mut self) -> ExitStatus {
+        let child = self.child();
+        kill_process(Pid::from_child(child), Signal::TERM).expect("SIGTERM cluster up");
+        let deadline = Instant::now() + DEADLINE;
+        loop {
+            if let Some(status) = self.child().try_wait().expect("try_wait") {
+                self.child = None;
+                return status;
+            }
+            assert!(
+                Instant::now() < deadline,
+                "cluster up still runs {DEADLINE:?} after SIGTERM\n{}",
+                self.output()
+            );
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+    }
+}
+
+impl Drop for ClusterUp {
+    fn drop(&mut self) {
+        let Some(mut child) = self.child.take() else {
+            return;
+        };
+        let _ = kill_process(Pid::from_child(&child), Signal::TERM);
+        let deadline = Instant::now() + DEADLINE;
+        while child.try_wait().ok().flatten().is_none() {
+            if Instant::now() >= deadline {
+                let _ = child.kill();
+                let _ = child.wait();
+                break;
+            }
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        // Nodes left behind by a killed `cluster up`: only those running from this test's
+        // directory, by pid.
+        let Some(manifest) = read_manifest(&self.dir) else {
+            return;
+        };
+        let dir = self.dir.display().to_string();
+        for node in manifest.nodes {
+            let ours = std::fs::read(format!("/proc/{}/cmdline", node.pid))
+                .map(|cmd| String::from_utf8_lossy(&cmd).contains(&dir))
+                .unwrap_or(false);
+            if ours {
+                let _ = kill_process(pid(node.pid), Signal::KILL);
+            }
+        }
+    }
+}
+
+/// Runs the binary with `args`, expects success within the deadline, returns stdout.
+async fn run_ok(args: &[&str]) -> String {
+    let output = tokio::time::timeout(
+        DEADLINE,
+        tokio::process::Command::new(binary())
+            .args(args)
+            .stdin(Stdio::null())
+            .kill_on_drop(true)
+            .output(),
+    )
+    .await
+    .unwrap_or_else(|_| panic!("`trireme {}` still ran after {DEADLINE:?}", args.join(" ")))
+    .expect("run trireme");
+    let stdout = String::from_utf8_lossy(&output.stdout).into_owned();
+    assert!(
+        output.status.success(),
+        "`trireme {}` failed with {}\n--- stdout ---\n{stdout}\n--- stderr ---\n{}",
+        args.join(" "),
+        output.status,
+        String::from_utf8_lossy(&output.stderr)
+    );
+    stdout
+}
+
+/// A consistent read of `key` through `node`'s HTTP API.
+async fn consistent_get(client: &reqwest::Client, node: &ListedNode, key: &str) -> KvEntry {
+    let url = format!("http://{}/v1/kv/{key}?consistent", node.http);
+    let resp = client.get(&url).send().await.expect("GET ?consistent");
+    assert_eq!(resp.status(), 200, "GET {url}");
+    let v: serde_json::Value = resp.json().await.expect("JSON body");
+    KvEntry::from_json(&v[0])
+}
+
+#[tokio::test]
+async fn up_serves_reports_stops_on_sigterm_and_restarts_on_its_data() {
+    let tmp = tempfile::Builder::new()
+        .prefix("trireme-t70-")
+        .tempdir()
+        .expect("temp dir");
+    let dir = tmp.path().join("cluster");
+    let base = free_base_port();
+    let base_arg = base.to_string();
+    let mut up = ClusterUp::start(
+        &dir,
+        &[
+            "--nodes",
+            "3",
+            "--shards",
+            "4",
+            "--base-port",
+            &base_arg,
+            "--timeout",
+            "100s",
+        ],
+    );
+    let manifest = up.wait_running().await;
+    assert_eq!(manifest.shard_count, 4);
+    let names: Vec<&str> = manifest.nodes.iter().map(|n| n.name.as_str()).collect();
+    assert_eq!(names, ["n1", "n2", "n3"]);
+    for (i, node) in manifest.nodes.iter().enumerate() {
+        let http = base + 10 * u16::try_from(i).expect("small");
+        assert_eq!(node.http, SocketAddr::from(([127, 0, 0, 1], http)));
+        assert_eq!(node.resp.port(), http + 1);
+        assert!(
+            alive(node.pid),
+            "{} is not running\n{}",
+            node.name,
+            up.output()
+        );
+    }
+    let stdout = std::fs::read_to_string(&up.stdout).expect("stdout");
+    for node in &manifest.nodes {
+        assert!(
+            stdout.contains(&node.http.to_string()) && stdout.contains(&node.resp.to_string()),
+            "the table lists {} with its HTTP and RESP addresses:\n{stdout}",
+            node.name
+        );
+    }
+    assert!(
+        stdout.contains(&format!("redis-cli -c -p {}", base + 1)),
+        "{stdout}"
+    );
+
+    // Written on n1, read with ?consistent on n3 (whichever node leads the key's shard).
+    let client = http_client();
+    let (n1, n2, n3) = (&manifest.nodes[0], &manifest.nodes[1], &manifest.nodes[2]);
+    let put = client
+        .put(format!("http://{}/v1/kv/t70/greeting", n1.http))
+        .body("hello")
+        .send()
+        .await
+        .expect("PUT on n1");
+    assert_eq!(put.status(), 200);
+    assert_eq!(put.text().await.expect("PUT body").trim(), "true");
+    assert_eq!(
+        consistent_get(&client, n3, "t70/greeting").await.value,
+        b"hello"
+    );
+    // Every node serves both protocols.
+    for node in &manifest.nodes {
+        let health = client
+            .get(format!("http://{}/v1/health", node.http))
+            .send()
+            .await
+            .expect("GET /v1/health");
+        assert_eq!(health.status(), 200, "{} is not healthy", node.name);
+        let mut resp = RawResp::connect(node.resp).await;
+        assert_eq!(resp.cmd(&[b"PING"]).await, b"+PONG\r\n", "{}", node.name);
+    }
+
+    // `cluster status` prints every shard with its leader and every replica's lag.
+    let status = run_ok(&[
+        "cluster",
+        "status",
+        "--target",
+        &format!("http://{}", n1.http),
+    ])
+    .await;
+    for shard in 0..4 {
+        let line = status
+            .lines()
+            .find(|l| l.split_whitespace().next() == Some(&shard.to_string()))
+            .unwrap_or_else(|| panic!("no line for shard {shard}:\n{status}"));
+        let leader = line.split_whitespace().nth(2).expect("a leader column");
+        assert!(
+            names.contains(&leader),
+            "shard {shard} has no leader: {line:?}\n{status}"
+        );
+    }
+    for node in &manifest.nodes {
+        assert!(
+            status
+                .lines()
+                .any(|l| l.split_whitespace().next() == Some(&node.name)
+                    && l.contains(&node.http.to_string())),
+            "status lists node {}:\n{status}",
+            node.name
+        );
+    }
+    assert!(!status.contains("without a known leader"), "{status}");
+    let json = run_ok(&[
+        "cluster",
+        "status",
+        "--json",
+        "--target",
+        &n2.http.to_string(),
+    ])
+    .await;
+    let report: serde_json::Value = serde_json::from_str(&json).expect("status --json");
+    assert_eq!(report["target_node"], "n2");
+    let shards = report["shards"].as_array().expect("shards");
+    assert_eq!(shards.len(), 4);
+    for shard in shards {
+        assert!(shard["leader"].is_string(), "{shard}");
+        let replicas = shard["replicas"].as_array().expect("replicas");
+        assert_eq!(replicas.len(), 3, "{shard}");
+        for r in replicas {
+            assert!(r["applied_index"].as_u64().is_some(), "{shard}");
+            assert!(r["lag"].as_u64().is_some(), "{shard}");
+        }
+    }
+
+    // One SIGTERM to `cluster up` stops every node, and it exits 0.
+    let exit = up.terminate().await;
+    assert!(
+        exit.success(),
+        "cluster up exited with {exit}\n{}",
+        up.output()
+    );
+    for node in &manifest.nodes {
+        assert!(
+            !alive(node.pid),
+            "node {} (pid {}) outlived cluster up",
+            node.name,
+            node.pid
+        );
+    }
+    assert_eq!(read_manifest(&dir).expect("cluster.json").state, "stopped");
+
+    // Started again on the same directory: the same nodes, with their data.
+    let mut again = ClusterUp::start(
+        &dir,
+        &[
+            "--nodes",
+            "3",
+            "--base-port",
+            &base_arg,
+            "--timeout",
+            "100s",
+        ],
+    );
+    let restarted = again.wait_running().await;
+    assert_eq!(
+        restarted.shard_count, 4,
+        "the shard count is the one created"
+    );
+    for (old, new) in manifest.nodes.iter().zip(&restarted.nodes) {
+        assert_eq!((&old.name, old.http), (&new.name, new.http));
+        assert_ne!(old.pid, new.pid, "{} is a new process", new.name);
+    }
+    assert_eq!(
+        consistent_get(&client, &restarted.nodes[1], "t70/greeting")
+            .await
+            .value,
+        b"hello"
+    );
+    let exit = again.terminate().await;
+    assert!(
+        exit.success(),
+        "cluster up exited with {exit}\n{}",
+        again.output()
+    );
+    for node in &restarted.nodes {
+        assert!(!alive(node.pid), "node {} outlived cluster up", node.name);
+    }
+}
+
+#[tokio::test]
+async fn a_node_that_dies_is_reported_and_fails_the_exit_status() {
+    let tmp = tempfile::tempdir().expect("temp dir");
+    let dir = tmp.path().join("cluster");
+    let base = free_base_port().to_string();
+    let mut up = ClusterUp::start(
+        &dir,
+        &[
+            "--nodes",
+            "3",
+            "--shards",
+            "2",
+            "--base-port",
+            &base,
+            "--timeout",
+            "100s",
+        ],
+    );
+    let manifest = up.wait_running().await;
+    let victim = &manifest.nodes[1];
+    kill_process(pid(victim.pid), Signal::KILL).expect("SIGKILL n2");
+    let reported = format!("node n2 (pid {}) exited unexpectedly", victim.pid);
+    let seen = common::wait_until(DEADLINE, Duration::from_millis(20), || async {
+        std::fs::read_to_string(&up.stderr).is_ok_and(|e| e.contains(&reported))
+    })
+    .await;
+    assert!(seen, "no report of the dead node\n{}", up.output());
+    let exit = up.terminate().await;
+    assert_eq!(exit.code(), Some(1), "{}", up.output());
+    assert!(up.output().contains("n2 had died"), "{}", up.output());
+    for node in &manifest.nodes {
+        assert!(!alive(node.pid), "node {} outlived cluster up", node.name);
+    }
+}
+
+#[test]
+fn a_port_in_use_is_named_and_nothing_starts() {
+    let tmp = tempfile::tempdir().expect("temp dir");
+    let dir = tmp.path().join("cluster");
+    let base = free_base_port();
+    // The RESP port of n2.
+    let taken = TcpListener::bind(("127.0.0.1", base + 11)).expect("bind");
+    let (code, stderr) = run_expect_failure(
+        &[
+            "cluster",
+            "up",
+            "--nodes",
+            "3",
+            "--dir",
+            &dir.display().to_string(),
+            "--base-port",
+            &base.to_string(),
+        ],
+        DEADLINE,
+    );
+    drop(taken);
+    assert_ne!(code, 0);
+    assert!(
+        stderr.contains(&format!("port {} (RESP of node n2)", base + 11)),
+        "stderr names the port and its use:\n{stderr}"
+    );
+    assert!(!dir.join("n1").exists(), "no node was started");
+}
+
+#[test]
+fn status_of_an_unreachable_target_fails_naming_it() {
+    let port = TcpListener::bind("127.0.0.1:0")
+        .and_then(|l| l.local_addr())
+        .expect("bind")
+        .port();
+    // Nobody listens there any more.
+    let target = format!("http://127.0.0.1:{port}");
+    let (code, stderr) = run_expect_failure(&["cluster", "status", "--target", &target], DEADLINE);
+    assert_ne!(code, 0);
+    assert!(
+        stderr.contains(&target),
+        "stderr names the target:\n{stderr}"
+    );
+}
