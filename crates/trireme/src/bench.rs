@@ -140,9 +140,27 @@ pub fn run(args: BenchArgs) -> anyhow::Result<()> {
         scenario.concurrent,
         scenario.duration,
         scenario.warmup,
-        scenario.targets.join(", ")
+        if scenario.targets.is_empty() {
+            format!("a local {LOCAL_NODES}-node Trireme cluster")
+        } else {
+            scenario.targets.join(", ")
+        }
     );
-    let result = runtime.block_on(trireme_bench::run(&scenario, &scenario.targets, None))?;
+    let result = runtime.block_on(async {
+        if !scenario.targets.is_empty() {
+            return Ok(trireme_bench::run(&scenario, &scenario.targets, None).await?);
+        }
+        // No target: a local 3-node cluster of real processes, run against, then stopped.
+        let mut cluster = start_local_cluster(&scenario).await?;
+        let targets = local_targets(&scenario, cluster.nodes())?;
+        eprintln!("local cluster up; running against {}", targets.join(", "));
+        let result = trireme_bench::run(&scenario, &targets, None).await;
+        let stopped = cluster.stop().await;
+        let _ = std::fs::remove_dir_all(cluster.dir());
+        let result = result?;
+        stopped.context("stopping the local cluster")?;
+        Ok::<_, anyhow::Error>(result)
+    })?;
     // With --json, stdout carries only the JSON (for scripts); the table goes to stderr.
     if args.json {
         eprint!("{}", trireme_bench::report::table(&result));
@@ -151,4 +169,78 @@ pub fn run(args: BenchArgs) -> anyhow::Result<()> {
         print!("{}", trireme_bench::report::table(&result));
     }
     Ok(())
+}
+
+/// Nodes of the cluster `trireme bench` starts when it is given no target.
+const LOCAL_NODES: u32 = 3;
+
+/// Starts the embedded cluster in a fresh directory under the system's temp dir, on the first
+/// free block of loopback ports, and waits until its shard leaders have spread over the nodes
+/// (the leader balancer needs a few seconds after start-up), so the run measures the steady state.
+async fn start_local_cluster(scenario: &Scenario) -> anyhow::Result<crate::cluster::LocalCluster> {
+    if matches!(scenario.driver, Driver::Etcd) {
+        bail!("the etcd driver needs --target: without one, trireme bench starts a Trireme cluster");
+    }
+    let dir = std::env::temp_dir().join(format!("trireme-bench-{}", std::process::id()));
+    let mut last_error = None;
+    for base_port in (17_700..60_000).step_by(1_000) {
+        let mut opts = crate::cluster::ClusterOptions::new(LOCAL_NODES, &dir);
+        opts.base_port = base_port;
+        match crate::cluster::LocalCluster::start(opts).await {
+            Ok(cluster) => {
+                wait_for_balanced_leaders(cluster.nodes()).await;
+                return Ok(cluster);
+            }
+            // A port in use: try the next block. Anything else is a real failure.
+            Err(e) if format!("{e:#}").contains("is not free") => {
+                let _ = std::fs::remove_dir_all(&dir);
+                last_error = Some(e);
+            }
+            Err(e) => {
+                let _ = std::fs::remove_dir_all(&dir);
+                return Err(e.context("cannot start the local cluster"));
+            }
+        }
+    }
+    Err(last_error
+        .unwrap_or_else(|| anyhow::anyhow!("no free ports"))
+        .context("cannot start the local cluster"))
+}
+
+/// Polls node 1's shard map until every shard is led by its preferred (first) replica, for at
+/// most 15 s; a run that starts before that still works, through forwarding.
+async fn wait_for_balanced_leaders(nodes: &[crate::cluster::LocalNode]) {
+    let Some(first) = nodes.first() else { return };
+    let url = format!("http://{}/v1/cluster/shards", first.http);
+    let client = reqwest::Client::builder().no_proxy().build();
+    let Ok(client) = client else { return };
+    let deadline = std::time::Instant::now() + Duration::from_secs(15);
+    while std::time::Instant::now() < deadline {
+        let balanced = async {
+            let map: serde_json::Value = client.get(&url).send().await.ok()?.json().await.ok()?;
+            let shards = map["shards"].as_array()?;
+            Some(shards.iter().all(|s| {
+                s["leader"]["name"].is_string() && s["leader"]["name"] == s["replicas"][0]["name"]
+            }))
+        };
+        if balanced.await == Some(true) {
+            return;
+        }
+        tokio::time::sleep(Duration::from_millis(250)).await;
+    }
+}
+
+/// The embedded cluster's address for the scenario's driver: node 1 (the trireme driver then
+/// routes each key to its leader itself).
+fn local_targets(
+    scenario: &Scenario,
+    nodes: &[crate::cluster::LocalNode],
+) -> anyhow::Result<Vec<String>> {
+    let first = nodes
+        .first()
+        .context("the local cluster has no nodes")?;
+    Ok(vec![match scenario.driver {
+        Driver::Resp => format!("redis://{}", first.resp),
+        _ => format!("http://{}", first.http),
+    }])
 }

@@ -26,6 +26,7 @@ fn init_logging(filter: &str) -> anyhow::Result<()> {
     tracing_subscriber::fmt()
         .with_env_filter(filter)
         .with_writer(std::io::stderr)
+        .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()))
         .try_init()
         .map_err(|e| anyhow::anyhow!("cannot set up logging: {e}"))
 }
@@ -50,17 +51,25 @@ async fn serve(mut config: ServerConfig) -> anyhow::Result<()> {
     config.node.peer_addr = peer.local_addr()?.to_string();
 
     let data_dir = config.node.data_dir.clone();
+    // Signals are caught from here on: a node waiting for its peers at start-up must stop
+    // cleanly too, not die of the default SIGTERM action.
+    let mut signal = Box::pin(wait_for_signal());
     // The peer listener serves from here on: the other nodes need it while this one waits
     // for them during start-up.
-    let node = Node::start_with_listener(config.node.clone(), peer)
-        .await
-        .with_context(|| {
+    let starting = Node::start_with_listener(config.node.clone(), peer);
+    let node = tokio::select! {
+        node = starting => node.with_context(|| {
             format!(
                 "cannot start node {:?} in {}",
                 config.node.name,
                 data_dir.display()
             )
-        })?;
+        })?,
+        () = &mut signal => {
+            tracing::info!("stopped during start-up");
+            return Ok(());
+        }
+    };
 
     let (stop_tx, stop_rx) = watch::channel(false);
     let stopped = |mut rx: watch::Receiver<bool>| async move {
@@ -94,7 +103,7 @@ async fn serve(mut config: ServerConfig) -> anyhow::Result<()> {
         node.shard_map().shard_count()
     );
 
-    wait_for_signal().await;
+    signal.await;
     tracing::info!("stopping");
     let _ = stop_tx.send(true);
     let _ = tokio::join!(http_task, resp_task);
@@ -120,13 +129,18 @@ async fn write_endpoints(node: &Node) -> anyhow::Result<()> {
     Ok(())
 }
 
-async fn wait_for_signal() {
+/// Resolves on SIGINT or SIGTERM. The handlers are installed when this is called, before the
+/// future is first polled, so a signal that arrives early is not lost.
+fn wait_for_signal() -> impl std::future::Future<Output = ()> {
     let ctrl_c = async {
         let _ = tokio::signal::ctrl_c().await;
     };
     #[cfg(unix)]
-    let terminate = async {
-        match tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()) {
+    let terminate_signal =
+        tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate());
+    #[cfg(unix)]
+    let terminate = async move {
+        match terminate_signal {
             Ok(mut signal) => {
                 signal.recv().await;
             }
@@ -135,8 +149,10 @@ async fn wait_for_signal() {
     };
     #[cfg(not(unix))]
     let terminate = std::future::pending::<()>();
-    tokio::select! {
-        _ = ctrl_c => {},
-        _ = terminate => {},
+    async move {
+        tokio::select! {
+            _ = ctrl_c => {},
+            _ = terminate => {},
+        }
     }
 }

@@ -8,25 +8,24 @@ use axum::response::{IntoResponse, Response};
 use serde_json::json;
 use std::collections::BTreeSet;
 
-/// `GET /v1/status/leader`: the peer address of the leader of the cluster's metadata. With one
-/// group per shard, it is the leader of shard 0 (what Consul clients use to see a leader exists).
+/// `GET /v1/status/leader`: the peer address of the metadata group's leader, like Consul's
+/// Raft leader; `""` when there is none (what Consul clients check).
 pub(crate) async fn leader(State(state): State<AppState>) -> Json<String> {
     let leader = state
         .node
-        .shards()
-        .first()
-        .and_then(|s| s.leader.as_ref().map(|l| l.peer_addr.clone()))
+        .meta_leader()
+        .map(|l| l.peer_addr)
         .unwrap_or_default();
     Json(leader)
 }
 
-/// `GET /v1/status/peers`: peer addresses of every node holding a replica.
+/// `GET /v1/status/peers`: peer addresses of every node in the cluster.
 pub(crate) async fn peers(State(state): State<AppState>) -> Json<Vec<String>> {
     let peers: BTreeSet<String> = state
         .node
-        .shards()
-        .iter()
-        .flat_map(|s| s.replicas.iter().map(|r| r.peer_addr.clone()))
+        .nodes()
+        .into_iter()
+        .map(|n| n.node.peer_addr)
         .collect();
     Json(peers.into_iter().collect())
 }
