@@ -6,6 +6,8 @@
 
 #![allow(dead_code)]
 
+pub mod cluster;
+
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, ExitStatus, Stdio};
@@ -59,6 +61,13 @@ pub struct StartOptions {
     pub config_toml: Option<String>,
     pub log: String,
     pub extra_args: Vec<String>,
+    /// `--http`, `--resp`, `--peer`; `None` is `127.0.0.1:0`. A multi-node cluster needs
+    /// its peer addresses known before any node starts, and a restart keeps them.
+    pub http_addr: Option<String>,
+    pub resp_addr: Option<String>,
+    pub peer_addr: Option<String>,
+    /// `--initial-cluster` (`n1=127.0.0.1:P1,...`).
+    pub initial_cluster: Option<String>,
 }
 
 impl Default for StartOptions {
@@ -70,6 +79,10 @@ impl Default for StartOptions {
             config_toml: None,
             log: "warn".into(),
             extra_args: Vec::new(),
+            http_addr: None,
+            resp_addr: None,
+            peer_addr: None,
+            initial_cluster: None,
         }
     }
 }
@@ -167,6 +180,31 @@ impl TestNode {
         std::fs::read_to_string(self.stderr_path()).unwrap_or_default()
     }
 
+    /// What every process started so far wrote to stderr, oldest first, each run headed by
+    /// its number.
+    pub fn stderr_all(&self) -> String {
+        let mut out = String::new();
+        for generation in 1..=self.generation {
+            let path = self.dir.path().join(format!("stderr.{generation}.log"));
+            let text = std::fs::read_to_string(path).unwrap_or_default();
+            out.push_str(&format!(
+                "--- {} run {generation} ---\n{text}",
+                self.opts.node_id
+            ));
+        }
+        out
+    }
+
+    /// Whether a process started by this node is (as far as the harness knows) running.
+    pub fn is_running(&self) -> bool {
+        self.child.is_some()
+    }
+
+    /// The options the node was started with.
+    pub fn options(&self) -> &StartOptions {
+        &self.opts
+    }
+
     /// What the current (or last) process wrote to stdout.
     pub fn stdout_log(&self) -> String {
         std::fs::read_to_string(self.stdout_path()).unwrap_or_default()
@@ -182,8 +220,9 @@ impl TestNode {
         self.stdout_log()
     }
 
-    /// The arguments of `trireme server` for this node (port 0 everywhere).
+    /// The arguments of `trireme server` for this node (port 0 unless the options name one).
     pub fn server_args(&self) -> Vec<String> {
+        let addr = |a: &Option<String>| a.clone().unwrap_or_else(|| "127.0.0.1:0".into());
         let mut args: Vec<String> = vec![
             "server".into(),
             "--node-id".into(),
@@ -191,14 +230,17 @@ impl TestNode {
             "--data-dir".into(),
             self.data_dir().display().to_string(),
             "--http".into(),
-            "127.0.0.1:0".into(),
+            addr(&self.opts.http_addr),
             "--resp".into(),
-            "127.0.0.1:0".into(),
+            addr(&self.opts.resp_addr),
             "--peer".into(),
-            "127.0.0.1:0".into(),
+            addr(&self.opts.peer_addr),
             "--log".into(),
             self.opts.log.clone(),
         ];
+        if let Some(initial) = &self.opts.initial_cluster {
+            args.extend(["--initial-cluster".into(), initial.clone()]);
+        }
         if let Some(n) = self.opts.shards {
             args.extend(["--shards".into(), n.to_string()]);
         }

@@ -1,0 +1,730 @@
+//! A cluster of real `trireme server` processes on loopback, for multi-node tests.
+//!
+//! [`TestCluster`] starts its nodes concurrently (a node is ready only once every shard it
+//! holds has a leader, so they must come up together) on ports chosen before the first one
+//! starts, with short Raft timing from a config file. It kills nodes with SIGKILL by PID,
+//! restarts them on the same ports and data directories, and reads `/v1/cluster/shards` to
+//! find leaders. Every wait polls under a deadline.
+//!
+//! Multi-node tests are CPU-heavy and their timing assertions assume the machine is not
+//! shared with another cluster, so only one `TestCluster` exists at a time per test binary:
+//! [`TestCluster::start`] waits for the previous one to be dropped.
+
+use super::{DEADLINE, KvEntry, StartOptions, TestNode, http_client};
+use std::collections::BTreeMap;
+use std::net::{SocketAddr, TcpListener};
+use std::time::Duration;
+
+/// Serializes clusters within a test binary (see the module documentation).
+static ONE_CLUSTER_AT_A_TIME: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(());
+
+/// Raft timing of a test cluster; written to the nodes' config as `[raft]`.
+#[derive(Clone, Debug)]
+pub struct RaftTiming {
+    pub heartbeat: Duration,
+    pub election_min: Duration,
+    pub election_max: Duration,
+    pub request_timeout: Duration,
+    pub snapshot_every: Option<u64>,
+    pub keep_after_snapshot: Option<u64>,
+}
+
+impl Default for RaftTiming {
+    /// Heartbeat 50 ms, elections 300–600 ms, requests time out after 3 s.
+    fn default() -> Self {
+        RaftTiming {
+            heartbeat: Duration::from_millis(50),
+            election_min: Duration::from_millis(300),
+            election_max: Duration::from_millis(600),
+            request_timeout: Duration::from_secs(3),
+            snapshot_every: None,
+            keep_after_snapshot: None,
+        }
+    }
+}
+
+impl RaftTiming {
+    /// The `[raft]` section of the config file.
+    pub fn toml(&self) -> String {
+        let mut out = format!(
+            "[raft]\nheartbeat_ms = {}\nelection_timeout_min_ms = {}\nelection_timeout_max_ms = {}\nrequest_timeout_ms = {}\n",
+            self.heartbeat.as_millis(),
+            self.election_min.as_millis(),
+            self.election_max.as_millis(),
+            self.request_timeout.as_millis(),
+        );
+        if let Some(n) = self.snapshot_every {
+            out.push_str(&format!("snapshot_every = {n}\n"));
+        }
+        if let Some(n) = self.keep_after_snapshot {
+            out.push_str(&format!("keep_after_snapshot = {n}\n"));
+        }
+        out
+    }
+}
+
+/// How to start a cluster.
+#[derive(Clone, Debug)]
+pub struct ClusterOptions {
+    pub nodes: usize,
+    pub shards: u32,
+    pub timing: RaftTiming,
+    /// `--log` of every node.
+    pub log: String,
+}
+
+impl Default for ClusterOptions {
+    fn default() -> Self {
+        ClusterOptions {
+            nodes: 3,
+            shards: 3,
+            timing: RaftTiming::default(),
+            // Vote and pre-vote RPCs (openraft logs them at info where they arrive) show what
+            // an election did when a test fails.
+            log: "info,openraft=error,openraft::raft::api::protocol=info".into(),
+        }
+    }
+}
+
+impl ClusterOptions {
+    #[must_use]
+    pub fn shards(mut self, n: u32) -> Self {
+        self.shards = n;
+        self
+    }
+}
+
+/// One shard as one node reports it in `/v1/cluster/shards`.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct ShardView {
+    pub shard: u32,
+    pub slots: (u16, u16),
+    /// The leader's name, if this node knows one.
+    pub leader: Option<String>,
+    pub replicas: Vec<String>,
+    /// This node's role (`Leader`, `Follower`, ...), `None` when it holds no replica.
+    pub role: Option<String>,
+    pub term: u64,
+    pub applied: u64,
+    pub committed: u64,
+}
+
+impl ShardView {
+    fn from_json(v: &serde_json::Value) -> Option<ShardView> {
+        let slots = v["slots"].as_array()?;
+        Some(ShardView {
+            shard: u32::try_from(v["shard"].as_u64()?).ok()?,
+            slots: (
+                u16::try_from(slots.first()?.as_u64()?).ok()?,
+                u16::try_from(slots.get(1)?.as_u64()?).ok()?,
+            ),
+            leader: v["leader"]["name"].as_str().map(str::to_string),
+            replicas: v["replicas"]
+                .as_array()?
+                .iter()
+                .filter_map(|r| r["name"].as_str().map(str::to_string))
+                .collect(),
+            role: v["local_role"].as_str().map(str::to_string),
+            term: v["term"].as_u64()?,
+            applied: v["applied_index"].as_u64()?,
+            committed: v["committed_index"].as_u64()?,
+        })
+    }
+
+    pub fn is_leader(&self) -> bool {
+        self.role.as_deref() == Some("Leader")
+    }
+}
+
+/// A shard's leader as the cluster sees it: a running node that reports itself leader, and
+/// whom every running node names as leader.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Leadership {
+    pub node: usize,
+    pub term: u64,
+}
+
+/// Three (or `nodes`) real server processes forming one cluster.
+pub struct TestCluster {
+    /// Node `i` is named `n{i+1}`.
+    pub nodes: Vec<TestNode>,
+    pub opts: ClusterOptions,
+    /// Inclusive slot range of each shard, by shard index.
+    slot_ranges: Vec<(u16, u16)>,
+    pub http: reqwest::Client,
+    /// Dropped last: the next cluster starts only once these processes are gone.
+    _turn: tokio::sync::MutexGuard<'static, ()>,
+}
+
+/// Polls `probe` every `every` until it returns `Ok`, or `timeout` passes; then returns the
+/// last result (so a failure can say what it saw last).
+pub async fn poll_until<T, E, F, Fut>(
+    timeout: Duration,
+    every: Duration,
+    mut probe: F,
+) -> Result<T, E>
+where
+    F: FnMut() -> Fut,
+    Fut: std::future::Future<Output = Result<T, E>>,
+{
+    let deadline = std::time::Instant::now() + timeout;
+    loop {
+        let result = probe().await;
+        if result.is_ok() || std::time::Instant::now() >= deadline {
+            return result;
+        }
+        tokio::time::sleep(every).await;
+    }
+}
+
+/// Ports that were free a moment ago: each bound on 127.0.0.1:0 at the same time (so they
+/// differ), then released for the server to bind.
+pub fn free_ports(n: usize) -> Vec<u16> {
+    let listeners: Vec<TcpListener> = (0..n)
+        .map(|_| TcpListener::bind("127.0.0.1:0").expect("bind 127.0.0.1:0"))
+        .collect();
+    listeners
+        .iter()
+        .map(|l| l.local_addr().expect("local addr").port())
+        .collect()
+}
+
+/// CRC16/XMODEM, as Redis Cluster (and Trireme) hash keys to slots.
+fn crc16(bytes: &[u8]) -> u16 {
+    let mut crc: u16 = 0;
+    for &byte in bytes {
+        crc ^= u16::from(byte) << 8;
+        for _ in 0..8 {
+            crc = if crc & 0x8000 != 0 {
+                (crc << 1) ^ 0x1021
+            } else {
+                crc << 1
+            };
+        }
+    }
+    crc
+}
+
+/// The slot of a key, with Redis Cluster's `{hash tag}` rule.
+pub fn key_slot(key: &[u8]) -> u16 {
+    let mut hashed = key;
+    if let Some(open) = key.iter().position(|&b| b == b'{') {
+        let rest = &key[open + 1..];
+        if let Some(close) = rest.iter().position(|&b| b == b'}')
+            && close > 0
+        {
+            hashed = &rest[..close];
+        }
+    }
+    crc16(hashed) % 16384
+}
+
+/// Runs `f` on every node concurrently (each moved into its own task) and puts them back in
+/// order. A panic in one task is re-raised here once every task has finished.
+async fn each_concurrently<F, Fut>(nodes: Vec<TestNode>, f: F) -> Vec<TestNode>
+where
+    F: Fn(TestNode) -> Fut,
+    Fut: std::future::Future<Output = TestNode> + Send + 'static,
+{
+    let handles: Vec<_> = nodes.into_iter().map(|n| tokio::spawn(f(n))).collect();
+    let mut out = Vec::new();
+    let mut panic = None;
+    for h in handles {
+        match h.await {
+            Ok(node) => out.push(node),
+            Err(e) if e.is_panic() => panic = Some(e.into_panic()),
+            Err(e) => panic!("node task failed: {e}"),
+        }
+    }
+    if let Some(p) = panic {
+        std::panic::resume_unwind(p);
+    }
+    out
+}
+
+impl TestCluster {
+    /// Starts `opts.nodes` nodes concurrently and waits until each is ready and healthy.
+    pub async fn start(opts: ClusterOptions) -> TestCluster {
+        let turn = ONE_CLUSTER_AT_A_TIME.lock().await;
+        let ports = free_ports(opts.nodes * 3);
+        let names: Vec<String> = (1..=opts.nodes).map(|i| format!("n{i}")).collect();
+        let peer = |i: usize| format!("127.0.0.1:{}", ports[3 * i + 2]);
+        let initial: Vec<String> = names
+            .iter()
+            .enumerate()
+            .map(|(i, n)| format!("{n}={}", peer(i)))
+            .collect();
+        let initial = initial.join(",");
+        let config = opts.timing.toml();
+        let starts: Vec<StartOptions> = names
+            .iter()
+            .enumerate()
+            .map(|(i, name)| StartOptions {
+                node_id: name.clone(),
+                shards: Some(opts.shards),
+                config_toml: Some(config.clone()),
+                log: opts.log.clone(),
+                http_addr: Some(format!("127.0.0.1:{}", ports[3 * i])),
+                resp_addr: Some(format!("127.0.0.1:{}", ports[3 * i + 1])),
+                peer_addr: Some(peer(i)),
+                initial_cluster: Some(initial.clone()),
+                ..StartOptions::default()
+            })
+            .collect();
+        let handles: Vec<_> = starts
+            .into_iter()
+            .map(|o| tokio::spawn(TestNode::start(o)))
+            .collect();
+        let mut nodes = Vec::new();
+        for h in handles {
+            match h.await {
+                Ok(node) => nodes.push(node),
+                Err(e) if e.is_panic() => std::panic::resume_unwind(e.into_panic()),
+                Err(e) => panic!("start task failed: {e}"),
+            }
+        }
+        let mut cluster = TestCluster {
+            nodes,
+            opts,
+            slot_ranges: Vec::new(),
+            http: http_client(),
+            _turn: turn,
+        };
+        let views = cluster
+            .view(0)
+            .await
+            .expect("/v1/cluster/shards of a ready node");
+        assert_eq!(
+            views.len(),
+            cluster.opts.shards as usize,
+            "shard count in /v1/cluster/shards"
+        );
+        cluster.slot_ranges = views.iter().map(|v| v.slots).collect();
+        cluster
+    }
+
+    pub fn node(&self, i: usize) -> &TestNode {
+        &self.nodes[i]
+    }
+
+    pub fn name(&self, i: usize) -> String {
+        self.nodes[i].options().node_id.clone()
+    }
+
+    /// The index of the node called `name`.
+    pub fn index_of(&self, name: &str) -> Option<usize> {
+        self.nodes.iter().position(|n| n.options().node_id == name)
+    }
+
+    /// Indexes of the nodes whose process runs.
+    pub fn running(&self) -> Vec<usize> {
+        (0..self.nodes.len())
+            .filter(|&i| self.nodes[i].is_running())
+            .collect()
+    }
+
+    /// The configured largest election timeout.
+    pub fn election_max(&self) -> Duration {
+        self.opts.timing.election_max
+    }
+
+    pub fn shard_count(&self) -> u32 {
+        self.opts.shards
+    }
+
+    /// The shard that owns `key`.
+    pub fn shard_of(&self, key: &str) -> u32 {
+        let slot = key_slot(key.as_bytes());
+        let shard = self
+            .slot_ranges
+            .iter()
+            .position(|&(lo, hi)| (lo..=hi).contains(&slot))
+            .expect("every slot belongs to a shard");
+        u32::try_from(shard).expect("shard index")
+    }
+
+    /// The first key `{prefix}{n}` (n = 0, 1, ...) owned by `shard`.
+    pub fn key_in_shard(&self, shard: u32, prefix: &str) -> String {
+        (0..100_000)
+            .map(|n| format!("{prefix}{n}"))
+            .find(|k| self.shard_of(k) == shard)
+            .expect("a key in every shard")
+    }
+
+    /// One key per shard, `{prefix}{n}`, in shard order.
+    pub fn key_per_shard(&self, prefix: &str) -> Vec<String> {
+        (0..self.shard_count())
+            .map(|s| self.key_in_shard(s, prefix))
+            .collect()
+    }
+
+    /// `/v1/cluster/shards` of node `i`, or `None` when it does not answer.
+    pub async fn view(&self, i: usize) -> Option<Vec<ShardView>> {
+        if !self.nodes[i].is_running() {
+            return None;
+        }
+        let url = format!("{}/v1/cluster/shards", self.nodes[i].http_url());
+        let resp = self
+            .http
+            .get(url)
+            .timeout(Duration::from_secs(2))
+            .send()
+            .await
+            .ok()?;
+        if resp.status() != 200 {
+            return None;
+        }
+        let v: serde_json::Value = resp.json().await.ok()?;
+        v["shards"]
+            .as_array()?
+            .iter()
+            .map(ShardView::from_json)
+            .collect()
+    }
+
+    /// Every running node's view, by node index.
+    pub async fn views(&self) -> BTreeMap<usize, Option<Vec<ShardView>>> {
+        let mut out = BTreeMap::new();
+        for i in self.running() {
+            out.insert(i, self.view(i).await);
+        }
+        out
+    }
+
+    /// Each shard's leader, when one running node reports itself leader and every running
+    /// node names it; `None` for a shard without such a leader.
+    pub async fn leaderships(&self) -> Vec<Option<Leadership>> {
+        let views = self.views().await;
+        (0..self.shard_count() as usize)
+            .map(|s| {
+                let mut leader: Option<Leadership> = None;
+                for (&i, view) in &views {
+                    let shard = &view.as_ref()?[s];
+                    if shard.is_leader() && leader.as_ref().is_none_or(|l| shard.term > l.term) {
+                        leader = Some(Leadership {
+                            node: i,
+                            term: shard.term,
+                        });
+                    }
+                }
+                let leader = leader?;
+                let name = self.name(leader.node);
+                views
+                    .values()
+                    .all(|v| {
+                        v.as_ref()
+                            .is_some_and(|v| v[s].leader.as_deref() == Some(&name))
+                    })
+                    .then_some(leader)
+            })
+            .collect()
+    }
+
+    /// The node leading `shard`, if the running nodes agree on one.
+    pub async fn leader_of(&self, shard: u32) -> Option<usize> {
+        self.leaderships().await[shard as usize]
+            .as_ref()
+            .map(|l| l.node)
+    }
+
+    /// Waits until every shard has a leader the running nodes agree on; returns them.
+    pub async fn wait_all_led(&self, timeout: Duration) -> Option<Vec<Leadership>> {
+        poll_until(timeout, Duration::from_millis(20), || async {
+            let all: Option<Vec<Leadership>> = self.leaderships().await.into_iter().collect();
+            all.ok_or(())
+        })
+        .await
+        .ok()
+    }
+
+    /// Like [`TestCluster::wait_all_led`], but panics with the nodes' views and logs.
+    pub async fn expect_all_led(&self, timeout: Duration) -> Vec<Leadership> {
+        match self.wait_all_led(timeout).await {
+            Some(l) => l,
+            None => panic!(
+                "not every shard has an agreed leader after {timeout:?}: {:?}\n{}",
+                self.views().await,
+                self.logs()
+            ),
+        }
+    }
+
+    /// How many shards each node leads (index → count, every node listed).
+    pub fn lead_counts(&self, leaders: &[Leadership]) -> Vec<usize> {
+        let mut counts = vec![0; self.nodes.len()];
+        for l in leaders {
+            counts[l.node] += 1;
+        }
+        counts
+    }
+
+    /// SIGKILLs node `i` by PID and reaps it.
+    pub async fn kill9(&mut self, i: usize) {
+        self.nodes[i].kill9().await;
+    }
+
+    /// Restarts node `i` on its ports and data dir; waits until it is ready and healthy.
+    pub async fn restart(&mut self, i: usize) {
+        self.nodes[i].restart().await;
+        assert_same_addresses(&self.nodes[i]);
+    }
+
+    /// SIGKILLs every running node.
+    pub async fn kill9_all(&mut self) {
+        for i in self.running() {
+            self.nodes[i].kill9().await;
+        }
+    }
+
+    /// Restarts every stopped node concurrently (each is ready only once its shards have
+    /// leaders, which may need the others).
+    pub async fn restart_stopped(&mut self) {
+        let nodes = std::mem::take(&mut self.nodes);
+        self.nodes = each_concurrently(nodes, |mut n| async move {
+            if !n.is_running() {
+                n.restart().await;
+                assert_same_addresses(&n);
+            }
+            n
+        })
+        .await;
+    }
+
+    /// The last `lines` lines of every node's stderr, every run, for failure messages.
+    pub fn logs_tail(&self, lines: usize) -> String {
+        let mut out = String::new();
+        for node in &self.nodes {
+            let all = node.stderr_all();
+            let all: Vec<&str> = all.lines().collect();
+            let from = all.len().saturating_sub(lines);
+            out.push_str(&format!(
+                "===== {} (last {} lines of stderr) =====\n",
+                node.options().node_id,
+                all.len() - from
+            ));
+            for line in &all[from..] {
+                out.push_str(line);
+                out.push('\n');
+            }
+        }
+        out
+    }
+
+    /// Every node's stderr tail (see [`TestCluster::logs_tail`]).
+    pub fn logs(&self) -> String {
+        self.logs_tail(60)
+    }
+
+    /// PUT through node `i` without panicking: `Ok(true/false)` for the answer, `Err` for a
+    /// failed request or a status other than 200.
+    pub async fn try_put(
+        &self,
+        i: usize,
+        key: &str,
+        query: &str,
+        value: &str,
+    ) -> Result<bool, String> {
+        let url = format!("{}{query}", self.nodes[i].kv_url(key));
+        try_put_url(&self.http, &url, value).await
+    }
+
+    /// PUT through node `i`, expecting 200 and `true`.
+    pub async fn put(&self, i: usize, key: &str, value: &str) {
+        match self.try_put(i, key, "", value).await {
+            Ok(true) => {}
+            other => panic!(
+                "at {} UTC: PUT {key} through {} answered {other:?}\n{}",
+                utc_now(),
+                self.name(i),
+                self.logs()
+            ),
+        }
+    }
+
+    /// DELETE through node `i`, expecting 200 and `true`.
+    pub async fn delete(&self, i: usize, key: &str) {
+        let url = self.nodes[i].kv_url(key);
+        let answer = match self.http.delete(&url).send().await {
+            Ok(resp) => (
+                resp.status().as_u16(),
+                resp.text().await.unwrap_or_default(),
+            ),
+            Err(e) => (0, e.to_string()),
+        };
+        assert_eq!(
+            (answer.0, answer.1.trim()),
+            (200, "true"),
+            "DELETE {url}\n{}",
+            self.logs()
+        );
+    }
+
+    /// GET through node `i` with `query` (`?consistent`, `?stale`, or empty): the entry (or
+    /// `None` on 404) and the response headers.
+    pub async fn try_get(
+        &self,
+        i: usize,
+        key: &str,
+        query: &str,
+    ) -> Result<(Option<KvEntry>, reqwest::header::HeaderMap), String> {
+        let url = format!("{}{query}", self.nodes[i].kv_url(key));
+        let resp = self
+            .http
+            .get(&url)
+            .send()
+            .await
+            .map_err(|e| format!("GET {url}: {e}"))?;
+        let headers = resp.headers().clone();
+        match resp.status().as_u16() {
+            404 => Ok((None, headers)),
+            200 => {
+                let v: serde_json::Value = resp.json().await.map_err(|e| e.to_string())?;
+                let entry = v
+                    .as_array()
+                    .and_then(|a| a.first())
+                    .map(KvEntry::from_json)
+                    .ok_or_else(|| format!("GET {url}: body {v}"))?;
+                Ok((Some(entry), headers))
+            }
+            status => Err(format!(
+                "GET {url}: status {status}: {}",
+                resp.text().await.unwrap_or_default()
+            )),
+        }
+    }
+
+    /// GET through node `i`, panicking on an error answer.
+    pub async fn get(&self, i: usize, key: &str, query: &str) -> Option<KvEntry> {
+        match self.try_get(i, key, query).await {
+            Ok((entry, _)) => entry,
+            Err(e) => panic!("at {} UTC: {e}\n{}", utc_now(), self.logs()),
+        }
+    }
+
+    /// Every entry under `prefix` through node `i` (`?recurse` plus `query`, e.g.
+    /// `&consistent`), by key; `Err` for a failed request.
+    pub async fn try_list(
+        &self,
+        i: usize,
+        prefix: &str,
+        query: &str,
+    ) -> Result<BTreeMap<String, KvEntry>, String> {
+        let url = format!("{}?recurse{query}", self.nodes[i].kv_url(prefix));
+        let resp = self
+            .http
+            .get(&url)
+            .send()
+            .await
+            .map_err(|e| format!("GET {url}: {e}"))?;
+        match resp.status().as_u16() {
+            404 => Ok(BTreeMap::new()),
+            200 => {
+                let v: serde_json::Value = resp.json().await.map_err(|e| e.to_string())?;
+                Ok(v.as_array()
+                    .ok_or_else(|| format!("GET {url}: body {v}"))?
+                    .iter()
+                    .map(KvEntry::from_json)
+                    .map(|e| (e.key.clone(), e))
+                    .collect())
+            }
+            status => Err(format!(
+                "GET {url}: status {status}: {}",
+                resp.text().await.unwrap_or_default()
+            )),
+        }
+    }
+
+    /// Writes `(key, value)` pairs through the running nodes in turn, `writers` requests at a
+    /// time; panics on any failed write (use it when no node is being disturbed).
+    pub async fn put_all(&self, pairs: &[(String, String)], writers: usize) {
+        let running = self.running();
+        let urls: Vec<String> = running.iter().map(|&i| self.nodes[i].http_url()).collect();
+        let mut tasks = Vec::new();
+        for w in 0..writers {
+            let mine: Vec<(String, String)> =
+                pairs.iter().skip(w).step_by(writers).cloned().collect();
+            let urls = urls.clone();
+            let client = self.http.clone();
+            tasks.push(tokio::spawn(async move {
+                for (n, (key, value)) in mine.iter().enumerate() {
+                    let base = &urls[(w + n) % urls.len()];
+                    let url = format!("{base}/v1/kv/{key}");
+                    let answer = try_put_url(&client, &url, value).await;
+                    assert_eq!(answer, Ok(true), "PUT {url} at {} UTC", utc_now());
+                }
+            }));
+        }
+        let mut failure = None;
+        for t in tasks {
+            if let Err(e) = t.await {
+                failure = Some(e);
+            }
+        }
+        if let Some(e) = failure {
+            panic!("a writer failed: {e}\n{}", self.logs());
+        }
+    }
+}
+
+/// The time of day in UTC (`HH:MM:SS.mmm`), to line a test's failure up with the nodes' logs.
+pub fn utc_now() -> String {
+    let since = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap_or_default();
+    let ms = since.as_millis() % 86_400_000;
+    format!(
+        "{:02}:{:02}:{:02}.{:03}",
+        ms / 3_600_000,
+        ms / 60_000 % 60,
+        ms / 1000 % 60,
+        ms % 1000
+    )
+}
+
+/// A restarted node listens where it did before.
+fn assert_same_addresses(node: &TestNode) {
+    let e = node.endpoints();
+    let o = node.options();
+    for (what, now, configured) in [
+        ("http", e.http, &o.http_addr),
+        ("resp", e.resp, &o.resp_addr),
+        ("peer", e.peer, &o.peer_addr),
+    ] {
+        assert_eq!(
+            Some(now.to_string()),
+            configured.clone(),
+            "{} came back on another {what} address",
+            o.node_id
+        );
+    }
+}
+
+/// PUT `value` to `url`: `Ok(true/false)` for a 200 answer, `Err` otherwise.
+pub async fn try_put_url(client: &reqwest::Client, url: &str, value: &str) -> Result<bool, String> {
+    let resp = client
+        .put(url)
+        .body(value.to_string())
+        .send()
+        .await
+        .map_err(|e| format!("PUT {url}: {e}"))?;
+    let status = resp.status();
+    let text = resp.text().await.map_err(|e| format!("PUT {url}: {e}"))?;
+    match (status.as_u16(), text.trim()) {
+        (200, "true") => Ok(true),
+        (200, "false") => Ok(false),
+        (status, body) => Err(format!("PUT {url}: status {status}: {body}")),
+    }
+}
+
+/// The peer address node `i` listens on (from its start options: fixed across restarts).
+pub fn peer_addr(node: &TestNode) -> SocketAddr {
+    node.options()
+        .peer_addr
+        .as_deref()
+        .expect("a cluster node has a fixed peer address")
+        .parse()
+        .expect("peer address")
+}
+
+/// A generous bound for waits that only depend on the cluster making progress.
+pub const CLUSTER_DEADLINE: Duration = DEADLINE;
