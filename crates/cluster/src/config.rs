@@ -26,6 +26,8 @@ pub struct NodeConfig {
     /// The nodes of a new cluster, `(name, peer address)`, this node included; empty bootstraps
     /// a one-node cluster. Only read on a fresh data directory.
     pub initial_cluster: Vec<(String, String)>,
+    /// Whether leaders hand shards to their preferred replicas (see `balance.rs`).
+    pub balance_leaders: bool,
     /// Rack label, for placing replicas apart.
     pub rack: Option<String>,
     /// Zone label, for placing replicas apart.
@@ -51,6 +53,7 @@ impl NodeConfig {
             shards: None,
             replication_factor: 3,
             initial_cluster: Vec::new(),
+            balance_leaders: true,
             rack: None,
             zone: None,
             timing: RaftTiming::default(),

@@ -186,7 +186,9 @@ impl Node {
         let placement = node.await_placement(deadline).await?;
         node.open_shards(&placement).await?;
         crate::expiry::spawn_reaper(Arc::downgrade(&node));
-        crate::balance::spawn_balancer(Arc::downgrade(&node));
+        if node.config.balance_leaders {
+            crate::balance::spawn_balancer(Arc::downgrade(&node));
+        }
         Ok(node)
     }
 

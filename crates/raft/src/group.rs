@@ -321,16 +321,30 @@ impl ShardGroup {
             ReadMode::Consistent => ReadPolicy::ReadIndex,
         };
         let attempt = async {
-            match self.raft.ensure_linearizable(policy).await {
-                Ok(_) => Ok(()),
-                // The lease lapsed: confirm leadership with a quorum instead.
-                Err(_) if mode == ReadMode::Default && self.raft.is_leader() => self
-                    .raft
-                    .ensure_linearizable(ReadPolicy::ReadIndex)
-                    .await
-                    .map(|_| ())
-                    .map_err(|e| RaftLayerError::from_read(shard, e)),
-                Err(e) => Err(RaftLayerError::from_read(shard, e)),
+            let mut policy = policy;
+            let mut backoff = Duration::from_millis(5);
+            loop {
+                match self.raft.ensure_linearizable(policy).await {
+                    Ok(_) => return Ok(()),
+                    Err(e) => match RaftLayerError::from_read(shard, e) {
+                        // Not the leader: the caller forwards; nothing to wait for here.
+                        e @ (RaftLayerError::NotLeader { .. } | RaftLayerError::Stopped { .. }) => {
+                            return Err(e);
+                        }
+                        // The lease lapsed, or a quorum did not answer in time (a slow
+                        // heartbeat reply): confirm with a quorum again, until the request
+                        // timeout says otherwise.
+                        e => {
+                            if !self.raft.is_leader() {
+                                return Err(e);
+                            }
+                            tracing::debug!(shard, error = %e, "read barrier retried");
+                            policy = ReadPolicy::ReadIndex;
+                            tokio::time::sleep(backoff).await;
+                            backoff = (backoff * 2).min(Duration::from_millis(100));
+                        }
+                    },
+                }
             }
         };
         match tokio::time::timeout(self.timeout, attempt).await {

@@ -179,7 +179,9 @@ const LOCAL_NODES: u32 = 3;
 /// (the leader balancer needs a few seconds after start-up), so the run measures the steady state.
 async fn start_local_cluster(scenario: &Scenario) -> anyhow::Result<crate::cluster::LocalCluster> {
     if matches!(scenario.driver, Driver::Etcd) {
-        bail!("the etcd driver needs --target: without one, trireme bench starts a Trireme cluster");
+        bail!(
+            "the etcd driver needs --target: without one, trireme bench starts a Trireme cluster"
+        );
     }
     let dir = std::env::temp_dir().join(format!("trireme-bench-{}", std::process::id()));
     let mut last_error = None;
@@ -236,9 +238,7 @@ fn local_targets(
     scenario: &Scenario,
     nodes: &[crate::cluster::LocalNode],
 ) -> anyhow::Result<Vec<String>> {
-    let first = nodes
-        .first()
-        .context("the local cluster has no nodes")?;
+    let first = nodes.first().context("the local cluster has no nodes")?;
     Ok(vec![match scenario.driver {
         Driver::Resp => format!("redis://{}", first.resp),
         _ => format!("http://{}", first.http),

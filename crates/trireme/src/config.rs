@@ -71,6 +71,8 @@ pub struct FileConfig {
     rack: Option<String>,
     zone: Option<String>,
     cluster_name: Option<String>,
+    /// Hand shard leadership to each shard's preferred replica (default true).
+    balance_leaders: Option<bool>,
     log: Option<String>,
     limits: Option<Limits>,
     raft: Option<RaftSection>,
@@ -178,6 +180,9 @@ impl ServerArgs {
                 bail!("--initial-cluster does not list this node ({name})");
             }
             node.initial_cluster = members;
+        }
+        if let Some(balance) = file.balance_leaders {
+            node.balance_leaders = balance;
         }
         node.rack = self.rack.or(file.rack);
         node.zone = self.zone.or(file.zone);

@@ -413,7 +413,13 @@ async fn assert_acked_readable(c: &TestCluster, via: usize, prefix: &str, steady
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn failover_after_kill9_loses_no_acknowledged_write_and_the_node_rejoins_quietly() {
-    let mut c = TestCluster::start(ClusterOptions::default().shards(4)).await;
+    // Leader balancing off: it would (rightly) hand shards back to the rejoined node, and this
+    // test checks that the rejoin by itself changes no leader and no term (pre-vote).
+    let mut c = TestCluster::start(ClusterOptions {
+        balance_leaders: false,
+        ..ClusterOptions::default().shards(4)
+    })
+    .await;
     let c = &mut c;
     bounded(Duration::from_secs(120), async {
         let leaders = c.expect_all_led(CLUSTER_DEADLINE).await;
@@ -1037,6 +1043,58 @@ async fn garbage_on_the_peer_port_is_refused_and_the_node_keeps_serving() {
                 let got = c.get(target, key, "?consistent").await.map(|e| e.value);
                 assert_eq!(got, Some(format!("through-{i}").into_bytes()));
             }
+        }
+    })
+    .await;
+}
+
+// ---------------------------------------------------------------------------------------
+// 8. leader balance
+// ---------------------------------------------------------------------------------------
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn leaders_move_to_their_preferred_replicas_and_spread_over_the_nodes() {
+    let c = TestCluster::start(ClusterOptions::default().shards(6)).await;
+    bounded(Duration::from_secs(60), async {
+        // The placement rotates each shard's first (preferred) replica over the nodes; the
+        // balancer hands leadership there, so every node ends up leading two of six shards.
+        let last = std::sync::Mutex::new(None);
+        let balanced = wait_until(
+            Duration::from_secs(30),
+            Duration::from_millis(100),
+            || async {
+                let Some(view) = c.view(0).await else {
+                    return false;
+                };
+                let ok = view
+                    .iter()
+                    .all(|s| s.leader.is_some() && s.leader.as_ref() == s.replicas.first());
+                *last.lock().unwrap() = Some(view);
+                ok
+            },
+        )
+        .await;
+        let last = last.into_inner().unwrap();
+        assert!(
+            balanced,
+            "leaders never reached their preferred replicas: {last:?}\n{}",
+            c.logs()
+        );
+        let view = last.expect("a view");
+        let mut per_node: BTreeMap<String, usize> = BTreeMap::new();
+        for s in &view {
+            *per_node
+                .entry(s.leader.clone().unwrap_or_default())
+                .or_default() += 1;
+        }
+        assert_eq!(per_node.len(), 3, "leaders not spread: {per_node:?}");
+        assert!(
+            per_node.values().all(|n| *n == 2),
+            "uneven leaders: {per_node:?}"
+        );
+        // Writes work through every node once balanced.
+        for i in 0..3 {
+            c.put(i, &format!("bal/{i}"), "x").await;
         }
     })
     .await;

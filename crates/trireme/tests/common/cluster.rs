@@ -71,6 +71,8 @@ pub struct ClusterOptions {
     pub timing: RaftTiming,
     /// `--log` of every node.
     pub log: String,
+    /// `balance_leaders` in the nodes' config: off where a test needs leaders to stay put.
+    pub balance_leaders: bool,
 }
 
 impl Default for ClusterOptions {
@@ -82,6 +84,7 @@ impl Default for ClusterOptions {
             // Vote and pre-vote RPCs (openraft logs them at info where they arrive) show what
             // an election did when a test fails.
             log: "info,openraft=error,openraft::raft::api::protocol=info".into(),
+            balance_leaders: true,
         }
     }
 }
@@ -255,7 +258,12 @@ impl TestCluster {
             .map(|(i, n)| format!("{n}={}", peer(i)))
             .collect();
         let initial = initial.join(",");
-        let config = opts.timing.toml();
+        // Top-level keys go before the `[raft]` table.
+        let config = format!(
+            "balance_leaders = {}\n{}",
+            opts.balance_leaders,
+            opts.timing.toml()
+        );
         let starts: Vec<StartOptions> = names
             .iter()
             .enumerate()
