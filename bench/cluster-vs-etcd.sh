@@ -110,7 +110,20 @@ done | sort -k2 -r | awk '{printf "%s ", $1} END {print ""}')
 echo "trireme: key $key slot $slot, leader $t_leader, follower $t_follower" >&2
 echo "etcd:    leader $e_leader, follower $e_follower" >&2
 
+# Waits (at most 30 s) until the six servers together use less than a tenth of a core, so
+# background work left by one test (etcd's and Trireme's compactions after a write test) does
+# not slow down the next one, whichever system that is.
+settle() {
+  local hz; hz="$(getconf CLK_TCK)"
+  cpu() { for pid in "${pids[@]}"; do awk '{s += $14 + $15} END {print s + 0}' "/proc/$pid/stat" 2>/dev/null || echo 0; done | awk '{s += $1} END {print s}'; }
+  for _ in $(seq 1 30); do
+    local before after; before="$(cpu)"; sleep 1; after="$(cpu)"
+    if [ $((after - before)) -lt $((hz / 10)) ]; then return 0; fi
+  done
+}
+
 run() { # LABEL PRESET DRIVER TARGET [CONSISTENCY]
+  settle
   local out
   out="$("$TRIREME" bench --preset "$2" --driver "$3" --target "http://$4" \
     --duration "$DURATION" --warmup "$WARMUP" ${5:+--consistency "$5"} --json 2>/dev/null)"
@@ -132,6 +145,7 @@ run "trireme GET consistent" consul-get-consistent consul "$t_leader"
 run "etcd GET linearizable" consul-get-consistent etcd "$e_leader" consistent
 
 wrk_row() { # LABEL URL [BODY]  (a body makes it a PUT)
+  settle
   local script="$work/wrk-$RANDOM.lua"
   : >"$script"
   if [ -n "${3:-}" ]; then
@@ -143,11 +157,11 @@ wrk_row() { # LABEL URL [BODY]  (a body makes it a PUT)
 value="$(head -c 36 /dev/zero | tr '\0' 'x')"
 echo
 printf '%-28s %10s %8s %8s %8s %7s\n' "wrk (${DURATION}, 64 conns)" ops/s mean_ms p50_ms p99_ms errors
-wrk_row "trireme PUT" "http://$t_leader/v1/kv/bench" "$value"
-wrk_row "etcd v2 PUT" "http://$e_leader/v2/keys/bench" "value=$value"
-wrk_row "trireme GET default" "http://$t_leader/v1/kv/bench"
-wrk_row "etcd v2 GET (leader)" "http://$e_leader/v2/keys/bench"
-wrk_row "trireme GET stale" "http://$t_follower/v1/kv/bench?stale"
-wrk_row "etcd v2 GET (follower)" "http://$e_follower/v2/keys/bench"
-wrk_row "trireme GET consistent" "http://$t_leader/v1/kv/bench?consistent"
-wrk_row "etcd v2 GET ?quorum=true" "http://$e_leader/v2/keys/bench?quorum=true"
+wrk_row "trireme PUT" "http://$t_leader/v1/kv/$key" "$value"
+wrk_row "etcd v2 PUT" "http://$e_leader/v2/keys/$key" "value=$value"
+wrk_row "trireme GET default" "http://$t_leader/v1/kv/$key"
+wrk_row "etcd v2 GET (leader)" "http://$e_leader/v2/keys/$key"
+wrk_row "trireme GET stale" "http://$t_follower/v1/kv/$key?stale"
+wrk_row "etcd v2 GET (follower)" "http://$e_follower/v2/keys/$key"
+wrk_row "trireme GET consistent" "http://$t_leader/v1/kv/$key?consistent"
+wrk_row "etcd v2 GET ?quorum=true" "http://$e_leader/v2/keys/$key?quorum=true"

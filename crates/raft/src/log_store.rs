@@ -268,11 +268,17 @@ impl RaftLogStorage<TypeConfig> for LogStore {
         self.put_meta(PURGED, &log_id)?;
         let upto = log_id.index() + 1;
         self.recent().purge(upto);
+        // The rows themselves are deleted in the background: tens of thousands of tombstones
+        // take tens of milliseconds, and openraft does not append while a purge is pending, so
+        // waiting here stalled every write of the group (p99.9 ~120 ms at each snapshot).
+        // Nothing reads below the purge point, and no entry is ever written there again.
         let storage = self.storage.clone();
         let group = self.group;
-        tokio::task::spawn_blocking(move || storage.delete_log_range(group, 0, upto))
-            .await
-            .map_err(io::Error::other)?
-            .map_err(io::Error::other)
+        tokio::task::spawn_blocking(move || {
+            if let Err(e) = storage.delete_log_range(group, 0, upto) {
+                tracing::warn!(group, error = %e, "deleting purged log entries failed; they are ignored");
+            }
+        });
+        Ok(())
     }
 }
