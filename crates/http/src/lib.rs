@@ -18,5 +18,7 @@ mod server;
 mod state;
 
 pub use error::ApiError;
+/// Query-string parsing, public for the fuzz target `fuzz/fuzz_targets/http_query.rs`.
+pub use query::Query;
 pub use server::{HttpOptions, router, serve};
 pub use state::{AppState, HttpMetrics};
