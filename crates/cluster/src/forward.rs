@@ -196,16 +196,24 @@ impl Node {
                 return Some(Target::Local(group));
             }
             let leader = match hint.or_else(|| group.leader()) {
-                Some(leader) => leader,
-                None => group.await_leader(left).await?,
+                Some(leader) => Some(leader),
+                // A voter learns of the next leader by itself. A metadata learner not added
+                // yet never would: it asks the voters below instead.
+                None if self.replicas_of(shard).contains(&me) => {
+                    Some(group.await_leader(left).await?)
+                }
+                None => None,
             };
-            return Some(if leader == me {
-                Target::Local(group)
-            } else {
-                Target::Remote(leader)
-            });
+            if let Some(leader) = leader {
+                return Some(if leader == me {
+                    Target::Local(group)
+                } else {
+                    Target::Remote(leader)
+                });
+            }
         }
-        // Not a replica here: ask the hinted leader, or each replica in turn.
+        // Not a replica here (or a metadata learner not yet added): ask the hinted leader, or
+        // each replica in turn.
         if let Some(leader) = hint {
             return Some(Target::Remote(leader));
         }
@@ -245,8 +253,9 @@ impl Node {
         let payload = postcard::to_stdvec(&request)
             .map_err(|e| PeerError::Failed(to, format!("cannot encode: {e}")))?;
         let answer = self.transport.forward(to, payload, left).await?;
+        // The request was served, whatever the answer says: never retried as unsent.
         postcard::from_bytes(&answer)
-            .map_err(|e| PeerError::Failed(to, format!("undecodable answer: {e}")))
+            .map_err(|e| PeerError::Lost(to, format!("undecodable answer: {e}")))
     }
 
     /// Serves `op` with this node's replica of the shard.
