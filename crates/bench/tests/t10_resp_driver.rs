@@ -2,6 +2,8 @@
 
 #![allow(clippy::unwrap_used)]
 
+mod common;
+
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
@@ -138,33 +140,7 @@ async fn a_killed_server_is_counted_as_io_errors() {
         "duration = \"1500ms\"\nwarmup = \"0s\"\nconcurrent = 2",
         "get = 1\nput = 1",
     );
-    let pid = redis.pid();
-    let killer = tokio::spawn(async move {
-        tokio::time::sleep(Duration::from_millis(300)).await;
-        let status = Command::new("kill")
-            .args(["-KILL", &pid.to_string()])
-            .status()
-            .unwrap();
-        assert!(status.success());
-    });
-    let started = Instant::now();
-    let result = tokio::time::timeout(Duration::from_secs(10), run(&s, &[redis.target()], None))
-        .await
-        .expect("the run hung")
-        .unwrap();
-    killer.await.unwrap();
-    assert!(
-        started.elapsed() < Duration::from_secs(3),
-        "{:?}",
-        started.elapsed()
-    );
-    assert!(
-        result.errors.get("io").copied().unwrap_or(0) > 0,
-        "{:?}",
-        result.errors
-    );
-    assert!(result.total.count > 0);
-    assert_eq!(result.total.errors, result.errors.values().sum::<u64>());
+    common::assert_killed_target_counts_io_errors(&s, &[redis.target()], redis.pid()).await;
 }
 
 #[tokio::test]

@@ -5,7 +5,7 @@
 //! node is linked and holds every entry of the log; once there, leadership stays.
 
 use crate::Node;
-use std::sync::Weak;
+use std::sync::Arc;
 use std::time::Duration;
 
 /// How often leaders check.
@@ -13,39 +13,33 @@ const INTERVAL: Duration = Duration::from_secs(2);
 /// Transfers one node starts per check, so a recovering node is not flooded with elections.
 const MAX_TRANSFERS: usize = 4;
 
-pub(crate) fn spawn_balancer(node: Weak<Node>) {
-    tokio::spawn(async move {
-        let mut ticker = tokio::time::interval(INTERVAL);
-        ticker.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
-        loop {
-            ticker.tick().await;
-            let Some(node) = node.upgrade() else { return };
-            if node.is_stopping() {
-                return;
-            }
-            let mut started = 0;
-            for group in node.local_groups() {
-                if started == MAX_TRANSFERS {
-                    break;
-                }
-                if !group.is_leader() {
-                    continue;
-                }
-                let Some(preferred) = node.replicas_of(group.shard()).first().copied() else {
-                    continue;
-                };
-                if preferred == node.node_id
-                    || !node.is_linked(preferred)
-                    || !group.follower_caught_up(preferred)
-                {
-                    continue;
-                }
-                tracing::debug!(shard = group.shard().0, to = %format_args!("{preferred:016x}"), "handing leadership to the preferred replica");
-                if let Err(e) = group.transfer_leader(preferred).await {
-                    tracing::warn!(shard = group.shard().0, error = %e, "leader transfer");
-                }
-                started += 1;
-            }
+pub(crate) fn spawn_balancer(node: &Arc<Node>) {
+    crate::node::spawn_periodic(Arc::downgrade(node), INTERVAL, balance_once);
+}
+
+/// Starts up to [`MAX_TRANSFERS`] handovers from this node to shards' preferred replicas.
+async fn balance_once(node: Arc<Node>) {
+    let mut started = 0;
+    for group in node.local_groups() {
+        if started == MAX_TRANSFERS {
+            break;
         }
-    });
+        if !group.is_leader() {
+            continue;
+        }
+        let Some(preferred) = node.replicas_of(group.shard()).first().copied() else {
+            continue;
+        };
+        if preferred == node.node_id
+            || !node.is_linked(preferred)
+            || !group.follower_caught_up(preferred)
+        {
+            continue;
+        }
+        tracing::debug!(shard = group.shard().0, to = %format_args!("{preferred:016x}"), "handing leadership to the preferred replica");
+        if let Err(e) = group.transfer_leader(preferred).await {
+            tracing::warn!(shard = group.shard().0, error = %e, "leader transfer");
+        }
+        started += 1;
+    }
 }

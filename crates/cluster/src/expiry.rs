@@ -3,54 +3,44 @@
 //! never return an expired key even before it is reaped.
 
 use crate::Node;
-use std::sync::Weak;
+use std::sync::Arc;
 use trireme_types::Command;
 
 /// Most keys one reap command removes.
 const REAP_BATCH: usize = 1000;
 
-pub(crate) fn spawn_reaper(node: Weak<Node>) {
-    tokio::spawn(async move {
-        let Some(interval) = node.upgrade().map(|n| n.config.expiry_interval) else {
-            return;
-        };
-        let mut ticker = tokio::time::interval(interval);
-        ticker.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
-        loop {
-            ticker.tick().await;
-            let Some(node) = node.upgrade() else { return };
-            if node.is_stopping() {
-                return;
-            }
-            for group in node.local_groups() {
-                if !group.is_leader() {
-                    continue;
-                }
-                let storage = node.storage.clone();
-                let shard = group.shard().0;
-                let now = crate::now_ms();
-                let due = tokio::task::spawn_blocking(move || {
-                    storage.expired_keys(shard, now, REAP_BATCH)
-                })
-                .await;
-                let keys = match due {
-                    Ok(Ok(keys)) if !keys.is_empty() => keys,
-                    Ok(Ok(_)) => continue,
-                    Ok(Err(e)) => {
-                        tracing::warn!(shard, error = %e, "expiry scan failed");
-                        continue;
-                    }
-                    Err(_) => return,
-                };
-                let count = keys.len();
-                match node
-                    .write_shard(group.shard(), Command::Reap { keys })
-                    .await
-                {
-                    Ok(_) => tracing::debug!(shard, count, "reaped expired keys"),
-                    Err(e) => tracing::debug!(shard, error = %e, "reap not applied"),
-                }
-            }
+pub(crate) fn spawn_reaper(node: &Arc<Node>) {
+    crate::node::spawn_periodic(Arc::downgrade(node), node.config.expiry_interval, reap_once);
+}
+
+/// On every shard this node leads: one batch of expired keys, removed through the log.
+async fn reap_once(node: Arc<Node>) {
+    for group in node.local_groups() {
+        if !group.is_leader() {
+            continue;
         }
-    });
+        let storage = node.storage.clone();
+        let shard = group.shard().0;
+        let now = crate::now_ms();
+        let due =
+            tokio::task::spawn_blocking(move || storage.expired_keys(shard, now, REAP_BATCH)).await;
+        let keys = match due {
+            Ok(Ok(keys)) if !keys.is_empty() => keys,
+            Ok(Ok(_)) => continue,
+            Ok(Err(e)) => {
+                tracing::warn!(shard, error = %e, "expiry scan failed");
+                continue;
+            }
+            // The runtime is shutting down.
+            Err(_) => return,
+        };
+        let count = keys.len();
+        match node
+            .write_shard(group.shard(), Command::Reap { keys })
+            .await
+        {
+            Ok(_) => tracing::debug!(shard, count, "reaped expired keys"),
+            Err(e) => tracing::debug!(shard, error = %e, "reap not applied"),
+        }
+    }
 }

@@ -376,7 +376,7 @@ fn unreachable(shard: ShardId, to: u64) -> ClusterError {
 
 /// The transport's handle on the node for forwarded requests. Weak, so a stopped node is not
 /// kept alive by its own transport.
-pub(crate) struct ForwardedRequests(pub(crate) Weak<Node>);
+struct ForwardedRequests(Weak<Node>);
 
 impl ForwardHandler for ForwardedRequests {
     fn handle(&self, _from: u64, payload: Vec<u8>) -> futures::future::BoxFuture<'static, Vec<u8>> {
@@ -395,7 +395,7 @@ impl ForwardHandler for ForwardedRequests {
     }
 }
 
-/// Keeps `Arc` in scope for callers building the handler.
+/// The handler to install on the node's transport.
 pub(crate) fn handler(node: &Arc<Node>) -> Arc<dyn ForwardHandler> {
     Arc::new(ForwardedRequests(Arc::downgrade(node)))
 }

@@ -185,9 +185,9 @@ impl Node {
         node.register().await?;
         let placement = node.await_placement(deadline).await?;
         node.open_shards(&placement).await?;
-        crate::expiry::spawn_reaper(Arc::downgrade(&node));
+        crate::expiry::spawn_reaper(&node);
         if node.config.balance_leaders {
-            crate::balance::spawn_balancer(Arc::downgrade(&node));
+            crate::balance::spawn_balancer(&node);
         }
         Ok(node)
     }
@@ -632,6 +632,27 @@ fn meta_voters(initial: &[(String, String)]) -> BTreeMap<u64, PeerNode> {
             )
         })
         .collect()
+}
+
+/// Runs `job` on the node every `interval` (missed ticks delayed, not bunched) until the node
+/// stops or is dropped. The job holds the node only while it runs.
+pub(crate) fn spawn_periodic<F, Fut>(node: std::sync::Weak<Node>, interval: Duration, job: F)
+where
+    F: Fn(Arc<Node>) -> Fut + Send + 'static,
+    Fut: std::future::Future<Output = ()> + Send,
+{
+    tokio::spawn(async move {
+        let mut ticker = tokio::time::interval(interval);
+        ticker.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+        loop {
+            ticker.tick().await;
+            let Some(node) = node.upgrade() else { return };
+            if node.is_stopping() {
+                return;
+            }
+            job(node).await;
+        }
+    });
 }
 
 /// Follows the metadata group: reloads the directory when it changes and, on the metadata

@@ -184,29 +184,26 @@ async fn start_local_cluster(scenario: &Scenario) -> anyhow::Result<crate::clust
         );
     }
     let dir = std::env::temp_dir().join(format!("trireme-bench-{}", std::process::id()));
-    let mut last_error = None;
-    for base_port in (17_700..60_000).step_by(1_000) {
-        let mut opts = crate::cluster::ClusterOptions::new(LOCAL_NODES, &dir);
-        opts.base_port = base_port;
-        match crate::cluster::LocalCluster::start(opts).await {
-            Ok(cluster) => {
-                wait_for_balanced_leaders(cluster.nodes()).await;
-                return Ok(cluster);
-            }
-            // A port in use: try the next block. Anything else is a real failure.
-            Err(e) if format!("{e:#}").contains("is not free") => {
-                let _ = std::fs::remove_dir_all(&dir);
-                last_error = Some(e);
-            }
-            Err(e) => {
-                let _ = std::fs::remove_dir_all(&dir);
-                return Err(e.context("cannot start the local cluster"));
-            }
+    // The first block of ports that is free now.
+    let opts = (17_700..60_000)
+        .step_by(1_000)
+        .map(|base_port| {
+            let mut opts = crate::cluster::ClusterOptions::new(LOCAL_NODES, &dir);
+            opts.base_port = base_port;
+            opts
+        })
+        .find(|opts| opts.check_ports().is_ok())
+        .context("no free block of loopback ports for a local cluster")?;
+    match crate::cluster::LocalCluster::start(opts).await {
+        Ok(cluster) => {
+            wait_for_balanced_leaders(cluster.nodes()).await;
+            Ok(cluster)
+        }
+        Err(e) => {
+            let _ = std::fs::remove_dir_all(&dir);
+            Err(e.context("cannot start the local cluster"))
         }
     }
-    Err(last_error
-        .unwrap_or_else(|| anyhow::anyhow!("no free ports"))
-        .context("cannot start the local cluster"))
 }
 
 /// Polls node 1's shard map until every shard is led by its preferred (first) replica, for at

@@ -154,6 +154,11 @@ impl ClusterOptions {
         }
     }
 
+    /// Fails naming the first of the cluster's ports that cannot be bound now.
+    pub fn check_ports(&self) -> anyhow::Result<()> {
+        check_ports_free(&self.dir, &self.plan()?)
+    }
+
     /// Each node's name and addresses, checked to fit in the port range.
     fn plan(&self) -> anyhow::Result<Vec<NodeAddrs>> {
         if self.nodes == 0 {

@@ -91,6 +91,8 @@ struct Inner {
     dialers: Mutex<HashSet<u64>>,
     /// Woken whenever a link comes up, for callers waiting to forward.
     link_up: Notify,
+    /// Woken whenever a link goes down (or the transport stops), for the dialers.
+    link_down: Notify,
     next_serial: AtomicU64,
     forward: OnceLock<Arc<dyn ForwardHandler>>,
     stopped: AtomicBool,
@@ -115,6 +117,7 @@ impl PeerTransport {
                 addrs: Mutex::new(HashMap::new()),
                 dialers: Mutex::new(HashSet::new()),
                 link_up: Notify::new(),
+                link_down: Notify::new(),
                 next_serial: AtomicU64::new(1),
                 forward: OnceLock::new(),
                 stopped: AtomicBool::new(false),
@@ -236,6 +239,17 @@ impl PeerTransport {
         for link in links {
             link.close();
         }
+        self.inner.link_down.notify_waiters();
+    }
+
+    /// A Raft RPC: `request` to `target` within the RPC's hard time limit, answered by `T`.
+    async fn rpc<T: wire::Answer>(
+        &self,
+        target: u64,
+        request: wire::Request,
+        option: &RPCOption,
+    ) -> Result<T, RPCError<TypeConfig>> {
+        T::from_response(self.call(target, request, option.hard_ttl()).await?).map_err(unexpected)
     }
 
     async fn call(
@@ -376,6 +390,8 @@ impl Inbound for Inner {
             links.remove(&peer);
             tracing::info!(peer = %format_args!("{peer:016x}"), "peer link down");
         }
+        drop(links);
+        self.link_down.notify_waiters();
     }
 }
 
@@ -464,6 +480,10 @@ async fn refuse(mut stream: TcpStream, reason: String) -> Result<(), String> {
 async fn dial_loop(inner: Arc<Inner>, peer: u64) {
     let mut backoff = REDIAL_MIN;
     loop {
+        // Registered before the check, so a link that closes right after it still wakes us.
+        let down = inner.link_down.notified();
+        tokio::pin!(down);
+        down.as_mut().enable();
         if inner.stopped.load(Ordering::Acquire) {
             return;
         }
@@ -478,8 +498,9 @@ async fn dial_loop(inner: Arc<Inner>, peer: u64) {
                 }
             }
         }
-        // Check again soon: the link closes on its own when the peer goes away.
-        tokio::time::sleep(REDIAL_MIN).await;
+        // Linked: sleep until some link goes down (the peer went away, or a frame was bad),
+        // and look again every second in case a link was closed from its writer side.
+        let _ = tokio::time::timeout(REDIAL_MAX, down).await;
     }
 }
 
@@ -524,17 +545,8 @@ impl GroupRouter<TypeConfig, u32> for PeerTransport {
         rpc: AppendEntriesRequest<TypeConfig>,
         option: RPCOption,
     ) -> Result<AppendEntriesResponse<TypeConfig>, RPCError<TypeConfig>> {
-        match self
-            .call(
-                target,
-                wire::Request::Append { group, rpc },
-                option.hard_ttl(),
-            )
-            .await?
-        {
-            wire::Response::Append(r) => Ok(r),
-            other => Err(unexpected(other)),
-        }
+        self.rpc(target, wire::Request::Append { group, rpc }, &option)
+            .await
     }
 
     async fn vote(
@@ -544,17 +556,8 @@ impl GroupRouter<TypeConfig, u32> for PeerTransport {
         rpc: VoteRequest<TypeConfig>,
         option: RPCOption,
     ) -> Result<VoteResponse<TypeConfig>, RPCError<TypeConfig>> {
-        match self
-            .call(
-                target,
-                wire::Request::Vote { group, rpc },
-                option.hard_ttl(),
-            )
-            .await?
-        {
-            wire::Response::Vote(r) => Ok(r),
-            other => Err(unexpected(other)),
-        }
+        self.rpc(target, wire::Request::Vote { group, rpc }, &option)
+            .await
     }
 
     async fn pre_vote(
@@ -564,17 +567,8 @@ impl GroupRouter<TypeConfig, u32> for PeerTransport {
         rpc: VoteRequest<TypeConfig>,
         option: RPCOption,
     ) -> Result<VoteResponse<TypeConfig>, RPCError<TypeConfig>> {
-        match self
-            .call(
-                target,
-                wire::Request::PreVote { group, rpc },
-                option.hard_ttl(),
-            )
-            .await?
-        {
-            wire::Response::Vote(r) => Ok(r),
-            other => Err(unexpected(other)),
-        }
+        self.rpc(target, wire::Request::PreVote { group, rpc }, &option)
+            .await
     }
 
     async fn transfer_leader(
@@ -584,17 +578,12 @@ impl GroupRouter<TypeConfig, u32> for PeerTransport {
         rpc: TransferLeaderRequest<TypeConfig>,
         option: RPCOption,
     ) -> Result<TransferLeaderResponse<TypeConfig>, RPCError<TypeConfig>> {
-        match self
-            .call(
-                target,
-                wire::Request::TransferLeader { group, rpc },
-                option.hard_ttl(),
-            )
-            .await?
-        {
-            wire::Response::TransferLeader(r) => Ok(r),
-            other => Err(unexpected(other)),
-        }
+        self.rpc(
+            target,
+            wire::Request::TransferLeader { group, rpc },
+            &option,
+        )
+        .await
     }
 
     async fn full_snapshot(

@@ -117,6 +117,29 @@ pub(crate) enum Response {
     Failed(String),
 }
 
+/// A response type a request kind expects back; anything else on the wire is a protocol error.
+pub(crate) trait Answer: Sized {
+    /// `response` as this type, or back unchanged when it is another kind.
+    fn from_response(response: Response) -> Result<Self, Response>;
+}
+
+macro_rules! answer {
+    ($variant:ident => $ty:ty) => {
+        impl Answer for $ty {
+            fn from_response(response: Response) -> Result<Self, Response> {
+                match response {
+                    Response::$variant(answer) => Ok(answer),
+                    other => Err(other),
+                }
+            }
+        }
+    };
+}
+
+answer!(Append => AppendEntriesResponse<TypeConfig>);
+answer!(Vote => VoteResponse<TypeConfig>);
+answer!(TransferLeader => TransferLeaderResponse<TypeConfig>);
+
 /// Appends `frame` to `out` with its length prefix.
 pub(crate) fn encode(frame: &Frame, out: &mut BytesMut) -> Result<(), postcard::Error> {
     let start = out.len();

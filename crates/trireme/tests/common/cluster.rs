@@ -192,35 +192,8 @@ pub fn free_ports(n: usize) -> Vec<u16> {
         .collect()
 }
 
-/// CRC16/XMODEM, as Redis Cluster (and Trireme) hash keys to slots.
-fn crc16(bytes: &[u8]) -> u16 {
-    let mut crc: u16 = 0;
-    for &byte in bytes {
-        crc ^= u16::from(byte) << 8;
-        for _ in 0..8 {
-            crc = if crc & 0x8000 != 0 {
-                (crc << 1) ^ 0x1021
-            } else {
-                crc << 1
-            };
-        }
-    }
-    crc
-}
-
-/// The slot of a key, with Redis Cluster's `{hash tag}` rule.
-pub fn key_slot(key: &[u8]) -> u16 {
-    let mut hashed = key;
-    if let Some(open) = key.iter().position(|&b| b == b'{') {
-        let rest = &key[open + 1..];
-        if let Some(close) = rest.iter().position(|&b| b == b'}')
-            && close > 0
-        {
-            hashed = &rest[..close];
-        }
-    }
-    crc16(hashed) % 16384
-}
+/// The slot of a key (CRC16 with `{hash tags}`, checked against Redis in trireme-types).
+pub use trireme_types::key_slot;
 
 /// Runs `f` on every node concurrently (each moved into its own task) and puts them back in
 /// order. A panic in one task is re-raised here once every task has finished.
