@@ -1,0 +1,5 @@
+module trireme/chaos/checker
+
+go 1.26
+
+require github.com/anishathalye/porcupine v1.3.1

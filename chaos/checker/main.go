@@ -1,0 +1,256 @@
+// Command checker checks a history recorded by Trireme's chaos runner for
+// linearizability (with porcupine) and for monotonic stale reads.
+//
+// Usage:
+//
+//	checker [--timeout 60s] [--out DIR] [--monotonic-all-modes] HISTORY.jsonl
+//
+// HISTORY.jsonl ("-" for stdin) holds JSON lines, one per completed client
+// operation, for example:
+//
+//	{"client":3,"node":"n2","proto":"http","op":"read","key":"k3","mode":"default","value":"c3-17","index":123,"status":"ok","call":1234567,"return":1299999}
+//
+// Fields:
+//
+//   - client (int, required): client id. A client issues one operation at a time.
+//   - node (string): the node the request was sent to.
+//   - proto (string): "http" or "resp" (informational).
+//   - op (required): "read" | "write" | "cas" | "delete".
+//   - key (string, required).
+//   - mode (reads only, required for reads): "default" | "consistent" | "stale".
+//   - value: read: the value read, or null when the key was absent; write:
+//     the value written; cas: the new value; absent/null for delete. A read's
+//     missing value counts as null.
+//   - expect (cas only): the value the key must hold for the cas to apply, or
+//     null (or missing) meaning the key must be absent (create-only).
+//   - result (cas only, bool, required when status is "ok"): whether it applied.
+//   - index (reads only, int or null): the record's ModifyIndex when known.
+//   - status (required): "ok" (completed, result known), "fail" (certainly
+//     did not take effect), "unknown" (timed out or connection broke: a
+//     write/cas/delete may or may not have taken effect; a read's answer is
+//     unknown).
+//   - call, return (int nanoseconds on one monotonic clock, required):
+//     return >= call.
+//
+// Unknown fields are ignored; blank lines are skipped. Every written value is
+// expected to be unique across the history.
+//
+// Checks:
+//
+//  1. Linearizability of every operation except stale reads, failed
+//     operations and unknown reads, against a per-key register that starts
+//     absent (partitioned by key). Unknown writes, cas and deletes are kept
+//     with an infinite return time; an unknown cas applies iff the state
+//     matches its expect.
+//  2. Monotonic stale reads: for each (client, node, key), completed stale
+//     reads with a non-null index must not see the index decrease in call
+//     order (with --monotonic-all-modes, reads of every mode take part).
+//
+// Output: one JSON summary line on stdout,
+//
+//	{"ops":N,"checked_ops":M,"keys":K,"stale_reads":S,"linearizable":"ok"|"illegal"|"unknown","illegal_keys":[...],"stale_violations":V,"unknown_writes":U}
+//
+// and a human summary on stderr. With --out DIR the keys found illegal are
+// drawn (porcupine's visualization) to DIR/linearizability.html, and stale
+// violations are listed one JSON object a line in DIR/stale_violations.jsonl.
+//
+// Exit status: 0 linearizable and no stale violation; 1 a violation; 2 the
+// check timed out (and found no violation), or bad usage or input.
+package main
+
+import (
+	"encoding/json"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"os"
+	"path/filepath"
+	"strings"
+	"time"
+
+	"github.com/anishathalye/porcupine"
+)
+
+// Summary is the JSON line printed on stdout.
+type Summary struct {
+	Ops             int      `json:"ops"`
+	CheckedOps      int      `json:"checked_ops"`
+	Keys            int      `json:"keys"`
+	StaleReads      int      `json:"stale_reads"`
+	Linearizable    string   `json:"linearizable"`
+	IllegalKeys     []string `json:"illegal_keys"`
+	StaleViolations int      `json:"stale_violations"`
+	UnknownWrites   int      `json:"unknown_writes"`
+}
+
+// Options controls a check.
+type Options struct {
+	Timeout           time.Duration // 0: no limit
+	MonotonicAllModes bool
+}
+
+// Report is everything a check found.
+type Report struct {
+	Summary    Summary
+	Lin        LinResult
+	Violations []StaleViolation
+}
+
+// ExitCode is 1 on any violation, 2 when the check timed out without finding
+// one, 0 otherwise.
+func (r Report) ExitCode() int {
+	switch {
+	case r.Lin.Verdict == verdictIllegal || len(r.Violations) > 0:
+		return 1
+	case r.Lin.Verdict == verdictUnknown:
+		return 2
+	}
+	return 0
+}
+
+// Analyze runs both checks over parsed records.
+func Analyze(recs []Record, opts Options) Report {
+	built := BuildOperations(recs)
+	lin := CheckLinearizable(built.Ops, opts.Timeout)
+	viol := CheckMonotonicReads(recs, opts.MonotonicAllModes)
+	return Report{
+		Summary: Summary{
+			Ops:             len(recs),
+			CheckedOps:      len(built.Ops),
+			Keys:            lin.Keys,
+			StaleReads:      built.StaleReads,
+			Linearizable:    lin.Verdict,
+			IllegalKeys:     lin.IllegalKeys,
+			StaleViolations: len(viol),
+			UnknownWrites:   built.UnknownWrites,
+		},
+		Lin:        lin,
+		Violations: viol,
+	}
+}
+
+func main() {
+	os.Exit(run(os.Args[1:], os.Stdin, os.Stdout, os.Stderr))
+}
+
+func run(args []string, stdin io.Reader, stdout, stderr io.Writer) int {
+	fs := flag.NewFlagSet("checker", flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	timeout := fs.Duration("timeout", 60*time.Second, "linearizability check time limit (0: none)")
+	outDir := fs.String("out", "", "directory for linearizability.html (when illegal) and stale_violations.jsonl")
+	allModes := fs.Bool("monotonic-all-modes", false, "include default and consistent reads in the monotonic-read check")
+	fs.Usage = func() {
+		fmt.Fprintln(stderr, "usage: checker [--timeout 60s] [--out DIR] [--monotonic-all-modes] HISTORY.jsonl")
+		fs.PrintDefaults()
+	}
+	if err := fs.Parse(args); err != nil {
+		return 2
+	}
+	if fs.NArg() != 1 {
+		fs.Usage()
+		return 2
+	}
+
+	path := fs.Arg(0)
+	var in io.Reader = stdin
+	if path != "-" {
+		f, err := os.Open(path)
+		if err != nil {
+			fmt.Fprintf(stderr, "checker: %v\n", err)
+			return 2
+		}
+		defer f.Close()
+		in = f
+	}
+	recs, err := ParseHistory(in)
+	if err != nil {
+		fmt.Fprintf(stderr, "checker: %s: %v\n", path, err)
+		return 2
+	}
+
+	rep := Analyze(recs, Options{Timeout: *timeout, MonotonicAllModes: *allModes})
+
+	line, _ := json.Marshal(rep.Summary)
+	fmt.Fprintln(stdout, string(line))
+	printHuman(stderr, rep, *timeout)
+
+	if *outDir != "" {
+		if err := writeArtifacts(*outDir, rep, *timeout, stderr); err != nil {
+			fmt.Fprintf(stderr, "checker: %v\n", err)
+		}
+	}
+	return rep.ExitCode()
+}
+
+func printHuman(w io.Writer, rep Report, timeout time.Duration) {
+	s := rep.Summary
+	fmt.Fprintf(w, "checker: %d ops, %d checked for linearizability over %d keys (%d unknown writes kept), %d stale reads\n",
+		s.Ops, s.CheckedOps, s.Keys, s.UnknownWrites, s.StaleReads)
+	switch s.Linearizable {
+	case verdictOk:
+		fmt.Fprintln(w, "linearizability: ok")
+	case verdictIllegal:
+		fmt.Fprintf(w, "linearizability: ILLEGAL on %d key(s): %s\n", len(s.IllegalKeys), strings.Join(s.IllegalKeys, ", "))
+		if rep.Lin.TimedOut {
+			fmt.Fprintln(w, "  (the timeout also ran out: some of these keys may be unfinished rather than illegal)")
+		}
+	default:
+		fmt.Fprintf(w, "linearizability: UNKNOWN (no verdict within %v; raise --timeout)\n", timeout)
+	}
+	fmt.Fprintf(w, "monotonic stale reads: %d violation(s)\n", len(rep.Violations))
+	for _, v := range rep.Violations {
+		fmt.Fprintf(w, "  client %d on node %s, key %s: index %d (line %d) after index %d (line %d)\n",
+			v.Client, v.Node, v.Key, v.LaterIndex, v.LaterLine, v.EarlierIndex, v.EarlierLine)
+	}
+}
+
+// illegalInfo checks the illegal keys again on their own, so that the
+// visualization shows only them (a whole chaos history is a large picture);
+// should that check not come back illegal, it falls back to everything.
+func illegalInfo(lin LinResult, timeout time.Duration) porcupine.LinearizationInfo {
+	sub := opsOfKeys(lin.Ops, lin.IllegalKeys)
+	if len(sub) == 0 {
+		return lin.Info
+	}
+	res, info := porcupine.CheckOperationsVerbose(registerModel, sub, timeout)
+	if res != porcupine.Illegal {
+		return lin.Info
+	}
+	return info
+}
+
+// writeArtifacts writes the visualization of an illegal history and the list
+// of stale violations, when there are any.
+func writeArtifacts(dir string, rep Report, timeout time.Duration, stderr io.Writer) error {
+	if rep.Lin.Verdict != verdictIllegal && len(rep.Violations) == 0 {
+		return nil
+	}
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		return err
+	}
+	var errs []error
+	if rep.Lin.Verdict == verdictIllegal {
+		p := filepath.Join(dir, "linearizability.html")
+		if err := porcupine.VisualizePath(registerModel, illegalInfo(rep.Lin, timeout), p); err != nil {
+			errs = append(errs, fmt.Errorf("writing %s: %w", p, err))
+		} else {
+			fmt.Fprintf(stderr, "visualization: %s\n", p)
+		}
+	}
+	if len(rep.Violations) > 0 {
+		p := filepath.Join(dir, "stale_violations.jsonl")
+		var b strings.Builder
+		for _, v := range rep.Violations {
+			line, _ := json.Marshal(v)
+			b.Write(line)
+			b.WriteByte('\n')
+		}
+		if err := os.WriteFile(p, []byte(b.String()), 0o644); err != nil {
+			errs = append(errs, fmt.Errorf("writing %s: %w", p, err))
+		} else {
+			fmt.Fprintf(stderr, "stale violations: %s\n", p)
+		}
+	}
+	return errors.Join(errs...)
+}
