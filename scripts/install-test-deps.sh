@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Installs what the tests and benchmarks use from Debian's packages: redis-server and
 # redis-tools (redis-cli, redis-benchmark) as real peers and clients, and etcd-server (the
-# `etcd` binary) as the real peer of the bench harness's etcd driver. Idempotent: does nothing
+# `etcd` binary) as the real peer of the bench harness's etcd driver; iproute2 and iptables
+# for the chaos runner's namespaces and partitions. Idempotent: does nothing
 # when everything is already there.
 set -euo pipefail
 
@@ -11,6 +12,9 @@ command -v redis-cli >/dev/null 2>&1 || need+=(redis-tools)
 command -v redis-benchmark >/dev/null 2>&1 || need+=(redis-tools)
 command -v etcd >/dev/null 2>&1 || need+=(etcd-server)
 command -v curl >/dev/null 2>&1 || need+=(curl)
+# The chaos runner: network namespaces (iproute2) and partitions (iptables).
+command -v ip >/dev/null 2>&1 || need+=(iproute2)
+command -v iptables >/dev/null 2>&1 || need+=(iptables)
 
 python3 -c 'import venv, ensurepip' >/dev/null 2>&1 || need+=(python3-venv)
 

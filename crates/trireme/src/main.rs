@@ -2,6 +2,7 @@
 //! benchmarking. Errors go to stderr with a non-zero exit.
 
 mod bench;
+mod chaos;
 mod cluster;
 mod config;
 mod server;
@@ -30,6 +31,9 @@ enum Commands {
     Cluster(cluster::ClusterArgs),
     /// Run a benchmark scenario against running targets (RESP, Consul KV HTTP or etcd).
     Bench(bench::BenchArgs),
+    /// Chaos: a cluster in network namespaces under faults, histories checked for
+    /// linearizability (needs root, iproute2, iptables and Go).
+    Chaos(chaos::ChaosArgs),
 }
 
 fn main() -> ExitCode {
@@ -38,6 +42,7 @@ fn main() -> ExitCode {
         Commands::Server(args) => server::run(args),
         Commands::Cluster(args) => cluster::run(args),
         Commands::Bench(args) => bench::run(args),
+        Commands::Chaos(args) => chaos::run(args),
     };
     match result {
         Ok(()) => ExitCode::SUCCESS,

@@ -1,0 +1,331 @@
+//! What the run asks of the cluster besides the workload: is it up, who leads, can every shard
+//! take a write again, have the replicas converged, and — once healed — does every replica hold
+//! the same final value of every key. Then the Go checker's verdict on the history.
+
+use std::collections::BTreeMap;
+use std::path::Path;
+use std::process::Command;
+use std::time::{Duration, Instant};
+
+use serde::Deserialize;
+
+use crate::ChaosError;
+use crate::history::{Event, OpKind, Status};
+use crate::workload::{Endpoint, Outcome, http_read, http_write, since};
+
+#[derive(Debug, Deserialize)]
+struct ShardsView {
+    shards: Vec<ShardView>,
+}
+
+#[derive(Debug, Deserialize)]
+struct ShardView {
+    shard: u32,
+    slots: [u16; 2],
+    leader: Option<NamedNode>,
+    local_role: Option<String>,
+    applied_index: u64,
+}
+
+#[derive(Debug, Deserialize)]
+struct NamedNode {
+    name: String,
+}
+
+async fn shards_of(client: &reqwest::Client, node: &Endpoint) -> Option<ShardsView> {
+    let url = format!("{}/v1/cluster/shards", node.http_base);
+    client.get(url).send().await.ok()?.json().await.ok()
+}
+
+/// Waits until every node in `nodes` answers `/v1/health` with 200 (all shards led).
+pub async fn wait_healthy(
+    client: &reqwest::Client,
+    nodes: &[Endpoint],
+    timeout: Duration,
+) -> Result<(), ChaosError> {
+    let deadline = Instant::now() + timeout;
+    for node in nodes {
+        let url = format!("{}/v1/health", node.http_base);
+        loop {
+            let ok = matches!(client.get(&url).send().await, Ok(r) if r.status().is_success());
+            if ok {
+                break;
+            }
+            if Instant::now() > deadline {
+                return Err(ChaosError::Cluster(format!(
+                    "{} not healthy after {timeout:?}",
+                    node.name
+                )));
+            }
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+    }
+    Ok(())
+}
+
+/// The node that leads the most shards, as the given nodes see it (None when no node answers).
+pub async fn busiest_leader(client: &reqwest::Client, nodes: &[Endpoint]) -> Option<String> {
+    let mut leaders: BTreeMap<u32, String> = BTreeMap::new();
+    for node in nodes {
+        if let Some(view) = shards_of(client, node).await {
+            for s in view.shards {
+                if let (Some(l), Some(_)) = (s.leader, s.local_role) {
+                    leaders.entry(s.shard).or_insert(l.name);
+                }
+            }
+        }
+    }
+    let mut count: BTreeMap<String, usize> = BTreeMap::new();
+    for name in leaders.into_values() {
+        *count.entry(name).or_default() += 1;
+    }
+    count.into_iter().max_by_key(|(_, c)| *c).map(|(n, _)| n)
+}
+
+/// One key per shard (`probe/<shard>/<n>`), for measuring when each shard takes writes again.
+pub async fn probe_keys(
+    client: &reqwest::Client,
+    nodes: &[Endpoint],
+) -> Result<Vec<String>, ChaosError> {
+    for node in nodes {
+        let Some(view) = shards_of(client, node).await else {
+            continue;
+        };
+        return Ok(view
+            .shards
+            .iter()
+            .map(|s| {
+                (0u32..)
+                    .map(|n| format!("probe/{}/{n}", s.shard))
+                    .find(|k| {
+                        let slot = trireme_types::key_slot(k.as_bytes());
+                        (s.slots[0]..=s.slots[1]).contains(&slot)
+                    })
+                    .unwrap_or_default()
+            })
+            .collect());
+    }
+    Err(ChaosError::Cluster(
+        "no node answered /v1/cluster/shards".into(),
+    ))
+}
+
+/// How long until every shard accepted a write through one of `nodes` (each probe key written
+/// in parallel, retried every 50 ms); None when some shard did not within `limit`.
+pub async fn time_to_writable(
+    client: &reqwest::Client,
+    nodes: &[Endpoint],
+    keys: &[String],
+    limit: Duration,
+) -> Option<Duration> {
+    let start = Instant::now();
+    let probes = keys.iter().enumerate().map(|(i, key)| {
+        let client = client.clone();
+        let nodes = nodes.to_vec();
+        let key = key.clone();
+        async move {
+            let mut attempt = i;
+            while start.elapsed() < limit {
+                let node = &nodes[attempt % nodes.len()];
+                attempt += 1;
+                let write = http_write(&client, &node.http_base, &key, Some("probe"), None);
+                if let Ok(Outcome::Ok(true)) =
+                    tokio::time::timeout(Duration::from_secs(1), write).await
+                {
+                    return true;
+                }
+                tokio::time::sleep(Duration::from_millis(50)).await;
+            }
+            false
+        }
+    });
+    let all = join_spawned(probes).await;
+    all.into_iter().all(|ok| ok).then(|| start.elapsed())
+}
+
+/// Runs futures as tasks of their own and collects their outputs in order.
+async fn join_spawned<F>(futures: impl IntoIterator<Item = F>) -> Vec<F::Output>
+where
+    F: std::future::Future + Send + 'static,
+    F::Output: Send + 'static,
+{
+    let handles: Vec<_> = futures.into_iter().map(tokio::spawn).collect();
+    let mut out = Vec::with_capacity(handles.len());
+    for h in handles {
+        match h.await {
+            Ok(v) => out.push(v),
+            Err(e) => std::panic::resume_unwind(e.into_panic()),
+        }
+    }
+    out
+}
+
+/// Waits until, for every shard, every replica reports the same applied index twice in a row.
+pub async fn wait_converged(
+    client: &reqwest::Client,
+    nodes: &[Endpoint],
+    timeout: Duration,
+) -> Result<(), ChaosError> {
+    let deadline = Instant::now() + timeout;
+    let mut previous: Option<BTreeMap<u32, u64>> = None;
+    loop {
+        let mut applied: BTreeMap<u32, Vec<u64>> = BTreeMap::new();
+        let mut all_answered = true;
+        for node in nodes {
+            match shards_of(client, node).await {
+                Some(view) => {
+                    for s in view.shards.into_iter().filter(|s| s.local_role.is_some()) {
+                        applied.entry(s.shard).or_default().push(s.applied_index);
+                    }
+                }
+                None => all_answered = false,
+            }
+        }
+        let agreed: Option<BTreeMap<u32, u64>> = all_answered
+            .then(|| {
+                applied
+                    .iter()
+                    .map(|(shard, idx)| {
+                        let first = *idx.first()?;
+                        idx.iter().all(|i| *i == first).then_some((*shard, first))
+                    })
+                    .collect()
+            })
+            .flatten();
+        if agreed.is_some() && agreed == previous {
+            return Ok(());
+        }
+        if Instant::now() > deadline {
+            return Err(ChaosError::Cluster(format!(
+                "replicas did not converge within {timeout:?}: {applied:?}"
+            )));
+        }
+        previous = agreed;
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+}
+
+/// A key whose replicas disagree after healing, or whose final value could not be read.
+#[derive(Debug, Clone, serde::Serialize)]
+pub struct Divergence {
+    /// The key.
+    pub key: String,
+    /// What each node's replica answered to a `?stale` read.
+    pub by_node: BTreeMap<String, Option<String>>,
+    /// The `?consistent` read.
+    pub consistent: Option<String>,
+}
+
+/// Reads every key once with `?consistent` (recorded as client `final_client`, so the
+/// checker verifies the final state too) and once with `?stale` on every node; returns the
+/// reads and the keys whose replicas disagree.
+pub async fn final_reads(
+    client: &reqwest::Client,
+    nodes: &[Endpoint],
+    keys: u32,
+    clock: Instant,
+    final_client: u32,
+) -> (Vec<Event>, Vec<Divergence>) {
+    let mut events = Vec::new();
+    let mut divergent = Vec::new();
+    for k in 0..keys {
+        let key = format!("k{k}");
+        let mut consistent = None;
+        let mut consistent_ok = false;
+        for attempt in 0..20 {
+            let node = &nodes[attempt % nodes.len()];
+            let call = since(clock);
+            if let Outcome::Ok(found) = http_read(client, &node.http_base, &key, "consistent").await
+            {
+                consistent = found.as_ref().map(|(v, _)| v.clone());
+                consistent_ok = true;
+                events.push(Event {
+                    client: final_client,
+                    node: node.name.clone(),
+                    proto: "http".into(),
+                    op: OpKind::Read,
+                    key: key.clone(),
+                    mode: Some("consistent".into()),
+                    value: consistent.clone(),
+                    expect: None,
+                    result: None,
+                    index: found.map(|(_, i)| i),
+                    status: Status::Ok,
+                    call,
+                    ret: since(clock),
+                });
+                break;
+            }
+            tokio::time::sleep(Duration::from_millis(200)).await;
+        }
+        let mut by_node = BTreeMap::new();
+        for node in nodes {
+            let stale = match http_read(client, &node.http_base, &key, "stale").await {
+                Outcome::Ok(found) => found.map(|(v, _)| v),
+                _ => Some("<no answer>".into()),
+            };
+            by_node.insert(node.name.clone(), stale);
+        }
+        if !consistent_ok || by_node.values().any(|v| *v != consistent) {
+            divergent.push(Divergence {
+                key,
+                by_node,
+                consistent,
+            });
+        }
+    }
+    (events, divergent)
+}
+
+/// The Go checker's verdict (its one-line JSON summary) and exit code.
+#[derive(Debug, Clone, serde::Serialize)]
+pub struct Verdict {
+    /// 0: linearizable and no stale-read violation; 1: a violation; 2: unknown / bad input.
+    pub exit_code: i32,
+    /// The summary it printed.
+    pub summary: serde_json::Value,
+}
+
+/// Builds the checker from `source` (a Go module directory) into `out/checker` and runs it on
+/// `history`, with its HTML visualization going to `out`.
+pub fn check(source: &Path, history: &Path, out: &Path) -> Result<Verdict, ChaosError> {
+    let bin = out.join("checker");
+    let built = Command::new("go")
+        .arg("build")
+        .arg("-o")
+        .arg(&bin)
+        .arg(".")
+        .current_dir(source)
+        .output()
+        .map_err(|e| ChaosError::Command {
+            command: format!("go build (in {})", source.display()),
+            message: e.to_string(),
+        })?;
+    if !built.status.success() {
+        return Err(ChaosError::Command {
+            command: format!("go build (in {})", source.display()),
+            message: String::from_utf8_lossy(&built.stderr).into_owned(),
+        });
+    }
+    let run = Command::new(&bin)
+        .arg("--out")
+        .arg(out)
+        .arg(history)
+        .output()
+        .map_err(|e| ChaosError::Command {
+            command: bin.display().to_string(),
+            message: e.to_string(),
+        })?;
+    let stdout = String::from_utf8_lossy(&run.stdout);
+    let summary = stdout
+        .lines()
+        .rev()
+        .find_map(|l| serde_json::from_str::<serde_json::Value>(l).ok())
+        .unwrap_or_else(
+            || serde_json::json!({ "error": String::from_utf8_lossy(&run.stderr).into_owned() }),
+        );
+    Ok(Verdict {
+        exit_code: run.status.code().unwrap_or(2),
+        summary,
+    })
+}

@@ -1,0 +1,507 @@
+//! The clients of a run. Each client issues one operation at a time against a node chosen at
+//! random, over HTTP (Consul KV: default, `?consistent` and `?stale` reads, PUT, CAS, DELETE)
+//! or RESP (GET, SET, DEL), and records every operation with its invocation and completion
+//! time. Every written value is unique (`c<client>-<n>`), which is what lets the checker tell
+//! the writes apart.
+
+use std::collections::HashMap;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::{Duration, Instant};
+
+use base64::Engine as _;
+use rand::{Rng, SeedableRng};
+use rand_chacha::ChaCha8Rng;
+use tokio::io::{AsyncBufReadExt, AsyncReadExt, AsyncWriteExt, BufReader};
+use tokio::net::TcpStream;
+
+use crate::history::{Event, OpKind, Status};
+
+/// Longest a client waits for one answer; longer than the servers' own request timeout, so
+/// a server that can answer "timed out" or "no leader" gets to say so.
+pub const OP_TIMEOUT: Duration = Duration::from_secs(4);
+
+/// A node as the clients see it.
+#[derive(Debug, Clone)]
+pub struct Endpoint {
+    /// Node name.
+    pub name: String,
+    /// `http://ip:port`.
+    pub http_base: String,
+    /// `ip:port` of its RESP listener.
+    pub resp_addr: String,
+}
+
+/// What the clients share.
+#[derive(Debug, Clone)]
+pub struct Workload {
+    /// The nodes.
+    pub endpoints: Vec<Endpoint>,
+    /// Keys `k0` .. `k{keys-1}`.
+    pub keys: u32,
+    /// Operations per second of each client (paced, not a target under load).
+    pub client_rate: f64,
+    /// The run's clock: every time in the history counts from here.
+    pub clock: Instant,
+    /// Set when clients should stop issuing operations.
+    pub stop: Arc<AtomicBool>,
+    /// Seed of the run; client `i` draws from stream `i`.
+    pub seed: u64,
+    /// Records `?stale` reads as default ones: a planted bug, so a history that must fail the
+    /// check shows the whole pipeline catching it.
+    pub stale_as_default: bool,
+}
+
+/// Nanoseconds since the run's clock started.
+pub fn since(clock: Instant) -> u64 {
+    u64::try_from(clock.elapsed().as_nanos()).unwrap_or(u64::MAX)
+}
+
+/// An HTTP client for the run: no proxy, no retries of its own, [`OP_TIMEOUT`].
+pub fn http_client() -> reqwest::Client {
+    reqwest::Client::builder()
+        .no_proxy()
+        .timeout(OP_TIMEOUT)
+        .connect_timeout(Duration::from_secs(1))
+        .pool_max_idle_per_host(4)
+        .build()
+        .unwrap_or_else(|_| reqwest::Client::new())
+}
+
+/// A read's answer over HTTP: the value and its ModifyIndex, or absent.
+pub type Found = Option<(String, u64)>;
+
+/// How an HTTP request ended, in the terms of the history.
+#[derive(Debug)]
+pub enum Outcome<T> {
+    /// Answered.
+    Ok(T),
+    /// Certainly not applied: the connection was refused, or the node answered that it could
+    /// not even propose the request (400, 413, 503 "no leader" / "unavailable").
+    Fail(String),
+    /// May have been applied: timed out, broken connection, 5xx timeout / internal.
+    Unknown(String),
+}
+
+/// A request that got no answer: certain failure only when the connection was never made.
+fn unanswered<T>(e: &reqwest::Error) -> Outcome<T> {
+    if e.is_connect() {
+        Outcome::Fail(format!("connect: {e}"))
+    } else {
+        Outcome::Unknown(e.to_string())
+    }
+}
+
+/// An error answer: 400 / 413 (refused as bad input) and 503 (no leader, not ready) mean the
+/// request was never proposed; anything else (504 timeout, 500) may have been applied.
+fn refused<T>(status: reqwest::StatusCode) -> Outcome<T> {
+    match status.as_u16() {
+        400 | 413 | 503 => Outcome::Fail(status.to_string()),
+        _ => Outcome::Unknown(status.to_string()),
+    }
+}
+
+fn kv_url(base: &str, key: &str) -> String {
+    format!("{base}/v1/kv/{key}")
+}
+
+/// GET `/v1/kv/<key>` in `mode` (`default`, `consistent`, `stale`).
+pub async fn http_read(
+    client: &reqwest::Client,
+    base: &str,
+    key: &str,
+    mode: &str,
+) -> Outcome<Found> {
+    let url = match mode {
+        "consistent" => format!("{}?consistent", kv_url(base, key)),
+        "stale" => format!("{}?stale", kv_url(base, key)),
+        _ => kv_url(base, key),
+    };
+    let resp = match client.get(url).send().await {
+        Ok(r) => r,
+        Err(e) => return unanswered(&e),
+    };
+    match resp.status().as_u16() {
+        404 => return Outcome::Ok(None),
+        200 => {}
+        _ => return refused(resp.status()),
+    }
+    let body: serde_json::Value = match resp.json().await {
+        Ok(v) => v,
+        Err(e) => return Outcome::Unknown(format!("bad read body: {e}")),
+    };
+    let entry = &body[0];
+    let index = entry["ModifyIndex"].as_u64();
+    let value = entry["Value"]
+        .as_str()
+        .and_then(|b64| base64::engine::general_purpose::STANDARD.decode(b64).ok())
+        .and_then(|bytes| String::from_utf8(bytes).ok());
+    match (value, index) {
+        (Some(value), Some(index)) => Outcome::Ok(Some((value, index))),
+        _ => Outcome::Unknown(format!("unexpected read body {body}")),
+    }
+}
+
+/// PUT (or with `cas`, PUT `?cas=`), or DELETE when `value` is None; the answer's `true` or
+/// `false`.
+pub async fn http_write(
+    client: &reqwest::Client,
+    base: &str,
+    key: &str,
+    value: Option<&str>,
+    cas: Option<u64>,
+) -> Outcome<bool> {
+    let mut url = kv_url(base, key);
+    if let Some(index) = cas {
+        url.push_str(&format!("?cas={index}"));
+    }
+    let request = match value {
+        Some(v) => client.put(url).body(v.to_string()),
+        None => client.delete(url),
+    };
+    let resp = match request.send().await {
+        Ok(r) => r,
+        Err(e) => return unanswered(&e),
+    };
+    if resp.status() != reqwest::StatusCode::OK {
+        return refused(resp.status());
+    }
+    match resp.text().await.as_deref().map(str::trim) {
+        Ok("true") => Outcome::Ok(true),
+        Ok("false") => Outcome::Ok(false),
+        Ok(other) => Outcome::Unknown(format!("unexpected answer {other:?}")),
+        Err(e) => Outcome::Unknown(e.to_string()),
+    }
+}
+
+/// One RESP reply, as far as this client needs to tell them apart.
+#[derive(Debug, PartialEq, Eq)]
+enum Reply {
+    Simple(String),
+    Error(String),
+    Int(i64),
+    Bulk(Option<String>),
+}
+
+/// A minimal RESP connection: commands as arrays of bulk strings, one reply at a time.
+struct RespConn {
+    stream: BufReader<TcpStream>,
+}
+
+impl RespConn {
+    async fn connect(addr: &str) -> std::io::Result<RespConn> {
+        let stream = tokio::time::timeout(Duration::from_secs(1), TcpStream::connect(addr))
+            .await
+            .map_err(|_| std::io::Error::new(std::io::ErrorKind::TimedOut, "connect timeout"))??;
+        stream.set_nodelay(true)?;
+        Ok(RespConn {
+            stream: BufReader::new(stream),
+        })
+    }
+
+    async fn call(&mut self, args: &[&str]) -> std::io::Result<Reply> {
+        let mut out = format!("*{}\r\n", args.len());
+        for a in args {
+            out.push_str(&format!("${}\r\n{a}\r\n", a.len()));
+        }
+        self.stream.get_mut().write_all(out.as_bytes()).await?;
+        let mut line = String::new();
+        self.stream.read_line(&mut line).await?;
+        let line = line.trim_end_matches("\r\n");
+        let bad = || std::io::Error::new(std::io::ErrorKind::InvalidData, format!("{line:?}"));
+        let (kind, rest) = line.split_at_checked(1).ok_or_else(bad)?;
+        match kind {
+            "+" => Ok(Reply::Simple(rest.to_string())),
+            "-" => Ok(Reply::Error(rest.to_string())),
+            ":" => rest.parse().map(Reply::Int).map_err(|_| bad()),
+            "$" => {
+                let len: i64 = rest.parse().map_err(|_| bad())?;
+                if len < 0 {
+                    return Ok(Reply::Bulk(None));
+                }
+                let len = usize::try_from(len).map_err(|_| bad())?;
+                let mut buf = vec![0; len + 2];
+                self.stream.read_exact(&mut buf).await?;
+                buf.truncate(len);
+                String::from_utf8(buf)
+                    .map(|s| Reply::Bulk(Some(s)))
+                    .map_err(|_| bad())
+            }
+            _ => Err(bad()),
+        }
+    }
+}
+
+/// Client `id`'s loop: paced operations until the deadline; returns its history.
+pub async fn client(id: u32, work: Workload) -> Vec<Event> {
+    let mut rng = ChaCha8Rng::seed_from_u64(work.seed);
+    rng.set_stream(u64::from(id) + 1);
+    let http = http_client();
+    let mut resp: HashMap<String, RespConn> = HashMap::new();
+    let mut events = Vec::new();
+    let mut counter = 0u64;
+    let period = Duration::from_secs_f64(1.0 / work.client_rate.max(0.1));
+    let mut ticker = tokio::time::interval(period);
+    ticker.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    loop {
+        ticker.tick().await;
+        if work.stop.load(Ordering::Relaxed) {
+            break;
+        }
+        let node = &work.endpoints[rng.random_range(0..work.endpoints.len())];
+        let key = format!("k{}", rng.random_range(0..work.keys));
+        counter += 1;
+        let value = format!("c{id}-{counter}");
+        let base = Event {
+            client: id,
+            node: node.name.clone(),
+            proto: "http".into(),
+            op: OpKind::Read,
+            key: key.clone(),
+            mode: None,
+            value: None,
+            expect: None,
+            result: None,
+            index: None,
+            status: Status::Ok,
+            call: 0,
+            ret: 0,
+        };
+        match rng.random_range(0..100u32) {
+            0..15 => events.push(read(&http, &work, node, base, "default").await.0),
+            15..30 => events.push(read(&http, &work, node, base, "consistent").await.0),
+            30..40 => {
+                let (mut e, _) = read(&http, &work, node, base, "stale").await;
+                if work.stale_as_default {
+                    e.mode = Some("default".into());
+                }
+                events.push(e);
+            }
+            40..55 => {
+                let mut e = Event {
+                    op: OpKind::Write,
+                    value: Some(value.clone()),
+                    call: since(work.clock),
+                    ..base
+                };
+                let outcome = http_write(&http, &node.http_base, &key, Some(&value), None).await;
+                finish(&mut e, work.clock, outcome, |_, _| {});
+                events.push(e);
+            }
+            55..65 => {
+                // Compare-and-set needs the current ModifyIndex: read it first (recorded as
+                // a read of its own), then PUT ?cas= with it.
+                let (read_event, found) =
+                    read(&http, &work, node, base.clone(), "consistent").await;
+                events.push(read_event);
+                let Some(found) = found else { continue };
+                let (expect, index) = match found {
+                    Some((v, i)) => (Some(v), i),
+                    None => (None, 0),
+                };
+                let mut e = Event {
+                    op: OpKind::Cas,
+                    value: Some(value.clone()),
+                    expect,
+                    call: since(work.clock),
+                    ..base
+                };
+                let outcome =
+                    http_write(&http, &node.http_base, &key, Some(&value), Some(index)).await;
+                finish(&mut e, work.clock, outcome, |e, applied| {
+                    e.result = Some(applied)
+                });
+                if e.status == Status::Unknown {
+                    e.result = Some(true);
+                }
+                events.push(e);
+            }
+            65..70 => {
+                let mut e = Event {
+                    op: OpKind::Delete,
+                    call: since(work.clock),
+                    ..base
+                };
+                let outcome = http_write(&http, &node.http_base, &key, None, None).await;
+                finish(&mut e, work.clock, outcome, |_, _| {});
+                events.push(e);
+            }
+            70..82 => {
+                let e = resp_op(&mut resp, &work, node, base, &["SET", &key, &value]).await;
+                events.push(e);
+            }
+            82..96 => {
+                let e = resp_op(&mut resp, &work, node, base, &["GET", &key]).await;
+                events.push(e);
+            }
+            _ => {
+                let e = resp_op(&mut resp, &work, node, base, &["DEL", &key]).await;
+                events.push(e);
+            }
+        }
+    }
+    events
+}
+
+/// Sets the status and completion time of `e` from `outcome`, calling `on_ok` with the answer.
+fn finish<T>(
+    e: &mut Event,
+    clock: Instant,
+    outcome: Outcome<T>,
+    on_ok: impl FnOnce(&mut Event, T),
+) {
+    e.ret = since(clock);
+    match outcome {
+        Outcome::Ok(v) => {
+            e.status = Status::Ok;
+            on_ok(e, v);
+        }
+        Outcome::Fail(_) => e.status = Status::Fail,
+        Outcome::Unknown(_) => e.status = Status::Unknown,
+    }
+}
+
+/// An HTTP read; also returns what it found when it completed.
+async fn read(
+    http: &reqwest::Client,
+    work: &Workload,
+    node: &Endpoint,
+    base: Event,
+    mode: &str,
+) -> (Event, Option<Found>) {
+    let mut e = Event {
+        op: OpKind::Read,
+        mode: Some(mode.into()),
+        call: since(work.clock),
+        ..base
+    };
+    let outcome = http_read(http, &node.http_base, &e.key, mode).await;
+    let mut found = None;
+    finish(&mut e, work.clock, outcome, |e, f: Found| {
+        if let Some((v, i)) = &f {
+            e.value = Some(v.clone());
+            e.index = Some(*i);
+        }
+        found = Some(f);
+    });
+    (e, found)
+}
+
+/// A RESP command on the client's connection to `node` (connecting first if needed).
+async fn resp_op(
+    conns: &mut HashMap<String, RespConn>,
+    work: &Workload,
+    node: &Endpoint,
+    base: Event,
+    args: &[&str],
+) -> Event {
+    let (op, value) = match args[0] {
+        "SET" => (OpKind::Write, args.get(2).map(|v| (*v).to_string())),
+        "DEL" => (OpKind::Delete, None),
+        _ => (OpKind::Read, None),
+    };
+    let mut e = Event {
+        proto: "resp".into(),
+        op,
+        mode: (op == OpKind::Read).then(|| "default".to_string()),
+        value,
+        call: since(work.clock),
+        ..base
+    };
+    if !conns.contains_key(&node.name) {
+        match RespConn::connect(&node.resp_addr).await {
+            Ok(c) => {
+                conns.insert(node.name.clone(), c);
+            }
+            Err(_) => {
+                e.ret = since(work.clock);
+                e.status = Status::Fail;
+                return e;
+            }
+        }
+    }
+    let Some(conn) = conns.get_mut(&node.name) else {
+        e.status = Status::Fail;
+        return e;
+    };
+    let reply = tokio::time::timeout(OP_TIMEOUT, conn.call(args)).await;
+    e.ret = since(work.clock);
+    let reply = match reply {
+        Ok(Ok(r)) => r,
+        _ => {
+            // The connection's state is unknown (a reply may still arrive): start afresh.
+            conns.remove(&node.name);
+            e.status = Status::Unknown;
+            return e;
+        }
+    };
+    e.status = match (op, reply) {
+        (OpKind::Write, Reply::Simple(s)) if s == "OK" => Status::Ok,
+        (OpKind::Delete, Reply::Int(_)) => Status::Ok,
+        (OpKind::Read, Reply::Bulk(v)) => {
+            e.value = v;
+            Status::Ok
+        }
+        // Errors from the node (-TRYAGAIN covers both "no leader" and "timed out").
+        (OpKind::Read, _) => Status::Fail,
+        _ => Status::Unknown,
+    };
+    e
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn status_codes_map_to_certain_or_unknown_outcomes() {
+        for code in [400u16, 413, 503] {
+            let s = reqwest::StatusCode::from_u16(code).unwrap();
+            assert!(matches!(refused::<()>(s), Outcome::Fail(_)), "{code}");
+        }
+        for code in [500u16, 502, 504] {
+            let s = reqwest::StatusCode::from_u16(code).unwrap();
+            assert!(matches!(refused::<()>(s), Outcome::Unknown(_)), "{code}");
+        }
+    }
+
+    #[tokio::test]
+    async fn resp_replies_are_parsed() {
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let addr = listener.local_addr().unwrap().to_string();
+        let server = tokio::spawn(async move {
+            let (mut s, _) = listener.accept().await.unwrap();
+            let mut buf = vec![0; 256];
+            let mut seen = Vec::new();
+            for reply in [
+                &b"+OK\r\n"[..],
+                b"$5\r\nc1-22\r\n",
+                b"$-1\r\n",
+                b":1\r\n",
+                b"-TRYAGAIN no leader\r\n",
+            ] {
+                let n = s.read(&mut buf).await.unwrap();
+                seen.extend_from_slice(&buf[..n]);
+                s.write_all(reply).await.unwrap();
+            }
+            seen
+        });
+        let mut c = RespConn::connect(&addr).await.unwrap();
+        assert_eq!(
+            c.call(&["SET", "k", "v"]).await.unwrap(),
+            Reply::Simple("OK".into())
+        );
+        assert_eq!(
+            c.call(&["GET", "k"]).await.unwrap(),
+            Reply::Bulk(Some("c1-22".into()))
+        );
+        assert_eq!(c.call(&["GET", "k"]).await.unwrap(), Reply::Bulk(None));
+        assert_eq!(c.call(&["DEL", "k"]).await.unwrap(), Reply::Int(1));
+        assert_eq!(
+            c.call(&["SET", "k", "v"]).await.unwrap(),
+            Reply::Error("TRYAGAIN no leader".into())
+        );
+        let seen = server.await.unwrap();
+        assert!(seen.starts_with(b"*3\r\n$3\r\nSET\r\n$1\r\nk\r\n$1\r\nv\r\n*2\r\n$3\r\nGET\r\n"));
+    }
+}

@@ -1,0 +1,162 @@
+//! `trireme chaos`: runs seeds of the chaos runner (crate `trireme-chaos`) and prints what each
+//! found. Exits non-zero when any seed fails its checks.
+
+use std::path::PathBuf;
+
+use anyhow::{Context, bail};
+use clap::Args;
+use trireme_chaos::{ChaosConfig, FaultKind};
+
+/// Flags of `trireme chaos`.
+#[derive(Args, Debug)]
+pub struct ChaosArgs {
+    /// First seed (default: drawn from the clock, and printed).
+    #[arg(long)]
+    pub seed: Option<u64>,
+    /// How many seeds to run, one after another (seed, seed+1, ...).
+    #[arg(long, default_value_t = 1)]
+    pub seeds: u32,
+    /// Nodes, each in its own network namespace.
+    #[arg(long, default_value_t = 3)]
+    pub nodes: u32,
+    /// Shards.
+    #[arg(long, default_value_t = 4)]
+    pub shards: u32,
+    /// Workload duration of each seed, e.g. 30s.
+    #[arg(long, default_value = "30s")]
+    pub duration: String,
+    /// Concurrent clients.
+    #[arg(long, default_value_t = 8)]
+    pub clients: u32,
+    /// Keys the clients share.
+    #[arg(long, default_value_t = 8)]
+    pub keys: u32,
+    /// Operations per second of all clients together.
+    #[arg(long, default_value_t = 200.0)]
+    pub rate: f64,
+    /// Fault kinds, comma-separated: partition, one-way, loss, kill, kill-all, pause
+    /// (default: all).
+    #[arg(long, value_delimiter = ',')]
+    pub faults: Vec<String>,
+    /// Inject exactly this many faults per seed (the run lasts until they are done, at least
+    /// --duration); default: as many as fit in --duration.
+    #[arg(long)]
+    pub fault_count: Option<usize>,
+    /// Output directory; each seed writes to OUT/seed-<seed>/ (default: chaos-results/<time>).
+    #[arg(long)]
+    pub out: Option<PathBuf>,
+    /// Self-test: record `?stale` reads as default ones, a planted bug the check must catch
+    /// (the run is then expected to fail).
+    #[arg(long, hide = true)]
+    pub self_test_stale_as_default: bool,
+    /// The Go checker's source directory.
+    #[arg(long, default_value = concat!(env!("CARGO_MANIFEST_DIR"), "/../../chaos/checker"))]
+    pub checker: PathBuf,
+}
+
+pub fn run(args: ChaosArgs) -> anyhow::Result<()> {
+    let duration = humantime::parse_duration(&args.duration)
+        .with_context(|| format!("--duration {:?} is not a duration like 30s", args.duration))?;
+    let faults = if args.faults.is_empty() {
+        FaultKind::ALL.to_vec()
+    } else {
+        args.faults
+            .iter()
+            .map(|name| {
+                FaultKind::parse(name).with_context(|| {
+                    format!("--faults: unknown kind {name:?}; expected partition, one-way, loss, kill, kill-all or pause")
+                })
+            })
+            .collect::<anyhow::Result<Vec<_>>>()?
+    };
+    if !(3..=9).contains(&args.nodes) {
+        bail!("--nodes must be between 3 and 9");
+    }
+    if rustix::process::geteuid().as_raw() != 0 {
+        bail!("trireme chaos needs root: it creates network namespaces and iptables rules");
+    }
+    let first_seed = args.seed.unwrap_or_else(|| {
+        std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map(|d| d.as_secs() % 1_000_000)
+            .unwrap_or(1)
+    });
+    let out = args.out.clone().unwrap_or_else(|| {
+        let secs = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map(|d| d.as_secs())
+            .unwrap_or(0);
+        PathBuf::from(format!("chaos-results/{secs}"))
+    });
+    let exe = std::env::current_exe().context("cannot find the trireme executable")?;
+    let checker = args
+        .checker
+        .canonicalize()
+        .with_context(|| format!("--checker {}: no such directory", args.checker.display()))?;
+    let mut failed = Vec::new();
+    let mut totals = (0u64, 0u64, 0usize, 0u64);
+    let mut longest_partition_recovery: Option<u64> = None;
+    for seed in first_seed..first_seed + u64::from(args.seeds) {
+        let config = ChaosConfig {
+            exe: exe.clone(),
+            nodes: args.nodes,
+            shards: args.shards,
+            seed,
+            duration,
+            clients: args.clients,
+            keys: args.keys,
+            rate: args.rate,
+            faults: faults.clone(),
+            fault_count: args.fault_count,
+            stale_as_default: args.self_test_stale_as_default,
+            out: out.join(format!("seed-{seed}")),
+            checker: checker.clone(),
+        };
+        let summary = trireme_chaos::run(&config).with_context(|| format!("seed {seed}"))?;
+        println!(
+            "seed {seed}: {} — {} ops ({} ok, {} unknown, {} failed), {} acknowledged writes, {} faults, linearizable: {}, stale violations: {}, divergent keys: {}, longest recovery after a partition: {}",
+            if summary.passed { "PASS" } else { "FAIL" },
+            summary.ops,
+            summary.ops_ok,
+            summary.ops_unknown,
+            summary.ops_failed,
+            summary.acknowledged_writes,
+            summary.faults.len(),
+            summary.checker.summary["linearizable"],
+            summary.checker.summary["stale_violations"],
+            summary.divergent_keys.len(),
+            summary
+                .max_recovery_after_partition_ms
+                .map_or("-".into(), |ms| format!("{ms} ms")),
+        );
+        totals.0 += summary.ops;
+        totals.1 += summary.acknowledged_writes;
+        totals.2 += summary.faults.len();
+        totals.3 += summary.divergent_keys.len() as u64;
+        longest_partition_recovery =
+            longest_partition_recovery.max(summary.max_recovery_after_partition_ms);
+        if !summary.passed {
+            failed.push((seed, summary.out.clone()));
+        }
+    }
+    println!(
+        "chaos: {} seeds from {first_seed}, {} operations checked, {} acknowledged writes, {} faults injected, {} failed seeds, {} divergent keys, longest recovery after a partition: {}",
+        args.seeds,
+        totals.0,
+        totals.1,
+        totals.2,
+        failed.len(),
+        totals.3,
+        longest_partition_recovery.map_or("-".into(), |ms| format!("{ms} ms"))
+    );
+    if !failed.is_empty() {
+        for (seed, dir) in &failed {
+            eprintln!(
+                "seed {seed} failed: see {}/summary.json (and linearizability.html if written)",
+                dir.display()
+            );
+        }
+        bail!("{} of {} seeds failed", failed.len(), args.seeds);
+    }
+    Ok(())
+}
