@@ -26,10 +26,9 @@ section { background: var(--card); border: 1px solid var(--line); border-radius:
           padding: 20px 24px; margin: 0 0 20px; }
 h2 { margin: 0 0 14px; font-size: 17px; font-weight: 600; }
 h3 { margin: 14px 0 8px; font-size: 14px; font-weight: 600; color: var(--muted); }
-.cards { display: grid; grid-template-columns: repeat(auto-fit, minmax(170px, 1fr));
-         gap: 14px; margin: 0 0 20px; }
-.card { background: var(--card); border: 1px solid var(--line); border-radius: 10px;
-        padding: 14px 18px; }
+.cards { display: flex; flex-wrap: wrap; gap: 14px; margin: 0 0 20px; }
+.card { flex: 1 1 160px; background: var(--card); border: 1px solid var(--line);
+        border-radius: 10px; padding: 14px 18px; }
 .card .label { color: var(--muted); font-size: 12px; text-transform: uppercase;
                letter-spacing: .04em; }
 .card .value { font-size: 26px; font-weight: 600; font-variant-numeric: tabular-nums; }
@@ -43,7 +42,8 @@ tr.total td { font-weight: 600; border-top: 2px solid var(--line); }
 td.bad { color: var(--bad); font-weight: 600; }
 .better { color: #2e7d32; } .worse { color: var(--bad); }
 .plot svg { width: 100%; height: auto; }
-.hey { display: grid; grid-template-columns: repeat(auto-fit, minmax(420px, 1fr)); gap: 24px; }
+.hey { display: flex; flex-wrap: wrap; gap: 24px; }
+.hey > div { flex: 1 1 420px; }
 .bars { width: 100%; }
 .bars td { padding: 2px 6px; border: 0; font-size: 12px; }
 .bars td.bar { width: 60%; text-align: left; }
@@ -80,7 +80,7 @@ fn card(out: &mut String, label: &str, value: &str, unit: &str) {
     );
 }
 
-fn summary_row(out: &mut String, name: &str, s: &OpSummary, class: &str) {
+fn summary_row(out: &mut String, name: &str, s: &OpSummary, total: bool) {
     let errors = if s.errors > 0 {
         format!("<td class=\"bad\">{}</td>", s.errors)
     } else {
@@ -88,7 +88,8 @@ fn summary_row(out: &mut String, name: &str, s: &OpSummary, class: &str) {
     };
     let _ = writeln!(
         out,
-        "<tr class=\"{class}\"><td>{}</td><td>{}</td><td>{:.1}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td>{errors}</tr>",
+        "<tr{}><td>{}</td><td>{}</td><td>{:.1}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td>{errors}</tr>",
+        if total { " class=\"total\"" } else { "" },
         escape(name),
         s.count,
         s.ops_per_sec,
@@ -112,10 +113,10 @@ fn summary_table<'a>(
          <th>errors</th></tr></thead><tbody>\n",
     );
     for (name, s) in per_op {
-        summary_row(out, &name, s, "");
+        summary_row(out, &name, s, false);
     }
     if let Some(total) = total {
-        summary_row(out, "total", total, "total");
+        summary_row(out, "total", total, true);
     }
     out.push_str("</tbody></table>\n");
 }
