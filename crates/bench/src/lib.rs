@@ -3,17 +3,23 @@
 //! Which key to touch next ([`keygen`]), what value to write ([`valuegen`]), what a run
 //! looks like ([`scenario`], [`presets`]), how latencies are recorded and summarised
 //! ([`stats`]), how to talk to a target ([`driver`]), how a run is driven ([`runner`]) and
-//! how its result is shown ([`report`]). Everything random is drawn from a seeded [`rand_chacha::ChaCha8Rng`], so a
+//! how its result is shown ([`report`]) and kept ([`results`], [`plot`], [`html`]), and how
+//! runs are set side by side ([`compare`], [`repeat`]). Everything random is drawn from a seeded [`rand_chacha::ChaCha8Rng`], so a
 //! scenario with the same seed replays the same sequence of operations and keys.
 
 #![deny(missing_docs)]
 #![deny(clippy::unwrap_used)]
 #![cfg_attr(test, allow(clippy::unwrap_used))]
 
+pub mod compare;
 pub mod driver;
+pub mod html;
 pub mod keygen;
+pub mod plot;
 pub mod presets;
+pub mod repeat;
 pub mod report;
+pub mod results;
 pub mod runner;
 pub mod scenario;
 pub mod stats;
@@ -25,7 +31,8 @@ use rand_chacha::ChaCha8Rng;
 pub use driver::{DriverError, RespDriver};
 pub use keygen::{InsertCounter, KeyGenerator, KeyGeneratorConfig};
 pub use presets::{preset, preset_names};
-pub use runner::{LoadSummary, Progress, RunResult, run};
+pub use results::{ResultFile, ResultsError};
+pub use runner::{IntervalFigures, IntervalOp, LoadSummary, Progress, RunResult, run};
 pub use scenario::{
     Consistency, Driver, LoadConfig, Mode, Operation, OperationMix, OperationWeights, Scenario,
 };

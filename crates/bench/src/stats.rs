@@ -15,7 +15,7 @@ use std::collections::BTreeMap;
 use std::time::{Duration, Instant};
 
 use hdrhistogram::Histogram;
-use serde::Serialize;
+use serde::{Deserialize, Serialize};
 
 use crate::BenchError;
 use crate::scenario::Operation;
@@ -41,7 +41,7 @@ fn micros(d: Duration) -> u64 {
 }
 
 /// Summary of one operation's results over a run or an interval.
-#[derive(Debug, Clone, PartialEq, Serialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct OpSummary {
     /// Successful operations (the ones with a recorded latency).
     pub count: u64,
@@ -64,7 +64,7 @@ pub struct OpSummary {
 }
 
 /// Latencies and errors of one operation.
-#[derive(Debug, Clone)]
+#[derive(Debug, Clone, PartialEq)]
 pub struct OpStats {
     corrected: Histogram<u64>,
     uncorrected: Histogram<u64>,
@@ -191,7 +191,7 @@ impl OpStats {
 }
 
 /// Statistics for every operation of a run (or of one interval).
-#[derive(Debug, Clone, Default)]
+#[derive(Debug, Clone, Default, PartialEq)]
 pub struct Recorder {
     ops: BTreeMap<Operation, OpStats>,
 }
@@ -344,7 +344,13 @@ impl IntervalRecorder {
         &self.finished
     }
 
-    /// Closes every interval up to and including the one containing `now`, and returns all.
+    /// Takes the intervals closed so far (for a caller that merges them as the run goes).
+    pub fn drain_finished(&mut self) -> Vec<IntervalSnapshot> {
+        std::mem::take(&mut self.finished)
+    }
+
+    /// Closes every interval up to and including the one containing `now`, and returns all
+    /// not taken by [`IntervalRecorder::drain_finished`].
     #[must_use]
     pub fn finish(mut self, now: Instant) -> Vec<IntervalSnapshot> {
         self.at(now);

@@ -1,16 +1,25 @@
-//! `trireme bench`: run a scenario (a preset or a TOML file) against running targets and
-//! print the seeds' table. This first slice needs `--target`; the embedded local cluster and
-//! the report files come next (issue 4).
+//! `trireme bench`: run a scenario (a preset or a TOML file) against running targets or an
+//! embedded local cluster, print the seeds' table and hey's histograms, and keep everything
+//! in a results directory; `trireme bench compare` lays finished runs side by side.
 
 use anyhow::{Context, bail};
-use clap::Args;
-use std::path::PathBuf;
-use std::time::Duration;
-use trireme_bench::{Consistency, Driver, Scenario};
+use clap::{Args, Subcommand};
+use std::path::{Path, PathBuf};
+use std::time::{Duration, SystemTime};
+use trireme_bench::repeat::{self, RepeatSummary};
+use trireme_bench::results::{self, HostInfo, ResultFile};
+use trireme_bench::{Consistency, Driver, RunResult, Scenario};
+
+/// Where results directories go unless `--out` says otherwise.
+const RESULTS_DIR: &str = "results";
 
 /// Flags of `trireme bench`; each overrides the scenario's own setting.
 #[derive(Args, Debug)]
+#[command(args_conflicts_with_subcommands = true, subcommand_negates_reqs = true)]
 pub struct BenchArgs {
+    /// Something other than running a scenario.
+    #[command(subcommand)]
+    pub command: Option<BenchCommand>,
     /// Scenario file (TOML, the basho_bench vocabulary of DESIGN.md §4).
     pub scenario: Option<PathBuf>,
     /// A built-in scenario instead of a file (see --list-presets).
@@ -44,6 +53,36 @@ pub struct BenchArgs {
     /// Read consistency: default, consistent or stale (overrides the scenario's).
     #[arg(long)]
     pub consistency: Option<String>,
+    /// Results directory (default: results/<UTC YYYYMMDD-HHMMSS>-<scenario>/); with
+    /// --repeat, the parent of one directory per run.
+    #[arg(long, value_name = "DIR")]
+    pub out: Option<PathBuf>,
+    /// Write no results directory (print only).
+    #[arg(long, conflicts_with = "out")]
+    pub no_results: bool,
+    /// Run the scenario N times (same seed) and report the spread of ops/s and p99.
+    #[arg(long, value_name = "N", default_value_t = 1,
+          value_parser = clap::value_parser!(u32).range(1..))]
+    pub repeat: u32,
+}
+
+/// Subcommands of `trireme bench`.
+#[derive(Subcommand, Debug)]
+pub enum BenchCommand {
+    /// Lay finished runs side by side: ops/s and latencies per operation, each run's ratio to
+    /// the first; writes compare.html and overlaid plots.
+    Compare(CompareArgs),
+}
+
+/// Arguments of `trireme bench compare`.
+#[derive(Args, Debug)]
+pub struct CompareArgs {
+    /// Results directories of the runs (each with a result.json); the first is the baseline.
+    #[arg(required = true, num_args = 1.., value_name = "RUN_DIR")]
+    pub runs: Vec<PathBuf>,
+    /// Where compare.html and the plots go (default: results/compare-<UTC time>/).
+    #[arg(long, value_name = "DIR")]
+    pub out: Option<PathBuf>,
 }
 
 fn duration(flag: &str, text: &str) -> anyhow::Result<Duration> {
@@ -122,6 +161,9 @@ impl BenchArgs {
 }
 
 pub fn run(args: BenchArgs) -> anyhow::Result<()> {
+    if let Some(BenchCommand::Compare(compare)) = &args.command {
+        return run_compare(compare);
+    }
     if args.list_presets {
         for name in trireme_bench::preset_names() {
             println!("{name}");
@@ -146,29 +188,126 @@ pub fn run(args: BenchArgs) -> anyhow::Result<()> {
             scenario.targets.join(", ")
         }
     );
-    let result = runtime.block_on(async {
-        if !scenario.targets.is_empty() {
-            return Ok(trireme_bench::run(&scenario, &scenario.targets, None).await?);
+    let command = command_line();
+    let started = SystemTime::now();
+    let base = (!args.no_results).then(|| {
+        args.out.clone().unwrap_or_else(|| {
+            PathBuf::from(RESULTS_DIR).join(results::run_dir_name(started, &scenario.name))
+        })
+    });
+    let repeat = args.repeat;
+    let mut runs = Vec::new();
+    let mut dirs = Vec::new();
+    for i in 1..=repeat {
+        if repeat > 1 {
+            eprintln!("run {i} of {repeat}");
         }
-        // No target: a local 3-node cluster of real processes, run against, then stopped.
-        let mut cluster = start_local_cluster(&scenario).await?;
-        let targets = local_targets(&scenario, cluster.nodes())?;
-        eprintln!("local cluster up; running against {}", targets.join(", "));
-        let result = trireme_bench::run(&scenario, &targets, None).await;
-        let stopped = cluster.stop().await;
-        let _ = std::fs::remove_dir_all(cluster.dir());
-        let result = result?;
-        stopped.context("stopping the local cluster")?;
-        Ok::<_, anyhow::Error>(result)
-    })?;
-    // With --json, stdout carries only the JSON (for scripts); the table goes to stderr.
-    if args.json {
-        eprint!("{}", trireme_bench::report::table(&result));
-        println!("{}", serde_json::to_string_pretty(&result)?);
-    } else {
-        print!("{}", trireme_bench::report::table(&result));
+        let started = SystemTime::now();
+        let result = runtime.block_on(run_once(&scenario))?;
+        let text = trireme_bench::report::summary_text(&result);
+        // With --json, stdout carries only JSON (for scripts); the text goes to stderr.
+        if args.json {
+            eprint!("{text}");
+            if repeat == 1 {
+                println!("{}", serde_json::to_string_pretty(&result)?);
+            }
+        } else {
+            print!("{text}");
+        }
+        if let Some(base) = &base {
+            let dir = if repeat > 1 {
+                base.join(format!("run-{i}"))
+            } else {
+                base.clone()
+            };
+            let file = ResultFile {
+                trireme_version: env!("CARGO_PKG_VERSION").to_owned(),
+                started_at: results::rfc3339(started),
+                command: command.clone(),
+                host: HostInfo::current(),
+                scenario: scenario.clone(),
+                result,
+            };
+            results::write_run_dir(&dir, &file)?;
+            eprintln!("results in {}", dir.display());
+            dirs.push(dir.display().to_string());
+            runs.push(file.result);
+        } else {
+            runs.push(result);
+        }
+    }
+    if repeat > 1 {
+        let refs: Vec<&RunResult> = runs.iter().collect();
+        let summary = RepeatSummary {
+            scenario: scenario.name.clone(),
+            repeat: runs.len(),
+            runs: dirs,
+            per_op: repeat::summarise(&refs),
+        };
+        let text = repeat::text(&summary);
+        if args.json {
+            eprint!("\n{text}");
+            println!("{}", serde_json::to_string_pretty(&summary)?);
+        } else {
+            print!("\n{text}");
+        }
+        if let Some(base) = &base {
+            let path = results::write_json(base, "repeat.json", &summary)?;
+            eprintln!("repeat summary in {}", path.display());
+        }
     }
     Ok(())
+}
+
+/// `trireme bench compare`: the side-by-side table on stdout, the HTML and plots in a dir.
+fn run_compare(args: &CompareArgs) -> anyhow::Result<()> {
+    let runs = trireme_bench::compare::load(&args.runs)?;
+    print!("{}", trireme_bench::compare::text(&runs));
+    let dir = args.out.clone().unwrap_or_else(|| {
+        Path::new(RESULTS_DIR).join(format!("compare-{}", results::stamp(SystemTime::now())))
+    });
+    trireme_bench::compare::write_dir(&dir, &runs)?;
+    eprintln!("compare.html and plots in {}", dir.display());
+    Ok(())
+}
+
+/// The command line as typed, arguments with spaces or quotes single-quoted.
+fn command_line() -> String {
+    let mut args = std::env::args();
+    // The program as `trireme`, whatever path it was started by.
+    let mut words = vec![args.next().map_or_else(
+        || "trireme".to_owned(),
+        |p| {
+            Path::new(&p)
+                .file_name()
+                .map_or(p.clone(), |n| n.to_string_lossy().into_owned())
+        },
+    )];
+    words.extend(args.map(|a| {
+        if a.is_empty() || a.contains(|c: char| c.is_whitespace() || "'\"$\\`".contains(c)) {
+            format!("'{}'", a.replace('\'', "'\\''"))
+        } else {
+            a
+        }
+    }));
+    words.join(" ")
+}
+
+/// One run of `scenario`: against its targets, or against a local cluster started for it.
+async fn run_once(scenario: &Scenario) -> anyhow::Result<RunResult> {
+    if !scenario.targets.is_empty() {
+        return Ok(trireme_bench::run(scenario, &scenario.targets, None).await?);
+    }
+    // No target: a local 3-node cluster of real processes, run against, then stopped.
+    let mut cluster = start_local_cluster(scenario).await?;
+    let targets = local_targets(scenario, cluster.nodes())?;
+    eprintln!("local cluster up; running against {}", targets.join(", "));
+    let result = trireme_bench::run(scenario, &targets, None).await;
+    let stopped = cluster.stop().await;
+    let _ = std::fs::remove_dir_all(cluster.dir());
+    let result = result?;
+    stopped.context("stopping the local cluster")?;
+    Ok(result)
 }
 
 /// Nodes of the cluster `trireme bench` starts when it is given no target.

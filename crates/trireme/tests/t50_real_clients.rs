@@ -158,6 +158,7 @@ async fn trireme_bench_runs_a_preset_against_a_node() {
             "100",
             "--concurrent",
             "2",
+            "--no-results",
         ],
         Duration::from_secs(120),
     )
@@ -207,6 +208,7 @@ async fn trireme_bench_runs_the_consul_presets_over_http() {
                 "0s",
                 "--concurrent",
                 "4",
+                "--no-results",
             ],
             Duration::from_secs(120),
         )
