@@ -135,7 +135,12 @@ impl Lab {
     /// Moves the calling thread into the hub namespace. Threads it creates afterwards (a tokio
     /// runtime built on it) inherit the namespace; the rest of the process stays where it was.
     pub fn enter_hub(&self) -> Result<(), ChaosError> {
-        let path = format!("/run/netns/{}", self.hub);
+        Self::enter(&self.hub)
+    }
+
+    /// Moves the calling thread into the network namespace `netns` (see [`Lab::enter_hub`]).
+    pub fn enter(netns: &str) -> Result<(), ChaosError> {
+        let path = format!("/run/netns/{netns}");
         let file = std::fs::File::open(&path).map_err(|e| ChaosError::io(&path, e))?;
         rustix::thread::move_into_link_name_space(
             file.as_fd(),
@@ -145,6 +150,30 @@ impl Lab {
             command: format!("setns {path}"),
             message: e.to_string(),
         })
+    }
+
+    /// Sends new TCP connections that arrive at `node` for port `from` to port `to` instead
+    /// (a NAT rule, untouched by [`Lab::heal`]).
+    pub fn redirect_peer_port(&self, node: &LabNode, from: u16, to: u16) -> Result<(), ChaosError> {
+        let (from, to) = (from.to_string(), to.to_string());
+        ns_exec(
+            &node.netns,
+            &[
+                "iptables",
+                "-t",
+                "nat",
+                "-A",
+                "PREROUTING",
+                "-p",
+                "tcp",
+                "--dport",
+                &from,
+                "-j",
+                "REDIRECT",
+                "--to-ports",
+                &to,
+            ],
+        )
     }
 
     /// Drops every packet that `at` receives from `from` (both directions of any TCP

@@ -8,6 +8,7 @@
 //!   iptables rules inside the node namespaces for partitions and packet loss.
 //! - [`nodes`]: real `trireme server` processes started in the namespaces; kill -9, SIGSTOP,
 //!   SIGCONT and restart, by PID.
+//! - [`delay`]: user-space proxies on the peer links, for delay faults.
 //! - [`schedule`]: the fault plan, a pure function of the seed.
 //! - [`workload`]: clients over HTTP (Consul KV) and RESP, each operation recorded in
 //!   [`history`] with its invocation and completion times.
@@ -17,6 +18,7 @@
 #![deny(clippy::unwrap_used)]
 #![cfg_attr(test, allow(clippy::unwrap_used))]
 
+pub mod delay;
 pub mod history;
 pub mod lab;
 pub mod nodes;

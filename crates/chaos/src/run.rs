@@ -9,6 +9,7 @@ use std::time::{Duration, Instant};
 use serde::Serialize;
 
 use crate::ChaosError;
+use crate::delay::DelayLine;
 use crate::history::{self, Event, OpKind, Status};
 use crate::lab::Lab;
 use crate::nodes::{self, NodeProcess, NodeState, ServerSettings};
@@ -122,6 +123,8 @@ pub fn run(config: &ChaosConfig) -> Result<RunSummary, ChaosError> {
         dir: config.out.clone(),
     };
     let mut servers = nodes::prepare(lab.nodes(), &settings)?;
+    // Before any server starts, so every peer connection goes through the proxies.
+    let delay = DelayLine::start(&lab)?;
     let extent = match config.fault_count {
         Some(count) => Extent::Count(count),
         None => Extent::Within(config.duration),
@@ -150,13 +153,14 @@ pub fn run(config: &ChaosConfig) -> Result<RunSummary, ChaosError> {
                     .enable_all()
                     .build()
                     .map_err(|e| ChaosError::io("tokio runtime", e))?;
-                runtime.block_on(drive(config, &lab, &mut servers, &plan))
+                runtime.block_on(drive(config, &lab, &delay, &mut servers, &plan))
             })
             .join()
             .unwrap_or_else(|_| Err(ChaosError::Cluster("the chaos driver panicked".into())))
     });
     // Servers go before their namespaces do.
     drop(servers);
+    drop(delay);
     drop(lab);
     let (mut events, faults, divergent_keys) = driven?;
     let history_path = config.out.join("history.jsonl");
@@ -219,6 +223,7 @@ fn endpoints(servers: &[NodeProcess]) -> Vec<Endpoint> {
 async fn drive(
     config: &ChaosConfig,
     lab: &Lab,
+    delay: &DelayLine,
     servers: &mut [NodeProcess],
     plan: &[Step],
 ) -> Result<Driven, ChaosError> {
@@ -254,13 +259,13 @@ async fn drive(
         let at = (start + step.at).max(calm_from + Duration::from_secs(1));
         tokio::time::sleep_until(at.into()).await;
         let at_secs = start.elapsed().as_secs_f64();
-        let fault = inject(lab, servers, &client, &all, &step.fault).await?;
+        let fault = inject(lab, delay, servers, &client, &all, &step.fault).await?;
         log(
             clock,
             format!("fault: {fault} for {:.1}s", step.hold.as_secs_f64()),
         );
         tokio::time::sleep(step.hold).await;
-        heal(lab, servers)?;
+        heal(lab, delay, servers)?;
         let recovery = verify::time_to_writable(&client, &all, &probe_keys, RECOVERY_LIMIT).await;
         log(
             clock,
@@ -298,7 +303,7 @@ async fn drive(
     }
     log(clock, format!("clients done: {} operations", events.len()));
 
-    heal(lab, servers)?;
+    heal(lab, delay, servers)?;
     verify::wait_healthy(&client, &all, Duration::from_secs(60)).await?;
     verify::wait_converged(&client, &all, Duration::from_secs(60)).await?;
     let (mut finals, divergent) =
@@ -318,6 +323,7 @@ async fn drive(
 /// Applies `fault`; returns its description with the nodes resolved.
 async fn inject(
     lab: &Lab,
+    delay: &DelayLine,
     servers: &mut [NodeProcess],
     client: &reqwest::Client,
     all: &[Endpoint],
@@ -362,6 +368,10 @@ async fn inject(
             lab.lossy(*percent)?;
             fault.to_string()
         }
+        Fault::Delay { ms } => {
+            delay.set(Duration::from_millis(*ms));
+            fault.to_string()
+        }
         Fault::Kill(victims) => {
             for &i in victims {
                 servers[i].kill()?;
@@ -377,9 +387,10 @@ async fn inject(
     Ok(description)
 }
 
-/// Undoes every fault: rules flushed, paused nodes resumed, dead nodes restarted.
-fn heal(lab: &Lab, servers: &mut [NodeProcess]) -> Result<(), ChaosError> {
+/// Undoes every fault: rules flushed, delay off, paused nodes resumed, dead nodes restarted.
+fn heal(lab: &Lab, delay: &DelayLine, servers: &mut [NodeProcess]) -> Result<(), ChaosError> {
     lab.heal()?;
+    delay.set(Duration::ZERO);
     for s in servers.iter_mut() {
         match s.state() {
             NodeState::Paused => s.resume()?,

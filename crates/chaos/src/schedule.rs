@@ -16,6 +16,8 @@ pub enum FaultKind {
     OneWay,
     /// Random packet loss on every link between nodes.
     Loss,
+    /// Every peer link holds each chunk for 20-300 ms.
+    Delay,
     /// `kill -9` of one node or of a majority, restarted after a while.
     Kill,
     /// `kill -9` of every node, then all restarted.
@@ -26,10 +28,11 @@ pub enum FaultKind {
 
 impl FaultKind {
     /// Every kind, the default mix.
-    pub const ALL: [FaultKind; 6] = [
+    pub const ALL: [FaultKind; 7] = [
         FaultKind::Partition,
         FaultKind::OneWay,
         FaultKind::Loss,
+        FaultKind::Delay,
         FaultKind::Kill,
         FaultKind::KillAll,
         FaultKind::Pause,
@@ -42,6 +45,7 @@ impl FaultKind {
             FaultKind::Partition => "partition",
             FaultKind::OneWay => "one-way",
             FaultKind::Loss => "loss",
+            FaultKind::Delay => "delay",
             FaultKind::Kill => "kill",
             FaultKind::KillAll => "kill-all",
             FaultKind::Pause => "pause",
@@ -86,6 +90,11 @@ pub enum Fault {
         /// Drop probability in percent.
         percent: u32,
     },
+    /// Each chunk on every peer link is held this long.
+    Delay {
+        /// Milliseconds.
+        ms: u64,
+    },
     /// `kill -9` of these nodes; restarted when the fault ends.
     Kill(Vec<usize>),
     /// SIGSTOP of the target; SIGCONT when the fault ends.
@@ -100,6 +109,7 @@ impl Fault {
             Fault::Isolate(_) | Fault::Split { .. } => FaultKind::Partition,
             Fault::OneWay { .. } => FaultKind::OneWay,
             Fault::Loss { .. } => FaultKind::Loss,
+            Fault::Delay { .. } => FaultKind::Delay,
             Fault::Kill(victims) if victims.len() == nodes => FaultKind::KillAll,
             Fault::Kill(_) => FaultKind::Kill,
             Fault::Pause(_) => FaultKind::Pause,
@@ -131,6 +141,7 @@ impl fmt::Display for Fault {
             Fault::Split { minority } => write!(f, "partition {} from the rest", names(minority)),
             Fault::OneWay { at, from } => write!(f, "n{} drops packets from n{}", at + 1, from + 1),
             Fault::Loss { percent } => write!(f, "{percent}% packet loss between nodes"),
+            Fault::Delay { ms } => write!(f, "{ms} ms delay on every peer link"),
             Fault::Kill(v) => write!(f, "kill -9 {}", names(v)),
             Fault::Pause(t) => write!(f, "SIGSTOP {t}"),
         }
@@ -215,6 +226,12 @@ pub fn plan(seed: u64, nodes: usize, extent: Extent, kinds: &[FaultKind]) -> Vec
                     percent: rng.random_range(5..=30),
                 },
                 millis(&mut rng, 2_000, 5_000),
+            ),
+            FaultKind::Delay => (
+                Fault::Delay {
+                    ms: rng.random_range(20..=300),
+                },
+                millis(&mut rng, 2_000, 6_000),
             ),
             FaultKind::Kill => {
                 let count = if rng.random_bool(0.5) { 1 } else { majority };

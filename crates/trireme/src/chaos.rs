@@ -34,7 +34,7 @@ pub struct ChaosArgs {
     /// Operations per second of all clients together.
     #[arg(long, default_value_t = 200.0)]
     pub rate: f64,
-    /// Fault kinds, comma-separated: partition, one-way, loss, kill, kill-all, pause
+    /// Fault kinds, comma-separated: partition, one-way, loss, delay, kill, kill-all, pause
     /// (default: all).
     #[arg(long, value_delimiter = ',')]
     pub faults: Vec<String>,
@@ -64,7 +64,7 @@ pub fn run(args: ChaosArgs) -> anyhow::Result<()> {
             .iter()
             .map(|name| {
                 FaultKind::parse(name).with_context(|| {
-                    format!("--faults: unknown kind {name:?}; expected partition, one-way, loss, kill, kill-all or pause")
+                    format!("--faults: unknown kind {name:?}; expected partition, one-way, loss, delay, kill, kill-all or pause")
                 })
             })
             .collect::<anyhow::Result<Vec<_>>>()?

@@ -1,0 +1,167 @@
+//! Delay on peer links, without `tc netem` (this kernel has none): a user-space proxy in every
+//! node's namespace. An iptables REDIRECT there sends every incoming peer connection from the
+//! start of the run through the proxy, which passes the bytes on to the node's own peer port,
+//! holding each chunk for the current delay (0 until a delay fault sets it). Order is kept:
+//! a chunk never overtakes the one before it.
+//!
+//! Each proxy runs on a thread of its own that moved into the node's namespace, so its
+//! listener and its connections to the node belong there; partition rules (which match source
+//! addresses at INPUT) still apply to the redirected traffic.
+
+use std::net::SocketAddr;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::Duration;
+
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::net::{TcpListener, TcpStream};
+use tokio::sync::{mpsc, watch};
+
+use crate::ChaosError;
+use crate::lab::Lab;
+use crate::nodes::PEER_PORT;
+
+/// Where the proxies listen in each node's namespace.
+pub const PROXY_PORT: u16 = 7712;
+
+/// The proxies of a run. The delay applies to every peer link, in both directions; dropping
+/// this stops them.
+#[derive(Debug)]
+pub struct DelayLine {
+    delay_ms: Arc<AtomicU64>,
+    stop: watch::Sender<bool>,
+    threads: Vec<std::thread::JoinHandle<()>>,
+}
+
+impl DelayLine {
+    /// Starts one proxy per node and redirects the node's incoming peer connections to it.
+    pub fn start(lab: &Lab) -> Result<DelayLine, ChaosError> {
+        let delay_ms = Arc::new(AtomicU64::new(0));
+        let (stop, _) = watch::channel(false);
+        let mut line = DelayLine {
+            delay_ms,
+            stop,
+            threads: Vec::new(),
+        };
+        for node in lab.nodes() {
+            let listen = SocketAddr::new(node.ip.into(), PROXY_PORT);
+            let upstream = SocketAddr::new(node.ip.into(), PEER_PORT);
+            let (ready_tx, ready_rx) = std::sync::mpsc::channel();
+            let netns = node.netns.clone();
+            let delay = line.delay_ms.clone();
+            let stop = line.stop.subscribe();
+            line.threads.push(std::thread::spawn(move || {
+                let bound = Lab::enter(&netns).and_then(|()| {
+                    let runtime = tokio::runtime::Builder::new_current_thread()
+                        .enable_all()
+                        .build()
+                        .map_err(|e| ChaosError::io("proxy runtime", e))?;
+                    let listener = runtime
+                        .block_on(TcpListener::bind(listen))
+                        .map_err(|e| ChaosError::io(format!("proxy listen {listen}"), e))?;
+                    Ok((runtime, listener))
+                });
+                match bound {
+                    Ok((runtime, listener)) => {
+                        let _ = ready_tx.send(Ok(()));
+                        runtime.block_on(serve(listener, upstream, delay, stop));
+                    }
+                    Err(e) => {
+                        let _ = ready_tx.send(Err(e));
+                    }
+                }
+            }));
+            ready_rx
+                .recv()
+                .map_err(|_| ChaosError::Cluster("a delay proxy thread died".into()))??;
+            lab.redirect_peer_port(node, PEER_PORT, PROXY_PORT)?;
+        }
+        Ok(line)
+    }
+
+    /// Sets the delay of every chunk on every peer link (0 turns it off).
+    pub fn set(&self, delay: Duration) {
+        let ms = u64::try_from(delay.as_millis()).unwrap_or(u64::MAX);
+        self.delay_ms.store(ms, Ordering::Relaxed);
+    }
+}
+
+impl Drop for DelayLine {
+    fn drop(&mut self) {
+        let _ = self.stop.send(true);
+        for t in self.threads.drain(..) {
+            let _ = t.join();
+        }
+    }
+}
+
+async fn serve(
+    listener: TcpListener,
+    upstream: SocketAddr,
+    delay: Arc<AtomicU64>,
+    mut stop: watch::Receiver<bool>,
+) {
+    loop {
+        tokio::select! {
+            accepted = listener.accept() => {
+                let Ok((incoming, _)) = accepted else { continue };
+                let delay = delay.clone();
+                let stop = stop.clone();
+                tokio::spawn(async move {
+                    // The node may be down: then the connection just closes, as it would.
+                    if let Ok(outgoing) = TcpStream::connect(upstream).await {
+                        relay(incoming, outgoing, delay, stop).await;
+                    }
+                });
+            }
+            _ = stop.changed() => return,
+        }
+    }
+}
+
+/// Both directions of one connection; ends when either side closes or the run stops.
+async fn relay(a: TcpStream, b: TcpStream, delay: Arc<AtomicU64>, mut stop: watch::Receiver<bool>) {
+    let _ = a.set_nodelay(true);
+    let _ = b.set_nodelay(true);
+    let (a_read, a_write) = a.into_split();
+    let (b_read, b_write) = b.into_split();
+    tokio::select! {
+        () = pump(a_read, b_write, delay.clone()) => {}
+        () = pump(b_read, a_write, delay) => {}
+        _ = stop.changed() => {}
+    }
+}
+
+/// Copies `from` to `to`, each chunk held until `delay` after it was read.
+async fn pump(
+    mut from: tokio::net::tcp::OwnedReadHalf,
+    mut to: tokio::net::tcp::OwnedWriteHalf,
+    delay: Arc<AtomicU64>,
+) {
+    let (tx, mut rx) = mpsc::unbounded_channel::<(tokio::time::Instant, Vec<u8>)>();
+    let writer = async move {
+        while let Some((due, chunk)) = rx.recv().await {
+            tokio::time::sleep_until(due).await;
+            if to.write_all(&chunk).await.is_err() {
+                return;
+            }
+        }
+    };
+    let reader = async move {
+        let mut buf = vec![0u8; 64 * 1024];
+        loop {
+            match from.read(&mut buf).await {
+                Ok(0) | Err(_) => return,
+                Ok(n) => {
+                    let ms = delay.load(Ordering::Relaxed);
+                    let due = tokio::time::Instant::now() + Duration::from_millis(ms);
+                    if tx.send((due, buf[..n].to_vec())).is_err() {
+                        return;
+                    }
+                }
+            }
+        }
+    };
+    // The reader ends at EOF; the writer then drains what is queued and ends too.
+    tokio::join!(reader, writer);
+}
