@@ -3,7 +3,9 @@
 //! Which key to touch next ([`keygen`]), what value to write ([`valuegen`]), what a run
 //! looks like ([`scenario`], [`presets`]), how latencies are recorded and summarised
 //! ([`stats`]), how to talk to a target ([`driver`]), how a run is driven ([`runner`]) and
-//! how its result is shown ([`report`]). Everything random is drawn from a seeded [`rand_chacha::ChaCha8Rng`], so a
+//! how its result is shown ([`report`]). [`qualify`] searches the highest rate a target
+//! sustains under a latency bound, [`probe`] measures replication delay, and [`progress`]
+//! draws the progress bar. Everything random is drawn from a seeded [`rand_chacha::ChaCha8Rng`], so a
 //! scenario with the same seed replays the same sequence of operations and keys.
 
 #![deny(missing_docs)]
@@ -13,6 +15,9 @@
 pub mod driver;
 pub mod keygen;
 pub mod presets;
+pub mod probe;
+pub mod progress;
+pub mod qualify;
 pub mod report;
 pub mod runner;
 pub mod scenario;

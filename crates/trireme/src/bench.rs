@@ -9,8 +9,11 @@ use std::time::Duration;
 use trireme_bench::{Consistency, Driver, Scenario};
 
 /// Flags of `trireme bench`; each overrides the scenario's own setting.
-#[derive(Args, Debug)]
+#[derive(Args, Debug, Default)]
 pub struct BenchArgs {
+    /// Qualification or the replication-delay probe instead of a plain run.
+    #[command(subcommand)]
+    pub command: Option<crate::bench_qualify::BenchCommand>,
     /// Scenario file (TOML, the basho_bench vocabulary of DESIGN.md §4).
     pub scenario: Option<PathBuf>,
     /// A built-in scenario instead of a file (see --list-presets).
@@ -44,6 +47,9 @@ pub struct BenchArgs {
     /// Read consistency: default, consistent or stale (overrides the scenario's).
     #[arg(long)]
     pub consistency: Option<String>,
+    /// No progress bar on stderr.
+    #[arg(long)]
+    pub quiet: bool,
 }
 
 fn duration(flag: &str, text: &str) -> anyhow::Result<Duration> {
@@ -52,7 +58,7 @@ fn duration(flag: &str, text: &str) -> anyhow::Result<Duration> {
 }
 
 impl BenchArgs {
-    fn scenario(&self) -> anyhow::Result<Scenario> {
+    pub(crate) fn scenario(&self) -> anyhow::Result<Scenario> {
         let mut scenario = match (&self.preset, &self.scenario) {
             (Some(name), _) => trireme_bench::preset(name).with_context(|| {
                 format!(
@@ -122,6 +128,9 @@ impl BenchArgs {
 }
 
 pub fn run(args: BenchArgs) -> anyhow::Result<()> {
+    if let Some(command) = args.command {
+        return crate::bench_qualify::run(command);
+    }
     if args.list_presets {
         for name in trireme_bench::preset_names() {
             println!("{name}");
@@ -148,13 +157,13 @@ pub fn run(args: BenchArgs) -> anyhow::Result<()> {
     );
     let result = runtime.block_on(async {
         if !scenario.targets.is_empty() {
-            return Ok(trireme_bench::run(&scenario, &scenario.targets, None).await?);
+            return Ok(run_with_progress(&scenario, &scenario.targets, args.quiet, "").await?);
         }
         // No target: a local 3-node cluster of real processes, run against, then stopped.
-        let mut cluster = start_local_cluster(&scenario).await?;
+        let mut cluster = start_local_cluster(scenario.driver).await?;
         let targets = local_targets(&scenario, cluster.nodes())?;
         eprintln!("local cluster up; running against {}", targets.join(", "));
-        let result = trireme_bench::run(&scenario, &targets, None).await;
+        let result = run_with_progress(&scenario, &targets, args.quiet, "").await;
         let stopped = cluster.stop().await;
         let _ = std::fs::remove_dir_all(cluster.dir());
         let result = result?;
@@ -171,14 +180,39 @@ pub fn run(args: BenchArgs) -> anyhow::Result<()> {
     Ok(())
 }
 
+/// [`trireme_bench::run`] with a progress bar on stderr (none when `quiet`) labelled `label`.
+pub(crate) async fn run_with_progress(
+    scenario: &Scenario,
+    targets: &[String],
+    quiet: bool,
+    label: &str,
+) -> Result<trireme_bench::RunResult, trireme_bench::BenchError> {
+    let progress = std::sync::Arc::new(trireme_bench::Progress::default());
+    let bar = (!quiet).then(|| {
+        trireme_bench::progress::ProgressBar::start(
+            std::sync::Arc::clone(&progress),
+            scenario.warmup + scenario.duration,
+            scenario.load.keys.unwrap_or(0),
+            label,
+        )
+    });
+    let result = trireme_bench::run(scenario, targets, Some(progress)).await;
+    if let Some(bar) = bar {
+        bar.finish().await;
+    }
+    result
+}
+
 /// Nodes of the cluster `trireme bench` starts when it is given no target.
-const LOCAL_NODES: u32 = 3;
+pub(crate) const LOCAL_NODES: u32 = 3;
 
 /// Starts the embedded cluster in a fresh directory under the system's temp dir, on the first
 /// free block of loopback ports, and waits until its shard leaders have spread over the nodes
 /// (the leader balancer needs a few seconds after start-up), so the run measures the steady state.
-async fn start_local_cluster(scenario: &Scenario) -> anyhow::Result<crate::cluster::LocalCluster> {
-    if matches!(scenario.driver, Driver::Etcd) {
+pub(crate) async fn start_local_cluster(
+    driver: Driver,
+) -> anyhow::Result<crate::cluster::LocalCluster> {
+    if matches!(driver, Driver::Etcd) {
         bail!(
             "the etcd driver needs --target: without one, trireme bench starts a Trireme cluster"
         );
@@ -231,7 +265,7 @@ async fn wait_for_balanced_leaders(nodes: &[crate::cluster::LocalNode]) {
 
 /// The embedded cluster's address for the scenario's driver: node 1 (the trireme driver then
 /// routes each key to its leader itself).
-fn local_targets(
+pub(crate) fn local_targets(
     scenario: &Scenario,
     nodes: &[crate::cluster::LocalNode],
 ) -> anyhow::Result<Vec<String>> {

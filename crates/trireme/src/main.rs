@@ -2,6 +2,8 @@
 //! benchmarking. Errors go to stderr with a non-zero exit.
 
 mod bench;
+mod bench_probe;
+mod bench_qualify;
 mod cluster;
 mod config;
 mod server;
@@ -28,7 +30,8 @@ enum Commands {
     Server(config::ServerArgs),
     /// Start a local multi-node cluster (up), or show a running one shard by shard (status).
     Cluster(cluster::ClusterArgs),
-    /// Run a benchmark scenario against running targets (RESP, Consul KV HTTP or etcd).
+    /// Run a benchmark scenario against running targets (RESP, Consul KV HTTP or etcd), qualify
+    /// a target (bench qualify) or probe replication delay (bench probe).
     Bench(bench::BenchArgs),
 }
 
