@@ -4,7 +4,10 @@
 //! looks like ([`scenario`], [`presets`]), how latencies are recorded and summarised
 //! ([`stats`]), how to talk to a target ([`driver`]), how a run is driven ([`runner`]) and
 //! how its result is shown ([`report`]) and kept ([`results`], [`plot`], [`html`]), and how
-//! runs are set side by side ([`compare`], [`repeat`]). Everything random is drawn from a seeded [`rand_chacha::ChaCha8Rng`], so a
+//! runs are set side by side ([`compare`], [`repeat`]). [`qualify`] searches the highest rate
+//! a target sustains under a latency bound, [`probe`] measures replication delay, and
+//! [`progress`] draws the progress bar. Everything random is drawn from a seeded
+//! [`rand_chacha::ChaCha8Rng`], so a
 //! scenario with the same seed replays the same sequence of operations and keys.
 
 #![deny(missing_docs)]
@@ -17,6 +20,9 @@ pub mod html;
 pub mod keygen;
 pub mod plot;
 pub mod presets;
+pub mod probe;
+pub mod progress;
+pub mod qualify;
 pub mod repeat;
 pub mod report;
 pub mod results;

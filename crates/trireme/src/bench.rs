@@ -14,7 +14,7 @@ use trireme_bench::{Consistency, Driver, RunResult, Scenario};
 const RESULTS_DIR: &str = "results";
 
 /// Flags of `trireme bench`; each overrides the scenario's own setting.
-#[derive(Args, Debug)]
+#[derive(Args, Debug, Default)]
 #[command(args_conflicts_with_subcommands = true, subcommand_negates_reqs = true)]
 pub struct BenchArgs {
     /// Something other than running a scenario.
@@ -64,6 +64,9 @@ pub struct BenchArgs {
     #[arg(long, value_name = "N", default_value_t = 1,
           value_parser = clap::value_parser!(u32).range(1..))]
     pub repeat: u32,
+    /// No progress bar on stderr.
+    #[arg(long)]
+    pub quiet: bool,
 }
 
 /// Subcommands of `trireme bench`.
@@ -72,6 +75,10 @@ pub enum BenchCommand {
     /// Lay finished runs side by side: ops/s and latencies per operation, each run's ratio to
     /// the first; writes compare.html and overlaid plots.
     Compare(CompareArgs),
+    /// Find the highest rate whose read latency stays under a bound (Aerospike's method).
+    Qualify(crate::bench_qualify::QualifyArgs),
+    /// Measure replication delay: write on one node, poll another until visible (Dynomite's).
+    Probe(crate::bench_probe::ProbeArgs),
 }
 
 /// Arguments of `trireme bench compare`.
@@ -91,7 +98,7 @@ fn duration(flag: &str, text: &str) -> anyhow::Result<Duration> {
 }
 
 impl BenchArgs {
-    fn scenario(&self) -> anyhow::Result<Scenario> {
+    pub(crate) fn scenario(&self) -> anyhow::Result<Scenario> {
         let mut scenario = match (&self.preset, &self.scenario) {
             (Some(name), _) => trireme_bench::preset(name).with_context(|| {
                 format!(
@@ -160,9 +167,12 @@ impl BenchArgs {
     }
 }
 
-pub fn run(args: BenchArgs) -> anyhow::Result<()> {
-    if let Some(BenchCommand::Compare(compare)) = &args.command {
-        return run_compare(compare);
+pub fn run(mut args: BenchArgs) -> anyhow::Result<()> {
+    match args.command.take() {
+        Some(BenchCommand::Compare(compare)) => return run_compare(&compare),
+        Some(BenchCommand::Qualify(qualify)) => return crate::bench_qualify::run(qualify),
+        Some(BenchCommand::Probe(probe)) => return crate::bench_probe::run(probe),
+        None => {}
     }
     if args.list_presets {
         for name in trireme_bench::preset_names() {
@@ -203,7 +213,7 @@ pub fn run(args: BenchArgs) -> anyhow::Result<()> {
             eprintln!("run {i} of {repeat}");
         }
         let started = SystemTime::now();
-        let result = runtime.block_on(run_once(&scenario))?;
+        let result = runtime.block_on(run_once(&scenario, args.quiet))?;
         let text = trireme_bench::report::summary_text(&result);
         // With --json, stdout carries only JSON (for scripts); the text goes to stderr.
         if args.json {
@@ -294,15 +304,15 @@ fn command_line() -> String {
 }
 
 /// One run of `scenario`: against its targets, or against a local cluster started for it.
-async fn run_once(scenario: &Scenario) -> anyhow::Result<RunResult> {
+async fn run_once(scenario: &Scenario, quiet: bool) -> anyhow::Result<RunResult> {
     if !scenario.targets.is_empty() {
-        return Ok(trireme_bench::run(scenario, &scenario.targets, None).await?);
+        return Ok(run_with_progress(scenario, &scenario.targets, quiet, "").await?);
     }
     // No target: a local 3-node cluster of real processes, run against, then stopped.
-    let mut cluster = start_local_cluster(scenario).await?;
+    let mut cluster = start_local_cluster(scenario.driver).await?;
     let targets = local_targets(scenario, cluster.nodes())?;
     eprintln!("local cluster up; running against {}", targets.join(", "));
-    let result = trireme_bench::run(scenario, &targets, None).await;
+    let result = run_with_progress(scenario, &targets, quiet, "").await;
     let stopped = cluster.stop().await;
     let _ = std::fs::remove_dir_all(cluster.dir());
     let result = result?;
@@ -310,14 +320,39 @@ async fn run_once(scenario: &Scenario) -> anyhow::Result<RunResult> {
     Ok(result)
 }
 
+/// [`trireme_bench::run`] with a progress bar on stderr (none when `quiet`) labelled `label`.
+pub(crate) async fn run_with_progress(
+    scenario: &Scenario,
+    targets: &[String],
+    quiet: bool,
+    label: &str,
+) -> Result<trireme_bench::RunResult, trireme_bench::BenchError> {
+    let progress = std::sync::Arc::new(trireme_bench::Progress::default());
+    let bar = (!quiet).then(|| {
+        trireme_bench::progress::ProgressBar::start(
+            std::sync::Arc::clone(&progress),
+            scenario.warmup + scenario.duration,
+            scenario.load.keys.unwrap_or(0),
+            label,
+        )
+    });
+    let result = trireme_bench::run(scenario, targets, Some(progress)).await;
+    if let Some(bar) = bar {
+        bar.finish().await;
+    }
+    result
+}
+
 /// Nodes of the cluster `trireme bench` starts when it is given no target.
-const LOCAL_NODES: u32 = 3;
+pub(crate) const LOCAL_NODES: u32 = 3;
 
 /// Starts the embedded cluster in a fresh directory under the system's temp dir, on the first
 /// free block of loopback ports, and waits until its shard leaders have spread over the nodes
 /// (the leader balancer needs a few seconds after start-up), so the run measures the steady state.
-async fn start_local_cluster(scenario: &Scenario) -> anyhow::Result<crate::cluster::LocalCluster> {
-    if matches!(scenario.driver, Driver::Etcd) {
+pub(crate) async fn start_local_cluster(
+    driver: Driver,
+) -> anyhow::Result<crate::cluster::LocalCluster> {
+    if matches!(driver, Driver::Etcd) {
         bail!(
             "the etcd driver needs --target: without one, trireme bench starts a Trireme cluster"
         );
@@ -370,7 +405,7 @@ async fn wait_for_balanced_leaders(nodes: &[crate::cluster::LocalNode]) {
 
 /// The embedded cluster's address for the scenario's driver: node 1 (the trireme driver then
 /// routes each key to its leader itself).
-fn local_targets(
+pub(crate) fn local_targets(
     scenario: &Scenario,
     nodes: &[crate::cluster::LocalNode],
 ) -> anyhow::Result<Vec<String>> {

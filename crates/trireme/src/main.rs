@@ -2,6 +2,8 @@
 //! benchmarking. Errors go to stderr with a non-zero exit.
 
 mod bench;
+mod bench_probe;
+mod bench_qualify;
 mod chaos;
 mod cluster;
 mod config;
@@ -29,8 +31,9 @@ enum Commands {
     Server(config::ServerArgs),
     /// Start a local multi-node cluster (up), or show a running one shard by shard (status).
     Cluster(cluster::ClusterArgs),
-    /// Run a benchmark scenario against running targets (RESP, Consul KV HTTP or etcd).
-    Bench(bench::BenchArgs),
+    /// Run a benchmark scenario against running targets (RESP, Consul KV HTTP or etcd), qualify
+    /// a target (bench qualify) or probe replication delay (bench probe).
+    Bench(Box<bench::BenchArgs>),
     /// Chaos: a cluster in network namespaces under faults, histories checked for
     /// linearizability (needs root, iproute2, iptables and Go).
     Chaos(chaos::ChaosArgs),
@@ -41,7 +44,7 @@ fn main() -> ExitCode {
     let result = match cli.command {
         Commands::Server(args) => server::run(args),
         Commands::Cluster(args) => cluster::run(args),
-        Commands::Bench(args) => bench::run(args),
+        Commands::Bench(args) => bench::run(*args),
         Commands::Chaos(args) => chaos::run(args),
     };
     match result {
