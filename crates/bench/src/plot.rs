@@ -239,10 +239,7 @@ pub fn line_chart(chart: &Chart) -> String {
             .iter()
             .map(|&(x, y)| format!("{},{}", c(sx(x)), c(sy(y))))
             .collect();
-        let dash = s
-            .dash
-            .map(|d| format!(r#" stroke-dasharray="{d}""#))
-            .unwrap_or_default();
+        let dash = dash_attribute(s.dash);
         let _ = writeln!(
             out,
             r#"<polyline fill="none" stroke="{}" stroke-width="2" stroke-linejoin="round"{dash} points="{}"><title>{}</title></polyline>"#,
@@ -266,10 +263,7 @@ pub fn line_chart(chart: &Chart) -> String {
     let _ = writeln!(out, r#"<g class="legend">"#);
     for (i, s) in chart.series.iter().enumerate() {
         let y = TOP + 8.0 + LEGEND_ROW * i as f64;
-        let dash = s
-            .dash
-            .map(|d| format!(r#" stroke-dasharray="{d}""#))
-            .unwrap_or_default();
+        let dash = dash_attribute(s.dash);
         let _ = writeln!(
             out,
             r##"<line x1="{}" y1="{y}" x2="{}" y2="{y}" stroke="{}" stroke-width="2"{dash}/><text x="{}" y="{}" fill="#222">{}</text>"##,
@@ -370,6 +364,12 @@ pub fn latency(runs: &[(&str, &RunResult)]) -> String {
         y_label: "milliseconds".to_owned(),
         series,
     })
+}
+
+/// The SVG attribute that draws a series dashed (empty for a solid line).
+fn dash_attribute(dash: Option<&str>) -> String {
+    dash.map(|d| format!(r#" stroke-dasharray="{d}""#))
+        .unwrap_or_default()
 }
 
 #[cfg(test)]

@@ -269,6 +269,22 @@ pub fn run(mut args: BenchArgs) -> anyhow::Result<()> {
     Ok(())
 }
 
+/// Prints a report: with `json`, the JSON alone on stdout (for scripts) and the text on
+/// stderr; otherwise the text on stdout.
+pub(crate) fn print_report(
+    json: bool,
+    text: &str,
+    value: &impl serde::Serialize,
+) -> anyhow::Result<()> {
+    if json {
+        eprint!("{text}");
+        println!("{}", serde_json::to_string_pretty(value)?);
+    } else {
+        print!("{text}");
+    }
+    Ok(())
+}
+
 /// `trireme bench compare`: the side-by-side table on stdout, the HTML and plots in a dir.
 fn run_compare(args: &CompareArgs) -> anyhow::Result<()> {
     let runs = trireme_bench::compare::load(&args.runs)?;

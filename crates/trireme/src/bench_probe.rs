@@ -114,11 +114,5 @@ pub fn run(args: ProbeArgs) -> anyhow::Result<()> {
         stopped.context("stopping the local cluster")?;
         Ok(result)
     })?;
-    if args.json {
-        eprint!("{}", result.report());
-        println!("{}", serde_json::to_string_pretty(&result)?);
-    } else {
-        print!("{}", result.report());
-    }
-    Ok(())
+    crate::bench::print_report(args.json, &result.report(), &result)
 }

@@ -203,13 +203,7 @@ fn qualify(args: QualifyArgs) -> anyhow::Result<()> {
             .with_context(|| format!("cannot write {}", path.display()))?;
         eprintln!("wrote {}", path.display());
     }
-    if args.json {
-        eprint!("{}", report.text());
-        println!("{}", serde_json::to_string_pretty(&report)?);
-    } else {
-        print!("{}", report.text());
-    }
-    Ok(())
+    crate::bench::print_report(args.json, &report.text(), &report)
 }
 
 /// Runs `--repeat` searches; the load phase (if any) runs once, before the first step.

@@ -4,46 +4,9 @@
 
 mod common;
 
-use common::{RawResp, Reply, StartOptions, TestNode};
+use common::{RawResp, Reply, StartOptions, TestNode, run_program, run_program_async};
 use std::path::PathBuf;
-use std::process::{Command, Stdio};
-use std::time::{Duration, Instant};
-
-/// Runs a program to completion with a deadline; returns (success, stdout, stderr).
-fn run(program: &str, args: &[String], limit: Duration) -> (bool, String, String) {
-    let mut child = Command::new(program)
-        .args(args)
-        .stdin(Stdio::null())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .unwrap_or_else(|e| {
-            panic!("{program} cannot start ({e}): run scripts/install-test-deps.sh")
-        });
-    let deadline = Instant::now() + limit;
-    while child.try_wait().expect("try_wait").is_none() {
-        if Instant::now() >= deadline {
-            let _ = child.kill();
-            panic!("{program} {args:?} did not finish within {limit:?}");
-        }
-        std::thread::sleep(Duration::from_millis(20));
-    }
-    let out = child.wait_with_output().expect("output");
-    (
-        out.status.success(),
-        String::from_utf8_lossy(&out.stdout).into_owned(),
-        String::from_utf8_lossy(&out.stderr).into_owned(),
-    )
-}
-
-/// [`run`] off the async runtime, for tests that also drive a server.
-async fn run_blocking(program: &str, args: &[&str], limit: Duration) -> (bool, String, String) {
-    let program = program.to_string();
-    let args: Vec<String> = args.iter().map(|s| s.to_string()).collect();
-    tokio::task::spawn_blocking(move || run(&program, &args, limit))
-        .await
-        .expect("runner")
-}
+use std::time::Duration;
 
 fn workspace_root() -> PathBuf {
     PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../..")
@@ -60,7 +23,7 @@ async fn py_consul_works_unchanged() {
         http.ip().to_string(),
         http.port().to_string(),
     );
-    let (ok, stdout, stderr) = run_blocking(
+    let (ok, stdout, stderr) = run_program_async(
         &python.display().to_string(),
         &[&script, &ip, &port],
         Duration::from_secs(60),
@@ -78,7 +41,7 @@ async fn py_consul_works_unchanged() {
 async fn redis_benchmark_runs_clean_and_its_writes_are_readable() {
     let node = TestNode::start(StartOptions::default()).await;
     let port = node.resp_addr().port().to_string();
-    let (ok, stdout, stderr) = run_blocking(
+    let (ok, stdout, stderr) = run_program_async(
         "redis-benchmark",
         &[
             "-h",
@@ -142,7 +105,7 @@ async fn redis_benchmark_runs_clean_and_its_writes_are_readable() {
 async fn trireme_bench_runs_a_preset_against_a_node() {
     let node = TestNode::start(StartOptions::default()).await;
     let target = format!("redis://{}", node.resp_addr());
-    let (ok, stdout, stderr) = run_blocking(
+    let (ok, stdout, stderr) = run_program_async(
         common::binary(),
         &[
             "bench",
@@ -179,7 +142,7 @@ async fn trireme_bench_runs_a_preset_against_a_node() {
         assert_eq!(columns.last(), Some(&"0"), "errors in {row}");
     }
 
-    let (ok, _, stderr) = run(
+    let (ok, _, stderr) = run_program(
         common::binary(),
         &["bench".into(), "--preset".into(), "nope".into()],
         Duration::from_secs(30),
@@ -194,7 +157,7 @@ async fn trireme_bench_runs_the_consul_presets_over_http() {
     let node = TestNode::start(StartOptions::default()).await;
     let target = format!("http://{}", node.endpoints().http);
     for preset in ["consul-put", "consul-get-consistent"] {
-        let (ok, stdout, stderr) = run_blocking(
+        let (ok, stdout, stderr) = run_program_async(
             common::binary(),
             &[
                 "bench",

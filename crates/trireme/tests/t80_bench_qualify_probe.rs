@@ -6,37 +6,11 @@ mod common;
 
 use common::cluster::{ClusterOptions, TestCluster};
 use common::{StartOptions, TestNode};
-use std::process::{Command, Stdio};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 /// Runs `trireme ARGS` off the async runtime with a deadline; returns (success, stdout, stderr).
 async fn trireme(args: &[&str], limit: Duration) -> (bool, String, String) {
-    let args: Vec<String> = args.iter().map(|s| s.to_string()).collect();
-    tokio::task::spawn_blocking(move || {
-        let mut child = Command::new(common::binary())
-            .args(&args)
-            .stdin(Stdio::null())
-            .stdout(Stdio::piped())
-            .stderr(Stdio::piped())
-            .spawn()
-            .expect("start trireme");
-        let deadline = Instant::now() + limit;
-        while child.try_wait().expect("try_wait").is_none() {
-            if Instant::now() >= deadline {
-                let _ = child.kill();
-                panic!("trireme {args:?} did not finish within {limit:?}");
-            }
-            std::thread::sleep(Duration::from_millis(20));
-        }
-        let out = child.wait_with_output().expect("output");
-        (
-            out.status.success(),
-            String::from_utf8_lossy(&out.stdout).into_owned(),
-            String::from_utf8_lossy(&out.stderr).into_owned(),
-        )
-    })
-    .await
-    .expect("runner")
+    common::run_program_async(common::binary(), args, limit).await
 }
 
 #[tokio::test]

@@ -16,6 +16,46 @@ use std::time::{Duration, Instant};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpStream;
 
+/// Runs a program to completion with a deadline; returns (success, stdout, stderr).
+pub fn run_program(program: &str, args: &[String], limit: Duration) -> (bool, String, String) {
+    let mut child = Command::new(program)
+        .args(args)
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap_or_else(|e| {
+            panic!("{program} cannot start ({e}): run scripts/install-test-deps.sh")
+        });
+    let deadline = Instant::now() + limit;
+    while child.try_wait().expect("try_wait").is_none() {
+        if Instant::now() >= deadline {
+            let _ = child.kill();
+            panic!("{program} {args:?} did not finish within {limit:?}");
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    let out = child.wait_with_output().expect("output");
+    (
+        out.status.success(),
+        String::from_utf8_lossy(&out.stdout).into_owned(),
+        String::from_utf8_lossy(&out.stderr).into_owned(),
+    )
+}
+
+/// [`run_program`] off the async runtime, for tests that also drive a server.
+pub async fn run_program_async(
+    program: &str,
+    args: &[&str],
+    limit: Duration,
+) -> (bool, String, String) {
+    let program = program.to_string();
+    let args: Vec<String> = args.iter().map(|s| s.to_string()).collect();
+    tokio::task::spawn_blocking(move || run_program(&program, &args, limit))
+        .await
+        .expect("runner")
+}
+
 /// How long a node may take to start, stop, or answer before a test gives up.
 pub const DEADLINE: Duration = Duration::from_secs(30);
 
