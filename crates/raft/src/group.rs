@@ -53,6 +53,12 @@ impl RaftTiming {
             snapshot_policy: SnapshotPolicy::LogsSinceLast(self.snapshot_every),
             max_in_snapshot_log_to_keep: self.keep_after_snapshot,
             enable_pre_vote: Some(true),
+            // A leader restarted after kill -9 must win a new election, not resume its old
+            // term: the committed index is not persisted (see log_store.rs), so a resumed
+            // leader's state machine may lack entries it committed before the crash, and its
+            // lease and read index would let it serve them stale. Found by `trireme chaos`
+            // (seed 104: a default read returned a value overwritten by an acknowledged write).
+            enable_leader_restore: Some(false),
             ..Default::default()
         };
         config
@@ -417,5 +423,17 @@ impl ShardGroup {
         if let Err(e) = self.raft.shutdown().await {
             tracing::warn!(shard = self.shard.0, error = %e, "raft shutdown");
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_restarted_leader_must_be_elected_again() {
+        let config = RaftTiming::default().config().unwrap();
+        assert_eq!(config.enable_leader_restore, Some(false));
+        assert_eq!(config.enable_pre_vote, Some(true));
     }
 }

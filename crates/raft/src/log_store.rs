@@ -217,9 +217,11 @@ impl RaftLogStorage<TypeConfig> for LogStore {
 
     // `save_committed` / `read_committed` keep openraft's defaults (not persisted): writing the
     // committed id on every commit cost ~8% of a write-heavy profile. After a restart the state
-    // machine catches up once the group commits an entry of the new term, and reads wait for
+    // machine catches up once the group commits an entry of a new term, and reads wait for
     // that (the lease check requires an applied entry of the current term; ReadIndex waits for
-    // the read index), so no read sees a state older than an acknowledged write.
+    // the read index), so no read sees a state older than an acknowledged write. This needs
+    // every restarted node to go through an election: group.rs turns openraft's leader restore
+    // off.
 
     async fn append<I>(
         &mut self,
