@@ -54,8 +54,7 @@ pub struct ServerSettings {
 
 /// The `[raft]` timing of chaos nodes: elections within a second, and snapshots often enough
 /// that restarted nodes catch up by snapshot during a 30 s run.
-const CONFIG: &str = "balance_leaders = true\n\
-[raft]\n\
+const CONFIG: &str = "[raft]\n\
 heartbeat_ms = 100\n\
 election_timeout_min_ms = 500\n\
 election_timeout_max_ms = 1000\n\

@@ -119,45 +119,22 @@ pub async fn time_to_writable(
     limit: Duration,
 ) -> Option<Duration> {
     let start = Instant::now();
-    let probes = keys.iter().enumerate().map(|(i, key)| {
-        let client = client.clone();
-        let nodes = nodes.to_vec();
-        let key = key.clone();
-        async move {
-            let mut attempt = i;
-            while start.elapsed() < limit {
-                let node = &nodes[attempt % nodes.len()];
-                attempt += 1;
-                let write = http_write(&client, &node.http_base, &key, Some("probe"), None);
-                if let Ok(Outcome::Ok(true)) =
-                    tokio::time::timeout(Duration::from_secs(1), write).await
-                {
-                    return true;
-                }
-                tokio::time::sleep(Duration::from_millis(50)).await;
+    let probes = keys.iter().enumerate().map(|(i, key)| async move {
+        let mut attempt = i;
+        while start.elapsed() < limit {
+            let node = &nodes[attempt % nodes.len()];
+            attempt += 1;
+            let write = http_write(client, &node.http_base, key, Some("probe"), None);
+            if let Ok(Outcome::Ok(true)) = tokio::time::timeout(Duration::from_secs(1), write).await
+            {
+                return true;
             }
-            false
+            tokio::time::sleep(Duration::from_millis(50)).await;
         }
+        false
     });
-    let all = join_spawned(probes).await;
+    let all = futures::future::join_all(probes).await;
     all.into_iter().all(|ok| ok).then(|| start.elapsed())
-}
-
-/// Runs futures as tasks of their own and collects their outputs in order.
-async fn join_spawned<F>(futures: impl IntoIterator<Item = F>) -> Vec<F::Output>
-where
-    F: std::future::Future + Send + 'static,
-    F::Output: Send + 'static,
-{
-    let handles: Vec<_> = futures.into_iter().map(tokio::spawn).collect();
-    let mut out = Vec::with_capacity(handles.len());
-    for h in handles {
-        match h.await {
-            Ok(v) => out.push(v),
-            Err(e) => std::panic::resume_unwind(e.into_panic()),
-        }
-    }
-    out
 }
 
 /// Waits until, for every shard, every replica reports the same applied index twice in a row.

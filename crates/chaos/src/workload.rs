@@ -12,8 +12,8 @@ use std::time::{Duration, Instant};
 use base64::Engine as _;
 use rand::{Rng, SeedableRng};
 use rand_chacha::ChaCha8Rng;
-use tokio::io::{AsyncBufReadExt, AsyncReadExt, AsyncWriteExt, BufReader};
-use tokio::net::TcpStream;
+use trireme_bench::driver::Reply;
+use trireme_bench::{DriverError, RespDriver};
 
 use crate::history::{Event, OpKind, Status};
 
@@ -174,70 +174,12 @@ pub async fn http_write(
     }
 }
 
-/// One RESP reply, as far as this client needs to tell them apart.
-#[derive(Debug, PartialEq, Eq)]
-enum Reply {
-    Simple(String),
-    Error(String),
-    Int(i64),
-    Bulk(Option<String>),
-}
-
-/// A minimal RESP connection: commands as arrays of bulk strings, one reply at a time.
-struct RespConn {
-    stream: BufReader<TcpStream>,
-}
-
-impl RespConn {
-    async fn connect(addr: &str) -> std::io::Result<RespConn> {
-        let stream = tokio::time::timeout(Duration::from_secs(1), TcpStream::connect(addr))
-            .await
-            .map_err(|_| std::io::Error::new(std::io::ErrorKind::TimedOut, "connect timeout"))??;
-        stream.set_nodelay(true)?;
-        Ok(RespConn {
-            stream: BufReader::new(stream),
-        })
-    }
-
-    async fn call(&mut self, args: &[&str]) -> std::io::Result<Reply> {
-        let mut out = format!("*{}\r\n", args.len());
-        for a in args {
-            out.push_str(&format!("${}\r\n{a}\r\n", a.len()));
-        }
-        self.stream.get_mut().write_all(out.as_bytes()).await?;
-        let mut line = String::new();
-        self.stream.read_line(&mut line).await?;
-        let line = line.trim_end_matches("\r\n");
-        let bad = || std::io::Error::new(std::io::ErrorKind::InvalidData, format!("{line:?}"));
-        let (kind, rest) = line.split_at_checked(1).ok_or_else(bad)?;
-        match kind {
-            "+" => Ok(Reply::Simple(rest.to_string())),
-            "-" => Ok(Reply::Error(rest.to_string())),
-            ":" => rest.parse().map(Reply::Int).map_err(|_| bad()),
-            "$" => {
-                let len: i64 = rest.parse().map_err(|_| bad())?;
-                if len < 0 {
-                    return Ok(Reply::Bulk(None));
-                }
-                let len = usize::try_from(len).map_err(|_| bad())?;
-                let mut buf = vec![0; len + 2];
-                self.stream.read_exact(&mut buf).await?;
-                buf.truncate(len);
-                String::from_utf8(buf)
-                    .map(|s| Reply::Bulk(Some(s)))
-                    .map_err(|_| bad())
-            }
-            _ => Err(bad()),
-        }
-    }
-}
-
 /// Client `id`'s loop: paced operations until the deadline; returns its history.
 pub async fn client(id: u32, work: Workload) -> Vec<Event> {
     let mut rng = ChaCha8Rng::seed_from_u64(work.seed);
     rng.set_stream(u64::from(id) + 1);
     let http = http_client();
-    let mut resp: HashMap<String, RespConn> = HashMap::new();
+    let mut resp: HashMap<String, RespDriver> = HashMap::new();
     let mut events = Vec::new();
     let mut counter = 0u64;
     let period = Duration::from_secs_f64(1.0 / work.client_rate.max(0.1));
@@ -387,9 +329,10 @@ async fn read(
     (e, found)
 }
 
-/// A RESP command on the client's connection to `node` (connecting first if needed).
+/// A RESP command on the client's connection to `node` (opened on first use, reopened by the
+/// driver after a failure).
 async fn resp_op(
-    conns: &mut HashMap<String, RespConn>,
+    conns: &mut HashMap<String, RespDriver>,
     work: &Workload,
     node: &Endpoint,
     base: Event,
@@ -408,42 +351,37 @@ async fn resp_op(
         call: since(work.clock),
         ..base
     };
-    if !conns.contains_key(&node.name) {
-        match RespConn::connect(&node.resp_addr).await {
-            Ok(c) => {
-                conns.insert(node.name.clone(), c);
-            }
+    let conn = match conns.get_mut(&node.name) {
+        Some(conn) => conn,
+        None => match RespDriver::new(&format!("redis://{}", node.resp_addr)) {
+            Ok(driver) => conns
+                .entry(node.name.clone())
+                .or_insert(driver.with_timeout(OP_TIMEOUT)),
             Err(_) => {
                 e.ret = since(work.clock);
                 e.status = Status::Fail;
                 return e;
             }
-        }
-    }
-    let Some(conn) = conns.get_mut(&node.name) else {
-        e.status = Status::Fail;
-        return e;
+        },
     };
-    let reply = tokio::time::timeout(OP_TIMEOUT, conn.call(args)).await;
+    let args: Vec<&[u8]> = args.iter().map(|a| a.as_bytes()).collect();
+    let reply = conn.request(&args).await;
     e.ret = since(work.clock);
-    let reply = match reply {
-        Ok(Ok(r)) => r,
-        _ => {
-            // The connection's state is unknown (a reply may still arrive): start afresh.
-            conns.remove(&node.name);
-            e.status = Status::Unknown;
-            return e;
-        }
-    };
     e.status = match (op, reply) {
-        (OpKind::Write, Reply::Simple(s)) if s == "OK" => Status::Ok,
-        (OpKind::Delete, Reply::Int(_)) => Status::Ok,
-        (OpKind::Read, Reply::Bulk(v)) => {
-            e.value = v;
+        (OpKind::Write, Ok(Reply::Simple(s))) if s == "OK" => Status::Ok,
+        (OpKind::Delete, Ok(Reply::Integer(_))) => Status::Ok,
+        (OpKind::Read, Ok(Reply::Bulk(v))) => {
+            e.value = v.map(|b| String::from_utf8_lossy(&b).into_owned());
             Status::Ok
         }
-        // Errors from the node (-TRYAGAIN covers both "no leader" and "timed out").
+        // Nothing was sent to a node that refused the connection.
+        (_, Err(DriverError::Io(io))) if io.kind() == std::io::ErrorKind::ConnectionRefused => {
+            Status::Fail
+        }
+        // A read that got no usable answer tells nothing; drop it.
         (OpKind::Read, _) => Status::Fail,
+        // A write with an error reply (-TRYAGAIN covers both "no leader" and "timed out"),
+        // a timeout or a broken connection may have been applied.
         _ => Status::Unknown,
     };
     e
@@ -463,45 +401,5 @@ mod tests {
             let s = reqwest::StatusCode::from_u16(code).unwrap();
             assert!(matches!(refused::<()>(s), Outcome::Unknown(_)), "{code}");
         }
-    }
-
-    #[tokio::test]
-    async fn resp_replies_are_parsed() {
-        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
-        let addr = listener.local_addr().unwrap().to_string();
-        let server = tokio::spawn(async move {
-            let (mut s, _) = listener.accept().await.unwrap();
-            let mut buf = vec![0; 256];
-            let mut seen = Vec::new();
-            for reply in [
-                &b"+OK\r\n"[..],
-                b"$5\r\nc1-22\r\n",
-                b"$-1\r\n",
-                b":1\r\n",
-                b"-TRYAGAIN no leader\r\n",
-            ] {
-                let n = s.read(&mut buf).await.unwrap();
-                seen.extend_from_slice(&buf[..n]);
-                s.write_all(reply).await.unwrap();
-            }
-            seen
-        });
-        let mut c = RespConn::connect(&addr).await.unwrap();
-        assert_eq!(
-            c.call(&["SET", "k", "v"]).await.unwrap(),
-            Reply::Simple("OK".into())
-        );
-        assert_eq!(
-            c.call(&["GET", "k"]).await.unwrap(),
-            Reply::Bulk(Some("c1-22".into()))
-        );
-        assert_eq!(c.call(&["GET", "k"]).await.unwrap(), Reply::Bulk(None));
-        assert_eq!(c.call(&["DEL", "k"]).await.unwrap(), Reply::Int(1));
-        assert_eq!(
-            c.call(&["SET", "k", "v"]).await.unwrap(),
-            Reply::Error("TRYAGAIN no leader".into())
-        );
-        let seen = server.await.unwrap();
-        assert!(seen.starts_with(b"*3\r\n$3\r\nSET\r\n$1\r\nk\r\n$1\r\nv\r\n*2\r\n$3\r\nGET\r\n"));
     }
 }

@@ -325,15 +325,11 @@ async fn run_once(scenario: &Scenario, quiet: bool) -> anyhow::Result<RunResult>
         return Ok(run_with_progress(scenario, &scenario.targets, quiet, "").await?);
     }
     // No target: a local 3-node cluster of real processes, run against, then stopped.
-    let mut cluster = start_local_cluster(scenario.driver).await?;
+    let cluster = start_local_cluster(scenario.driver).await?;
     let targets = local_targets(scenario, cluster.nodes())?;
     eprintln!("local cluster up; running against {}", targets.join(", "));
     let result = run_with_progress(scenario, &targets, quiet, "").await;
-    let stopped = cluster.stop().await;
-    let _ = std::fs::remove_dir_all(cluster.dir());
-    let result = result?;
-    stopped.context("stopping the local cluster")?;
-    Ok(result)
+    stop_local_cluster(cluster, result).await
 }
 
 /// [`trireme_bench::run`] with a progress bar on stderr (none when `quiet`) labelled `label`.
@@ -357,6 +353,19 @@ pub(crate) async fn run_with_progress(
         bar.finish().await;
     }
     result
+}
+
+/// Stops the embedded cluster after a run on it and removes its directory. The run's own
+/// error comes first; a failure to stop is reported only after a successful run.
+pub(crate) async fn stop_local_cluster<T, E: Into<anyhow::Error>>(
+    mut cluster: crate::cluster::LocalCluster,
+    result: Result<T, E>,
+) -> anyhow::Result<T> {
+    let stopped = cluster.stop().await;
+    let _ = std::fs::remove_dir_all(cluster.dir());
+    let result = result.map_err(Into::into)?;
+    stopped.context("stopping the local cluster")?;
+    Ok(result)
 }
 
 /// Nodes of the cluster `trireme bench` starts when it is given no target.

@@ -91,7 +91,7 @@ pub fn run(args: ProbeArgs) -> anyhow::Result<()> {
             let config = args.config(write.clone(), read.clone())?;
             return Ok::<_, anyhow::Error>(run_probe(&config, None).await?);
         }
-        let mut cluster = crate::bench::start_local_cluster(driver).await?;
+        let cluster = crate::bench::start_local_cluster(driver).await?;
         let url = |i: usize| {
             let node = cluster
                 .nodes()
@@ -108,11 +108,7 @@ pub fn run(args: ProbeArgs) -> anyhow::Result<()> {
             Ok(config) => run_probe(&config, None).await.map_err(anyhow::Error::from),
             Err(e) => Err(e),
         };
-        let stopped = cluster.stop().await;
-        let _ = std::fs::remove_dir_all(cluster.dir());
-        let result = result?;
-        stopped.context("stopping the local cluster")?;
-        Ok(result)
+        crate::bench::stop_local_cluster(cluster, result).await
     })?;
     crate::bench::print_report(args.json, &result.report(), &result)
 }

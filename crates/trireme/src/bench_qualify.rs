@@ -176,18 +176,14 @@ fn qualify(args: QualifyArgs) -> anyhow::Result<()> {
             let targets = scenario.targets.clone();
             return searches(&args, &mut scenario, &targets, &config).await;
         }
-        let mut cluster = crate::bench::start_local_cluster(scenario.driver).await?;
+        let cluster = crate::bench::start_local_cluster(scenario.driver).await?;
         let targets = crate::bench::local_targets(&scenario, cluster.nodes())?;
         eprintln!(
             "local cluster up; qualifying against {}",
             targets.join(", ")
         );
         let result = searches(&args, &mut scenario, &targets, &config).await;
-        let stopped = cluster.stop().await;
-        let _ = std::fs::remove_dir_all(cluster.dir());
-        let result = result?;
-        stopped.context("stopping the local cluster")?;
-        Ok(result)
+        crate::bench::stop_local_cluster(cluster, result).await
     })?;
     let report = QualifyReport::new(
         &scenario.name,

@@ -94,7 +94,8 @@ pub fn run(args: ChaosArgs) -> anyhow::Result<()> {
         .canonicalize()
         .with_context(|| format!("--checker {}: no such directory", args.checker.display()))?;
     let mut failed = Vec::new();
-    let mut totals = (0u64, 0u64, 0usize, 0u64);
+    let (mut ops, mut acknowledged, mut faults_injected, mut divergent) =
+        (0u64, 0u64, 0usize, 0usize);
     let mut longest_partition_recovery: Option<u64> = None;
     for seed in first_seed..first_seed + u64::from(args.seeds) {
         let config = ChaosConfig {
@@ -129,10 +130,10 @@ pub fn run(args: ChaosArgs) -> anyhow::Result<()> {
                 .max_recovery_after_partition_ms
                 .map_or("-".into(), |ms| format!("{ms} ms")),
         );
-        totals.0 += summary.ops;
-        totals.1 += summary.acknowledged_writes;
-        totals.2 += summary.faults.len();
-        totals.3 += summary.divergent_keys.len() as u64;
+        ops += summary.ops;
+        acknowledged += summary.acknowledged_writes;
+        faults_injected += summary.faults.len();
+        divergent += summary.divergent_keys.len();
         longest_partition_recovery =
             longest_partition_recovery.max(summary.max_recovery_after_partition_ms);
         if !summary.passed {
@@ -142,11 +143,11 @@ pub fn run(args: ChaosArgs) -> anyhow::Result<()> {
     println!(
         "chaos: {} seeds from {first_seed}, {} operations checked, {} acknowledged writes, {} faults injected, {} failed seeds, {} divergent keys, longest recovery after a partition: {}",
         args.seeds,
-        totals.0,
-        totals.1,
-        totals.2,
+        ops,
+        acknowledged,
+        faults_injected,
         failed.len(),
-        totals.3,
+        divergent,
         longest_partition_recovery.map_or("-".into(), |ms| format!("{ms} ms"))
     );
     if !failed.is_empty() {
