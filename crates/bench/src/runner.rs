@@ -42,6 +42,8 @@ pub struct Progress {
     pub ops: AtomicU64,
     /// Failed operations among `ops`.
     pub errors: AtomicU64,
+    /// Latencies of `ops` (send to answer), for a live p99.
+    pub latency: crate::progress::LiveLatency,
 }
 
 /// Outcome of the load phase.
@@ -457,6 +459,7 @@ impl Worker {
         let result = self.driver.execute(op, &key, value.as_deref()).await;
         let end = Instant::now();
         self.progress.ops.fetch_add(1, Ordering::Relaxed);
+        self.progress.latency.record(end - start);
         if result.is_err() {
             self.progress.errors.fetch_add(1, Ordering::Relaxed);
         }

@@ -1,7 +1,13 @@
-//! The Consul KV HTTP driver: GET/PUT/DELETE on `/v1/kv/<key>` over one keep-alive HTTP/1.1
-//! connection per worker (the client shared with the etcd driver). It serves
-//! `driver = "consul"` (Consul itself) and, until the slot-aware client exists,
-//! `driver = "trireme"` (Trireme speaks the same API).
+//! The Consul KV HTTP driver: `/v1/kv/<key>` over one keep-alive HTTP/1.1 connection per
+//! worker (the client shared with the etcd driver). It serves `driver = "consul"` (Consul
+//! itself, or one Trireme node) and carries each request of the slot-aware `trireme` driver.
+//!
+//! `cas` is Consul's check-and-set: a read of the key's `ModifyIndex` (in the scenario's read
+//! consistency), then `PUT ?cas=<index>`, which writes only if nobody wrote in between
+//! (`?cas=0`: only if the key is still absent). `list` is `GET ?recurse` on the key's prefix
+//! without its last character: for the generator's `key:000000000042` that is the ten keys
+//! `key:00000000004*`, a short scan like YCSB's, in the API's own terms (Consul's KV API has
+//! no start key or limit). `search` has no Consul counterpart.
 
 use super::DriverError;
 use super::http1::HttpConnection;
@@ -47,10 +53,7 @@ impl HttpDriver {
 
     /// Whether this driver can perform `op`.
     pub fn supports(op: Operation) -> bool {
-        matches!(
-            op,
-            Operation::Get | Operation::Put | Operation::Update | Operation::Delete
-        )
+        op != Operation::Search
     }
 
     /// Sends one request and returns the status and body. Any failure drops the connection;
@@ -99,7 +102,42 @@ impl HttpDriver {
         }
     }
 
+    /// The key's `ModifyIndex`; `None` when it does not exist.
+    pub async fn modify_index(&mut self, key: &str) -> Result<Option<u64>, DriverError> {
+        let query = self.read_suffix.strip_prefix('&').unwrap_or_default();
+        let path = format!("/v1/kv/{key}?{query}");
+        match self.request("GET", &path, b"").await? {
+            (200, body) => parse_modify_index(&body).map(Some),
+            (404, _) => Ok(None),
+            (status, body) => Err(Self::unexpected(status, &body)),
+        }
+    }
+
+    /// Writes `key` only if its `ModifyIndex` is still `index` (0: only if it does not exist);
+    /// whether the write happened.
+    pub async fn cas(&mut self, key: &str, index: u64, value: &[u8]) -> Result<bool, DriverError> {
+        let path = format!("/v1/kv/{key}?cas={index}");
+        match self.request("PUT", &path, value).await? {
+            (200, body) if body.trim_ascii() == b"true" => Ok(true),
+            (200, body) if body.trim_ascii() == b"false" => Ok(false),
+            (status, body) => Err(Self::unexpected(status, &body)),
+        }
+    }
+
+    /// The keys under `prefix` with their values (`?recurse`); empty when there are none.
+    pub async fn list(&mut self, prefix: &str) -> Result<Vec<(String, u64)>, DriverError> {
+        let path = format!("/v1/kv/{prefix}?recurse{}", self.read_suffix);
+        match self.request("GET", &path, b"").await? {
+            (200, body) => parse_listing(&body),
+            (404, _) => Ok(Vec::new()),
+            (status, body) => Err(Self::unexpected(status, &body)),
+        }
+    }
+
     /// Performs `op` on `key` (`value` for writes).
+    ///
+    /// A `cas` that loses the race to another writer is a [`DriverError::Conflict`], counted
+    /// apart from failures, so contention shows in the report instead of passing for a write.
     pub async fn execute(
         &mut self,
         op: Operation,
@@ -111,12 +149,55 @@ impl HttpDriver {
             Operation::Get => self.get(key).await.map(drop),
             Operation::Put | Operation::Update => self.put(key, value).await,
             Operation::Delete => self.delete(key).await,
-            Operation::List | Operation::Search | Operation::Cas => Err(DriverError::Unsupported {
+            Operation::Cas => {
+                let index = self.modify_index(key).await?.unwrap_or(0);
+                if self.cas(key, index, value).await? {
+                    Ok(())
+                } else {
+                    Err(DriverError::Conflict(format!(
+                        "{key} changed after index {index}"
+                    )))
+                }
+            }
+            Operation::List => self.list(list_prefix(key)).await.map(drop),
+            Operation::Search => Err(DriverError::Unsupported {
                 op,
                 driver: "consul",
             }),
         }
     }
+}
+
+/// The prefix a `list` of `key` reads: the key without its last character (ten keys for the
+/// generator's zero-padded decimal keys).
+#[must_use]
+pub fn list_prefix(key: &str) -> &str {
+    key.char_indices().last().map_or("", |(i, _)| &key[..i])
+}
+
+/// The `ModifyIndex` of the one entry in a `GET /v1/kv/<key>` answer.
+fn parse_modify_index(body: &[u8]) -> Result<u64, DriverError> {
+    let entries: Vec<serde_json::Value> = serde_json::from_slice(body)
+        .map_err(|e| DriverError::Protocol(format!("KV answer is not a JSON array: {e}")))?;
+    entries
+        .first()
+        .and_then(|e| e["ModifyIndex"].as_u64())
+        .ok_or_else(|| DriverError::Protocol("KV answer without a ModifyIndex".into()))
+}
+
+/// `(Key, ModifyIndex)` of each entry in a `GET ?recurse` answer.
+fn parse_listing(body: &[u8]) -> Result<Vec<(String, u64)>, DriverError> {
+    let entries: Vec<serde_json::Value> = serde_json::from_slice(body)
+        .map_err(|e| DriverError::Protocol(format!("KV listing is not a JSON array: {e}")))?;
+    entries
+        .iter()
+        .map(|e| match (e["Key"].as_str(), e["ModifyIndex"].as_u64()) {
+            (Some(key), Some(index)) => Ok((key.to_owned(), index)),
+            _ => Err(DriverError::Protocol(format!(
+                "KV listing entry without Key or ModifyIndex: {e}"
+            ))),
+        })
+        .collect()
 }
 
 #[cfg(test)]
@@ -142,5 +223,27 @@ mod tests {
         ] {
             assert!(parse_target(bad).is_err(), "{bad} accepted");
         }
+    }
+
+    #[test]
+    fn a_list_reads_the_ten_keys_that_share_all_but_the_last_digit() {
+        assert_eq!(list_prefix("key:000000000042"), "key:00000000004");
+        assert_eq!(list_prefix("k"), "");
+        assert_eq!(list_prefix(""), "");
+        assert_eq!(list_prefix("ké"), "k", "cut at a character boundary");
+    }
+
+    #[test]
+    fn kv_answers_are_parsed_or_rejected() {
+        let one = br#"[{"Key":"a","ModifyIndex":7,"CreateIndex":3,"Value":null}]"#;
+        assert_eq!(parse_modify_index(one).unwrap(), 7);
+        assert!(parse_modify_index(b"[]").is_err());
+        assert!(parse_modify_index(b"true").is_err());
+        let two = br#"[{"Key":"a","ModifyIndex":7},{"Key":"b","ModifyIndex":9}]"#;
+        assert_eq!(
+            parse_listing(two).unwrap(),
+            vec![("a".to_owned(), 7), ("b".to_owned(), 9)]
+        );
+        assert!(parse_listing(br#"[{"Key":"a"}]"#).is_err());
     }
 }
