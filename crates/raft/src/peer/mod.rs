@@ -221,10 +221,14 @@ impl PeerTransport {
         let left = deadline.saturating_duration_since(tokio::time::Instant::now());
         match link.call(wire::Request::Forward { payload }, left).await {
             Ok(wire::Response::Forward(answer)) => Ok(answer),
+            // Only a node that has not started serving answers a forward with `Failed`: the
+            // request was not served, and the caller may send it elsewhere.
             Ok(wire::Response::Failed(reason)) => Err(PeerError::Failed(to, reason)),
-            Ok(other) => Err(PeerError::Failed(
+            // Any other answer is a peer speaking another protocol: whether it served the
+            // request is unknown, so a write must not be retried as if unsent.
+            Ok(other) => Err(PeerError::Lost(
                 to,
-                format!("unexpected answer {other:?}"),
+                format!("unexpected answer to a forward: {other:?}"),
             )),
             Err(CallError::Unreachable(reason)) => Err(PeerError::Unreachable(to, reason)),
             Err(CallError::Lost(reason)) => Err(PeerError::Lost(to, reason)),
