@@ -1,16 +1,21 @@
 //! Proposal batching: concurrent writes to one shard are proposed together as one log entry.
 //!
 //! Each log entry costs openraft and fjall a fixed amount of work (the entry's trip through
-//! the Raft task, a journal record for the append, an apply call) on top of the work per
-//! key. Under load, a shard's writers queue here while the previous entry commits, and the
-//! queue goes out as one [`Command::Batch`] entry. Commands touching the same key are never
-//! in one batch, so each change of a key keeps a `ModifyIndex` of its own; a command that
-//! cannot name its keys (a prefix delete) always goes alone. A lone writer never waits.
+//! the Raft task, a journal record for the append, replication, an apply call) on top of the
+//! work per key. Under load, a shard's writers queue here while the previous entry commits,
+//! and the queue goes out as one [`Command::Batch`] entry, applied in queue order under the
+//! entry's index. A lone writer never waits; a command that cannot name its keys (a prefix
+//! delete) always goes alone.
+//!
+//! Writes to the same key may share an entry. Only the last of them is ever visible: the
+//! batch is applied atomically, so no read can fall between them, and each command sees the
+//! ones before it (a CAS after a put in the same batch fails, as it would one entry later).
+//! What is given up is an index of their own for the overwritten values, which nobody could
+//! have read.
 
 use crate::{RaftLayerError, ShardStateMachine, TypeConfig};
 use futures::stream::{FuturesUnordered, StreamExt};
 use openraft::Raft;
-use std::collections::HashSet;
 use tokio::sync::{mpsc, oneshot};
 use trireme_types::{Command, CommandResult, LogCommand};
 
@@ -69,35 +74,31 @@ async fn run(
     while in_flight.next().await.is_some() {}
 }
 
-/// Takes what is queued behind `first` into one batch, up to a key conflict, an unbatchable
-/// command or `MAX_BATCH`; the proposal that ended the batch is carried to the next one.
+/// Takes what is queued behind `first` into one batch, up to an unbatchable command or
+/// `MAX_BATCH`; the unbatchable proposal that ended the batch is carried to the next one.
 fn collect(
     first: Proposal,
     rx: &mut mpsc::Receiver<Proposal>,
     carried: &mut Option<Proposal>,
 ) -> Vec<Proposal> {
-    let Some(first_keys) = first.command.command.keys() else {
+    if !batchable(&first) {
         return vec![first];
-    };
-    let mut keys: HashSet<bytes::Bytes> = first_keys.into_iter().cloned().collect();
+    }
     let mut batch = vec![first];
     while batch.len() < MAX_BATCH {
         let Ok(next) = rx.try_recv() else { break };
-        let fits = next
-            .command
-            .command
-            .keys()
-            .is_some_and(|ks| ks.iter().all(|k| !keys.contains(*k)));
-        if !fits {
+        if !batchable(&next) {
             *carried = Some(next);
             break;
-        }
-        if let Some(ks) = next.command.command.keys() {
-            keys.extend(ks.into_iter().cloned());
         }
         batch.push(next);
     }
     batch
+}
+
+/// Commands that name their keys can share an entry; a prefix delete goes alone.
+fn batchable(proposal: &Proposal) -> bool {
+    proposal.command.command.keys().is_some()
 }
 
 async fn propose(raft: Raft<TypeConfig, ShardStateMachine>, shard: u32, mut batch: Vec<Proposal>) {
@@ -176,13 +177,12 @@ mod tests {
     }
 
     #[tokio::test]
-    async fn batches_stop_at_a_repeated_key_or_an_unbatchable_command() {
+    async fn batches_take_repeated_keys_and_stop_at_an_unbatchable_command() {
         let (tx, mut rx) = mpsc::channel(16);
         for command in [
             put("b"),
-            put("c"),
             put("a"),
-            put("d"),
+            put("a"),
             Command::DeletePrefix {
                 prefix: Bytes::new(),
             },
@@ -192,20 +192,36 @@ mod tests {
         }
         let mut carried = None;
         let batch = collect(proposal(put("a")), &mut rx, &mut carried);
+        let commands: Vec<Command> = batch.into_iter().map(|p| p.command.command).collect();
         assert_eq!(
-            batch.len(),
-            3,
-            "a, b, c; the second `a` waits for the next entry"
+            commands,
+            vec![put("a"), put("b"), put("a"), put("a")],
+            "queue order, repeated keys included, up to the prefix delete"
         );
-        let next = carried
-            .take()
-            .expect("the conflicting proposal is carried over");
-        assert_eq!(next.command.command, put("a"));
-        let batch = collect(next, &mut rx, &mut carried);
-        assert_eq!(batch.len(), 2, "a, d; the prefix delete goes alone");
-        let prefix = carried.take().expect("carried");
-        assert_eq!(collect(prefix, &mut rx, &mut carried).len(), 1);
+        let prefix = carried.take().expect("the prefix delete is carried over");
+        assert!(matches!(
+            prefix.command.command,
+            Command::DeletePrefix { .. }
+        ));
+        assert_eq!(collect(prefix, &mut rx, &mut carried).len(), 1, "alone");
         assert!(carried.is_none());
         assert_eq!(collect(proposal(put("x")), &mut rx, &mut carried).len(), 2);
+    }
+
+    #[tokio::test]
+    async fn a_batch_stops_at_its_size_limit() {
+        let (tx, mut rx) = mpsc::channel(MAX_BATCH + 8);
+        for _ in 0..MAX_BATCH + 5 {
+            assert!(tx.send(proposal(put("k"))).await.is_ok());
+        }
+        let mut carried = None;
+        let batch = collect(proposal(put("k")), &mut rx, &mut carried);
+        assert_eq!(batch.len(), MAX_BATCH);
+        assert!(
+            carried.is_none(),
+            "nothing is carried when the limit ends a batch"
+        );
+        let rest = collect(proposal(put("k")), &mut rx, &mut carried);
+        assert_eq!(rest.len(), 7, "the 6 left in the queue behind a new first");
     }
 }
