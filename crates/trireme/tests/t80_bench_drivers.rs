@@ -5,7 +5,7 @@ mod common;
 
 use std::time::Duration;
 
-use common::{StartOptions, TestNode, binary};
+use common::{StartOptions, TestNode, binary, run_bench, run_program_async};
 use serde_json::Value;
 use trireme_bench::driver::{DriverError, HttpDriver};
 use trireme_bench::scenario::{Consistency, Operation};
@@ -74,25 +74,9 @@ async fn cas_writes_only_over_the_index_it_read_and_list_reads_one_prefix() {
 
 /// Runs `trireme bench` with `args` and returns the parsed `--json` result.
 async fn bench_json(args: &[&str]) -> Value {
-    let output = tokio::time::timeout(
-        Duration::from_secs(120),
-        tokio::process::Command::new(binary())
-            .arg("bench")
-            .args(args)
-            .args(["--json", "--quiet", "--no-results"])
-            .kill_on_drop(true)
-            .output(),
-    )
-    .await
-    .expect("trireme bench finishes within 2 minutes")
-    .expect("trireme bench starts");
-    let stdout = String::from_utf8_lossy(&output.stdout).into_owned();
-    assert!(
-        output.status.success(),
-        "trireme bench {args:?} failed: {}\nstdout:\n{stdout}\nstderr:\n{}",
-        output.status,
-        String::from_utf8_lossy(&output.stderr)
-    );
+    let mut all = args.to_vec();
+    all.extend(["--json", "--quiet", "--no-results"]);
+    let stdout = run_bench(&all).await;
     // The JSON document is the last thing printed, from a line that opens with `{`.
     let start = if stdout.starts_with('{') {
         Some(0)
@@ -136,28 +120,22 @@ async fn ycsb_e_and_f_run_their_scans_and_read_modify_writes() {
 #[tokio::test]
 async fn a_mix_with_search_is_refused_before_it_starts() {
     let node = TestNode::start(StartOptions::default()).await;
-    let output = tokio::process::Command::new(binary())
-        .args([
-            "bench",
-            "--preset",
-            "orchestrate-production-mix",
-            "--target",
-        ])
-        .arg(node.http_url())
-        .args([
-            "--keys",
-            "100",
-            "--duration",
-            "1s",
-            "--no-results",
-            "--quiet",
-        ])
-        .kill_on_drop(true)
-        .output()
-        .await
-        .expect("trireme bench starts");
-    let stderr = String::from_utf8_lossy(&output.stderr);
-    assert!(!output.status.success(), "a mix with search ran: {stderr}");
+    let target = node.http_url();
+    let args = [
+        "bench",
+        "--preset",
+        "orchestrate-production-mix",
+        "--target",
+        &target,
+        "--keys",
+        "100",
+        "--duration",
+        "1s",
+        "--no-results",
+        "--quiet",
+    ];
+    let (ok, _, stderr) = run_program_async(binary(), &args, Duration::from_secs(60)).await;
+    assert!(!ok, "a mix with search ran: {stderr}");
     assert!(
         stderr.contains("search"),
         "the refusal names the operation: {stderr}"

@@ -3,33 +3,9 @@
 mod common;
 
 use std::path::Path;
-use std::time::Duration;
 
-use common::{StartOptions, TestNode, binary};
+use common::{StartOptions, TestNode, run_bench};
 use serde_json::Value;
-
-/// Runs `trireme bench` with `args`; returns stdout, failing the test on a non-zero exit.
-async fn bench(args: &[&str]) -> String {
-    let output = tokio::time::timeout(
-        Duration::from_secs(120),
-        tokio::process::Command::new(binary())
-            .arg("bench")
-            .args(args)
-            .kill_on_drop(true)
-            .output(),
-    )
-    .await
-    .expect("trireme bench finishes within 2 minutes")
-    .expect("trireme bench starts");
-    let stdout = String::from_utf8_lossy(&output.stdout).into_owned();
-    assert!(
-        output.status.success(),
-        "trireme bench {args:?} failed: {}\nstdout:\n{stdout}\nstderr:\n{}",
-        output.status,
-        String::from_utf8_lossy(&output.stderr)
-    );
-    stdout
-}
 
 fn read(dir: &Path, name: &str) -> String {
     std::fs::read_to_string(dir.join(name)).unwrap_or_else(|e| panic!("{name}: {e}"))
@@ -56,7 +32,7 @@ async fn a_run_writes_every_results_file_and_they_agree() {
     let run = out.path().join("run");
     let target = node.http_url();
     let run_str = run.display().to_string();
-    let stdout = bench(&[
+    let stdout = run_bench(&[
         "--preset",
         "consul-put",
         "--duration",
@@ -136,7 +112,7 @@ async fn a_run_writes_every_results_file_and_they_agree() {
     // compare reads the run back (twice: against itself every ratio is 1).
     let cmp = out.path().join("cmp");
     let cmp_str = cmp.display().to_string();
-    let text = bench(&["compare", &run_str, &run_str, "--out", &cmp_str]).await;
+    let text = run_bench(&["compare", &run_str, &run_str, "--out", &cmp_str]).await;
     assert!(text.contains("1.00x"), "{text}");
     assert!(cmp.join("compare.html").is_file());
 }

@@ -56,6 +56,19 @@ pub async fn run_program_async(
         .expect("runner")
 }
 
+/// Runs `trireme bench ARGS` (within 2 minutes) and returns its stdout, failing the test on
+/// a non-zero exit with everything it printed.
+pub async fn run_bench(args: &[&str]) -> String {
+    let mut all = vec!["bench"];
+    all.extend_from_slice(args);
+    let (ok, stdout, stderr) = run_program_async(binary(), &all, Duration::from_secs(120)).await;
+    assert!(
+        ok,
+        "trireme bench {args:?} failed\nstdout:\n{stdout}\nstderr:\n{stderr}"
+    );
+    stdout
+}
+
 /// How long a node may take to start, stop, or answer before a test gives up.
 pub const DEADLINE: Duration = Duration::from_secs(30);
 
