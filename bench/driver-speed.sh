@@ -66,7 +66,7 @@ TOML
 
 bench_ops() { # driver target -> ops/s of the get operation
   "$TRIREME" bench "$work/get.toml" --driver "$1" --target "$2" --quiet --no-results --json 2>>"$work/bench.log" \
-    | python3 -c 'import json,sys; t=sys.stdin.read(); d=json.loads(t[t.index("{"):]); print(round(d["per_op"]["get"]["ops_per_sec"]))'
+    | python3 -c 'import json,sys; print(round(json.load(sys.stdin)["per_op"]["get"]["ops_per_sec"]))'
 }
 
 # 1. RESP against redis-server.

@@ -89,7 +89,7 @@ impl LiveLatency {
     pub fn quantile_between(before: &[u64], after: &[u64], quantile: f64) -> Option<Duration> {
         let counts: Vec<u64> = after
             .iter()
-            .zip(before.iter().chain(std::iter::repeat(&0)))
+            .zip(before)
             .map(|(a, b)| a.saturating_sub(*b))
             .collect();
         let total: u64 = counts.iter().sum();

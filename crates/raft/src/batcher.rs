@@ -99,7 +99,7 @@ fn collect(
 
 /// Commands that name their keys can share an entry; a prefix delete goes alone.
 fn batchable(proposal: &Proposal) -> bool {
-    proposal.command.command.keys().is_some()
+    proposal.command.command.can_share_an_entry()
 }
 
 async fn propose(raft: Raft<TypeConfig, ShardStateMachine>, shard: u32, mut batch: Vec<Proposal>) {

@@ -4,8 +4,7 @@ mod common;
 
 use common::{RawResp, Reply, StartOptions, TestNode, encode_cmd, wait_until};
 use std::collections::BTreeSet;
-use std::process::{Command, Stdio};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 /// Sends one command and asserts the exact reply bytes.
 async fn exact(conn: &mut RawResp, args: &[&[u8]], want: &[u8]) {
@@ -24,25 +23,16 @@ async fn exact(conn: &mut RawResp, args: &[&[u8]], want: &[u8]) {
 
 /// Runs `redis-cli -h 127.0.0.1 -p PORT args...` with a deadline; returns stdout.
 fn redis_cli(port: u16, args: &[&str]) -> String {
-    let mut child = Command::new("redis-cli")
-        .args(["-h", "127.0.0.1", "-p", &port.to_string()])
-        .args(args)
-        .stdin(Stdio::null())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .expect("redis-cli is missing: run scripts/install-test-deps.sh");
-    let deadline = Instant::now() + Duration::from_secs(20);
-    while child.try_wait().expect("try_wait").is_none() {
-        if Instant::now() >= deadline {
-            let _ = child.kill();
-            panic!("redis-cli {args:?} did not finish within 20 s");
-        }
-        std::thread::sleep(Duration::from_millis(10));
-    }
-    let out = child.wait_with_output().expect("redis-cli output");
-    assert!(out.status.success(), "redis-cli {args:?}: {out:?}");
-    String::from_utf8(out.stdout).expect("redis-cli prints text")
+    let mut all: Vec<String> = vec![
+        "-h".into(),
+        "127.0.0.1".into(),
+        "-p".into(),
+        port.to_string(),
+    ];
+    all.extend(args.iter().map(|a| a.to_string()));
+    let (ok, stdout, stderr) = common::run_program("redis-cli", &all, Duration::from_secs(20));
+    assert!(ok, "redis-cli {args:?}: {stdout}{stderr}");
+    stdout
 }
 
 #[tokio::test]

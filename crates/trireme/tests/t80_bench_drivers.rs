@@ -77,14 +77,8 @@ async fn bench_json(args: &[&str]) -> Value {
     let mut all = args.to_vec();
     all.extend(["--json", "--quiet", "--no-results"]);
     let stdout = run_bench(&all).await;
-    // The JSON document is the last thing printed, from a line that opens with `{`.
-    let start = if stdout.starts_with('{') {
-        Some(0)
-    } else {
-        stdout.find("\n{").map(|i| i + 1)
-    };
-    let json = &stdout[start.unwrap_or_else(|| panic!("no JSON in {stdout}"))..];
-    serde_json::from_str(json).unwrap_or_else(|e| panic!("{e}: {json}"))
+    // With --json, stdout holds the JSON document alone (the table goes to stderr).
+    serde_json::from_str(&stdout).unwrap_or_else(|e| panic!("{e}: {stdout}"))
 }
 
 #[tokio::test]

@@ -122,17 +122,10 @@ impl Command {
         }
     }
 
-    /// The keys this command writes, or `None` if it may write keys it cannot name up front
-    /// (a prefix delete, a batch): such a command is never batched with others.
-    pub fn keys(&self) -> Option<Vec<&Bytes>> {
-        match self {
-            Command::Put { key, .. } | Command::Incr { key, .. } | Command::SetTtl { key, .. } => {
-                Some(vec![key])
-            }
-            Command::PutMany { pairs } => Some(pairs.iter().map(|(k, _)| k).collect()),
-            Command::Delete { keys, .. } | Command::Reap { keys } => Some(keys.iter().collect()),
-            Command::DeletePrefix { .. } | Command::Batch(_) => None,
-        }
+    /// Whether the command names every key it writes, so it can share a log entry with
+    /// others; a prefix delete (whose keys are known only when applied) or a batch cannot.
+    pub fn can_share_an_entry(&self) -> bool {
+        !matches!(self, Command::DeletePrefix { .. } | Command::Batch(_))
     }
 }
 
