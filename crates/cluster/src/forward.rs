@@ -16,8 +16,9 @@ use tokio::time::Instant;
 use trireme_raft::{ForwardHandler, PeerError, RaftLayerError, ReadMode, ShardGroup};
 use trireme_types::{CommandResult, ErrorCode, LogCommand, NodeId, Record, ShardId, TriremeError};
 
-/// Attempts per request (local or remote) before giving up on finding a leader.
-const MAX_ATTEMPTS: usize = 8;
+/// Attempts per request (local or remote) before giving up on finding a leader; the request
+/// timeout bounds them too.
+const MAX_ATTEMPTS: usize = 12;
 
 /// One operation on one shard.
 #[derive(Debug, Clone, Serialize, Deserialize)]
@@ -118,6 +119,10 @@ impl Node {
         let deadline = Instant::now() + self.config.timing.request_timeout;
         let mut hint: Option<u64> = None;
         let mut last_error: Option<ClusterError> = None;
+        // Nodes asked since the last pause. During a leader handover the old leader names the
+        // new one before the new one knows it won, and each points at the other: asking a
+        // node twice without a pause would spend every attempt in a millisecond.
+        let mut asked: Vec<u64> = Vec::with_capacity(MAX_ATTEMPTS);
         for attempt in 0..MAX_ATTEMPTS {
             let left = deadline.saturating_duration_since(Instant::now());
             if left.is_zero() {
@@ -133,6 +138,19 @@ impl Node {
                     continue;
                 }
             };
+            let node = match &target {
+                Target::Local(_) => self.node_id,
+                Target::Remote(to) => *to,
+            };
+            if asked.contains(&node) {
+                self.pause(attempt, left).await;
+                asked.clear();
+            }
+            asked.push(node);
+            let left = deadline.saturating_duration_since(Instant::now());
+            if left.is_zero() {
+                break;
+            }
             match target {
                 Target::Local(group) => match self.serve_local(&group, mode, op.clone()).await {
                     Err(ClusterError::Raft(RaftLayerError::NotLeader { leader, .. })) => {

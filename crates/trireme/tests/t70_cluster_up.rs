@@ -295,8 +295,10 @@ async fn up_serves_reports_stops_on_sigterm_and_restarts_on_its_data() {
         .send()
         .await
         .expect("PUT on n1");
-    assert_eq!(put.status(), 200);
-    assert_eq!(put.text().await.expect("PUT body").trim(), "true");
+    let put_status = put.status();
+    let put_body = put.text().await.expect("PUT body");
+    assert_eq!(put_status, 200, "PUT on n1: {put_body}");
+    assert_eq!(put_body.trim(), "true");
     assert_eq!(
         consistent_get(&client, n3, "t70/greeting").await.value,
         b"hello"
