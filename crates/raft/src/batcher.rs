@@ -23,8 +23,12 @@ use trireme_types::{Command, CommandResult, LogCommand};
 
 /// Entries of one shard being committed at once; more proposals wait and batch up. Above 1
 /// so that the proposals queued while one entry is appended do not wait for its fsync: they
-/// go out as the next entry, and openraft packs the entries into one append.
-const MAX_IN_FLIGHT: usize = 32;
+/// go out as the next entry, and openraft packs the entries into one append. Kept low so
+/// that they do queue: every entry costs the leader an append, a sync request and a message
+/// to each follower. With 64 connections PUT on one key of a 3-node cluster, 4 instead of 32
+/// cut the leader's CPU per write by about a seventh (79 to 67 µs, mean of three runs each)
+/// and its syncs by a third; with one node the rate did not change.
+const MAX_IN_FLIGHT: usize = 4;
 /// Most commands in one entry.
 const MAX_BATCH: usize = 256;
 /// Proposals queued per shard before writers wait (their request timeout still applies).
