@@ -38,7 +38,9 @@ fn raft_code(e: &RaftLayerError) -> ErrorCode {
     match e {
         RaftLayerError::NotLeader { .. } | RaftLayerError::NoQuorum { .. } => ErrorCode::NoLeader,
         RaftLayerError::Stopped { .. } => ErrorCode::Unavailable,
-        RaftLayerError::Timeout { .. } => ErrorCode::Timeout,
+        RaftLayerError::OutcomeUnknown { .. } | RaftLayerError::Timeout { .. } => {
+            ErrorCode::Timeout
+        }
         RaftLayerError::Storage(_) => ErrorCode::StorageFailure,
         RaftLayerError::Setup(_) => ErrorCode::Internal,
     }

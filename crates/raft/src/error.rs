@@ -29,6 +29,18 @@ pub enum RaftLayerError {
         /// Why.
         reason: String,
     },
+    /// The write's entry was appended here, then dropped from this node's log when it followed
+    /// another leader; another node may still commit it. Unlike `NotLeader` (refused before it
+    /// was appended), retrying it could apply it twice.
+    #[error(
+        "shard {shard}: the write's log entry was discarded on a leader change; it may or may not have been applied ({reason})"
+    )]
+    OutcomeUnknown {
+        /// The shard.
+        shard: u32,
+        /// What openraft said.
+        reason: String,
+    },
     /// The request did not finish in time; it may or may not have been applied.
     #[error(
         "shard {shard}: no answer within {millis} ms; the write may or may not have been applied"
@@ -57,6 +69,12 @@ impl RaftLayerError {
                 RaftLayerError::NotLeader {
                     shard,
                     leader: f.leader_node,
+                }
+            }
+            RaftError::APIError(discarded @ ClientWriteError::LogEntryDiscarded(_)) => {
+                RaftLayerError::OutcomeUnknown {
+                    shard,
+                    reason: discarded.to_string(),
                 }
             }
             RaftError::APIError(other) => RaftLayerError::NoQuorum {
@@ -101,6 +119,10 @@ impl RaftLayerError {
                 shard: *shard,
                 reason: reason.clone(),
             },
+            RaftLayerError::OutcomeUnknown { shard, reason } => RaftLayerError::OutcomeUnknown {
+                shard: *shard,
+                reason: reason.clone(),
+            },
             RaftLayerError::Timeout { shard, millis } => RaftLayerError::Timeout {
                 shard: *shard,
                 millis: *millis,
@@ -125,10 +147,47 @@ impl From<RaftLayerError> for TriremeError {
                 ErrorCode::NoLeader
             }
             RaftLayerError::Stopped { .. } => ErrorCode::Unavailable,
-            RaftLayerError::Timeout { .. } => ErrorCode::Timeout,
+            RaftLayerError::OutcomeUnknown { .. } | RaftLayerError::Timeout { .. } => {
+                ErrorCode::Timeout
+            }
             RaftLayerError::Storage(_) => ErrorCode::StorageFailure,
             RaftLayerError::Setup(_) => ErrorCode::Internal,
         };
         TriremeError::new(code, e.to_string())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use openraft::errors::ForwardToLeader;
+
+    #[test]
+    fn a_write_refused_before_its_append_may_be_retried_a_discarded_one_may_not() {
+        let refused = RaftLayerError::from_write(
+            7,
+            RaftError::APIError(ClientWriteError::ForwardToLeader(ForwardToLeader::empty())),
+        );
+        assert!(matches!(
+            refused,
+            RaftLayerError::NotLeader { shard: 7, .. }
+        ));
+        assert_eq!(TriremeError::from(refused).code, ErrorCode::NoLeader);
+
+        let discarded = RaftLayerError::from_write(
+            7,
+            RaftError::APIError(ClientWriteError::LogEntryDiscarded(ForwardToLeader::empty())),
+        );
+        assert!(
+            matches!(discarded, RaftLayerError::OutcomeUnknown { shard: 7, .. }),
+            "{discarded:?}"
+        );
+        assert!(
+            discarded
+                .to_string()
+                .contains("may or may not have been applied")
+        );
+        let to_client = TriremeError::from(discarded.duplicate());
+        assert_eq!(to_client.code, ErrorCode::Timeout, "504: outcome unknown");
     }
 }
