@@ -27,21 +27,9 @@ impl ClusterError {
     pub fn to_client(&self) -> TriremeError {
         match self {
             ClusterError::Request(e) | ClusterError::Remote(e) => e.clone(),
-            ClusterError::Raft(e) => TriremeError::new(raft_code(e), e.to_string()),
+            ClusterError::Raft(e) => TriremeError::new(e.code(), e.to_string()),
             ClusterError::Storage(e) => TriremeError::new(ErrorCode::StorageFailure, e.to_string()),
             ClusterError::Config(m) => TriremeError::new(ErrorCode::Internal, m.clone()),
         }
-    }
-}
-
-fn raft_code(e: &RaftLayerError) -> ErrorCode {
-    match e {
-        RaftLayerError::NotLeader { .. } | RaftLayerError::NoQuorum { .. } => ErrorCode::NoLeader,
-        RaftLayerError::Stopped { .. } => ErrorCode::Unavailable,
-        RaftLayerError::OutcomeUnknown { .. } | RaftLayerError::Timeout { .. } => {
-            ErrorCode::Timeout
-        }
-        RaftLayerError::Storage(_) => ErrorCode::StorageFailure,
-        RaftLayerError::Setup(_) => ErrorCode::Internal,
     }
 }

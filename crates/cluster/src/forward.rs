@@ -142,15 +142,15 @@ impl Node {
                 Target::Local(_) => self.node_id,
                 Target::Remote(to) => *to,
             };
+            let mut left = left;
             if asked.contains(&node) {
-                self.pause(attempt, left).await;
-                asked.clear();
+                self.pause(attempt, left, &mut asked).await;
+                left = deadline.saturating_duration_since(Instant::now());
+                if left.is_zero() {
+                    break;
+                }
             }
             asked.push(node);
-            let left = deadline.saturating_duration_since(Instant::now());
-            if left.is_zero() {
-                break;
-            }
             match target {
                 Target::Local(group) => match self.serve_local(&group, mode, op.clone()).await {
                     Err(ClusterError::Raft(RaftLayerError::NotLeader { leader, .. })) => {
@@ -166,14 +166,14 @@ impl Node {
                         hint = leader.filter(|l| *l != to);
                         last_error = Some(no_leader(shard));
                         if hint.is_none() {
-                            self.pause(attempt, left).await;
+                            self.pause(attempt, left, &mut asked).await;
                         }
                     }
                     Ok(ForwardReply::Failed(e)) => return Err(ClusterError::Remote(e)),
                     Err(PeerError::Unreachable(..) | PeerError::Failed(..)) => {
                         hint = None;
                         last_error = Some(unreachable(shard, to));
-                        self.pause(attempt, left).await;
+                        self.pause(attempt, left, &mut asked).await;
                     }
                     Err(e @ (PeerError::Lost(..) | PeerError::Timeout(..))) if op.is_write() => {
                         return Err(ClusterError::Remote(TriremeError::new(
@@ -243,16 +243,19 @@ impl Node {
     }
 
     /// After a local group refused as not leader: wait for the leader it named to be known.
+    /// (Not a pause: a leader already known, if stale, ends the wait at once.)
     async fn yield_to_election(&self, group: &ShardGroup, hint: Option<u64>, left: Duration) {
         if hint.is_none() {
             group.await_leader(left.min(Duration::from_secs(1))).await;
         }
     }
 
-    /// Backs off a little between attempts that found nobody able to serve.
-    async fn pause(&self, attempt: usize, left: Duration) {
+    /// Backs off a little between attempts that found nobody able to serve; after it, any
+    /// node may be asked again.
+    async fn pause(&self, attempt: usize, left: Duration, asked: &mut Vec<u64>) {
         let wait = Duration::from_millis(20 << attempt.min(5)).min(left);
         tokio::time::sleep(wait).await;
+        asked.clear();
     }
 
     async fn forward(

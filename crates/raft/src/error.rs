@@ -140,9 +140,11 @@ impl RaftLayerError {
     }
 }
 
-impl From<RaftLayerError> for TriremeError {
-    fn from(e: RaftLayerError) -> Self {
-        let code = match &e {
+impl RaftLayerError {
+    /// The code a client sees: 503 when the write certainly was not applied, 504 when it may
+    /// have been.
+    pub fn code(&self) -> ErrorCode {
+        match self {
             RaftLayerError::NotLeader { .. } | RaftLayerError::NoQuorum { .. } => {
                 ErrorCode::NoLeader
             }
@@ -152,8 +154,13 @@ impl From<RaftLayerError> for TriremeError {
             }
             RaftLayerError::Storage(_) => ErrorCode::StorageFailure,
             RaftLayerError::Setup(_) => ErrorCode::Internal,
-        };
-        TriremeError::new(code, e.to_string())
+        }
+    }
+}
+
+impl From<RaftLayerError> for TriremeError {
+    fn from(e: RaftLayerError) -> Self {
+        TriremeError::new(e.code(), e.to_string())
     }
 }
 
