@@ -222,7 +222,8 @@ pub struct ExitedNode {
 }
 
 /// `DIR/cluster.json`: for scripts and tests, which nodes run where. `state` is `running` once
-/// every node serves and `stopped` after a stop (the pids are then those of the last run).
+/// every node serves and `cluster up` has printed its summary, and `stopped` after a stop (the
+/// pids are then those of the last run).
 #[derive(Serialize)]
 struct Manifest<'a> {
     state: &'a str,
@@ -257,7 +258,11 @@ impl LocalCluster {
     pub async fn start(opts: ClusterOptions) -> anyhow::Result<LocalCluster> {
         let timeout = opts.start_timeout;
         let mut cluster = LocalCluster::spawn(opts)?;
-        match cluster.wait_ready(timeout).await {
+        match cluster
+            .wait_ready(timeout)
+            .await
+            .and_then(|()| cluster.mark_running())
+        {
             Ok(()) => Ok(cluster),
             Err(e) => {
                 // The start-up error matters more than how the stop went.
@@ -376,8 +381,8 @@ impl LocalCluster {
         Ok((node, child))
     }
 
-    /// Waits until every node answers `/v1/health` with 200 and every shard has a leader, then
-    /// writes `cluster.json`. Fails at once when a node exits, or at `timeout` naming the nodes
+    /// Waits until every node answers `/v1/health` with 200 and every shard has a leader (the
+    /// caller then says so with [`LocalCluster::mark_running`]). Fails at once when a node exits, or at `timeout` naming the nodes
     /// and shards still missing; either way with the tail of the logs concerned. The nodes are
     /// left running: the caller decides how to stop them.
     pub async fn wait_ready(&mut self, timeout: Duration) -> anyhow::Result<()> {
@@ -403,7 +408,6 @@ impl LocalCluster {
             }
             if let Some(shard_count) = last.ready() {
                 self.shard_count = shard_count;
-                self.write_manifest("running")?;
                 return Ok(());
             }
             if tokio::time::Instant::now() >= deadline {
@@ -586,6 +590,12 @@ impl LocalCluster {
         if self.manifest_written {
             let _ = self.write_manifest("stopped");
         }
+    }
+
+    /// Writes `cluster.json` with state `running`. Scripts poll for it, so it comes after
+    /// everything the caller prints about the running cluster.
+    pub fn mark_running(&mut self) -> anyhow::Result<()> {
+        self.write_manifest("running")
     }
 
     fn write_manifest(&mut self, state: &str) -> anyhow::Result<()> {
@@ -859,6 +869,7 @@ async fn up(args: UpArgs) -> anyhow::Result<()> {
         None => return cluster.stop().await,
     }
     print_up_summary(&cluster);
+    cluster.mark_running()?;
 
     // Nodes that died while the cluster was up: reported at once, and in the exit status.
     let mut died = Vec::new();
