@@ -116,6 +116,9 @@ impl Node {
         mode: ReadMode,
         op: ShardOp,
     ) -> Result<(ShardAnswer, Freshness), ClusterError> {
+        if let Some(served) = self.read_here_at_once(shard, mode, &op) {
+            return served;
+        }
         let deadline = Instant::now() + self.config.timing.request_timeout;
         let mut hint: Option<u64> = None;
         let mut last_error: Option<ClusterError> = None;
@@ -279,6 +282,53 @@ impl Node {
             .map_err(|e| PeerError::Lost(to, format!("undecodable answer: {e}")))
     }
 
+    /// The common read, served here with none of the retry loop's bookkeeping: this node
+    /// leads the shard and holds its lease, or the read is `stale` and a replica is here.
+    /// `None` when the loop must decide (a write, a count, a `consistent` read, no lease).
+    fn read_here_at_once(
+        &self,
+        shard: ShardId,
+        mode: ReadMode,
+        op: &ShardOp,
+    ) -> Option<Result<(ShardAnswer, Freshness), ClusterError>> {
+        if !matches!(op, ShardOp::Get(_) | ShardOp::Scan { .. }) {
+            return None;
+        }
+        let group = self.group(shard)?;
+        if !group.can_read_at_once(mode) {
+            return None;
+        }
+        Some(
+            self.read_rows(group.shard().0, op)
+                .map(|answer| (answer, freshness(&group))),
+        )
+    }
+
+    /// Reads keys or a range from this node's replica of `shard`: a point lookup or a
+    /// bounded scan, cheap enough for the async threads.
+    fn read_rows(&self, shard: u32, op: &ShardOp) -> Result<ShardAnswer, ClusterError> {
+        let now = crate::now_ms();
+        Ok(match op {
+            ShardOp::Get(keys) => ShardAnswer::Records(
+                keys.iter()
+                    .map(|k| self.storage.get(shard, k, now))
+                    .collect::<Result<_, _>>()?,
+            ),
+            ShardOp::Scan {
+                prefix,
+                after,
+                limit,
+            } => ShardAnswer::Rows(self.storage.scan(
+                shard,
+                prefix,
+                after.as_deref(),
+                *limit as usize,
+                now,
+            )?),
+            ShardOp::Count | ShardOp::Write(_) => unreachable!("not a row read"),
+        })
+    }
+
     /// Serves `op` with this node's replica of the shard.
     pub(crate) async fn serve_local(
         &self,
@@ -291,31 +341,17 @@ impl Node {
             ShardOp::Write(command) => ShardAnswer::Written(group.write(command).await?),
             read => {
                 group.read_barrier(mode).await?;
-                let storage = self.storage.clone();
-                let now = crate::now_ms();
                 match read {
-                    ShardOp::Get(keys) => ShardAnswer::Records(
-                        keys.iter()
-                            .map(|k| storage.get(shard, k, now))
-                            .collect::<Result<_, _>>()?,
-                    ),
-                    ShardOp::Scan {
-                        prefix,
-                        after,
-                        limit,
-                    } => ShardAnswer::Rows(storage.scan(
-                        shard,
-                        &prefix,
-                        after.as_deref(),
-                        limit as usize,
-                        now,
-                    )?),
-                    ShardOp::Count => ShardAnswer::Count(
-                        tokio::task::spawn_blocking(move || count_rows(&storage, shard, now))
-                            .await
-                            .map_err(|e| ClusterError::Config(format!("count task: {e}")))??,
-                    ),
-                    ShardOp::Write(_) => unreachable!("handled above"),
+                    ShardOp::Count => {
+                        let storage = self.storage.clone();
+                        let now = crate::now_ms();
+                        ShardAnswer::Count(
+                            tokio::task::spawn_blocking(move || count_rows(&storage, shard, now))
+                                .await
+                                .map_err(|e| ClusterError::Config(format!("count task: {e}")))??,
+                        )
+                    }
+                    rows => self.read_rows(shard, &rows)?,
                 }
             }
         };

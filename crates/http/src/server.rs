@@ -5,8 +5,7 @@ use crate::AppState;
 use crate::routes::{kv, metrics, status};
 use crate::state::HttpMetrics;
 use axum::Router;
-use axum::extract::{DefaultBodyLimit, Request, State};
-use axum::middleware::{self, Next};
+use axum::extract::DefaultBodyLimit;
 use axum::response::Response;
 use axum::routing::get;
 use hyper_util::rt::{TokioExecutor, TokioIo, TokioTimer};
@@ -17,6 +16,7 @@ use std::sync::Arc;
 use std::time::Duration;
 use tokio::net::TcpListener;
 use tokio::sync::Semaphore;
+use tower::util::MapResponseLayer;
 
 /// Listener settings.
 #[derive(Debug, Clone)]
@@ -36,14 +36,6 @@ impl Default for HttpOptions {
     }
 }
 
-async fn count_errors(State(state): State<AppState>, request: Request, next: Next) -> Response {
-    let response = next.run(request).await;
-    if response.status().is_client_error() || response.status().is_server_error() {
-        HttpMetrics::inc(&state.metrics.errors);
-    }
-    response
-}
-
 /// The routes, for serving or for in-process tests.
 pub fn router(state: AppState) -> Router {
     let body_limit = state.node.config().limits.max_body_bytes();
@@ -60,7 +52,17 @@ pub fn router(state: AppState) -> Router {
         .route("/v1/health", get(status::health))
         .route("/metrics", get(metrics::metrics))
         .layer(DefaultBodyLimit::max(body_limit))
-        .layer(middleware::from_fn_with_state(state.clone(), count_errors))
+        // Counts error answers. A plain response map, not `middleware::from_fn`: that one
+        // boxes a future per request, which showed as ~4% of a GET's CPU.
+        .layer(MapResponseLayer::new({
+            let metrics = state.metrics.clone();
+            move |response: Response| {
+                if response.status().is_client_error() || response.status().is_server_error() {
+                    HttpMetrics::inc(&metrics.errors);
+                }
+                response
+            }
+        }))
         .with_state(state)
 }
 

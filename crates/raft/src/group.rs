@@ -317,6 +317,17 @@ impl ShardGroup {
         }
     }
 
+    /// Whether a read in `mode` may be served from this replica right now, with no round trip
+    /// at all: any replica for `stale`, the leader holding its lease for `default`, never for
+    /// `consistent`. When this says `false`, [`ShardGroup::read_barrier`] decides.
+    pub fn can_read_at_once(&self, mode: ReadMode) -> bool {
+        match mode {
+            ReadMode::Stale => true,
+            ReadMode::Default => self.holds_lease(),
+            ReadMode::Consistent => false,
+        }
+    }
+
     /// Returns once a local read of the state machine is ordered as `mode` promises.
     pub async fn read_barrier(&self, mode: ReadMode) -> Result<(), RaftLayerError> {
         let shard = self.shard.0;
