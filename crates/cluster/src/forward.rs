@@ -7,6 +7,7 @@
 //! non-leader, or never sent). When the link breaks or the time runs out after a write was
 //! sent, the client is told the outcome is unknown, never retried behind its back.
 
+use crate::search::SearchQuery;
 use crate::{ClusterError, Node};
 use bytes::Bytes;
 use serde::{Deserialize, Serialize};
@@ -35,6 +36,14 @@ pub(crate) enum ShardOp {
     },
     /// Count live rows.
     Count,
+    /// Documents under `prefix` matching `query` (text, parsed where it runs, so the wire
+    /// format does not fix the query's shape): the first `limit` in key order, and how many
+    /// match in all. Reads every row under the prefix: there is no index.
+    Search {
+        prefix: Bytes,
+        query: String,
+        limit: u32,
+    },
 }
 
 impl ShardOp {
@@ -50,6 +59,11 @@ pub(crate) enum ShardAnswer {
     Records(Vec<Option<Record>>),
     Rows(Vec<(Bytes, Record)>),
     Count(u64),
+    /// A search: the first matches in key order, and the number of all matches.
+    Matches {
+        total: u64,
+        rows: Vec<(Bytes, Record)>,
+    },
 }
 
 /// How fresh the serving replica was (Consul's `X-Consul-*` headers).
@@ -315,6 +329,19 @@ impl Node {
                             .await
                             .map_err(|e| ClusterError::Config(format!("count task: {e}")))??,
                     ),
+                    ShardOp::Search {
+                        prefix,
+                        query,
+                        limit,
+                    } => {
+                        let query = SearchQuery::parse(&query)?;
+                        let (total, rows) = tokio::task::spawn_blocking(move || {
+                            search_rows(&storage, shard, &prefix, &query, limit as usize, now)
+                        })
+                        .await
+                        .map_err(|e| ClusterError::Config(format!("search task: {e}")))??;
+                        ShardAnswer::Matches { total, rows }
+                    }
                     ShardOp::Write(_) => unreachable!("handled above"),
                 }
             }
@@ -368,6 +395,46 @@ fn count_rows(
         match rows.last() {
             Some((k, _)) if rows.len() == PAGE => after = Some(k.clone()),
             _ => return Ok(total),
+        }
+    }
+}
+
+/// The documents of a shard under `prefix` that match `query`: the first `limit` in key
+/// order and the number of all matches. O(rows under the prefix), each parsed as JSON; run
+/// off the async threads.
+fn search_rows(
+    storage: &trireme_storage::Storage,
+    shard: u32,
+    prefix: &[u8],
+    query: &SearchQuery,
+    limit: usize,
+    now: u64,
+) -> Result<(u64, Vec<(Bytes, Record)>), trireme_storage::StorageError> {
+    const PAGE: usize = 1024;
+    let mut total = 0u64;
+    let mut found = Vec::new();
+    let mut after: Option<Bytes> = None;
+    loop {
+        let rows = storage.scan(shard, prefix, after.as_deref(), PAGE, now)?;
+        let full = rows.len() == PAGE;
+        after = rows.last().map(|(k, _)| k.clone());
+        for (key, record) in rows {
+            // Only objects are documents; the first byte rules most other values out unparsed.
+            if record.value.trim_ascii_start().first() != Some(&b'{') {
+                continue;
+            }
+            let Ok(doc) = serde_json::from_slice::<serde_json::Value>(&record.value) else {
+                continue;
+            };
+            if query.matches(&doc) {
+                total += 1;
+                if found.len() < limit {
+                    found.push((key, record));
+                }
+            }
+        }
+        if !full {
+            return Ok((total, found));
         }
     }
 }
