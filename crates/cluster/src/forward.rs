@@ -400,8 +400,9 @@ fn count_rows(
 }
 
 /// The documents of a shard under `prefix` that match `query`: the first `limit` in key
-/// order and the number of all matches. O(rows under the prefix), each parsed as JSON; run
-/// off the async threads.
+/// order and the number of all matches. O(rows under the prefix), each read as JSON where it
+/// is stored (only the fields the query names are built, only matches are copied); run off
+/// the async threads.
 fn search_rows(
     storage: &trireme_storage::Storage,
     shard: u32,
@@ -410,33 +411,10 @@ fn search_rows(
     limit: usize,
     now: u64,
 ) -> Result<(u64, Vec<(Bytes, Record)>), trireme_storage::StorageError> {
-    const PAGE: usize = 1024;
-    let mut total = 0u64;
-    let mut found = Vec::new();
-    let mut after: Option<Bytes> = None;
-    loop {
-        let rows = storage.scan(shard, prefix, after.as_deref(), PAGE, now)?;
-        let full = rows.len() == PAGE;
-        after = rows.last().map(|(k, _)| k.clone());
-        for (key, record) in rows {
-            // Only objects are documents; the first byte rules most other values out unparsed.
-            if record.value.trim_ascii_start().first() != Some(&b'{') {
-                continue;
-            }
-            let Ok(doc) = serde_json::from_slice::<serde_json::Value>(&record.value) else {
-                continue;
-            };
-            if query.matches(&doc) {
-                total += 1;
-                if found.len() < limit {
-                    found.push((key, record));
-                }
-            }
-        }
-        if !full {
-            return Ok((total, found));
-        }
-    }
+    storage.scan_filtered(shard, prefix, now, limit, |value| {
+        // Only objects are documents; the first byte rules most other values out unparsed.
+        value.trim_ascii_start().first() == Some(&b'{') && query.matches_json(value)
+    })
 }
 
 fn freshness(group: &ShardGroup) -> Freshness {

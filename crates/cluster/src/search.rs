@@ -23,13 +23,18 @@
 //! `-clause`), parentheses, escapes, ranges, fuzzy and proximity operators.
 
 use crate::ClusterError;
-use serde_json::Value;
+use serde::de::{DeserializeSeed, Deserializer, IgnoredAny, MapAccess, Visitor};
+use serde_json::{Map, Value};
+use std::fmt;
 use trireme_types::{ErrorCode, TriremeError};
 
 /// A parsed query, ready to be matched against documents.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct SearchQuery {
     clauses: Vec<Clause>,
+    /// The top-level fields the clauses look at, or `None` when a bare term needs every
+    /// string of the document.
+    fields: Option<Vec<String>>,
 }
 
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -82,7 +87,34 @@ impl SearchQuery {
                 "the query is empty (use * to match every document)",
             ));
         }
-        Ok(Self { clauses })
+        let mut fields = Some(Vec::new());
+        for clause in &clauses {
+            match (&clause.field, &clause.term, fields.as_mut()) {
+                (_, Term::All, _) | (_, _, None) => {}
+                (None, _, Some(_)) => fields = None,
+                (Some(path), _, Some(names)) => {
+                    if !names.contains(&path[0]) {
+                        names.push(path[0].clone());
+                    }
+                }
+            }
+        }
+        Ok(Self { clauses, fields })
+    }
+
+    /// Whether the JSON text `doc` is a document that matches. Only the top-level fields the
+    /// query names become values; the rest is checked and skipped without being built, which
+    /// is most of a document when a query names a field or two. (A search runs this on every
+    /// document of a collection.)
+    pub fn matches_json(&self, doc: &[u8]) -> bool {
+        let Some(fields) = &self.fields else {
+            return serde_json::from_slice::<Value>(doc).is_ok_and(|v| self.matches(&v));
+        };
+        let mut de = serde_json::Deserializer::from_slice(doc);
+        match PartialDoc(fields).deserialize(&mut de) {
+            Ok(Some(map)) if de.end().is_ok() => self.matches(&Value::Object(map)),
+            _ => false,
+        }
     }
 
     /// Whether `doc` matches. Only JSON objects are documents: anything else never matches.
@@ -274,6 +306,63 @@ fn any_string(value: &Value, hit: &mut dyn FnMut(&str) -> bool) -> bool {
     }
 }
 
+/// Reads a JSON object keeping only the named fields; anything else is `None`.
+struct PartialDoc<'a>(&'a [String]);
+
+impl<'de> DeserializeSeed<'de> for PartialDoc<'_> {
+    type Value = Option<Map<String, Value>>;
+
+    fn deserialize<D: Deserializer<'de>>(self, d: D) -> Result<Self::Value, D::Error> {
+        d.deserialize_map(self)
+    }
+}
+
+impl<'de> Visitor<'de> for PartialDoc<'_> {
+    type Value = Option<Map<String, Value>>;
+
+    fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str("a JSON object")
+    }
+
+    fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<Self::Value, A::Error> {
+        let mut kept = Map::new();
+        while let Some(found) = map.next_key_seed(FieldName(self.0))? {
+            match found {
+                Some(i) => {
+                    kept.insert(self.0[i].clone(), map.next_value::<Value>()?);
+                }
+                None => {
+                    map.next_value::<IgnoredAny>()?;
+                }
+            }
+        }
+        Ok(Some(kept))
+    }
+}
+
+/// A key of the object: the index of the wanted field it names, compared without a copy.
+struct FieldName<'a>(&'a [String]);
+
+impl<'de> DeserializeSeed<'de> for FieldName<'_> {
+    type Value = Option<usize>;
+
+    fn deserialize<D: Deserializer<'de>>(self, d: D) -> Result<Self::Value, D::Error> {
+        d.deserialize_str(self)
+    }
+}
+
+impl<'de> Visitor<'de> for FieldName<'_> {
+    type Value = Option<usize>;
+
+    fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str("a field name")
+    }
+
+    fn visit_str<E: serde::de::Error>(self, key: &str) -> Result<Self::Value, E> {
+        Ok(self.0.iter().position(|f| f == key))
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -369,6 +458,52 @@ mod tests {
         assert!(hits("-zebra"));
         assert!(hits("  *   "));
         assert!(!hits("* -name:alice"));
+    }
+
+    #[test]
+    fn matching_json_text_agrees_with_matching_the_parsed_document() {
+        let docs = [
+            alice(),
+            json!({"group": "g7", "group2": {"x": 1}, "name": "Bob", "n": 7}),
+            json!({"name": {"first": "Alice"}, "tags": [], "bio": null}),
+            json!({}),
+        ];
+        let queries = [
+            "*",
+            "group:g7",
+            "name:alice",
+            "name.first:alice",
+            "-group:g7",
+            "address.city:oxford n:7",
+            "alice",
+            "group:g7 -cheshire",
+            "tags:*",
+            "pets.kind:cat",
+        ];
+        for query in queries {
+            let q = SearchQuery::parse(query).unwrap();
+            for doc in &docs {
+                let text = serde_json::to_vec(doc).unwrap();
+                assert_eq!(q.matches_json(&text), q.matches(doc), "{query} on {doc}");
+            }
+            for not_a_document in [
+                &b"[1]"[..],
+                b"\"x\"",
+                b"{\"a\":",
+                b"{} {}",
+                b"{\"a\":1} x",
+                b"",
+            ] {
+                assert!(
+                    !q.matches_json(not_a_document),
+                    "{query} on {not_a_document:?}"
+                );
+            }
+        }
+        // A field the query names is kept even when the same key comes twice (the last wins,
+        // as serde_json's own parse does).
+        let q = SearchQuery::parse("group:g2").unwrap();
+        assert!(q.matches_json(br#"{"group":"g1","group":"g2"}"#));
     }
 
     #[test]
