@@ -55,7 +55,8 @@ impl ProbeClient {
         consistency: Consistency,
     ) -> Result<Self, DriverError> {
         match driver {
-            Driver::Trireme | Driver::Consul => Ok(ProbeClient::Http(
+            // The documents driver's targets are Trireme nodes: the KV API is there too.
+            Driver::Trireme | Driver::Consul | Driver::Orchestrate => Ok(ProbeClient::Http(
                 HttpDriver::connect(target, consistency).await?,
             )),
             Driver::Resp => Ok(ProbeClient::Resp(RespDriver::connect(target).await?)),

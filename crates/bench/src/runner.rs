@@ -456,7 +456,10 @@ impl Worker {
         let value = matches!(op, Operation::Put | Operation::Update | Operation::Cas)
             .then(|| self.values.next_value(&mut self.rng));
         let start = Instant::now();
-        let result = self.driver.execute(op, &key, value.as_deref()).await;
+        let result = self
+            .driver
+            .execute(op, &key, value.as_deref(), &mut self.rng)
+            .await;
         let end = Instant::now();
         self.progress.ops.fetch_add(1, Ordering::Relaxed);
         self.progress.latency.record(end - start);

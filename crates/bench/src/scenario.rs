@@ -37,6 +37,8 @@ pub enum Driver {
     Consul,
     /// etcd v3 JSON gateway.
     Etcd,
+    /// Trireme's documents API (`/v0`, Orchestrate-style): the one driver with search.
+    Orchestrate,
 }
 
 /// Read consistency requested from the target.
@@ -381,7 +383,7 @@ impl Scenario {
         for target in &self.targets {
             let ok = match self.driver {
                 Driver::Resp => target.starts_with("redis://"),
-                Driver::Trireme | Driver::Consul | Driver::Etcd => {
+                Driver::Trireme | Driver::Consul | Driver::Etcd | Driver::Orchestrate => {
                     target.starts_with("http://") || target.starts_with("https://")
                 }
             };

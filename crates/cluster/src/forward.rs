@@ -7,6 +7,7 @@
 //! non-leader, or never sent). When the link breaks or the time runs out after a write was
 //! sent, the client is told the outcome is unknown, never retried behind its back.
 
+use crate::search::SearchQuery;
 use crate::{ClusterError, Node};
 use bytes::Bytes;
 use serde::{Deserialize, Serialize};
@@ -35,6 +36,14 @@ pub(crate) enum ShardOp {
     },
     /// Count live rows.
     Count,
+    /// Documents under `prefix` matching `query` (text, parsed where it runs, so the wire
+    /// format does not fix the query's shape): the first `limit` in key order, and how many
+    /// match in all. Reads every row under the prefix: there is no index.
+    Search {
+        prefix: Bytes,
+        query: String,
+        limit: u32,
+    },
 }
 
 impl ShardOp {
@@ -50,6 +59,11 @@ pub(crate) enum ShardAnswer {
     Records(Vec<Option<Record>>),
     Rows(Vec<(Bytes, Record)>),
     Count(u64),
+    /// A search: the first matches in key order, and the number of all matches.
+    Matches {
+        total: u64,
+        rows: Vec<(Bytes, Record)>,
+    },
 }
 
 /// How fresh the serving replica was (Consul's `X-Consul-*` headers).
@@ -325,7 +339,9 @@ impl Node {
                 *limit as usize,
                 now,
             )?),
-            ShardOp::Count | ShardOp::Write(_) => unreachable!("not a row read"),
+            ShardOp::Count | ShardOp::Search { .. } | ShardOp::Write(_) => {
+                unreachable!("not a row read")
+            }
         })
     }
 
@@ -350,6 +366,21 @@ impl Node {
                                 .await
                                 .map_err(|e| ClusterError::Config(format!("count task: {e}")))??,
                         )
+                    }
+                    ShardOp::Search {
+                        prefix,
+                        query,
+                        limit,
+                    } => {
+                        let query = SearchQuery::parse(&query)?;
+                        let storage = self.storage.clone();
+                        let now = crate::now_ms();
+                        let (total, rows) = tokio::task::spawn_blocking(move || {
+                            search_rows(&storage, shard, &prefix, &query, limit as usize, now)
+                        })
+                        .await
+                        .map_err(|e| ClusterError::Config(format!("search task: {e}")))??;
+                        ShardAnswer::Matches { total, rows }
                     }
                     rows => self.read_rows(shard, &rows)?,
                 }
@@ -406,6 +437,24 @@ fn count_rows(
             _ => return Ok(total),
         }
     }
+}
+
+/// The documents of a shard under `prefix` that match `query`: the first `limit` in key
+/// order and the number of all matches. O(rows under the prefix), each read as JSON where it
+/// is stored (only the fields the query names are built, only matches are copied); run off
+/// the async threads.
+fn search_rows(
+    storage: &trireme_storage::Storage,
+    shard: u32,
+    prefix: &[u8],
+    query: &SearchQuery,
+    limit: usize,
+    now: u64,
+) -> Result<(u64, Vec<(Bytes, Record)>), trireme_storage::StorageError> {
+    storage.scan_filtered(shard, prefix, now, limit, |value| {
+        // Only objects are documents; the first byte rules most other values out unparsed.
+        value.trim_ascii_start().first() == Some(&b'{') && query.matches_json(value)
+    })
 }
 
 fn freshness(group: &ShardGroup) -> Freshness {

@@ -18,12 +18,14 @@ mod identity;
 mod meta;
 mod node;
 mod router;
+mod search;
 
 pub use config::NodeConfig;
 pub use error::ClusterError;
 pub use meta::NodeInfo;
 pub use node::{Node, NodeHealth, ShardInfo};
-pub use router::{ReadMeta, ScanPage};
+pub use router::{ReadMeta, ScanPage, SearchPage};
+pub use search::SearchQuery;
 pub use trireme_raft::{PeerNode, RaftTiming, ReadMode};
 
 /// Wall-clock Unix milliseconds: the time commands are stamped with and reads compare expiry to.

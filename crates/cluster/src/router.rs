@@ -6,10 +6,12 @@
 //! `stale` reads), otherwise by the leader over the peer link.
 
 use crate::forward::{Freshness, ShardAnswer, ShardOp};
+use crate::search::SearchQuery;
 use crate::{ClusterError, Node};
 use bytes::Bytes;
 use futures::future::try_join_all;
 use std::collections::BTreeMap;
+use std::ops::Bound;
 use trireme_raft::ReadMode;
 use trireme_types::{Command, CommandResult, LogCommand, Record, ShardId};
 
@@ -24,6 +26,15 @@ pub struct ReadMeta {
     /// Milliseconds since this replica last heard from its leader; 0 on the leader
     /// (`X-Consul-LastContact`).
     pub last_contact_ms: u64,
+}
+
+/// One page of search results.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct SearchPage {
+    /// How many documents match in all, across every shard.
+    pub total: u64,
+    /// The requested slice of the matches, in key order.
+    pub rows: Vec<(Bytes, Record)>,
 }
 
 /// One page of a cluster-wide key walk (RESP `SCAN`).
@@ -104,18 +115,49 @@ impl Node {
         mode: ReadMode,
         limit: usize,
     ) -> Result<(Vec<(Bytes, Record)>, ReadMeta), ClusterError> {
+        self.list_range(prefix, Bound::Unbounded, mode, limit).await
+    }
+
+    /// Live keys starting with `prefix` from `start` on (a page of a collection listing),
+    /// merged across shards in key order, at most `limit`. Every shard is asked for `limit`
+    /// rows, since any of them may hold the next ones. An inclusive start is read as a scan
+    /// after it plus a read of the key itself, sent together.
+    pub async fn list_range(
+        &self,
+        prefix: &[u8],
+        start: Bound<&[u8]>,
+        mode: ReadMode,
+        limit: usize,
+    ) -> Result<(Vec<(Bytes, Record)>, ReadMeta), ClusterError> {
         self.check_key(prefix)?;
+        let (after, first) = match start {
+            Bound::Unbounded => (None, None),
+            Bound::Excluded(k) => (Some(Bytes::copy_from_slice(k)), None),
+            Bound::Included(k) => (
+                Some(Bytes::copy_from_slice(k)),
+                Some(Bytes::copy_from_slice(k)),
+            ),
+        };
+        if let Some(after) = &after {
+            self.check_key(after)?;
+        }
         let prefix = Bytes::copy_from_slice(prefix);
         let limit32 = u32::try_from(limit).unwrap_or(u32::MAX);
-        let answers = try_join_all(self.map.shards().map(|shard| {
+        let scans = try_join_all(self.map.shards().map(|shard| {
             let op = ShardOp::Scan {
                 prefix: prefix.clone(),
-                after: None,
+                after: after.clone(),
                 limit: limit32,
             };
             self.on_shard(shard, mode, op)
-        }))
-        .await?;
+        }));
+        let first_key = async {
+            match &first {
+                Some(key) if key.starts_with(&prefix) => Ok(Some(self.get(key, mode).await?)),
+                _ => Ok::<_, ClusterError>(None),
+            }
+        };
+        let (answers, first_read) = futures::try_join!(scans, first_key)?;
         let mut merged = Vec::new();
         let mut fresh = Vec::with_capacity(answers.len());
         for (answer, f) in answers {
@@ -123,9 +165,58 @@ impl Node {
             fresh.push(f);
         }
         merged.sort_by(|a, b| a.0.cmp(&b.0));
+        if let (Some(key), Some((Some(record), _))) = (first, first_read) {
+            // The start key sorts before everything scanned after it.
+            merged.insert(0, (key, record));
+        }
         merged.truncate(limit);
         let found = merged.iter().map(|(_, r)| r.modify_index).max();
         Ok((merged, read_meta(fresh, found)))
+    }
+
+    /// Searches the documents under `prefix` (a collection) with `query` (see
+    /// [`crate::SearchQuery`]): every shard evaluates it over its own rows and sends back
+    /// only matches; they are merged in key order, `offset` of them skipped, at most `limit`
+    /// kept. The cost is a read of the whole collection per search: there is no index.
+    pub async fn search(
+        &self,
+        prefix: &[u8],
+        query: &str,
+        offset: usize,
+        limit: usize,
+        mode: ReadMode,
+    ) -> Result<(SearchPage, ReadMeta), ClusterError> {
+        self.check_key(prefix)?;
+        // Refuse a bad query here, once, before any shard is asked.
+        SearchQuery::parse(query)?;
+        let prefix = Bytes::copy_from_slice(prefix);
+        let want = u32::try_from(offset.saturating_add(limit)).unwrap_or(u32::MAX);
+        let answers = try_join_all(self.map.shards().map(|shard| {
+            let op = ShardOp::Search {
+                prefix: prefix.clone(),
+                query: query.to_owned(),
+                limit: want,
+            };
+            self.on_shard(shard, mode, op)
+        }))
+        .await?;
+        let mut total = 0;
+        let mut merged = Vec::new();
+        let mut fresh = Vec::with_capacity(answers.len());
+        for (answer, f) in answers {
+            match answer {
+                ShardAnswer::Matches { total: n, rows } => {
+                    total += n;
+                    merged.extend(rows);
+                }
+                other => return Err(unexpected(&other)),
+            }
+            fresh.push(f);
+        }
+        merged.sort_by(|a, b| a.0.cmp(&b.0));
+        let rows: Vec<(Bytes, Record)> = merged.into_iter().skip(offset).take(limit).collect();
+        let found = rows.iter().map(|(_, r)| r.modify_index).max();
+        Ok((SearchPage { total, rows }, read_meta(fresh, found)))
     }
 
     /// One page of a walk over every key, shard by shard (`SCAN`).

@@ -3,6 +3,8 @@
 //! - `/v1/kv/<key>`: the Consul KV API (GET with `raw`, `recurse`, `keys`, `separator`,
 //!   `consistent`, `stale`; PUT with `flags` and `cas`; DELETE with `recurse` and `cas`), so
 //!   Consul's client libraries work unchanged;
+//! - `/v0/{collection}/{key}`: JSON documents (Orchestrate-style) in the same keyspace, with
+//!   `If-Match` / `If-None-Match`, collection listing and search;
 //! - `/v1/status/leader`, `/v1/status/peers`, `/v1/cluster/shards`, `/v1/health`, `/metrics`.
 //!
 //! Every error is a JSON body `{"error": ..., "code": ...}` with the status from

@@ -2,12 +2,12 @@
 //! open connections, so slow or idle clients cannot starve the others.
 
 use crate::AppState;
-use crate::routes::{kv, metrics, status};
+use crate::routes::{documents, kv, metrics, status};
 use crate::state::HttpMetrics;
 use axum::Router;
 use axum::extract::DefaultBodyLimit;
 use axum::response::Response;
-use axum::routing::get;
+use axum::routing::{any, get};
 use hyper_util::rt::{TokioExecutor, TokioIo, TokioTimer};
 use hyper_util::server::conn::auto;
 use hyper_util::service::TowerToHyperService;
@@ -45,6 +45,27 @@ pub fn router(state: AppState) -> Router {
         .route(
             "/v1/kv/{*key}",
             get(kv::get).put(kv::put).delete(kv::delete),
+        )
+        .route(
+            "/v0/{collection}",
+            get(documents::get_collection).delete(documents::delete_collection),
+        )
+        .route(
+            "/v0/{collection}/{key}",
+            get(documents::get)
+                .put(documents::put)
+                .delete(documents::delete),
+        )
+        // An empty key (`/v0/users/`) gets a message rather than a bare 404.
+        .route(
+            "/v0/{collection}/",
+            get(documents::get)
+                .put(documents::put)
+                .delete(documents::delete),
+        )
+        .route(
+            "/v0/{collection}/{key}/{*rest}",
+            any(documents::unsupported),
         )
         .route("/v1/status/leader", get(status::leader))
         .route("/v1/status/peers", get(status::peers))

@@ -11,6 +11,16 @@ pub struct HttpMetrics {
     pub kv_put: AtomicU64,
     /// KV deletes.
     pub kv_delete: AtomicU64,
+    /// Document reads.
+    pub doc_get: AtomicU64,
+    /// Document writes.
+    pub doc_put: AtomicU64,
+    /// Document and collection deletes.
+    pub doc_delete: AtomicU64,
+    /// Collection listings.
+    pub doc_list: AtomicU64,
+    /// Collection searches.
+    pub doc_search: AtomicU64,
     /// Requests answered with a 4xx or 5xx status.
     pub errors: AtomicU64,
 }

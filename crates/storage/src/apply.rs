@@ -581,6 +581,39 @@ mod tests {
     }
 
     #[test]
+    fn a_filtered_scan_counts_every_kept_row_and_returns_the_first() {
+        let dir = tempfile::tempdir().unwrap();
+        let storage = Storage::open(dir.path(), &StorageOptions::default()).unwrap();
+        let always = |k, v| put(k, v, PutCondition::Always, TtlUpdate::Clear);
+        run(
+            &storage,
+            1,
+            &[
+                cmd(1, always("doc/c", "x3")),
+                cmd(1, always("doc/a", "x1")),
+                cmd(1, always("doc/b", "y")),
+                cmd(1, always("docs/a", "x")),
+                cmd(
+                    1,
+                    put("doc/d", "x4", PutCondition::Always, TtlUpdate::At(5)),
+                ),
+            ],
+        );
+        let keep_x = |v: &[u8]| v.starts_with(b"x");
+        let (kept, first) = storage.scan_filtered(0, b"doc/", 10, 1, keep_x).unwrap();
+        assert_eq!(
+            kept, 2,
+            "doc/a and doc/c; doc/d has expired, docs/a is another prefix"
+        );
+        assert_eq!(first.len(), 1);
+        assert_eq!(first[0].0, Bytes::from_static(b"doc/a"));
+        assert_eq!(first[0].1.value, Bytes::from_static(b"x1"));
+        assert_eq!(first[0].1.modify_index, 2);
+        let (kept, all) = storage.scan_filtered(0, b"doc/", 1, 10, keep_x).unwrap();
+        assert_eq!((kept, all.len()), (3, 3), "doc/d is live before its expiry");
+    }
+
+    #[test]
     fn a_batch_applies_in_order_under_one_index() {
         let dir = tempfile::tempdir().unwrap();
         let storage = Storage::open(dir.path(), &StorageOptions::default()).unwrap();

@@ -348,6 +348,40 @@ impl Storage {
         Ok(out)
     }
 
+    /// Walks every live row of `shard` under `prefix` in key order, handing `keep` each value
+    /// borrowed (no copy); returns how many it kept and the first `limit` of those, decoded.
+    /// For filters that read many rows and keep few (document search): only kept rows are
+    /// copied out of the store.
+    pub fn scan_filtered(
+        &self,
+        shard: u32,
+        prefix: &[u8],
+        now_ms: u64,
+        limit: usize,
+        mut keep: impl FnMut(&[u8]) -> bool,
+    ) -> Result<(u64, Vec<(bytes::Bytes, Record)>), StorageError> {
+        let mut kept = 0u64;
+        let mut out = Vec::new();
+        for guard in self.data.prefix(owned_key(shard, prefix)) {
+            let (key, value) = guard.into_inner()?;
+            if Record::peek_expiry(&value).is_some_and(|at| at <= now_ms) {
+                continue;
+            }
+            let stored = Record::peek_value(&value)
+                .ok_or_else(|| StorageError::Corrupt("a record shorter than its header".into()))?;
+            if keep(stored) {
+                kept += 1;
+                if out.len() < limit {
+                    out.push((
+                        bytes::Bytes::copy_from_slice(&key[4..]),
+                        Record::decode(&value)?,
+                    ));
+                }
+            }
+        }
+        Ok((kept, out))
+    }
+
     /// Keys of `shard` whose expiry has passed at `now_ms`, at most `limit` of them.
     pub fn expired_keys(
         &self,

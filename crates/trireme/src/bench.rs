@@ -31,8 +31,8 @@ pub struct BenchArgs {
     /// Target URL, e.g. redis://127.0.0.1:7701; repeat for several (workers spread over them).
     #[arg(long = "target")]
     pub targets: Vec<String>,
-    /// Driver: resp, trireme, consul or etcd (default: the scenario's; redis:// targets imply
-    /// resp).
+    /// Driver: resp, trireme, consul, etcd or orchestrate (default: the scenario's; redis://
+    /// targets imply resp).
     #[arg(long)]
     pub driver: Option<String>,
     /// Measured duration, e.g. 30s or 2m.
@@ -127,7 +127,10 @@ impl BenchArgs {
                 "trireme" => Driver::Trireme,
                 "consul" => Driver::Consul,
                 "etcd" => Driver::Etcd,
-                other => bail!("--driver {other:?}: expected resp, trireme, consul or etcd"),
+                "orchestrate" => Driver::Orchestrate,
+                other => {
+                    bail!("--driver {other:?}: expected resp, trireme, consul, etcd or orchestrate")
+                }
             };
         }
         if let Some(mode) = &self.consistency {
@@ -428,15 +431,18 @@ async fn wait_for_balanced_leaders(nodes: &[crate::cluster::LocalNode]) {
     }
 }
 
-/// The embedded cluster's address for the scenario's driver: node 1 (the trireme driver then
-/// routes each key to its leader itself).
+/// The embedded cluster's addresses for the scenario's driver: node 1 (the trireme driver then
+/// routes each key to its leader itself), or for the orchestrate driver every node, its
+/// workers spread over them as clients behind a load balancer would be (each node forwards
+/// what it does not lead, and every list and search touches every shard).
 pub(crate) fn local_targets(
     scenario: &Scenario,
     nodes: &[crate::cluster::LocalNode],
 ) -> anyhow::Result<Vec<String>> {
     let first = nodes.first().context("the local cluster has no nodes")?;
-    Ok(vec![match scenario.driver {
-        Driver::Resp => format!("redis://{}", first.resp),
-        _ => format!("http://{}", first.http),
-    }])
+    Ok(match scenario.driver {
+        Driver::Resp => vec![format!("redis://{}", first.resp)],
+        Driver::Orchestrate => nodes.iter().map(|n| format!("http://{}", n.http)).collect(),
+        _ => vec![format!("http://{}", first.http)],
+    })
 }

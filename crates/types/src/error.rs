@@ -29,6 +29,11 @@ pub enum ErrorCode {
     Unavailable,
     /// A bug or an unexpected condition.
     Internal,
+    /// The thing asked for does not exist (a document API read; the Consul API answers a
+    /// missing key with a bare 404 of its own).
+    NotFound,
+    /// A conditional write's condition did not hold (`If-Match`, `If-None-Match`).
+    PreconditionFailed,
 }
 
 impl ErrorCode {
@@ -43,6 +48,8 @@ impl ErrorCode {
             ErrorCode::NoLeader | ErrorCode::Unavailable | ErrorCode::StorageFailure => 503,
             ErrorCode::Timeout => 504,
             ErrorCode::Internal => 500,
+            ErrorCode::NotFound => 404,
+            ErrorCode::PreconditionFailed => 412,
         }
     }
 
@@ -69,6 +76,8 @@ impl ErrorCode {
             ErrorCode::StorageFailure => "storage_failure",
             ErrorCode::Unavailable => "unavailable",
             ErrorCode::Internal => "internal",
+            ErrorCode::NotFound => "not_found",
+            ErrorCode::PreconditionFailed => "precondition_failed",
         }
     }
 }

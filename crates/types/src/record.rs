@@ -75,6 +75,12 @@ impl Record {
         })
     }
 
+    /// The value in encoded bytes, borrowed rather than copied (`None` when the bytes are too
+    /// short to be a record), for a caller that looks at many values and keeps few.
+    pub fn peek_value(bytes: &[u8]) -> Option<&[u8]> {
+        bytes.get(HEADER_LEN..)
+    }
+
     /// Reads only the expiry from encoded bytes, without copying the value.
     pub fn peek_expiry(bytes: &[u8]) -> Option<u64> {
         let raw = bytes.get(25..33)?;
@@ -102,6 +108,8 @@ mod tests {
         assert_eq!(bytes.len(), HEADER_LEN + 5);
         assert_eq!(Record::decode(&bytes), Ok(record));
         assert_eq!(Record::peek_expiry(&bytes), Some(1_700_000_000_000));
+        assert_eq!(Record::peek_value(&bytes), Some(&b"hello"[..]));
+        assert_eq!(Record::peek_value(b"short"), None);
     }
 
     #[test]

@@ -411,6 +411,7 @@ mod tests {
         let err = server_error(&Response {
             status: 400,
             body: br#"{"error":"etcdserver: key is not provided","message":"etcdserver: key is not provided","code":3}"#.to_vec(),
+            etag: None,
         });
         assert_eq!(err.kind(), "server");
         assert_eq!(
@@ -420,6 +421,7 @@ mod tests {
         let plain = server_error(&Response {
             status: 404,
             body: b"Not Found\n".to_vec(),
+            etag: None,
         });
         assert_eq!(plain.to_string(), "server error: HTTP 404: Not Found");
     }

@@ -1,5 +1,6 @@
 //! The keep-alive HTTP/1.1 client every HTTP-speaking driver sits on (Consul KV in
-//! [`super::http`], etcd's JSON gateway in [`super::etcd`]).
+//! [`super::http`], etcd's JSON gateway in [`super::etcd`], documents in
+//! [`super::orchestrate`]).
 //!
 //! Hand-written on purpose: the load generator must not be what limits a run, and a request
 //! is a few formatted lines and one read of a length-delimited or chunked answer. One
@@ -27,6 +28,9 @@ pub(crate) struct Response {
     pub status: u16,
     /// The body, with any chunked transfer coding removed.
     pub body: Vec<u8>,
+    /// The `ETag` header, as sent (quotes included): the one header a driver reads (the
+    /// documents driver's check-and-set), so it is the only one kept.
+    pub etag: Option<String>,
 }
 
 impl Response {
@@ -90,8 +94,20 @@ impl HttpConnection {
         path: &str,
         body: &[u8],
     ) -> Result<Response, DriverError> {
+        self.request_with(method, path, "", body).await
+    }
+
+    /// [`HttpConnection::request`] with `extra` header lines (each ending in CRLF) for this
+    /// request only, such as a condition (`If-Match`).
+    pub async fn request_with(
+        &mut self,
+        method: &str,
+        path: &str,
+        extra: &str,
+        body: &[u8],
+    ) -> Result<Response, DriverError> {
         let timeout = self.timeout;
-        match tokio::time::timeout(timeout, self.exchange(method, path, body)).await {
+        match tokio::time::timeout(timeout, self.exchange(method, path, extra, body)).await {
             Ok(Ok(response)) => Ok(response),
             Ok(Err(e)) => {
                 self.conn = None;
@@ -108,10 +124,11 @@ impl HttpConnection {
         &mut self,
         method: &str,
         path: &str,
+        extra: &str,
         body: &[u8],
     ) -> Result<Response, DriverError> {
         let mut request = format!(
-            "{method} {path} HTTP/1.1\r\nHost: {}\r\nContent-Length: {}\r\n{}\r\n",
+            "{method} {path} HTTP/1.1\r\nHost: {}\r\nContent-Length: {}\r\n{}{extra}\r\n",
             self.addr,
             body.len(),
             self.headers
@@ -138,6 +155,7 @@ impl HttpConnection {
         let mut length: Option<usize> = None;
         let mut chunked = false;
         let mut close = false;
+        let mut etag = None;
         let mut header_bytes = 0usize;
         loop {
             line.clear();
@@ -157,6 +175,8 @@ impl HttpConnection {
             } else if name.eq_ignore_ascii_case("connection") && value.eq_ignore_ascii_case("close")
             {
                 close = true;
+            } else if name.eq_ignore_ascii_case("etag") {
+                etag = Some(value.to_owned());
             } else if name.eq_ignore_ascii_case("transfer-encoding") {
                 // etcd's gateway answers errors chunked (it sends gRPC trailers); no target
                 // compresses, so any other coding is a server this client does not understand.
@@ -186,7 +206,7 @@ impl HttpConnection {
         if close {
             self.conn = None;
         }
-        Ok(Response { status, body })
+        Ok(Response { status, body, etag })
     }
 }
 
@@ -283,7 +303,7 @@ mod tests {
     #[tokio::test]
     async fn reads_length_delimited_and_chunked_bodies_on_one_connection() {
         let addr = serve(vec![
-            b"HTTP/1.1 200 OK\r\nContent-Length: 5\r\n\r\nhello",
+            b"HTTP/1.1 200 OK\r\nContent-Length: 5\r\netag: \"7\"\r\n\r\nhello",
             b"HTTP/1.1 400 Bad Request\r\nTransfer-Encoding: chunked\r\n\r\n\
               3;ext=1\r\nabc\r\nA\r\n0123456789\r\n0\r\nGrpc-Trailer: x\r\n\r\n",
             b"HTTP/1.1 204 No Content\r\n\r\n",
@@ -292,10 +312,12 @@ mod tests {
         let mut conn = HttpConnection::new(addr, "Content-Type: application/json\r\n");
         let first = conn.request("GET", "/a", b"").await.unwrap();
         assert_eq!((first.status, &first.body[..]), (200, &b"hello"[..]));
+        assert_eq!(first.etag.as_deref(), Some("\"7\""));
         assert!(first.is_success());
         let second = conn.request("POST", "/b", b"").await.unwrap();
         assert_eq!(second.status, 400);
         assert_eq!(second.body, b"abc0123456789");
+        assert_eq!(second.etag, None, "headers do not leak between answers");
         assert!(!second.is_success());
         let third = conn.request("GET", "/c", b"").await.unwrap();
         assert_eq!((third.status, third.body.len()), (204, 0));

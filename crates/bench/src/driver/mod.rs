@@ -2,8 +2,9 @@
 //!
 //! Each worker owns one driver: RESP ([`RespDriver`]), the Consul KV HTTP API ([`HttpDriver`],
 //! `consul`), the same API sent straight to each shard's leader ([`TriremeDriver`], `trireme`:
-//! one connection per node), or etcd's v3 JSON gateway ([`EtcdDriver`]). The two HTTP drivers share one hand-written
-//! keep-alive HTTP/1.1 client (`http1`) rather than each framing requests of its own.
+//! one connection per node), etcd's v3 JSON gateway ([`EtcdDriver`]), or Trireme's documents
+//! API with list and search ([`OrchestrateDriver`], `orchestrate`). The HTTP drivers share one
+//! hand-written keep-alive HTTP/1.1 client (`http1`) rather than each framing requests of its own.
 //! Which operations a driver can do is known up front ([`supports`]), so a scenario asking
 //! for one it cannot do is refused before anything is sent. Failed requests come back as a
 //! [`DriverError`] whose [`DriverError::kind`] is the label errors are counted under in a
@@ -12,6 +13,7 @@
 pub mod etcd;
 pub mod http;
 mod http1;
+pub mod orchestrate;
 pub mod resp;
 pub mod trireme;
 
@@ -19,9 +21,11 @@ use std::time::Duration;
 
 pub use etcd::EtcdDriver;
 pub use http::HttpDriver;
+pub use orchestrate::OrchestrateDriver;
 pub use resp::{Reply, RespDriver};
 pub use trireme::TriremeDriver;
 
+use crate::BenchRng;
 use crate::scenario::{Consistency, Driver, Operation};
 
 /// How long one request may take before it counts as a `timeout` error.
@@ -125,6 +129,7 @@ pub fn driver_name(driver: Driver) -> &'static str {
         Driver::Resp => "resp",
         Driver::Consul => "consul",
         Driver::Etcd => "etcd",
+        Driver::Orchestrate => "orchestrate",
     }
 }
 
@@ -136,6 +141,7 @@ pub fn supports(driver: Driver, op: Operation) -> bool {
         Driver::Trireme => TriremeDriver::supports(op),
         Driver::Consul => HttpDriver::supports(op),
         Driver::Etcd => EtcdDriver::supports(op),
+        Driver::Orchestrate => OrchestrateDriver::supports(op),
     }
 }
 
@@ -149,6 +155,8 @@ pub enum AnyDriver {
     Trireme(TriremeDriver),
     /// etcd's v3 JSON gateway.
     Etcd(EtcdDriver),
+    /// Trireme's documents API.
+    Orchestrate(OrchestrateDriver),
 }
 
 impl AnyDriver {
@@ -169,6 +177,9 @@ impl AnyDriver {
             Driver::Etcd => Ok(AnyDriver::Etcd(
                 EtcdDriver::connect(target, consistency).await?,
             )),
+            Driver::Orchestrate => Ok(AnyDriver::Orchestrate(
+                OrchestrateDriver::connect(target, consistency).await?,
+            )),
         }
     }
 
@@ -179,21 +190,25 @@ impl AnyDriver {
             AnyDriver::Http(d) => d.put(key, value).await,
             AnyDriver::Trireme(d) => d.put(key, value).await,
             AnyDriver::Etcd(d) => d.put(key, value).await,
+            AnyDriver::Orchestrate(d) => d.put(key, value).await,
         }
     }
 
-    /// Performs `op` on `key` (`value` for writes).
+    /// Performs `op` on `key` (`value` for writes). A driver that draws more than the key
+    /// (the documents driver's search term) draws from `rng`, the worker's seeded generator.
     pub async fn execute(
         &mut self,
         op: Operation,
         key: &str,
         value: Option<&[u8]>,
+        rng: &mut BenchRng,
     ) -> Result<(), DriverError> {
         match self {
             AnyDriver::Resp(d) => d.execute(op, key, value).await,
             AnyDriver::Http(d) => d.execute(op, key, value).await,
             AnyDriver::Trireme(d) => d.execute(op, key, value).await,
             AnyDriver::Etcd(d) => d.execute(op, key, value).await,
+            AnyDriver::Orchestrate(d) => d.execute(op, key, value, rng).await,
         }
     }
 }

@@ -1,6 +1,7 @@
 //! `/v1/kv/<key>`: Consul's KV API.
 
 use crate::query::Query;
+use crate::routes::request_body;
 use crate::state::HttpMetrics;
 use crate::{ApiError, AppState};
 use axum::body::Bytes;
@@ -11,9 +12,7 @@ use axum::response::{IntoResponse, Response};
 use base64::Engine;
 use serde::Serialize;
 use trireme_cluster::{ReadMeta, ReadMode};
-use trireme_types::{
-    Command, CommandResult, ErrorCode, PutCondition, Record, TriremeError, TtlUpdate,
-};
+use trireme_types::{Command, CommandResult, PutCondition, Record, TtlUpdate};
 
 /// The key is everything after `/v1/kv/`, percent-decoded; keys are bytes, not necessarily UTF-8.
 fn key_of(uri: &Uri) -> Vec<u8> {
@@ -23,7 +22,7 @@ fn key_of(uri: &Uri) -> Vec<u8> {
     percent_encoding::percent_decode_str(raw).collect()
 }
 
-fn read_mode(query: &Query) -> Result<ReadMode, ApiError> {
+pub(crate) fn read_mode(query: &Query) -> Result<ReadMode, ApiError> {
     match (query.flag("consistent")?, query.flag("stale")?) {
         (true, true) => Err(ApiError::invalid(
             "Cannot specify ?stale with ?consistent, conflicting semantics.",
@@ -183,27 +182,9 @@ pub(crate) async fn put(
     body: Result<Bytes, BytesRejection>,
 ) -> Result<Response, ApiError> {
     HttpMetrics::inc(&state.metrics.kv_put);
-    let body = match body {
+    let body = match request_body(body) {
         Ok(body) => body,
-        Err(rejection) if rejection.status() == StatusCode::PAYLOAD_TOO_LARGE => {
-            // The rest of the body is never read, so this connection cannot carry another
-            // request: say so, so that clients reusing connections open a new one.
-            let error = ApiError(TriremeError::new(
-                ErrorCode::RequestTooLarge,
-                format!("request body: {}", rejection.body_text()),
-            ));
-            let mut response = error.into_response();
-            response
-                .headers_mut()
-                .insert(header::CONNECTION, HeaderValue::from_static("close"));
-            return Ok(response);
-        }
-        Err(rejection) => {
-            return Err(ApiError::invalid(format!(
-                "request body: {}",
-                rejection.body_text()
-            )));
-        }
+        Err(response) => return Ok(*response),
     };
     let key = key_of(&uri);
     let query = Query::parse(uri.query());

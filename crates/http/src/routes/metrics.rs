@@ -18,12 +18,17 @@ pub(crate) async fn metrics(State(state): State<AppState>) -> impl IntoResponse 
     };
     let _ = writeln!(
         out,
-        "# HELP trireme_http_requests_total KV requests served over HTTP.\n# TYPE trireme_http_requests_total counter"
+        "# HELP trireme_http_requests_total KV and document requests served over HTTP.\n# TYPE trireme_http_requests_total counter"
     );
     for (op, value) in [
         ("get", &m.kv_get),
         ("put", &m.kv_put),
         ("delete", &m.kv_delete),
+        ("doc_get", &m.doc_get),
+        ("doc_put", &m.doc_put),
+        ("doc_delete", &m.doc_delete),
+        ("doc_list", &m.doc_list),
+        ("doc_search", &m.doc_search),
     ] {
         let _ = writeln!(
             out,
