@@ -614,14 +614,19 @@ pub const RESP_TIMEOUT: Duration = Duration::from_secs(10);
 
 impl RawResp {
     pub async fn connect(addr: SocketAddr) -> RawResp {
-        let stream = TcpStream::connect(addr)
+        RawResp::try_connect(addr)
             .await
-            .expect("connect to RESP port");
-        stream.set_nodelay(true).expect("nodelay");
-        RawResp {
+            .expect("connect to RESP port")
+    }
+
+    /// Like `connect`, but hands back the error (for a node that may not listen yet).
+    pub async fn try_connect(addr: SocketAddr) -> std::io::Result<RawResp> {
+        let stream = TcpStream::connect(addr).await?;
+        stream.set_nodelay(true)?;
+        Ok(RawResp {
             stream,
             buf: Vec::new(),
-        }
+        })
     }
 
     /// Writes all of `bytes` in one write call.
