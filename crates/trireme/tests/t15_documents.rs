@@ -11,6 +11,16 @@ use serde_json::{Value, json};
 use std::time::Duration;
 
 /// Runs a test body under a time bound; dropping it on timeout kills the nodes.
+/// The document keys of one list or search page, in the order given.
+fn page_keys(page: &Value) -> Vec<&str> {
+    page["results"]
+        .as_array()
+        .expect("results")
+        .iter()
+        .map(|r| r["path"]["key"].as_str().expect("a key"))
+        .collect()
+}
+
 async fn bounded<F: std::future::Future<Output = ()>>(limit: Duration, body: F) {
     if tokio::time::timeout(limit, body).await.is_err() {
         panic!("the test did not finish within {limit:?}");
@@ -347,21 +357,9 @@ async fn a_collection_lists_page_by_page_across_shards_in_key_order() {
 
     // afterKey excludes the key, startKey includes it.
     let page = get_json(c, &format!("{base}/v0/items?limit=3&afterKey=k05")).await;
-    let listed: Vec<&str> = page["results"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .map(|r| r["path"]["key"].as_str().unwrap())
-        .collect();
-    assert_eq!(listed, ["k06", "k07", "k08"]);
+    assert_eq!(page_keys(&page), ["k06", "k07", "k08"]);
     let page = get_json(c, &format!("{base}/v0/items?limit=3&startKey=k05")).await;
-    let listed: Vec<&str> = page["results"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .map(|r| r["path"]["key"].as_str().unwrap())
-        .collect();
-    assert_eq!(listed, ["k05", "k06", "k07"]);
+    assert_eq!(page_keys(&page), ["k05", "k06", "k07"]);
     let (from_missing, _, _) = all_pages(c, &base, "/v0/items?startKey=k305&limit=100").await;
     assert_eq!(
         keys(&from_missing),
