@@ -12,7 +12,9 @@ use axum::response::{IntoResponse, Response};
 use base64::Engine;
 use serde::Serialize;
 use trireme_cluster::{ReadMeta, ReadMode};
-use trireme_types::{Command, CommandResult, PutCondition, Record, TtlUpdate};
+use trireme_types::{
+    Command, CommandResult, ErrorCode, PutCondition, Record, TriremeError, TtlUpdate,
+};
 
 /// The key is everything after `/v1/kv/`, percent-decoded; keys are bytes, not necessarily UTF-8.
 fn key_of(uri: &Uri) -> Vec<u8> {
@@ -87,12 +89,14 @@ fn consul_headers(meta: &ReadMeta) -> HeaderMap {
 }
 
 fn json_response(headers: HeaderMap, body: &impl Serialize) -> Response {
-    let mut response = (headers, axum::Json(body)).into_response();
-    response.headers_mut().insert(
-        header::CONTENT_TYPE,
-        HeaderValue::from_static("application/json"),
-    );
-    response
+    match serde_json::to_vec(body) {
+        Ok(body) => json_bytes_response(headers, body),
+        Err(e) => ApiError(TriremeError::new(
+            ErrorCode::Internal,
+            format!("cannot render the answer: {e}"),
+        ))
+        .into_response(),
+    }
 }
 
 fn json_bytes_response(mut headers: HeaderMap, body: Vec<u8>) -> Response {
