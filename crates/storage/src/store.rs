@@ -83,21 +83,38 @@ impl JournalSync {
         Ok(newest)
     }
 
+    fn journal_path(&self, id: u64) -> PathBuf {
+        self.folder.join(format!("{id}.jnl"))
+    }
+
+    /// Whether fjall may have moved on from journal `id`. A new journal is numbered one above
+    /// the active one, and sealed journals are deleted oldest first; so while `id` is still
+    /// there and `id + 1` is not, `id` is the active journal. Two `stat` calls per sync instead
+    /// of listing the folder (open, getdents, close): under load this runs a thousand times a
+    /// second, on the path every acknowledgement waits for.
+    /// A `stat` that fails counts as a rotation: the folder is listed then, as before.
+    fn may_have_rotated(&self, id: u64) -> bool {
+        let exists = |id: u64| self.journal_path(id).try_exists();
+        exists(id + 1).unwrap_or(true) || !exists(id).unwrap_or(false)
+    }
+
     fn sync(&mut self) -> Result<(), fjall::Error> {
         // 1. Everything written so far reaches the OS, in whichever journal file was active.
         self.db.persist(PersistMode::Buffer)?;
         // 2. If fjall rotated since, the old file was synced by the rotation; the data of this
         //    round is either there or in the newest file, which we sync now.
-        let newest = self.newest_journal().map_err(fjall::Error::Io)?;
-        let Some(newest) = newest else {
-            return Err(fjall::Error::Io(std::io::Error::other(
-                "no journal file found",
-            )));
-        };
-        if self.active.as_ref().is_none_or(|(id, _)| *id != newest) {
-            let file = std::fs::File::open(self.folder.join(format!("{newest}.jnl")))
-                .map_err(fjall::Error::Io)?;
-            self.active = Some((newest, file));
+        let held = self.active.as_ref().map(|(id, _)| *id);
+        if held.is_none_or(|id| self.may_have_rotated(id)) {
+            let Some(newest) = self.newest_journal().map_err(fjall::Error::Io)? else {
+                return Err(fjall::Error::Io(std::io::Error::other(
+                    "no journal file found",
+                )));
+            };
+            if held != Some(newest) {
+                let file =
+                    std::fs::File::open(self.journal_path(newest)).map_err(fjall::Error::Io)?;
+                self.active = Some((newest, file));
+            }
         }
         if let Some((_, file)) = &self.active {
             file.sync_data().map_err(fjall::Error::Io)?;
@@ -408,6 +425,66 @@ impl Storage {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn journal_sync_follows_fjall_to_its_newest_journal() {
+        let dir = tempfile::tempdir().unwrap();
+        let db = Database::builder(dir.path().join("fjall"))
+            .manual_journal_persist(true)
+            .open()
+            .unwrap();
+        let keyspace = db.keyspace("k", KeyspaceCreateOptions::default).unwrap();
+        let mut journal = JournalSync::new(db.clone(), dir.path().join("fjall"));
+        let held = |journal: &JournalSync| journal.active.as_ref().map(|(id, _)| *id);
+
+        keyspace.insert("a", "1").unwrap();
+        journal.sync().unwrap();
+        let first = held(&journal).expect("a journal is held after a sync");
+        journal.sync().unwrap();
+        assert_eq!(held(&journal), Some(first), "no rotation, same file");
+
+        // fjall starts a new journal at a flush once the active one passes 64 MB.
+        // Random bytes, so that journal compression cannot shrink them.
+        let mut noise = 0x9e37_79b9_7f4a_7c15_u64;
+        let value: Vec<u8> = (0..1 << 20)
+            .map(|_| {
+                noise ^= noise << 13;
+                noise ^= noise >> 7;
+                noise ^= noise << 17;
+                noise as u8
+            })
+            .collect();
+        for i in 0..66u32 {
+            keyspace.insert(i.to_be_bytes(), value.as_slice()).unwrap();
+        }
+        keyspace.rotate_memtable_and_wait().unwrap();
+        keyspace.insert("b", "1").unwrap();
+        journal.sync().unwrap();
+        assert_eq!(held(&journal), Some(first + 1), "the new journal is synced");
+    }
+
+    #[test]
+    fn a_rotation_is_seen_from_the_successor_or_from_the_missing_journal() {
+        let dir = tempfile::tempdir().unwrap();
+        let db = Database::builder(dir.path().join("fjall")).open().unwrap();
+        let folder = dir.path().join("journals");
+        std::fs::create_dir_all(&folder).unwrap();
+        let journal = JournalSync::new(db, folder.clone());
+        let touch = |id: u64| std::fs::write(folder.join(format!("{id}.jnl")), b"").unwrap();
+        let remove = |id: u64| std::fs::remove_file(folder.join(format!("{id}.jnl"))).unwrap();
+
+        touch(3);
+        assert!(!journal.may_have_rotated(3), "3 is the newest");
+        touch(4);
+        assert!(journal.may_have_rotated(3), "4 follows 3");
+        // 4 and 5 created, 3 and 4 deleted again, all between two syncs.
+        touch(5);
+        remove(3);
+        remove(4);
+        assert!(journal.may_have_rotated(3), "3 is gone");
+        assert!(!journal.may_have_rotated(5));
+        assert_eq!(journal.newest_journal().unwrap(), Some(5));
+    }
 
     #[tokio::test]
     async fn log_survives_reopen_after_sync() {
