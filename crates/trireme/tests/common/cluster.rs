@@ -180,14 +180,46 @@ where
     }
 }
 
-/// Ports that were free a moment ago: each bound on 127.0.0.1:0 at the same time (so they
-/// differ), then released for the server to bind.
+/// Ports that were free a moment ago, for servers started on fixed ports (a cluster needs
+/// each node's addresses before any node starts).
+///
+/// They come from below the kernel's ephemeral range: a port found free inside it can be
+/// handed to some test's outgoing connection before the server binds it (t70 failed that way
+/// in CI). A cursor shared by this binary's tests walks the range, starting at an offset drawn
+/// from the process id; each port is checked by binding it, and all `n` are held together so
+/// they differ. Without room below the ephemeral range, the kernel picks (`127.0.0.1:0`).
 pub fn free_ports(n: usize) -> Vec<u16> {
-    let listeners: Vec<TcpListener> = (0..n)
-        .map(|_| TcpListener::bind("127.0.0.1:0").expect("bind 127.0.0.1:0"))
-        .collect();
-    listeners
-        .iter()
+    use std::sync::atomic::{AtomicU32, Ordering};
+    const FIRST: u32 = 20_000;
+    static CURSOR: AtomicU32 = AtomicU32::new(u32::MAX);
+    let ephemeral_low = std::fs::read_to_string("/proc/sys/net/ipv4/ip_local_port_range")
+        .ok()
+        .and_then(|range| range.split_whitespace().next()?.parse::<u32>().ok())
+        .unwrap_or(32_768);
+    let span = ephemeral_low.saturating_sub(FIRST);
+    let mut held: Vec<TcpListener> = Vec::with_capacity(n);
+    if span as usize > 4 * n {
+        let _ = CURSOR.compare_exchange(
+            u32::MAX,
+            std::process::id().wrapping_mul(7_919) % span,
+            Ordering::Relaxed,
+            Ordering::Relaxed,
+        );
+        for _ in 0..span {
+            if held.len() == n {
+                break;
+            }
+            let port = FIRST + CURSOR.fetch_add(1, Ordering::Relaxed) % span;
+            let port = u16::try_from(port).expect("below the ephemeral range");
+            if let Ok(listener) = TcpListener::bind(("127.0.0.1", port)) {
+                held.push(listener);
+            }
+        }
+    }
+    while held.len() < n {
+        held.push(TcpListener::bind("127.0.0.1:0").expect("bind 127.0.0.1:0"));
+    }
+    held.iter()
         .map(|l| l.local_addr().expect("local addr").port())
         .collect()
 }
