@@ -46,9 +46,23 @@ pub(crate) enum ShardOp {
     },
 }
 
+/// Rows a scan may ask for and still be read on the async threads; a larger scan (an
+/// unbounded Consul `?recurse`, a big list page) goes to the blocking pool, so that it does
+/// not stall the other requests of its thread.
+const INLINE_SCAN_ROWS: u32 = 1_000;
+
 impl ShardOp {
     fn is_write(&self) -> bool {
         matches!(self, ShardOp::Write(_))
+    }
+
+    /// A point lookup or a small scan: cheap enough for the async threads.
+    fn is_cheap_read(&self) -> bool {
+        match self {
+            ShardOp::Get(_) => true,
+            ShardOp::Scan { limit, .. } => *limit <= INLINE_SCAN_ROWS,
+            ShardOp::Count | ShardOp::Search { .. } | ShardOp::Write(_) => false,
+        }
     }
 }
 
@@ -305,7 +319,7 @@ impl Node {
         mode: ReadMode,
         op: &ShardOp,
     ) -> Option<Result<(ShardAnswer, Freshness), ClusterError>> {
-        if !matches!(op, ShardOp::Get(_) | ShardOp::Scan { .. }) {
+        if !op.is_cheap_read() {
             return None;
         }
         let group = self.group(shard)?;
@@ -313,36 +327,8 @@ impl Node {
             return None;
         }
         Some(
-            self.read_rows(group.shard().0, op)
-                .map(|answer| (answer, freshness(&group))),
+            read_rows(&self.storage, group.shard().0, op).map(|answer| (answer, freshness(&group))),
         )
-    }
-
-    /// Reads keys or a range from this node's replica of `shard`: a point lookup or a
-    /// bounded scan, cheap enough for the async threads.
-    fn read_rows(&self, shard: u32, op: &ShardOp) -> Result<ShardAnswer, ClusterError> {
-        let now = crate::now_ms();
-        Ok(match op {
-            ShardOp::Get(keys) => ShardAnswer::Records(
-                keys.iter()
-                    .map(|k| self.storage.get(shard, k, now))
-                    .collect::<Result<_, _>>()?,
-            ),
-            ShardOp::Scan {
-                prefix,
-                after,
-                limit,
-            } => ShardAnswer::Rows(self.storage.scan(
-                shard,
-                prefix,
-                after.as_deref(),
-                *limit as usize,
-                now,
-            )?),
-            ShardOp::Count | ShardOp::Search { .. } | ShardOp::Write(_) => {
-                unreachable!("not a row read")
-            }
-        })
     }
 
     /// Serves `op` with this node's replica of the shard.
@@ -382,7 +368,13 @@ impl Node {
                         .map_err(|e| ClusterError::Config(format!("search task: {e}")))??;
                         ShardAnswer::Matches { total, rows }
                     }
-                    rows => self.read_rows(shard, &rows)?,
+                    rows if rows.is_cheap_read() => read_rows(&self.storage, shard, &rows)?,
+                    rows => {
+                        let storage = self.storage.clone();
+                        tokio::task::spawn_blocking(move || read_rows(&storage, shard, &rows))
+                            .await
+                            .map_err(|e| ClusterError::Config(format!("scan task: {e}")))??
+                    }
                 }
             }
         };
@@ -418,6 +410,36 @@ impl Node {
             Err(e) => ForwardReply::Failed(e.to_client()),
         }
     }
+}
+
+/// Reads keys or a range from a replica of `shard`.
+fn read_rows(
+    storage: &trireme_storage::Storage,
+    shard: u32,
+    op: &ShardOp,
+) -> Result<ShardAnswer, ClusterError> {
+    let now = crate::now_ms();
+    Ok(match op {
+        ShardOp::Get(keys) => ShardAnswer::Records(
+            keys.iter()
+                .map(|k| storage.get(shard, k, now))
+                .collect::<Result<_, _>>()?,
+        ),
+        ShardOp::Scan {
+            prefix,
+            after,
+            limit,
+        } => ShardAnswer::Rows(storage.scan(
+            shard,
+            prefix,
+            after.as_deref(),
+            *limit as usize,
+            now,
+        )?),
+        ShardOp::Count | ShardOp::Search { .. } | ShardOp::Write(_) => {
+            unreachable!("not a row read")
+        }
+    })
 }
 
 /// Live rows of a shard; O(rows), run off the async threads. Counted where they are
@@ -495,4 +517,26 @@ impl ForwardHandler for ForwardedRequests {
 /// The handler to install on the node's transport.
 pub(crate) fn handler(node: &Arc<Node>) -> Arc<dyn ForwardHandler> {
     Arc::new(ForwardedRequests(Arc::downgrade(node)))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn scan(limit: u32) -> ShardOp {
+        ShardOp::Scan {
+            prefix: Bytes::new(),
+            after: None,
+            limit,
+        }
+    }
+
+    #[test]
+    fn only_point_reads_and_small_scans_stay_on_the_async_threads() {
+        assert!(ShardOp::Get(vec![Bytes::from_static(b"k")]).is_cheap_read());
+        assert!(scan(INLINE_SCAN_ROWS).is_cheap_read());
+        assert!(!scan(INLINE_SCAN_ROWS + 1).is_cheap_read());
+        assert!(!scan(u32::MAX).is_cheap_read(), "an unbounded ?recurse");
+        assert!(!ShardOp::Count.is_cheap_read());
+    }
 }

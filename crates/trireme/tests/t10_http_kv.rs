@@ -291,6 +291,32 @@ async fn recurse_keys_and_separator() {
     assert_eq!(keys, ["app/", "apple", "other/"]);
 }
 
+/// An unbounded `?recurse` whose shards each hold more rows than are read on the async
+/// threads (1,000): the scans run on the blocking pool, and every row comes back, in order.
+#[tokio::test]
+async fn a_large_recurse_returns_every_row_in_order() {
+    let node = TestNode::start(StartOptions {
+        shards: Some(2),
+        ..StartOptions::default()
+    })
+    .await;
+    let mut resp = common::RawResp::connect(node.resp_addr()).await;
+    let keys: Vec<String> = (0..3_000).map(|i| format!("big/{i:05}")).collect();
+    for chunk in keys.chunks(500) {
+        let mut args: Vec<&[u8]> = vec![b"MSET"];
+        for key in chunk {
+            args.extend([key.as_bytes(), key.as_bytes()]);
+        }
+        resp.send_cmd(&args).await;
+        assert_eq!(resp.read_reply().await, b"+OK\r\n");
+    }
+    let entries = node.list("big/").await;
+    let listed: Vec<&str> = entries.iter().map(|e| e.key.as_str()).collect();
+    assert_eq!(listed, keys, "every key, in key order");
+    assert!(entries.iter().all(|e| e.value == e.key.as_bytes()));
+    still_serves(&node, "big/after").await;
+}
+
 #[tokio::test]
 async fn consistency_modes_and_their_conflict() {
     let node = TestNode::start(StartOptions::default()).await;
