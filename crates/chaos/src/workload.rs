@@ -380,8 +380,9 @@ async fn resp_op(
         }
         // A read that got no usable answer tells nothing; drop it.
         (OpKind::Read, _) => Status::Fail,
-        // A write with an error reply (-TRYAGAIN covers both "no leader" and "timed out"),
-        // a timeout or a broken connection may have been applied.
+        // -TRYAGAIN (no leader) was not applied, but it is counted with -TIMEOUT and any
+        // other error reply, a timeout or a broken connection as possibly applied: unknown
+        // only widens what the checker accepts.
         _ => Status::Unknown,
     };
     e

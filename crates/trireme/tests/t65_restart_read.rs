@@ -79,8 +79,8 @@ async fn http_read(client: &reqwest::Client, url: &str) -> Read {
     }
 }
 
-/// GET over RESP. `-TRYAGAIN` (no leader, timeout) and a refused or dropped connection are
-/// worth retrying.
+/// GET over RESP. `-TRYAGAIN` (no leader), `-TIMEOUT` and a refused or dropped connection
+/// are worth retrying.
 async fn resp_read(addr: SocketAddr, key: &str) -> Read {
     let mut conn = match RawResp::try_connect(addr).await {
         Ok(conn) => conn,
@@ -94,7 +94,9 @@ async fn resp_read(addr: SocketAddr, key: &str) -> Read {
     };
     match Reply::parse(&bytes) {
         Reply::Bulk(value) => Read::Answer(value),
-        Reply::Error(e) if e.starts_with("TRYAGAIN") => Read::Retry(format!("RESP {addr}: {e}")),
+        Reply::Error(e) if e.starts_with("TRYAGAIN") || e.starts_with("TIMEOUT") => {
+            Read::Retry(format!("RESP {addr}: {e}"))
+        }
         other => Read::Wrong(format!("RESP {addr}: GET {key}: {other:?}")),
     }
 }

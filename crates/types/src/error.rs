@@ -54,9 +54,14 @@ impl ErrorCode {
     }
 
     /// The first word of a RESP error reply (`-ERR ...`, `-TRYAGAIN ...`).
+    ///
+    /// `TRYAGAIN` only when the command certainly did not take effect: Redis Cluster clients
+    /// retry it on their own. A command that may have been applied gets `TIMEOUT`, which they
+    /// pass to the caller, so that an `INCR` is not silently applied twice.
     pub fn resp_prefix(self) -> &'static str {
         match self {
-            ErrorCode::NoLeader | ErrorCode::Unavailable | ErrorCode::Timeout => "TRYAGAIN",
+            ErrorCode::NoLeader | ErrorCode::Unavailable => "TRYAGAIN",
+            ErrorCode::Timeout => "TIMEOUT",
             ErrorCode::StorageFailure => "IOERR",
             _ => "ERR",
         }
@@ -105,5 +110,22 @@ impl TriremeError {
             code,
             message: message.into(),
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn only_certainly_unapplied_failures_invite_a_retry() {
+        for code in [ErrorCode::NoLeader, ErrorCode::Unavailable] {
+            assert_eq!(code.resp_prefix(), "TRYAGAIN", "{code}");
+            assert_eq!(code.http_status(), 503, "{code}");
+        }
+        assert_eq!(ErrorCode::Timeout.resp_prefix(), "TIMEOUT");
+        assert_eq!(ErrorCode::Timeout.http_status(), 504);
+        assert_eq!(ErrorCode::StorageFailure.resp_prefix(), "IOERR");
+        assert_eq!(ErrorCode::InvalidArgument.resp_prefix(), "ERR");
     }
 }

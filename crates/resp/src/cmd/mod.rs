@@ -1,6 +1,6 @@
 //! Command dispatch: one module per command family, each parsing its arguments with [`Args`]
-//! and calling the node's router. Errors from the router become `-ERR`/`-TRYAGAIN` replies
-//! through the one mapping in [`trireme_types::ErrorCode::resp_prefix`].
+//! and calling the node's router. Errors from the router become `-ERR`, `-TRYAGAIN` or
+//! `-TIMEOUT` replies through the one mapping in [`trireme_types::ErrorCode::resp_prefix`].
 
 mod cluster;
 mod connection;
