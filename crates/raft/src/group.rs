@@ -1,5 +1,6 @@
 //! [`ShardGroup`]: one shard's Raft group on this node, and the write and read paths through it.
 
+use crate::compaction::{LogBudget, run_snapshots};
 use crate::{LogStore, PeerNode, PeerTransport, RaftLayerError, ShardStateMachine, TypeConfig};
 use openraft::type_config::async_runtime::WatchReceiver;
 use openraft::{Config, Raft, ReadPolicy, ServerState, SnapshotPolicy};
@@ -26,6 +27,9 @@ pub struct RaftTiming {
     pub snapshot_every: u64,
     /// Log entries kept behind a snapshot, for followers slightly behind.
     pub keep_after_snapshot: u64,
+    /// Also take a snapshot once the log has grown by this many bytes (or by the size of the
+    /// last snapshot, if larger) since the last one: see `compaction.rs`.
+    pub snapshot_log_bytes: u64,
     /// How long a write or a read barrier may take before the client gets a timeout.
     pub request_timeout: Duration,
 }
@@ -38,6 +42,7 @@ impl Default for RaftTiming {
             election_max: Duration::from_millis(2000),
             snapshot_every: 20_000,
             keep_after_snapshot: 1_000,
+            snapshot_log_bytes: 8 << 20,
             request_timeout: Duration::from_secs(10),
         }
     }
@@ -131,15 +136,18 @@ impl ShardGroup {
         transport: &PeerTransport,
     ) -> Result<Self, RaftLayerError> {
         let config = Arc::new(timing.config()?);
+        let (budget, snapshot_requests) = LogBudget::new(timing.snapshot_log_bytes);
+        let budget = Arc::new(budget);
         let raft = Raft::new(
             node_id,
             config,
             GroupNetworkFactory::new(transport.clone(), group.0),
-            LogStore::new(storage.clone(), group.0),
-            ShardStateMachine::new(storage, shard.0),
+            LogStore::new(storage.clone(), group.0).with_budget(budget.clone()),
+            ShardStateMachine::new(storage, shard.0).with_budget(budget),
         )
         .await
         .map_err(|e| RaftLayerError::from_fatal(shard.0, e))?;
+        tokio::spawn(run_snapshots(raft.clone(), snapshot_requests));
         let last_append = transport.register(group.0, raft.clone());
         let metrics = raft.metrics();
         let proposals = crate::batcher::spawn(raft.clone(), shard.0);

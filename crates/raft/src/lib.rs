@@ -6,6 +6,7 @@
 #![cfg_attr(test, allow(clippy::unwrap_used))]
 
 mod batcher;
+mod compaction;
 mod error;
 mod group;
 mod log_store;

@@ -8,6 +8,7 @@
 //! the async executor.
 
 use crate::TypeConfig;
+use crate::compaction::LogBudget;
 use openraft::entry::RaftEntry;
 use openraft::storage::{IOFlushed, RaftLogStorage};
 use openraft::type_config::alias::{EntryOf, LogIdOf, VoteOf};
@@ -30,6 +31,7 @@ pub struct LogStore {
     storage: Arc<Storage>,
     group: u32,
     recent: Arc<Mutex<RecentEntries>>,
+    budget: Option<Arc<LogBudget>>,
 }
 
 /// Most entries, and most encoded bytes, kept in [`RecentEntries`] per group.
@@ -115,7 +117,14 @@ impl LogStore {
             storage,
             group,
             recent: Arc::default(),
+            budget: None,
         }
+    }
+
+    /// Counts appended bytes against `budget`, which asks for snapshots by log size.
+    pub(crate) fn with_budget(mut self, budget: Arc<LogBudget>) -> Self {
+        self.budget = Some(budget);
+        self
     }
 
     fn recent(&self) -> std::sync::MutexGuard<'_, RecentEntries> {
@@ -241,6 +250,9 @@ impl RaftLogStorage<TypeConfig> for LogStore {
         self.storage
             .append_log(self.group, rows)
             .map_err(io::Error::other)?;
+        if let Some(budget) = &self.budget {
+            budget.appended(sizes.iter().sum::<usize>() as u64);
+        }
         {
             let mut recent = self.recent();
             for (entry, size) in entries.into_iter().zip(sizes) {

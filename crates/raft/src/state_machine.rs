@@ -6,6 +6,7 @@
 //! replica can be brought up to date.
 
 use crate::TypeConfig;
+use crate::compaction::LogBudget;
 use crate::log_store::{decode, encode};
 use futures::{Stream, TryStreamExt};
 use openraft::entry::RaftEntry;
@@ -26,6 +27,7 @@ const MEMBERSHIP: &str = "membership";
 pub struct ShardStateMachine {
     storage: Arc<Storage>,
     shard: u32,
+    budget: Option<Arc<LogBudget>>,
 }
 
 /// What a snapshot file holds.
@@ -38,7 +40,23 @@ struct SnapshotFile {
 impl ShardStateMachine {
     /// The state machine of `shard` inside `storage`.
     pub fn new(storage: Arc<Storage>, shard: u32) -> Self {
-        Self { storage, shard }
+        Self {
+            storage,
+            shard,
+            budget: None,
+        }
+    }
+
+    /// Reports snapshot sizes to `budget`: a larger shard is snapshotted less often.
+    pub(crate) fn with_budget(mut self, budget: Arc<LogBudget>) -> Self {
+        self.budget = Some(budget);
+        self
+    }
+
+    fn snapshot_taken(&self, bytes: usize) {
+        if let Some(budget) = &self.budget {
+            budget.snapshot_taken(bytes as u64);
+        }
     }
 
     fn snapshot_path(&self) -> PathBuf {
@@ -127,6 +145,7 @@ impl RaftSnapshotBuilder<TypeConfig> for ShardStateMachine {
             last_membership: membership,
         };
         let data = encode(&export.records)?;
+        self.snapshot_taken(data.len());
         self.save_snapshot_file(SnapshotFile {
             meta: meta.clone(),
             records: export.records,
@@ -204,6 +223,7 @@ impl RaftStateMachine<TypeConfig> for ShardStateMachine {
         meta: &SnapshotMetaOf<TypeConfig>,
         snapshot: Self::SnapshotData,
     ) -> Result<(), io::Error> {
+        self.snapshot_taken(snapshot.get_ref().len());
         let records: Vec<(Vec<u8>, Vec<u8>)> = decode(snapshot.get_ref())?;
         let export = ShardExport {
             meta: vec![

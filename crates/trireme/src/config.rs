@@ -87,6 +87,7 @@ struct RaftSection {
     election_timeout_max_ms: Option<u64>,
     snapshot_every: Option<u64>,
     keep_after_snapshot: Option<u64>,
+    snapshot_log_bytes: Option<u64>,
     request_timeout_ms: Option<u64>,
 }
 
@@ -245,6 +246,9 @@ fn raft_timing(raft: RaftSection) -> anyhow::Result<RaftTiming> {
     if let Some(v) = raft.keep_after_snapshot {
         timing.keep_after_snapshot = v;
     }
+    if let Some(v) = raft.snapshot_log_bytes {
+        timing.snapshot_log_bytes = v;
+    }
     if let Some(v) = raft.request_timeout_ms {
         timing.request_timeout = ms(v);
     }
@@ -256,6 +260,9 @@ fn raft_timing(raft: RaftSection) -> anyhow::Result<RaftTiming> {
     }
     if timing.snapshot_every == 0 {
         bail!("[raft] snapshot_every must be positive");
+    }
+    if timing.snapshot_log_bytes == 0 {
+        bail!("[raft] snapshot_log_bytes must be positive");
     }
     Ok(timing)
 }
@@ -303,6 +310,23 @@ mod tests {
         .resolve()
         .unwrap_err();
         assert!(err.to_string().contains("--http"), "{err}");
+
+        std::fs::write(&path, "[raft]\nsnapshot_log_bytes = 4096\n").unwrap();
+        let config = ServerArgs {
+            config: Some(path.clone()),
+            ..Default::default()
+        }
+        .resolve()
+        .unwrap();
+        assert_eq!(config.node.timing.snapshot_log_bytes, 4096);
+        std::fs::write(&path, "[raft]\nsnapshot_log_bytes = 0\n").unwrap();
+        let err = ServerArgs {
+            config: Some(path.clone()),
+            ..Default::default()
+        }
+        .resolve()
+        .unwrap_err();
+        assert!(err.to_string().contains("snapshot_log_bytes"), "{err}");
     }
 
     #[test]

@@ -186,6 +186,43 @@ async fn acknowledged_writes_under_concurrent_load_survive_repeated_kill9() {
     }
 }
 
+/// A log that grows by `snapshot_log_bytes` is snapshotted and purged long before
+/// `snapshot_every` entries, and the node recovers from that snapshot after `kill -9`.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_log_is_compacted_by_size_as_well_as_by_entries() {
+    let config = "[raft]\nsnapshot_log_bytes = 1048576\nkeep_after_snapshot = 2\n";
+    let mut opts = StartOptions::default().shards(1).config(config);
+    opts.log = "warn,openraft::engine::handler=info".into();
+    let mut node = TestNode::start(opts).await;
+    let snapshot = node.data_dir().join("snapshots").join("shard-0.snap");
+
+    // 48 writes of 64 KiB: 3 MiB of log in 48 entries, far below snapshot_every (20,000).
+    let mut conn = RawResp::connect(node.resp_addr()).await;
+    for i in 0..48u8 {
+        let value = vec![b'a' + i % 26; 64 * 1024];
+        conn.send_cmd(&[b"SET", format!("big:{i}").as_bytes(), &value])
+            .await;
+        assert_eq!(conn.read_reply().await, b"+OK\r\n", "SET big:{i}");
+    }
+    let compacted = wait_until(Duration::from_secs(10), Duration::from_millis(20), || {
+        let taken = snapshot.exists();
+        let purged = node.stderr_log().contains("purge log");
+        async move { taken && purged }
+    })
+    .await;
+    assert!(compacted, "no snapshot and purge after 3 MiB of log");
+
+    node.kill9().await;
+    node.restart().await;
+    let mut conn = RawResp::connect(node.resp_addr()).await;
+    for i in 0..48u8 {
+        conn.send_cmd(&[b"GET", format!("big:{i}").as_bytes()])
+            .await;
+        let want = [&b"$65536\r\n"[..], &vec![b'a' + i % 26; 64 * 1024], b"\r\n"].concat();
+        assert!(conn.read_reply().await == want, "big:{i} after restart");
+    }
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn recovery_from_snapshots_and_compacted_logs() {
     let config = "[raft]\nsnapshot_every = 50\nkeep_after_snapshot = 5\n";
