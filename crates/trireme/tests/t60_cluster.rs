@@ -1099,3 +1099,65 @@ async fn leaders_move_to_their_preferred_replicas_and_spread_over_the_nodes() {
     })
     .await;
 }
+
+/// A write its leader has proposed but cannot commit (both followers killed) may still be
+/// applied later, so it is answered as "outcome unknown": RESP `-TIMEOUT`, HTTP 504. Never
+/// `-TRYAGAIN`, which Redis Cluster clients retry on their own.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_write_without_a_quorum_is_answered_as_outcome_unknown() {
+    let mut options = ClusterOptions::default().shards(1);
+    options.balance_leaders = false;
+    options.timing.request_timeout = Duration::from_millis(1_500);
+    let mut c = TestCluster::start(options).await;
+    let leaders = c.expect_all_led(CLUSTER_DEADLINE).await;
+    let leader = leaders[0].node;
+    bounded(Duration::from_secs(60), async {
+        for i in (0..3).filter(|&i| i != leader) {
+            c.kill9(i).await;
+        }
+        let key = c.key_in_shard(0, "lost/");
+
+        // Both sent at once, while the leader still leads: both are proposed.
+        let node = c.node(leader);
+        let incr = async {
+            let mut resp = RawResp::connect(node.resp_addr()).await;
+            resp.cmd(&[b"INCR", key.as_bytes()]).await
+        };
+        let put = async {
+            let put = node.http.put(node.kv_url(&key)).body("x").send().await;
+            let put = put.expect("PUT without a quorum gets an answer");
+            let status = put.status().as_u16();
+            (
+                status,
+                put.json::<serde_json::Value>()
+                    .await
+                    .expect("JSON error body"),
+            )
+        };
+        let (reply, (status, body)) = tokio::join!(incr, put);
+        assert!(
+            reply.starts_with(b"-TIMEOUT "),
+            "INCR without a quorum: {}",
+            String::from_utf8_lossy(&reply)
+        );
+        assert_eq!(
+            (status, &body["code"]),
+            (504, &serde_json::json!("timeout")),
+            "{body}"
+        );
+
+        // With the followers back, the group commits again.
+        c.restart_stopped().await;
+        let ok = wait_until(CLUSTER_DEADLINE, Duration::from_millis(50), || {
+            let resp = RawResp::connect(c.node(leader).resp_addr());
+            let key = key.clone();
+            async move {
+                let mut resp = resp.await;
+                resp.cmd(&[b"SET", key.as_bytes(), b"back"]).await == b"+OK\r\n"
+            }
+        })
+        .await;
+        assert!(ok, "no write committed after the followers came back");
+    })
+    .await;
+}
