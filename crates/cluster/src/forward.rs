@@ -327,7 +327,8 @@ impl Node {
             return None;
         }
         Some(
-            read_rows(&self.storage, group.shard().0, op).map(|answer| (answer, freshness(&group))),
+            read_shard(&self.storage, group.shard().0, op)
+                .map(|answer| (answer, freshness(&group))),
         )
     }
 
@@ -343,38 +344,13 @@ impl Node {
             ShardOp::Write(command) => ShardAnswer::Written(group.write(command).await?),
             read => {
                 group.read_barrier(mode).await?;
-                match read {
-                    ShardOp::Count => {
-                        let storage = self.storage.clone();
-                        let now = crate::now_ms();
-                        ShardAnswer::Count(
-                            tokio::task::spawn_blocking(move || count_rows(&storage, shard, now))
-                                .await
-                                .map_err(|e| ClusterError::Config(format!("count task: {e}")))??,
-                        )
-                    }
-                    ShardOp::Search {
-                        prefix,
-                        query,
-                        limit,
-                    } => {
-                        let query = SearchQuery::parse(&query)?;
-                        let storage = self.storage.clone();
-                        let now = crate::now_ms();
-                        let (total, rows) = tokio::task::spawn_blocking(move || {
-                            search_rows(&storage, shard, &prefix, &query, limit as usize, now)
-                        })
+                if read.is_cheap_read() {
+                    read_shard(&self.storage, shard, &read)?
+                } else {
+                    let storage = self.storage.clone();
+                    tokio::task::spawn_blocking(move || read_shard(&storage, shard, &read))
                         .await
-                        .map_err(|e| ClusterError::Config(format!("search task: {e}")))??;
-                        ShardAnswer::Matches { total, rows }
-                    }
-                    rows if rows.is_cheap_read() => read_rows(&self.storage, shard, &rows)?,
-                    rows => {
-                        let storage = self.storage.clone();
-                        tokio::task::spawn_blocking(move || read_rows(&storage, shard, &rows))
-                            .await
-                            .map_err(|e| ClusterError::Config(format!("scan task: {e}")))??
-                    }
+                        .map_err(|e| ClusterError::Config(format!("shard read task: {e}")))??
                 }
             }
         };
@@ -412,8 +388,9 @@ impl Node {
     }
 }
 
-/// Reads keys or a range from a replica of `shard`.
-fn read_rows(
+/// Serves a read from a replica of `shard`: keys, a range, a count or a search. Only
+/// [`ShardOp::is_cheap_read`] ones may run on the async threads.
+fn read_shard(
     storage: &trireme_storage::Storage,
     shard: u32,
     op: &ShardOp,
@@ -436,9 +413,17 @@ fn read_rows(
             *limit as usize,
             now,
         )?),
-        ShardOp::Count | ShardOp::Search { .. } | ShardOp::Write(_) => {
-            unreachable!("not a row read")
+        ShardOp::Count => ShardAnswer::Count(count_rows(storage, shard, now)?),
+        ShardOp::Search {
+            prefix,
+            query,
+            limit,
+        } => {
+            let query = SearchQuery::parse(query)?;
+            let (total, rows) = search_rows(storage, shard, prefix, &query, *limit as usize, now)?;
+            ShardAnswer::Matches { total, rows }
         }
+        ShardOp::Write(_) => unreachable!("not a read"),
     })
 }
 

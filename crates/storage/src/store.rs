@@ -91,8 +91,8 @@ impl JournalSync {
     /// the active one, and sealed journals are deleted oldest first; so while `id` is still
     /// there and `id + 1` is not, `id` is the active journal. Two `stat` calls per sync instead
     /// of listing the folder (open, getdents, close): under load this runs a thousand times a
-    /// second, on the path every acknowledgement waits for.
-    /// A `stat` that fails counts as a rotation: the folder is listed then, as before.
+    /// second, on the path every acknowledgement waits for. A `stat` that fails counts as a
+    /// rotation: the folder is listed then, as before.
     fn may_have_rotated(&self, id: u64) -> bool {
         let exists = |id: u64| self.journal_path(id).try_exists();
         exists(id + 1).unwrap_or(true) || !exists(id).unwrap_or(false)

@@ -271,6 +271,16 @@ fn raft_timing(raft: RaftSection) -> anyhow::Result<RaftTiming> {
 mod tests {
     use super::*;
 
+    /// Writes `toml` to `path` and resolves a config from that file alone.
+    fn from_file(path: &std::path::Path, toml: &str) -> anyhow::Result<ServerConfig> {
+        std::fs::write(path, toml).unwrap();
+        ServerArgs {
+            config: Some(path.to_path_buf()),
+            ..Default::default()
+        }
+        .resolve()
+    }
+
     #[test]
     fn flags_override_the_file_and_bad_values_are_named() {
         let dir = tempfile::tempdir().unwrap();
@@ -287,13 +297,7 @@ mod tests {
         assert_eq!(config.node.http_addr, "127.0.0.1:1");
         assert_eq!(config.node.timing.heartbeat, Duration::from_millis(50));
 
-        std::fs::write(&path, "node_id = \"a\"\nshardz = 4\n").unwrap();
-        let err = ServerArgs {
-            config: Some(path.clone()),
-            ..Default::default()
-        }
-        .resolve()
-        .unwrap_err();
+        let err = from_file(&path, "node_id = \"a\"\nshardz = 4\n").unwrap_err();
         assert!(format!("{err:#}").contains("shardz"), "{err:#}");
 
         let err = ServerArgs {
@@ -311,21 +315,9 @@ mod tests {
         .unwrap_err();
         assert!(err.to_string().contains("--http"), "{err}");
 
-        std::fs::write(&path, "[raft]\nsnapshot_log_bytes = 4096\n").unwrap();
-        let config = ServerArgs {
-            config: Some(path.clone()),
-            ..Default::default()
-        }
-        .resolve()
-        .unwrap();
+        let config = from_file(&path, "[raft]\nsnapshot_log_bytes = 4096\n").unwrap();
         assert_eq!(config.node.timing.snapshot_log_bytes, 4096);
-        std::fs::write(&path, "[raft]\nsnapshot_log_bytes = 0\n").unwrap();
-        let err = ServerArgs {
-            config: Some(path.clone()),
-            ..Default::default()
-        }
-        .resolve()
-        .unwrap_err();
+        let err = from_file(&path, "[raft]\nsnapshot_log_bytes = 0\n").unwrap_err();
         assert!(err.to_string().contains("snapshot_log_bytes"), "{err}");
     }
 

@@ -191,9 +191,7 @@ async fn acknowledged_writes_under_concurrent_load_survive_repeated_kill9() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_log_is_compacted_by_size_as_well_as_by_entries() {
     let config = "[raft]\nsnapshot_log_bytes = 1048576\nkeep_after_snapshot = 2\n";
-    let mut opts = StartOptions::default().shards(1).config(config);
-    opts.log = "warn,openraft::engine::handler=info".into();
-    let mut node = TestNode::start(opts).await;
+    let mut node = start_logging_purges(1, config).await;
     let snapshot = node.data_dir().join("snapshots").join("shard-0.snap");
 
     // 48 writes of 64 KiB: 3 MiB of log in 48 entries, far below snapshot_every (20,000).
@@ -223,13 +221,18 @@ async fn a_log_is_compacted_by_size_as_well_as_by_entries() {
     }
 }
 
+/// A node with `shards` shards and `config`, logging openraft's log purges (at info level):
+/// proof, in `stderr_log`, that compaction really ran.
+async fn start_logging_purges(shards: u32, config: &str) -> TestNode {
+    let mut opts = StartOptions::default().shards(shards).config(config);
+    opts.log = "warn,openraft::engine::handler=info".into();
+    TestNode::start(opts).await
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn recovery_from_snapshots_and_compacted_logs() {
     let config = "[raft]\nsnapshot_every = 50\nkeep_after_snapshot = 5\n";
-    let mut opts = StartOptions::default().shards(2).config(config);
-    // openraft reports log purges at info level: proof that compaction really ran.
-    opts.log = "warn,openraft::engine::handler=info".into();
-    let mut node = TestNode::start(opts).await;
+    let mut node = start_logging_purges(2, config).await;
 
     // 500 keys from 4 writers: some 250 log entries per shard, so several snapshots each.
     let base = node.http_url();

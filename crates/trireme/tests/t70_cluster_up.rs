@@ -10,7 +10,6 @@ use rustix::process::{Pid, Signal, kill_process, test_kill_process};
 use std::net::{SocketAddr, TcpListener};
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, ExitStatus, Stdio};
-use std::sync::atomic::{AtomicU16, Ordering};
 use std::time::{Duration, Instant};
 
 /// How long `cluster up` may take to report a serving cluster: three debug servers
@@ -19,35 +18,9 @@ const UP_DEADLINE: Duration = Duration::from_secs(120);
 /// Ports a test cluster may use from its base: three nodes take base..base+22.
 const PORT_SPAN: u16 = 30;
 
-/// A base port with the `PORT_SPAN` ports from it free on 127.0.0.1, below the kernel's
-/// ephemeral range: a block inside it can be handed to an outgoing connection of a
-/// concurrent test between this check and `cluster up` binding it (CI saw exactly that).
-/// Each call starts from its own block, so concurrent tests do not try the same one.
+/// A base port with the `PORT_SPAN` ports from it free on 127.0.0.1.
 fn free_base_port() -> u16 {
-    static NEXT_BLOCK: AtomicU16 = AtomicU16::new(0);
-    const FIRST: u16 = 20_000;
-    let ephemeral_low = std::fs::read_to_string("/proc/sys/net/ipv4/ip_local_port_range")
-        .ok()
-        .and_then(|range| range.split_whitespace().next()?.parse::<u16>().ok())
-        .unwrap_or(32_768);
-    let blocks = ephemeral_low.saturating_sub(FIRST) / PORT_SPAN;
-    assert!(
-        blocks > 0,
-        "no room below the ephemeral ports ({ephemeral_low})"
-    );
-    // The process id spreads runs of this binary that overlap (not expected, but cheap).
-    let offset = (std::process::id() % u32::from(blocks)) as u16;
-    for _ in 0..blocks {
-        let block = NEXT_BLOCK
-            .fetch_add(1, Ordering::Relaxed)
-            .wrapping_add(offset)
-            % blocks;
-        let base = FIRST + block * PORT_SPAN;
-        if (base..base + PORT_SPAN).all(|port| TcpListener::bind(("127.0.0.1", port)).is_ok()) {
-            return base;
-        }
-    }
-    panic!("found no {PORT_SPAN} consecutive free ports on 127.0.0.1 below {ephemeral_low}");
+    common::cluster::free_port_block(PORT_SPAN)
 }
 
 fn pid(raw: u32) -> Pid {

@@ -180,48 +180,47 @@ where
     }
 }
 
-/// Ports that were free a moment ago, for servers started on fixed ports (a cluster needs
-/// each node's addresses before any node starts).
-///
-/// They come from below the kernel's ephemeral range: a port found free inside it can be
-/// handed to some test's outgoing connection before the server binds it (t70 failed that way
-/// in CI). A cursor shared by this binary's tests walks the range, starting at an offset drawn
-/// from the process id; each port is checked by binding it, and all `n` are held together so
-/// they differ. Without room below the ephemeral range, the kernel picks (`127.0.0.1:0`).
+/// `n` ports that were free a moment ago, for servers started on fixed ports (a cluster
+/// needs each node's addresses before any node starts).
 pub fn free_ports(n: usize) -> Vec<u16> {
+    let n = u16::try_from(n).expect("a few ports");
+    let base = free_port_block(n);
+    (base..base + n).collect()
+}
+
+/// The first of `len` consecutive ports that were free a moment ago on 127.0.0.1.
+///
+/// Blocks come from below the kernel's ephemeral range: a port found free inside it can be
+/// handed to some test's outgoing connection before the server binds it (t70 failed that way
+/// in CI). A cursor shared by the binary's tests walks the blocks from an offset drawn from
+/// the process id, so concurrent tests (and overlapping binaries) start apart.
+pub fn free_port_block(len: u16) -> u16 {
     use std::sync::atomic::{AtomicU32, Ordering};
-    const FIRST: u32 = 20_000;
-    static CURSOR: AtomicU32 = AtomicU32::new(u32::MAX);
+    const FIRST: u16 = 20_000;
+    static NEXT_BLOCK: AtomicU32 = AtomicU32::new(u32::MAX);
     let ephemeral_low = std::fs::read_to_string("/proc/sys/net/ipv4/ip_local_port_range")
         .ok()
-        .and_then(|range| range.split_whitespace().next()?.parse::<u32>().ok())
+        .and_then(|range| range.split_whitespace().next()?.parse::<u16>().ok())
         .unwrap_or(32_768);
-    let span = ephemeral_low.saturating_sub(FIRST);
-    let mut held: Vec<TcpListener> = Vec::with_capacity(n);
-    if span as usize > 4 * n {
-        let _ = CURSOR.compare_exchange(
-            u32::MAX,
-            std::process::id().wrapping_mul(7_919) % span,
-            Ordering::Relaxed,
-            Ordering::Relaxed,
-        );
-        for _ in 0..span {
-            if held.len() == n {
-                break;
-            }
-            let port = FIRST + CURSOR.fetch_add(1, Ordering::Relaxed) % span;
-            let port = u16::try_from(port).expect("below the ephemeral range");
-            if let Ok(listener) = TcpListener::bind(("127.0.0.1", port)) {
-                held.push(listener);
-            }
+    let blocks = u32::from(ephemeral_low.saturating_sub(FIRST) / len.max(1));
+    assert!(
+        blocks > 0,
+        "no room for {len} ports below the ephemeral range ({ephemeral_low})"
+    );
+    let _ = NEXT_BLOCK.compare_exchange(
+        u32::MAX,
+        std::process::id() % blocks,
+        Ordering::Relaxed,
+        Ordering::Relaxed,
+    );
+    for _ in 0..blocks {
+        let block = NEXT_BLOCK.fetch_add(1, Ordering::Relaxed) % blocks;
+        let base = FIRST + u16::try_from(block).expect("below the ephemeral range") * len;
+        if (base..base + len).all(|port| TcpListener::bind(("127.0.0.1", port)).is_ok()) {
+            return base;
         }
     }
-    while held.len() < n {
-        held.push(TcpListener::bind("127.0.0.1:0").expect("bind 127.0.0.1:0"));
-    }
-    held.iter()
-        .map(|l| l.local_addr().expect("local addr").port())
-        .collect()
+    panic!("found no {len} consecutive free ports on 127.0.0.1 below {ephemeral_low}");
 }
 
 /// The slot of a key (CRC16 with `{hash tags}`, checked against Redis in trireme-types).
