@@ -124,7 +124,8 @@ impl Node {
             None => initial_cluster(&config)?,
         };
 
-        let transport = PeerTransport::new(node_id, config.cluster_name.clone());
+        let transport = PeerTransport::new(node_id, config.cluster_name.clone())
+            .with_snapshot_chunk_bytes(config.timing.snapshot_chunk_bytes as usize);
         for (name, addr) in &initial {
             transport.set_peer_addr(NodeId::from_name(name).0, addr);
         }

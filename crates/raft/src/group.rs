@@ -30,6 +30,8 @@ pub struct RaftTiming {
     /// Also take a snapshot once the log has grown by this many bytes (or by the size of the
     /// last snapshot, if larger) since the last one: see `compaction.rs`.
     pub snapshot_log_bytes: u64,
+    /// Snapshots are sent to lagging followers in chunks of this many bytes.
+    pub snapshot_chunk_bytes: u64,
     /// How long a write or a read barrier may take before the client gets a timeout.
     pub request_timeout: Duration,
 }
@@ -43,6 +45,7 @@ impl Default for RaftTiming {
             snapshot_every: 20_000,
             keep_after_snapshot: 1_000,
             snapshot_log_bytes: 8 << 20,
+            snapshot_chunk_bytes: crate::DEFAULT_SNAPSHOT_CHUNK_BYTES as u64,
             request_timeout: Duration::from_secs(10),
         }
     }

@@ -17,7 +17,10 @@ mod types;
 pub use error::RaftLayerError;
 pub use group::{GroupStatus, RaftTiming, ReadMode, ShardGroup};
 pub use log_store::LogStore;
-pub use peer::{ForwardHandler, PeerError, PeerTransport};
+pub use peer::{
+    DEFAULT_SNAPSHOT_CHUNK_BYTES, ForwardHandler, MAX_SNAPSHOT_CHUNK_BYTES, PeerError,
+    PeerTransport,
+};
 pub use state_machine::ShardStateMachine;
 pub use types::{PeerNode, TypeConfig};
 

@@ -88,6 +88,7 @@ struct RaftSection {
     snapshot_every: Option<u64>,
     keep_after_snapshot: Option<u64>,
     snapshot_log_bytes: Option<u64>,
+    snapshot_chunk_bytes: Option<u64>,
     request_timeout_ms: Option<u64>,
 }
 
@@ -249,6 +250,9 @@ fn raft_timing(raft: RaftSection) -> anyhow::Result<RaftTiming> {
     if let Some(v) = raft.snapshot_log_bytes {
         timing.snapshot_log_bytes = v;
     }
+    if let Some(v) = raft.snapshot_chunk_bytes {
+        timing.snapshot_chunk_bytes = v;
+    }
     if let Some(v) = raft.request_timeout_ms {
         timing.request_timeout = ms(v);
     }
@@ -263,6 +267,13 @@ fn raft_timing(raft: RaftSection) -> anyhow::Result<RaftTiming> {
     }
     if timing.snapshot_log_bytes == 0 {
         bail!("[raft] snapshot_log_bytes must be positive");
+    }
+    const MAX_SNAPSHOT_CHUNK_BYTES: u64 = trireme_raft::MAX_SNAPSHOT_CHUNK_BYTES as u64;
+    if timing.snapshot_chunk_bytes == 0 || timing.snapshot_chunk_bytes > MAX_SNAPSHOT_CHUNK_BYTES {
+        bail!(
+            "[raft] snapshot_chunk_bytes must be between 1 and {MAX_SNAPSHOT_CHUNK_BYTES} \
+             (a chunk travels as one peer frame)"
+        );
     }
     Ok(timing)
 }
@@ -319,6 +330,17 @@ mod tests {
         assert_eq!(config.node.timing.snapshot_log_bytes, 4096);
         let err = from_file(&path, "[raft]\nsnapshot_log_bytes = 0\n").unwrap_err();
         assert!(err.to_string().contains("snapshot_log_bytes"), "{err}");
+
+        let config = from_file(&path, "[raft]\nsnapshot_chunk_bytes = 65536\n").unwrap();
+        assert_eq!(config.node.timing.snapshot_chunk_bytes, 65536);
+        for bad in ["0", "1073741824"] {
+            let toml = format!("[raft]\nsnapshot_chunk_bytes = {bad}\n");
+            let err = from_file(&path, &toml).unwrap_err();
+            assert!(
+                err.to_string().contains("snapshot_chunk_bytes"),
+                "{bad}: {err}"
+            );
+        }
     }
 
     #[test]

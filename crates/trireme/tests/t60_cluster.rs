@@ -700,6 +700,8 @@ async fn a_node_behind_compacted_logs_catches_up_from_a_snapshot() {
     let timing = RaftTiming {
         snapshot_every: Some(50),
         keep_after_snapshot: Some(10),
+        // Snapshots of a few KB: sent in several chunks.
+        snapshot_chunk_bytes: Some(2048),
         ..RaftTiming::default()
     };
     let opts = ClusterOptions {
@@ -812,6 +814,18 @@ async fn a_node_behind_compacted_logs_catches_up_from_a_snapshot() {
         assert!(
             log.contains("install_full_snapshot"),
             "{} caught up without installing a snapshot:\n{}",
+            c.name(victim),
+            c.logs()
+        );
+        // Reassembled from chunks: the most any received snapshot took.
+        let most_chunks = log
+            .lines()
+            .filter(|l| l.contains("snapshot received"))
+            .filter_map(|l| l.split("chunks=").nth(1)?.split_whitespace().next()?.parse::<u32>().ok())
+            .max();
+        assert!(
+            most_chunks.is_some_and(|n| n > 1),
+            "{} installed no snapshot sent in several chunks ({most_chunks:?}):\n{}",
             c.name(victim),
             c.logs()
         );

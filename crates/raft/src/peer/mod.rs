@@ -11,6 +11,7 @@
 //! `RaftNetworkV2` is a thin adapter binding (target node, group id) to it.
 
 mod link;
+mod snapshot;
 mod wire;
 
 use crate::{PeerNode, TypeConfig};
@@ -95,6 +96,8 @@ struct Inner {
     link_down: Notify,
     next_serial: AtomicU64,
     forward: OnceLock<Arc<dyn ForwardHandler>>,
+    /// Snapshots being received in chunks.
+    uploads: Mutex<snapshot::Uploads>,
     stopped: AtomicBool,
 }
 
@@ -102,7 +105,15 @@ struct Inner {
 #[derive(Clone)]
 pub struct PeerTransport {
     inner: Arc<Inner>,
+    /// Size of the chunks this node sends snapshots in.
+    snapshot_chunk_bytes: usize,
 }
+
+/// Default size of a snapshot chunk: large enough that a chunk's round trip is cheap next to
+/// its transfer, small enough that other groups' heartbeats never wait long behind one.
+pub const DEFAULT_SNAPSHOT_CHUNK_BYTES: usize = 4 << 20;
+/// Largest snapshot chunk a node may be configured to send: a chunk travels as one frame.
+pub const MAX_SNAPSHOT_CHUNK_BYTES: usize = wire::MAX_FRAME / 2;
 
 impl PeerTransport {
     /// A transport for node `me` of `cluster`. Nothing is dialled or served until
@@ -120,9 +131,17 @@ impl PeerTransport {
                 link_down: Notify::new(),
                 next_serial: AtomicU64::new(1),
                 forward: OnceLock::new(),
+                uploads: Mutex::default(),
                 stopped: AtomicBool::new(false),
             }),
+            snapshot_chunk_bytes: DEFAULT_SNAPSHOT_CHUNK_BYTES,
         }
+    }
+
+    /// Sends snapshots in chunks of `bytes` (at least 1) instead of the default.
+    pub fn with_snapshot_chunk_bytes(mut self, bytes: usize) -> Self {
+        self.snapshot_chunk_bytes = bytes.max(1);
+        self
     }
 
     /// This node's id.
@@ -283,9 +302,11 @@ fn unreachable(reason: String) -> RPCError<TypeConfig> {
 }
 
 fn unexpected(response: wire::Response) -> RPCError<TypeConfig> {
-    RPCError::Network(NetworkError::new(&AnyError::error(format!(
-        "unexpected answer {response:?}"
-    ))))
+    unexpected_text(format!("unexpected answer {response:?}"))
+}
+
+fn unexpected_text(text: String) -> RPCError<TypeConfig> {
+    RPCError::Network(NetworkError::new(&AnyError::error(text)))
 }
 
 fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
@@ -355,25 +376,41 @@ impl Inbound for Inner {
                 },
                 None => no_group(group),
             },
-            Request::Snapshot {
+            Request::SnapshotChunk {
                 group,
                 vote,
                 meta,
+                offset,
+                total,
                 data,
-            } => match self.group(group) {
-                Some((raft, last_append)) => {
-                    *lock(&last_append) = Some(Instant::now());
-                    let snapshot = SnapshotOf::<TypeConfig, Cursor<Vec<u8>>> {
-                        meta,
-                        snapshot: Cursor::new(data),
-                    };
-                    match raft.install_full_snapshot(vote, snapshot).await {
-                        Ok(r) => Response::Snapshot(r),
-                        Err(e) => Response::Failed(e.to_string()),
-                    }
+            } => {
+                let Some((raft, last_append)) = self.group(group) else {
+                    return no_group(group);
+                };
+                // A leader sending a snapshot is as alive as one sending entries.
+                *lock(&last_append) = Some(Instant::now());
+                let added = lock(&self.uploads).add(peer, group, &meta, offset, total, data);
+                let received = match added {
+                    Ok(Some(received)) => received,
+                    Ok(None) => return Response::ChunkReceived,
+                    Err(reason) => return Response::Failed(reason),
+                };
+                tracing::info!(
+                    group,
+                    up_to = ?meta.last_log_id,
+                    bytes = received.data.len(),
+                    chunks = received.chunks,
+                    "snapshot received; installing"
+                );
+                let snapshot = SnapshotOf::<TypeConfig, Cursor<Vec<u8>>> {
+                    meta,
+                    snapshot: Cursor::new(received.data),
+                };
+                match raft.install_full_snapshot(vote, snapshot).await {
+                    Ok(r) => Response::Snapshot(r),
+                    Err(e) => Response::Failed(e.to_string()),
                 }
-                None => no_group(group),
-            },
+            }
             Request::TransferLeader { group, rpc } => match self.group(group) {
                 Some((raft, _)) => match raft.handle_transfer_leader(rpc).await {
                     Ok(r) => Response::TransferLeader(r),
@@ -392,6 +429,7 @@ impl Inbound for Inner {
         let mut links = lock(&self.links);
         if links.get(&peer).is_some_and(|l| l.serial == serial) {
             links.remove(&peer);
+            lock(&self.uploads).forget_peer(peer);
             tracing::info!(peer = %format_args!("{peer:016x}"), "peer link down");
         }
         drop(links);
@@ -599,22 +637,39 @@ impl GroupRouter<TypeConfig, u32> for PeerTransport {
         cancel: impl Future<Output = ReplicationClosed> + Send + 'static,
         option: RPCOption,
     ) -> Result<SnapshotResponse<TypeConfig>, StreamingError<TypeConfig>> {
-        let request = wire::Request::Snapshot {
-            group,
-            vote,
-            meta: snapshot.meta,
-            data: snapshot.snapshot.into_inner(),
+        let data = snapshot.snapshot.into_inner();
+        let total = data.len() as u64;
+        let send_all = async {
+            let mut installed = None;
+            for (offset, chunk) in snapshot::chunks(&data, self.snapshot_chunk_bytes) {
+                let request = wire::Request::SnapshotChunk {
+                    group,
+                    vote,
+                    meta: snapshot.meta.clone(),
+                    offset,
+                    total,
+                    data: chunk.to_vec(),
+                };
+                match self.call(target, request, option.hard_ttl()).await? {
+                    wire::Response::ChunkReceived => {}
+                    wire::Response::Snapshot(r) => installed = Some(r),
+                    other => return Err(unexpected(other)),
+                }
+            }
+            installed.ok_or_else(|| {
+                unexpected_text(format!(
+                    "node {target:016x} received all {total} bytes of the snapshot up to {:?} \
+                     but did not install it",
+                    snapshot.meta.last_log_id
+                ))
+            })
         };
-        let send = self.call(target, request, option.hard_ttl());
         let answer = tokio::select! {
-            answer = send => answer,
+            answer = send_all => answer,
             closed = cancel => return Err(StreamingError::Closed(closed)),
         };
         match answer {
-            Ok(wire::Response::Snapshot(r)) => Ok(r),
-            Ok(other) => Err(StreamingError::Network(NetworkError::new(
-                &AnyError::error(format!("unexpected answer {other:?}")),
-            ))),
+            Ok(r) => Ok(r),
             Err(RPCError::Unreachable(e)) => Err(StreamingError::Unreachable(e)),
             Err(e) => Err(StreamingError::Network(NetworkError::new(
                 &AnyError::error(e.to_string()),

@@ -10,8 +10,8 @@ use openraft::raft::{
 use openraft::type_config::alias::{SnapshotMetaOf, VoteOf};
 use serde::{Deserialize, Serialize};
 
-/// The largest frame a node accepts. A whole snapshot travels as one frame, so this bounds
-/// the snapshot size a shard can send (see the README's limits).
+/// The largest frame a node accepts. Snapshots travel in chunks well below it (`snapshot.rs`);
+/// what comes near it is an AppendEntries carrying many large batched entries.
 pub(crate) const MAX_FRAME: usize = 512 << 20;
 
 /// One message on a link.
@@ -73,15 +73,19 @@ pub(crate) enum Request {
         /// The RPC.
         rpc: VoteRequest<TypeConfig>,
     },
-    /// A whole snapshot, for a follower too far behind for the log.
-    Snapshot {
+    /// One chunk of a snapshot, for a follower too far behind for the log (`snapshot.rs`).
+    SnapshotChunk {
         /// The Raft group.
         group: u32,
         /// The leader's vote.
         vote: VoteOf<TypeConfig>,
         /// What the snapshot covers.
         meta: SnapshotMetaOf<TypeConfig>,
-        /// The snapshot file's bytes.
+        /// Where this chunk starts in the snapshot file.
+        offset: u64,
+        /// The snapshot file's length.
+        total: u64,
+        /// The chunk's bytes.
         data: Vec<u8>,
     },
     /// The leader hands leadership to the receiver (which may take it once its log is flushed).
@@ -106,8 +110,10 @@ pub(crate) enum Response {
     Append(AppendEntriesResponse<TypeConfig>),
     /// Answer to [`Request::Vote`] and [`Request::PreVote`].
     Vote(VoteResponse<TypeConfig>),
-    /// Answer to [`Request::Snapshot`].
+    /// Answer to the last [`Request::SnapshotChunk`]: the snapshot was installed.
     Snapshot(SnapshotResponse<TypeConfig>),
+    /// Answer to any other [`Request::SnapshotChunk`]: received, send the next.
+    ChunkReceived,
     /// Answer to [`Request::TransferLeader`].
     TransferLeader(TransferLeaderResponse<TypeConfig>),
     /// Answer to [`Request::Forward`].

@@ -27,6 +27,7 @@ pub struct RaftTiming {
     pub request_timeout: Duration,
     pub snapshot_every: Option<u64>,
     pub keep_after_snapshot: Option<u64>,
+    pub snapshot_chunk_bytes: Option<u64>,
 }
 
 impl Default for RaftTiming {
@@ -39,6 +40,7 @@ impl Default for RaftTiming {
             request_timeout: Duration::from_secs(3),
             snapshot_every: None,
             keep_after_snapshot: None,
+            snapshot_chunk_bytes: None,
         }
     }
 }
@@ -58,6 +60,9 @@ impl RaftTiming {
         }
         if let Some(n) = self.keep_after_snapshot {
             out.push_str(&format!("keep_after_snapshot = {n}\n"));
+        }
+        if let Some(n) = self.snapshot_chunk_bytes {
+            out.push_str(&format!("snapshot_chunk_bytes = {n}\n"));
         }
         out
     }
