@@ -16,19 +16,10 @@
 //! 10.5k PUT/s.
 
 use crate::{RaftLayerError, ShardStateMachine, TypeConfig};
-use futures::stream::{FuturesUnordered, StreamExt};
 use openraft::Raft;
 use tokio::sync::{mpsc, oneshot};
 use trireme_types::{Command, CommandResult, LogCommand};
 
-/// Entries of one shard being committed at once; more proposals wait and batch up. Above 1
-/// so that the proposals queued while one entry is appended do not wait for its fsync: they
-/// go out as the next entry, and openraft packs the entries into one append. Kept low so
-/// that they do queue: every entry costs the leader an append, a sync request and a message
-/// to each follower. With 64 connections PUT on one key of a 3-node cluster, 4 instead of 32
-/// cut the leader's CPU per write by about a seventh (79 to 67 µs, mean of three runs each)
-/// and its syncs by a third; with one node the rate did not change.
-const MAX_IN_FLIGHT: usize = 4;
 /// Most commands in one entry.
 const MAX_BATCH: usize = 256;
 /// Proposals queued per shard before writers wait (their request timeout still applies).
@@ -51,32 +42,32 @@ pub(crate) fn spawn(
     tx
 }
 
+/// One entry of the shard is in flight at a time: the writers that arrive while it commits
+/// queue up and go out together as the next entry. Allowing 4 in flight split the same writers
+/// into more, smaller entries, each paying its own trip through openraft, append and sync:
+/// - one node, redis-benchmark SET (50 clients, one key), medians of 5–6 alternating rounds
+///   of `bench/set-cost.sh`: 18.6 instead of 13.8 SETs per fdatasync, 43 instead of 48–51 µs
+///   of server CPU per SET;
+/// - 3 nodes, `trireme bench --preset consul-put --keys 1` (64 clients on one key), three
+///   rounds each: 10.3k–10.9k PUT/s instead of 8.7k–9.9k, p99 no worse; with the preset's own
+///   key space the rates were within the noise of each other.
 async fn run(
     raft: Raft<TypeConfig, ShardStateMachine>,
     shard: u32,
     mut rx: mpsc::Receiver<Proposal>,
 ) {
-    let mut in_flight = FuturesUnordered::new();
     let mut carried: Option<Proposal> = None;
     loop {
-        if in_flight.len() >= MAX_IN_FLIGHT {
-            in_flight.next().await;
-            continue;
-        }
         let first = match carried.take() {
             Some(proposal) => proposal,
-            None => tokio::select! {
-                proposal = rx.recv() => match proposal {
-                    Some(proposal) => proposal,
-                    None => break,
-                },
-                Some(()) = in_flight.next(), if !in_flight.is_empty() => continue,
+            None => match rx.recv().await {
+                Some(proposal) => proposal,
+                None => break,
             },
         };
         let batch = collect(first, &mut rx, &mut carried);
-        in_flight.push(propose(raft.clone(), shard, batch));
+        propose(raft.clone(), shard, batch).await;
     }
-    while in_flight.next().await.is_some() {}
 }
 
 /// Takes what is queued behind `first` into one batch, up to an unbatchable command or
