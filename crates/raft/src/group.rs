@@ -51,6 +51,9 @@ impl Default for RaftTiming {
     }
 }
 
+/// How long a follower may take to answer one snapshot chunk.
+const SNAPSHOT_CHUNK_TIMEOUT: Duration = Duration::from_secs(10);
+
 impl RaftTiming {
     fn config(&self) -> Result<Config, RaftLayerError> {
         let config = Config {
@@ -61,6 +64,10 @@ impl RaftTiming {
             snapshot_policy: SnapshotPolicy::LogsSinceLast(self.snapshot_every),
             max_in_snapshot_log_to_keep: self.keep_after_snapshot,
             enable_pre_vote: Some(true),
+            // Each snapshot chunk must be answered within this (the last one gets more: see
+            // peer/snapshot.rs). openraft's default, 200 ms, bounded the whole transfer and
+            // install while a snapshot was one frame.
+            install_snapshot_timeout: SNAPSHOT_CHUNK_TIMEOUT.as_millis() as u64,
             // A leader restarted after kill -9 must win a new election, not resume its old
             // term: the committed index is not persisted (see log_store.rs), so a resumed
             // leader's state machine may lack entries it committed before the crash, and its

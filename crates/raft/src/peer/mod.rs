@@ -642,6 +642,12 @@ impl GroupRouter<TypeConfig, u32> for PeerTransport {
         let send_all = async {
             let mut installed = None;
             for (offset, chunk) in snapshot::chunks(&data, self.snapshot_chunk_bytes) {
+                let last = offset + chunk.len() as u64 == total;
+                let timeout = if last {
+                    snapshot::install_timeout(option.hard_ttl(), total)
+                } else {
+                    option.hard_ttl()
+                };
                 let request = wire::Request::SnapshotChunk {
                     group,
                     vote,
@@ -650,7 +656,7 @@ impl GroupRouter<TypeConfig, u32> for PeerTransport {
                     total,
                     data: chunk.to_vec(),
                 };
-                match self.call(target, request, option.hard_ttl()).await? {
+                match self.call(target, request, timeout).await? {
                     wire::Response::ChunkReceived => {}
                     wire::Response::Snapshot(r) => installed = Some(r),
                     other => return Err(unexpected(other)),

@@ -9,6 +9,7 @@
 
 use openraft::type_config::alias::SnapshotMetaOf;
 use std::collections::HashMap;
+use std::time::Duration;
 
 use crate::TypeConfig;
 
@@ -103,6 +104,14 @@ impl Uploads {
     }
 }
 
+/// How long the last chunk may take to be answered: the follower installs the snapshot before
+/// it answers, writing every row of the shard. A timeout makes the leader send the whole
+/// snapshot again, so it grows with the snapshot (a second per 16 MiB) rather than cut a large
+/// install short forever.
+pub(crate) fn install_timeout(chunk_timeout: Duration, total: u64) -> Duration {
+    chunk_timeout + Duration::from_secs(total / (16 << 20))
+}
+
 /// The chunks `data` is sent in: `(offset, bytes)`, at least one even for an empty file.
 pub(crate) fn chunks(data: &[u8], chunk_bytes: usize) -> impl Iterator<Item = (u64, &[u8])> {
     let chunk_bytes = chunk_bytes.max(1);
@@ -157,6 +166,16 @@ mod tests {
         assert_eq!((exact.data, exact.chunks), (data, 2));
         let empty = send(&mut uploads, 3, &[], 500);
         assert_eq!((empty.data.len(), empty.chunks), (0, 1));
+    }
+
+    #[test]
+    fn a_large_install_gets_more_time() {
+        let base = Duration::from_secs(10);
+        assert_eq!(install_timeout(base, 1 << 20), base);
+        assert_eq!(
+            install_timeout(base, 1 << 30),
+            base + Duration::from_secs(64)
+        );
     }
 
     #[test]
