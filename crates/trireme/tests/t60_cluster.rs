@@ -838,6 +838,92 @@ async fn a_node_behind_compacted_logs_catches_up_from_a_snapshot() {
     .await;
 }
 
+/// A snapshot of some tens of MB, sent in several default-sized chunks and installed within
+/// the chunk timeouts: one shard, 48 values of 500 KiB written while a node is down.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_large_snapshot_reaches_a_node_that_was_down() {
+    let timing = RaftTiming {
+        snapshot_every: Some(20),
+        keep_after_snapshot: Some(5),
+        ..RaftTiming::default()
+    };
+    let opts = ClusterOptions {
+        shards: 1,
+        timing,
+        log: "info,openraft=error,openraft::raft::api::protocol=info".into(),
+        ..ClusterOptions::default()
+    };
+    let mut c = TestCluster::start(opts).await;
+    let c = &mut c;
+    bounded(Duration::from_secs(180), async {
+        let leaders = c.expect_all_led(CLUSTER_DEADLINE).await;
+        let victim = (0..3).find(|&i| i != leaders[0].node).unwrap();
+        c.kill9(victim).await;
+
+        let pairs: Vec<(String, String)> = (0..48u8)
+            .map(|i| {
+                let fill = char::from(b'a' + i % 26).to_string().repeat(500 * 1024 - 2);
+                (format!("big/{i:02}"), format!("{i:02}{fill}"))
+            })
+            .collect();
+        c.put_all(&pairs, 2).await;
+        let leader = c.expect_all_led(CLUSTER_DEADLINE).await[0].node;
+        let target = c.view(leader).await.expect("leader's view")[0].applied;
+        c.restart(victim).await;
+        let converged = poll_until(
+            Duration::from_secs(90),
+            Duration::from_millis(100),
+            || async {
+                match c.view(victim).await {
+                    Some(v) if v[0].applied >= target => Ok(()),
+                    other => Err(other.map(|v| v[0].applied)),
+                }
+            },
+        )
+        .await;
+        if let Err(last) = converged {
+            panic!(
+                "{} never reached the leader's applied index {target}: {last:?}\n{}",
+                c.name(victim),
+                c.logs()
+            );
+        }
+        let got = c.try_list(victim, "big/", "&stale").await.unwrap();
+        let wrong: Vec<&String> = pairs
+            .iter()
+            .filter(|(k, v)| got.get(k).map(|e| e.value.as_slice()) != Some(v.as_bytes()))
+            .map(|(k, _)| k)
+            .collect();
+        assert!(
+            wrong.is_empty() && got.len() == pairs.len(),
+            "the caught-up node holds {} keys, {} missing or different: {wrong:?}",
+            got.len(),
+            wrong.len()
+        );
+        let log = c.node(victim).stderr_log();
+        let received: Vec<(u64, u32)> = log
+            .lines()
+            .filter(|l| l.contains("snapshot received"))
+            .filter_map(|l| {
+                let field = |name: &str| l.split(name).nth(1)?.split_whitespace().next();
+                Some((
+                    field("bytes=")?.parse().ok()?,
+                    field("chunks=")?.parse().ok()?,
+                ))
+            })
+            .collect();
+        assert!(
+            received
+                .iter()
+                .any(|&(bytes, chunks)| bytes > 16 << 20 && chunks > 1),
+            "{} installed no snapshot over 16 MiB sent in several chunks: {received:?}\n{}",
+            c.name(victim),
+            c.logs()
+        );
+    })
+    .await;
+}
+
 // ---------------------------------------------------------------------------------------
 // 7. bad peers
 // ---------------------------------------------------------------------------------------
