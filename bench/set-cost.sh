@@ -61,6 +61,7 @@ one() {
 }
 
 median() { sort -n | awk '{a[NR] = $1} END {print (NR ? a[int((NR + 1) / 2)] : "-")}'; }
+m() { tr ' ' '\n' | grep -v '^$' | grep -v '^-$' | median; } # median of a space-separated list
 
 declare -A rates cpus sws sps ratios
 names=(redis "${bins[@]}")
@@ -80,7 +81,6 @@ done
 echo
 printf '%-28s %9s %12s %14s %14s %16s\n' 'median of each' 'SET/s' 'cpu us/SET' 'switches/SET' 'SETs/fdatasync' 'ratio to redis'
 for name in "${names[@]}"; do
-  m() { tr ' ' '\n' | grep -v '^$' | grep -v '^-$' | median; }
   ratio=-
   if [ "$name" != redis ]; then ratio=$(echo "${ratios[$name]}" | m); fi
   printf '%-28s %9s %12s %14s %14s %16s\n' "$name" "$(echo "${rates[$name]}" | m)" \

@@ -66,7 +66,7 @@ async fn run(
             },
         };
         let batch = collect(first, &mut rx, &mut carried);
-        propose(raft.clone(), shard, batch).await;
+        propose(&raft, shard, batch).await;
     }
 }
 
@@ -97,7 +97,7 @@ fn batchable(proposal: &Proposal) -> bool {
     proposal.command.command.can_share_an_entry()
 }
 
-async fn propose(raft: Raft<TypeConfig, ShardStateMachine>, shard: u32, mut batch: Vec<Proposal>) {
+async fn propose(raft: &Raft<TypeConfig, ShardStateMachine>, shard: u32, mut batch: Vec<Proposal>) {
     if batch.len() == 1 {
         if let Some(proposal) = batch.pop() {
             let result = raft

@@ -817,15 +817,11 @@ async fn a_node_behind_compacted_logs_catches_up_from_a_snapshot() {
             c.name(victim),
             c.logs()
         );
-        // Reassembled from chunks: the most any received snapshot took.
-        let most_chunks = log
-            .lines()
-            .filter(|l| l.contains("snapshot received"))
-            .filter_map(|l| l.split("chunks=").nth(1)?.split_whitespace().next()?.parse::<u32>().ok())
-            .max();
+        // Reassembled from chunks.
+        let received = snapshots_received(&log);
         assert!(
-            most_chunks.is_some_and(|n| n > 1),
-            "{} installed no snapshot sent in several chunks ({most_chunks:?}):\n{}",
+            received.iter().any(|&(_, chunks)| chunks > 1),
+            "{} installed no snapshot sent in several chunks ({received:?}):\n{}",
             c.name(victim),
             c.logs()
         );
@@ -900,18 +896,7 @@ async fn a_large_snapshot_reaches_a_node_that_was_down() {
             got.len(),
             wrong.len()
         );
-        let log = c.node(victim).stderr_log();
-        let received: Vec<(u64, u32)> = log
-            .lines()
-            .filter(|l| l.contains("snapshot received"))
-            .filter_map(|l| {
-                let field = |name: &str| l.split(name).nth(1)?.split_whitespace().next();
-                Some((
-                    field("bytes=")?.parse().ok()?,
-                    field("chunks=")?.parse().ok()?,
-                ))
-            })
-            .collect();
+        let received = snapshots_received(&c.node(victim).stderr_log());
         assert!(
             received
                 .iter()
@@ -922,6 +907,20 @@ async fn a_large_snapshot_reaches_a_node_that_was_down() {
         );
     })
     .await;
+}
+
+/// `(bytes, chunks)` of each snapshot a node's log says it received.
+fn snapshots_received(log: &str) -> Vec<(u64, u32)> {
+    log.lines()
+        .filter(|l| l.contains("snapshot received"))
+        .filter_map(|l| {
+            let field = |name: &str| l.split(name).nth(1)?.split_whitespace().next();
+            Some((
+                field("bytes=")?.parse().ok()?,
+                field("chunks=")?.parse().ok()?,
+            ))
+        })
+        .collect()
 }
 
 // ---------------------------------------------------------------------------------------

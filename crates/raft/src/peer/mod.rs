@@ -138,9 +138,9 @@ impl PeerTransport {
         }
     }
 
-    /// Sends snapshots in chunks of `bytes` (at least 1) instead of the default.
+    /// Sends snapshots in chunks of `bytes` instead of the default.
     pub fn with_snapshot_chunk_bytes(mut self, bytes: usize) -> Self {
-        self.snapshot_chunk_bytes = bytes.max(1);
+        self.snapshot_chunk_bytes = bytes;
         self
     }
 
@@ -640,7 +640,6 @@ impl GroupRouter<TypeConfig, u32> for PeerTransport {
         let data = snapshot.snapshot.into_inner();
         let total = data.len() as u64;
         let send_all = async {
-            let mut installed = None;
             for (offset, chunk) in snapshot::chunks(&data, self.snapshot_chunk_bytes) {
                 let last = offset + chunk.len() as u64 == total;
                 let timeout = if last {
@@ -656,19 +655,17 @@ impl GroupRouter<TypeConfig, u32> for PeerTransport {
                     total,
                     data: chunk.to_vec(),
                 };
-                match self.call(target, request, timeout).await? {
-                    wire::Response::ChunkReceived => {}
-                    wire::Response::Snapshot(r) => installed = Some(r),
-                    other => return Err(unexpected(other)),
+                // Every chunk but the last is acknowledged; the last is answered by the install.
+                match (last, self.call(target, request, timeout).await?) {
+                    (false, wire::Response::ChunkReceived) => {}
+                    (true, wire::Response::Snapshot(r)) => return Ok(r),
+                    (_, other) => return Err(unexpected(other)),
                 }
             }
-            installed.ok_or_else(|| {
-                unexpected_text(format!(
-                    "node {target:016x} received all {total} bytes of the snapshot up to {:?} \
-                     but did not install it",
-                    snapshot.meta.last_log_id
-                ))
-            })
+            Err(unexpected_text(format!(
+                "snapshot up to {:?} of {total} bytes yielded no last chunk",
+                snapshot.meta.last_log_id
+            )))
         };
         let answer = tokio::select! {
             answer = send_all => answer,
