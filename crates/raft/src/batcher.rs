@@ -72,9 +72,7 @@ async fn run(
             },
         };
         let mut batch = collect(first, &mut rx, &mut carried);
-        if batch.first().is_some_and(batchable) {
-            linger.gather(&mut batch, &mut rx, &mut carried).await;
-        }
+        linger.gather(&mut batch, &mut rx, &mut carried).await;
         linger.last_batch = batch.len();
         propose(&raft, shard, batch).await;
     }
@@ -158,7 +156,8 @@ impl Linger {
     }
 
     /// Adds to `batch` the proposals that arrive until it holds as many writers as the last
-    /// entry, for at most `MAX_LINGER`.
+    /// entry, for at most `MAX_LINGER`. A batch that is already closed (it holds an
+    /// unbatchable command, or one is carried behind it) is left as it is.
     async fn gather(
         &mut self,
         batch: &mut Vec<Proposal>,
@@ -166,17 +165,22 @@ impl Linger {
         carried: &mut Option<Proposal>,
     ) {
         let target = self.last_batch.min(MAX_BATCH);
-        if batch.len() >= target || carried.is_some() {
+        let open = carried.is_none() && batch.first().is_some_and(batchable);
+        if !open || batch.len() >= target {
             return;
         }
         if self.skip > 0 {
             self.skip -= 1;
             return;
         }
-        let deadline = tokio::time::Instant::now() + MAX_LINGER;
+        // One timer for the whole wait, however many writers arrive during it.
+        let timeout = tokio::time::sleep(MAX_LINGER);
+        tokio::pin!(timeout);
         loop {
-            match tokio::time::timeout_at(deadline, rx.recv()).await {
-                Ok(Some(next)) => {
+            tokio::select! {
+                biased;
+                next = rx.recv() => {
+                    let Some(next) = next else { return };
                     if batchable(&next) {
                         batch.push(next);
                         take_queued(batch, rx, carried);
@@ -188,8 +192,7 @@ impl Linger {
                         return;
                     }
                 }
-                Ok(None) => return,
-                Err(_) => {
+                () = &mut timeout => {
                     self.skip = self.backoff;
                     self.backoff = (self.backoff * 2).min(MAX_SKIP);
                     return;
@@ -421,6 +424,21 @@ mod tests {
             Some(Command::DeletePrefix { .. })
         ));
         drop(writer.await.unwrap());
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_batch_holding_an_unbatchable_command_does_not_wait_or_grow() {
+        let (tx, mut rx) = mpsc::channel(16);
+        let mut linger = after_an_entry_of(4);
+        assert!(tx.send(proposal(put("b"))).await.is_ok());
+        let mut carried = None;
+        let mut batch = vec![proposal(Command::DeletePrefix {
+            prefix: Bytes::new(),
+        })];
+        let started = tokio::time::Instant::now();
+        linger.gather(&mut batch, &mut rx, &mut carried).await;
+        assert_eq!((batch.len(), started.elapsed()), (1, Duration::ZERO));
+        assert_eq!(rx.len(), 1, "the put waits for the next entry");
     }
 
     #[tokio::test]
