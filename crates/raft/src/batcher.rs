@@ -324,17 +324,18 @@ mod tests {
     async fn a_linger_waits_for_as_many_writers_as_the_last_entry_held() {
         let (tx, mut rx) = mpsc::channel(16);
         let mut linger = after_an_entry_of(3);
-        let mut carried = None;
-        let mut batch = vec![proposal(put("a"))];
         let writers = tokio::spawn(async move {
             for key in ["b", "c", "d"] {
                 tokio::task::yield_now().await;
                 assert!(tx.send(proposal(put(key))).await.is_ok());
             }
         });
-        linger.gather(&mut batch, &mut rx, &mut carried).await;
-        assert_eq!(batch.len(), 3, "stops once the last entry's count is back");
-        assert!(carried.is_none());
+        let gathered = gather_behind_one(&mut linger, &mut rx).await;
+        assert_eq!(
+            gathered.writers, 3,
+            "stops once the last entry's count is back"
+        );
+        assert!(gathered.carried.is_none());
         assert_eq!(linger.skip, 0);
         writers.await.unwrap();
         assert_eq!(
@@ -348,30 +349,48 @@ mod tests {
     async fn a_lone_writer_never_waits() {
         let (_tx, mut rx) = mpsc::channel(16);
         let mut linger = after_an_entry_of(1);
-        let (writers, took) = gather_behind_one(&mut linger, &mut rx).await;
-        assert_eq!((writers, took), (1, Duration::ZERO));
+        let gathered = gather_behind_one(&mut linger, &mut rx).await;
+        assert_eq!((gathered.writers, gathered.took), (1, Duration::ZERO));
         assert_eq!(linger.skip, 0, "no wait, so no backoff either");
     }
 
-    /// Gathers behind one queued writer; returns the batch size and the (paused) time taken.
-    async fn gather_behind_one(
+    /// What a linger ended with.
+    struct Gathered {
+        writers: usize,
+        carried: Option<Proposal>,
+        /// Paused time the linger took.
+        took: Duration,
+    }
+
+    /// Lingers behind a batch of `first` alone.
+    async fn gather_behind(
+        first: Command,
         linger: &mut Linger,
         rx: &mut mpsc::Receiver<Proposal>,
-    ) -> (usize, Duration) {
+    ) -> Gathered {
         let mut carried = None;
-        let mut batch = vec![proposal(put("a"))];
+        let mut batch = vec![proposal(first)];
         let started = tokio::time::Instant::now();
         linger.gather(&mut batch, rx, &mut carried).await;
-        (batch.len(), started.elapsed())
+        Gathered {
+            writers: batch.len(),
+            carried,
+            took: started.elapsed(),
+        }
+    }
+
+    /// Lingers behind one put.
+    async fn gather_behind_one(linger: &mut Linger, rx: &mut mpsc::Receiver<Proposal>) -> Gathered {
+        gather_behind(put("a"), linger, rx).await
     }
 
     #[tokio::test(start_paused = true)]
     async fn writers_that_do_not_come_back_cost_one_wait_and_lingering_backs_off() {
         let (tx, mut rx) = mpsc::channel(16);
         let mut linger = after_an_entry_of(4);
-        let waited = |(writers, took): (usize, Duration)| {
-            assert_eq!(writers, 1, "nobody else came");
-            took >= MAX_LINGER
+        let waited = |gathered: Gathered| {
+            assert_eq!(gathered.writers, 1, "nobody else came");
+            gathered.took >= MAX_LINGER
         };
         assert!(
             waited(gather_behind_one(&mut linger, &mut rx).await),
@@ -397,8 +416,8 @@ mod tests {
         linger.skip = 0;
         linger.last_batch = 2;
         assert!(tx.send(proposal(put("b"))).await.is_ok());
-        let (writers, took) = gather_behind_one(&mut linger, &mut rx).await;
-        assert_eq!((writers, took), (2, Duration::ZERO));
+        let gathered = gather_behind_one(&mut linger, &mut rx).await;
+        assert_eq!((gathered.writers, gathered.took), (2, Duration::ZERO));
         assert_eq!(linger.backoff, 1);
     }
 
@@ -406,8 +425,6 @@ mod tests {
     async fn an_unbatchable_command_ends_the_linger_and_is_carried() {
         let (tx, mut rx) = mpsc::channel(16);
         let mut linger = after_an_entry_of(8);
-        let mut carried = None;
-        let mut batch = vec![proposal(put("a"))];
         assert!(tx.send(proposal(put("b"))).await.is_ok());
         let writer = tokio::spawn(async move {
             tokio::task::yield_now().await;
@@ -417,10 +434,10 @@ mod tests {
             assert!(tx.send(proposal(prefix)).await.is_ok());
             tx
         });
-        linger.gather(&mut batch, &mut rx, &mut carried).await;
-        assert_eq!(batch.len(), 2);
+        let gathered = gather_behind_one(&mut linger, &mut rx).await;
+        assert_eq!(gathered.writers, 2);
         assert!(matches!(
-            carried.map(|p| p.command.command),
+            gathered.carried.map(|p| p.command.command),
             Some(Command::DeletePrefix { .. })
         ));
         drop(writer.await.unwrap());
@@ -431,13 +448,11 @@ mod tests {
         let (tx, mut rx) = mpsc::channel(16);
         let mut linger = after_an_entry_of(4);
         assert!(tx.send(proposal(put("b"))).await.is_ok());
-        let mut carried = None;
-        let mut batch = vec![proposal(Command::DeletePrefix {
+        let prefix = Command::DeletePrefix {
             prefix: Bytes::new(),
-        })];
-        let started = tokio::time::Instant::now();
-        linger.gather(&mut batch, &mut rx, &mut carried).await;
-        assert_eq!((batch.len(), started.elapsed()), (1, Duration::ZERO));
+        };
+        let gathered = gather_behind(prefix, &mut linger, &mut rx).await;
+        assert_eq!((gathered.writers, gathered.took), (1, Duration::ZERO));
         assert_eq!(rx.len(), 1, "the put waits for the next entry");
     }
 
