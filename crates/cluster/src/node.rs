@@ -21,7 +21,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, OnceLock, RwLock};
 use std::time::{Duration, Instant};
 use tokio::net::TcpListener;
-use trireme_raft::{PeerNode, PeerTransport, ReadMode, ShardGroup};
+use trireme_raft::{PeerNode, PeerTransport, ProposalMetrics, ReadMode, ShardGroup};
 use trireme_storage::{Storage, StorageOptions};
 use trireme_types::{Command, GroupId, NodeId, PutCondition, ShardId, ShardMap, TtlUpdate};
 
@@ -34,6 +34,8 @@ pub struct Node {
     pub(crate) node_id: u64,
     pub(crate) me: PeerNode,
     pub(crate) storage: Arc<Storage>,
+    /// What this node's groups have proposed, shared by all of them.
+    proposal_metrics: Arc<ProposalMetrics>,
     pub(crate) map: ShardMap,
     pub(crate) transport: PeerTransport,
     pub(crate) meta: ShardGroup,
@@ -130,6 +132,7 @@ impl Node {
             transport.set_peer_addr(NodeId::from_name(name).0, addr);
         }
         transport.serve(peer_listener);
+        let proposal_metrics = Arc::new(ProposalMetrics::default());
         let meta = ShardGroup::open(
             storage.clone(),
             GroupId::META,
@@ -137,6 +140,7 @@ impl Node {
             node_id,
             &config.timing,
             &transport,
+            proposal_metrics.clone(),
         )
         .await?;
 
@@ -170,6 +174,7 @@ impl Node {
             node_id,
             me,
             storage,
+            proposal_metrics,
             map,
             transport,
             meta,
@@ -299,6 +304,7 @@ impl Node {
                 self.node_id,
                 &self.config.timing,
                 &self.transport,
+                self.proposal_metrics.clone(),
             )
             .await?;
             group.initialize(placement.membership(shard)).await?;
@@ -433,6 +439,11 @@ impl Node {
     /// The node's storage (metrics, tests).
     pub fn storage(&self) -> &Arc<Storage> {
         &self.storage
+    }
+
+    /// What this node's Raft groups have proposed (metrics).
+    pub fn proposal_metrics(&self) -> &ProposalMetrics {
+        &self.proposal_metrics
     }
 
     /// When the cluster was bootstrapped, Unix ms (a stable cluster identifier for clients).

@@ -18,14 +18,29 @@
 
 use crate::{RaftLayerError, ShardStateMachine, TypeConfig};
 use openraft::Raft;
-use std::time::Duration;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::{Duration, Instant};
 use tokio::sync::{mpsc, oneshot};
-use trireme_types::{Command, CommandResult, LogCommand};
+use trireme_types::{Command, CommandResult, LogCommand, Timed};
 
 /// Most commands in one entry.
 const MAX_BATCH: usize = 256;
 /// Proposals queued per shard before writers wait (their request timeout still applies).
 const QUEUE: usize = 4096;
+
+/// What the batchers of a node have proposed, for `/metrics`.
+#[derive(Debug, Default)]
+pub struct ProposalMetrics {
+    /// Per entry, from taking its first writer to proposing it: the wait for more writers
+    /// ([`Linger`]) and the taking of those already queued.
+    pub gathers: Timed,
+    /// Entries proposed, and per entry the time from proposing it to its result: the append,
+    /// the wait for and the fdatasync of group commit, the commit and the apply.
+    pub commits: Timed,
+    /// Writers (commands) those entries carried.
+    pub writers: AtomicU64,
+}
 
 /// One writer's command and where its result goes.
 pub(crate) struct Proposal {
@@ -38,9 +53,10 @@ pub(crate) struct Proposal {
 pub(crate) fn spawn(
     raft: Raft<TypeConfig, ShardStateMachine>,
     shard: u32,
+    metrics: Arc<ProposalMetrics>,
 ) -> mpsc::Sender<Proposal> {
     let (tx, rx) = mpsc::channel(QUEUE);
-    tokio::spawn(run(raft, shard, rx));
+    tokio::spawn(run(raft, shard, rx, metrics));
     tx
 }
 
@@ -60,6 +76,7 @@ async fn run(
     raft: Raft<TypeConfig, ShardStateMachine>,
     shard: u32,
     mut rx: mpsc::Receiver<Proposal>,
+    metrics: Arc<ProposalMetrics>,
 ) {
     let mut carried: Option<Proposal> = None;
     let mut linger = Linger::new();
@@ -71,10 +88,17 @@ async fn run(
                 None => break,
             },
         };
+        let gathering = Instant::now();
         let mut batch = collect(first, &mut rx, &mut carried);
         linger.gather(&mut batch, &mut rx, &mut carried).await;
         linger.last_batch = batch.len();
+        let proposing = Instant::now();
+        metrics.gathers.record(proposing - gathering);
+        metrics
+            .writers
+            .fetch_add(batch.len() as u64, Ordering::Relaxed);
         propose(&raft, shard, batch).await;
+        metrics.commits.record(proposing.elapsed());
     }
 }
 

@@ -1,5 +1,6 @@
 //! [`ShardGroup`]: one shard's Raft group on this node, and the write and read paths through it.
 
+use crate::batcher::ProposalMetrics;
 use crate::compaction::{LogBudget, run_snapshots};
 use crate::{LogStore, PeerNode, PeerTransport, RaftLayerError, ShardStateMachine, TypeConfig};
 use openraft::type_config::async_runtime::WatchReceiver;
@@ -136,7 +137,8 @@ pub struct ShardGroup {
 
 impl ShardGroup {
     /// Opens Raft group `group` from `storage`, its state machine rows under `shard`, registers
-    /// it with the peer transport and starts it.
+    /// it with the peer transport and starts it. Its proposals are counted in
+    /// `proposal_metrics`, which the node's groups share.
     pub async fn open(
         storage: Arc<Storage>,
         group: GroupId,
@@ -144,6 +146,7 @@ impl ShardGroup {
         node_id: u64,
         timing: &RaftTiming,
         transport: &PeerTransport,
+        proposal_metrics: Arc<ProposalMetrics>,
     ) -> Result<Self, RaftLayerError> {
         let config = Arc::new(timing.config()?);
         let (budget, snapshot_requests) = LogBudget::new(timing.snapshot_log_bytes);
@@ -160,7 +163,7 @@ impl ShardGroup {
         tokio::spawn(run_snapshots(raft.clone(), snapshot_requests));
         let last_append = transport.register(group.0, raft.clone());
         let metrics = raft.metrics();
-        let proposals = crate::batcher::spawn(raft.clone(), shard.0);
+        let proposals = crate::batcher::spawn(raft.clone(), shard.0, proposal_metrics);
         Ok(Self {
             shard,
             group,

@@ -14,6 +14,7 @@ mod peer;
 mod state_machine;
 mod types;
 
+pub use batcher::ProposalMetrics;
 pub use error::RaftLayerError;
 pub use group::{GroupStatus, RaftTiming, ReadMode, ShardGroup};
 pub use log_store::LogStore;

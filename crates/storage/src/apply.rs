@@ -237,6 +237,7 @@ impl Storage {
         meta: &[(&str, Vec<u8>)],
     ) -> Result<Vec<CommandResult>, StorageError> {
         self.check_writable()?;
+        let started = std::time::Instant::now();
         let mut pending = Pending {
             storage: self,
             shard,
@@ -278,6 +279,7 @@ impl Storage {
             );
         }
         batch.commit()?;
+        self.metrics().applies.record(started.elapsed());
         Ok(results)
     }
 

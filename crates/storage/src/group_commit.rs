@@ -15,8 +15,8 @@ const MAX_LINGER: Duration = Duration::from_micros(400);
 /// little (at most a quarter of the last sync's duration, and `MAX_LINGER`) for the rest.
 /// A lone client never waits: its previous batch was 1, so the target is already met.
 fn linger(
-    rx: &mpsc::Receiver<SyncCallback>,
-    waiting: &mut Vec<SyncCallback>,
+    rx: &mpsc::Receiver<Queued>,
+    waiting: &mut Vec<Queued>,
     last_batch: usize,
     last_sync: Duration,
 ) {
@@ -42,9 +42,12 @@ fn linger(
 /// Called once the writes made before it was queued are durable (or the sync failed).
 pub type SyncCallback = Box<dyn FnOnce(Result<(), StorageError>) + Send>;
 
+/// A callback and when it was queued, to count how long it waited for its sync.
+type Queued = (Instant, SyncCallback);
+
 /// Handle to the group-commit thread. Dropping the last handle stops the thread.
 pub(crate) struct GroupCommit {
-    tx: mpsc::Sender<SyncCallback>,
+    tx: mpsc::Sender<Queued>,
     poisoned: Arc<AtomicBool>,
 }
 
@@ -53,9 +56,9 @@ impl GroupCommit {
     pub(crate) fn start(
         mut sync: impl FnMut() -> Result<(), fjall::Error> + Send + 'static,
         poisoned: Arc<AtomicBool>,
-        metrics: Arc<crate::store::SyncMetrics>,
+        metrics: Arc<crate::store::StorageMetrics>,
     ) -> Self {
-        let (tx, rx) = mpsc::channel::<SyncCallback>();
+        let (tx, rx) = mpsc::channel::<Queued>();
         let flag = poisoned.clone();
         let spawned = thread::Builder::new()
             .name("trireme-group-commit".into())
@@ -73,17 +76,22 @@ impl GroupCommit {
                         Err(StorageError::Poisoned)
                     } else {
                         let started = Instant::now();
+                        let waited = waiting
+                            .iter()
+                            .map(|(queued, _)| started.saturating_duration_since(*queued))
+                            .sum();
+                        metrics.sync_waits.record_many(waiting.len() as u64, waited);
                         let result = sync();
                         last_sync = started.elapsed();
                         last_batch = waiting.len();
-                        metrics.record(waiting.len(), last_sync);
+                        metrics.syncs.record(last_sync);
                         result.map_err(|e| {
                             tracing::error!(error = %e, "fdatasync failed: poisoning storage, the node stops accepting writes");
                             flag.store(true, Ordering::Release);
                             StorageError::Engine(e)
                         })
                     };
-                    for callback in waiting.drain(..) {
+                    for (_, callback) in waiting.drain(..) {
                         let outcome = match &result {
                             Ok(()) => Ok(()),
                             Err(_) => Err(StorageError::Poisoned),
@@ -106,7 +114,7 @@ impl GroupCommit {
             callback(Err(StorageError::Poisoned));
             return;
         }
-        if let Err(mpsc::SendError(callback)) = self.tx.send(callback) {
+        if let Err(mpsc::SendError((_, callback))) = self.tx.send((Instant::now(), callback)) {
             callback(Err(StorageError::Closed));
         }
     }

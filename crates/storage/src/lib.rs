@@ -29,4 +29,4 @@ mod store;
 pub use apply::{ApplyEntry, ShardExport};
 pub use error::StorageError;
 pub use group_commit::SyncCallback;
-pub use store::{Storage, StorageOptions};
+pub use store::{Storage, StorageMetrics, StorageOptions};

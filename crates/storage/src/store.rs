@@ -6,9 +6,9 @@ use crate::{StorageError, SyncCallback};
 use fjall::{Database, Keyspace, KeyspaceCreateOptions, PersistMode};
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
-use std::time::Duration;
-use trireme_types::Record;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::Instant;
+use trireme_types::{Record, Timed};
 
 /// How to open the store.
 #[derive(Debug, Clone)]
@@ -25,24 +25,21 @@ impl Default for StorageOptions {
     }
 }
 
-/// Counters of the group-commit thread, for `/metrics`.
+/// What the write path's storage steps cost, for `/metrics`: how often each ran and for how
+/// long in total. Each log entry passes through them in order: appended, then waits for the
+/// group-commit thread, is covered by one of its fdatasyncs, and is applied once committed.
 #[derive(Debug, Default)]
-pub struct SyncMetrics {
-    /// Number of fdatasync calls.
-    pub syncs: AtomicU64,
-    /// Number of sync requests those calls covered.
-    pub requests: AtomicU64,
-    /// Total time spent in fdatasync, microseconds.
-    pub micros: AtomicU64,
-}
-
-impl SyncMetrics {
-    pub(crate) fn record(&self, requests: usize, took: Duration) {
-        self.syncs.fetch_add(1, Ordering::Relaxed);
-        self.requests.fetch_add(requests as u64, Ordering::Relaxed);
-        self.micros
-            .fetch_add(took.as_micros() as u64, Ordering::Relaxed);
-    }
+pub struct StorageMetrics {
+    /// `append_log` calls (one per Raft append, of one or more entries).
+    pub appends: Timed,
+    /// Durability requests, and how long each waited from being queued until the fdatasync
+    /// that covered it started (the group-commit thread waking, lingering, or finishing the
+    /// previous sync).
+    pub sync_waits: Timed,
+    /// fdatasync calls by group commit and the time spent in them.
+    pub syncs: Timed,
+    /// `apply` calls (one per batch of committed entries of one shard).
+    pub applies: Timed,
 }
 
 /// Makes everything written to fjall's journal durable without holding fjall's journal lock
@@ -133,7 +130,7 @@ pub struct Storage {
     pub(crate) expiry: Keyspace,
     group_commit: GroupCommit,
     poisoned: Arc<AtomicBool>,
-    sync_metrics: Arc<SyncMetrics>,
+    metrics: Arc<StorageMetrics>,
     dir: PathBuf,
 }
 
@@ -160,13 +157,10 @@ impl Storage {
         let data_meta = keyspace("data_meta")?;
         let expiry = keyspace("expiry")?;
         let poisoned = Arc::new(AtomicBool::new(false));
-        let sync_metrics = Arc::new(SyncMetrics::default());
+        let metrics = Arc::new(StorageMetrics::default());
         let mut journal = JournalSync::new(db.clone(), dir.join("fjall"));
-        let group_commit = GroupCommit::start(
-            move || journal.sync(),
-            poisoned.clone(),
-            sync_metrics.clone(),
-        );
+        let group_commit =
+            GroupCommit::start(move || journal.sync(), poisoned.clone(), metrics.clone());
         Ok(Arc::new(Self {
             db,
             raft_log,
@@ -176,7 +170,7 @@ impl Storage {
             expiry,
             group_commit,
             poisoned,
-            sync_metrics,
+            metrics,
             dir: dir.to_path_buf(),
         }))
     }
@@ -191,9 +185,9 @@ impl Storage {
         self.poisoned.load(Ordering::Acquire)
     }
 
-    /// Group-commit counters.
-    pub fn sync_metrics(&self) -> &SyncMetrics {
-        &self.sync_metrics
+    /// What the write path's storage steps cost so far.
+    pub fn metrics(&self) -> &StorageMetrics {
+        &self.metrics
     }
 
     pub(crate) fn check_writable(&self) -> Result<(), StorageError> {
@@ -226,11 +220,13 @@ impl Storage {
         entries: impl IntoIterator<Item = (u64, Vec<u8>)>,
     ) -> Result<(), StorageError> {
         self.check_writable()?;
+        let started = Instant::now();
         let mut batch = self.db.batch();
         for (index, bytes) in entries {
             batch.insert(&self.raft_log, log_key(group, index), bytes);
         }
         batch.commit()?;
+        self.metrics.appends.record(started.elapsed());
         Ok(())
     }
 
@@ -497,7 +493,10 @@ mod tests {
             storage.append_log(2, [(1, b"other".to_vec())]).unwrap();
             storage.put_raft_meta(1, "vote", b"v".to_vec()).unwrap();
             storage.sync_async().await.unwrap();
-            assert!(storage.sync_metrics().syncs.load(Ordering::Relaxed) >= 1);
+            let metrics = storage.metrics();
+            assert_eq!(metrics.appends.count(), 2);
+            assert!(metrics.syncs.count() >= 1);
+            assert_eq!(metrics.sync_waits.count(), 1);
         }
         let storage = Storage::open(dir.path(), &StorageOptions::default()).unwrap();
         let entries = storage.read_log(1, 2, 5).unwrap();
@@ -537,9 +536,10 @@ mod tests {
         for rx in waits {
             assert!(rx.await.unwrap());
         }
-        let metrics = storage.sync_metrics();
-        assert_eq!(metrics.requests.load(Ordering::Relaxed), 200);
+        let metrics = storage.metrics();
+        assert_eq!(metrics.appends.count(), 200);
+        assert_eq!(metrics.sync_waits.count(), 200);
         // 200 requests queued within microseconds of each other cannot each get their own sync.
-        assert!(metrics.syncs.load(Ordering::Relaxed) < 200);
+        assert!(metrics.syncs.count() < 200);
     }
 }

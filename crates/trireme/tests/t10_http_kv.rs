@@ -509,6 +509,36 @@ async fn status_cluster_health_and_metrics() {
         counter(&after, "trireme_http_requests_total{op=\"get\"}") >= gets + 3,
         "GET counter did not move"
     );
+
+    // Every step of the write path counts each of three PUTs made one after another: one
+    // entry each, appended, synced and applied, each taking some time.
+    for i in 0..3 {
+        assert!(node.put(&format!("m/w{i}"), "v").await);
+    }
+    let written = metrics(c.clone(), base.clone()).await;
+    for name in [
+        "trireme_raft_entries_proposed_total",
+        "trireme_raft_writers_proposed_total",
+        "trireme_storage_log_appends_total",
+        "trireme_storage_sync_requests_total",
+        "trireme_storage_applies_total",
+    ] {
+        let moved = counter(&written, name) - counter(&after, name);
+        assert!(moved >= 3, "{name} moved by {moved} for 3 writes");
+    }
+    for name in [
+        "trireme_raft_commit_micros_total",
+        "trireme_storage_log_append_micros_total",
+        "trireme_storage_sync_micros_total",
+        "trireme_storage_apply_micros_total",
+    ] {
+        assert!(
+            counter(&written, name) > counter(&after, name),
+            "{name} did not grow"
+        );
+    }
+    counter(&written, "trireme_raft_gather_micros_total");
+    counter(&written, "trireme_storage_sync_wait_micros_total");
 }
 
 #[tokio::test]

@@ -14,6 +14,7 @@ pub mod int;
 pub mod limits;
 pub mod record;
 pub mod slot;
+pub mod timed;
 
 pub use command::{Command, CommandResult, LogCommand, PutCondition, TtlUpdate};
 pub use error::{ErrorCode, TriremeError};
@@ -21,3 +22,4 @@ pub use ids::{GroupId, NodeId, ShardId};
 pub use limits::Limits;
 pub use record::Record;
 pub use slot::{SLOT_COUNT, ShardMap, key_slot};
+pub use timed::Timed;

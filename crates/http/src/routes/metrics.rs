@@ -43,25 +43,74 @@ pub(crate) async fn metrics(State(state): State<AppState>) -> impl IntoResponse 
         m.errors.load(Ordering::Relaxed),
     );
 
-    let sync = state.node.storage().sync_metrics();
-    counter(
-        &mut out,
-        "trireme_storage_syncs_total",
-        "fdatasync calls made by group commit.",
-        sync.syncs.load(Ordering::Relaxed),
-    );
-    counter(
-        &mut out,
-        "trireme_storage_sync_requests_total",
-        "Durability requests covered by those syncs.",
-        sync.requests.load(Ordering::Relaxed),
-    );
-    counter(
-        &mut out,
-        "trireme_storage_sync_micros_total",
-        "Time spent in fdatasync, microseconds.",
-        sync.micros.load(Ordering::Relaxed),
-    );
+    // The write path, step by step: divide each `_micros_total` by its count for the mean
+    // (bench/set-cost.sh prints them per entry).
+    let proposals = state.node.proposal_metrics();
+    let storage = state.node.storage().metrics();
+    for (name, help, value) in [
+        (
+            "trireme_raft_entries_proposed_total",
+            "Log entries proposed by this node's write batchers.",
+            proposals.commits.count(),
+        ),
+        (
+            "trireme_raft_writers_proposed_total",
+            "Write commands those entries carried.",
+            proposals.writers.load(Ordering::Relaxed),
+        ),
+        (
+            "trireme_raft_gather_micros_total",
+            "Time entries spent gathering writers before being proposed, microseconds.",
+            proposals.gathers.micros(),
+        ),
+        (
+            "trireme_raft_commit_micros_total",
+            "Time from proposing entries to their results (append, sync, commit, apply), microseconds.",
+            proposals.commits.micros(),
+        ),
+        (
+            "trireme_storage_log_appends_total",
+            "Raft log appends written to the journal.",
+            storage.appends.count(),
+        ),
+        (
+            "trireme_storage_log_append_micros_total",
+            "Time spent writing those appends, microseconds.",
+            storage.appends.micros(),
+        ),
+        (
+            "trireme_storage_sync_requests_total",
+            "Durability requests covered by group commit.",
+            storage.sync_waits.count(),
+        ),
+        (
+            "trireme_storage_sync_wait_micros_total",
+            "Time those requests waited for the fdatasync that covered them to start, microseconds.",
+            storage.sync_waits.micros(),
+        ),
+        (
+            "trireme_storage_syncs_total",
+            "fdatasync calls made by group commit.",
+            storage.syncs.count(),
+        ),
+        (
+            "trireme_storage_sync_micros_total",
+            "Time spent in fdatasync, microseconds.",
+            storage.syncs.micros(),
+        ),
+        (
+            "trireme_storage_applies_total",
+            "Batches of committed entries applied to the data.",
+            storage.applies.count(),
+        ),
+        (
+            "trireme_storage_apply_micros_total",
+            "Time spent applying them, microseconds.",
+            storage.applies.micros(),
+        ),
+    ] {
+        counter(&mut out, name, help, value);
+    }
     let poisoned = u64::from(state.node.storage().is_poisoned());
     let _ = writeln!(
         out,
