@@ -9,7 +9,10 @@
 # the machine's 2 cores means the loop is bound by its round trip (sync, wake-ups), not by CPU.
 # A last table splits each Trireme entry's time into the write path's steps, from /metrics:
 # writers per entry, gathering them, and from proposing to the result (commit), which covers
-# the append, the wait for group commit, the fdatasync and the apply (each also shown).
+# the append, the wait for group commit, the fdatasync and the apply (each also shown). With
+# one key every entry goes through one shard, one after another, so an entry's cycle is
+# writers / rate, and "between" = cycle - gather - commit is the time from an entry's result
+# to its successor's first writer (the replies going out, the client's turn, the reads).
 #
 #   bench/set-cost.sh [ROUNDS] [TRIREME_BINARY...]
 #       ROUNDS defaults to 5; binaries default to a fresh release build of this checkout.
@@ -104,6 +107,8 @@ for round in $(seq "$ROUNDS"); do
     read -r -a fields <"$work/run"
     rate=${fields[0]} cpu=${fields[1]} sw=${fields[2]} sp=${fields[3]} cl=${fields[4]}
     for i in "${!steps[@]}"; do per_entry[$name,${steps[$i]}]+="${fields[$((i + 5))]} "; done
+    per_entry[$name,between]+="$(awk -v r="$rate" -v w="${fields[5]}" -v g="${fields[6]}" \
+      -v c="${fields[7]}" 'BEGIN { if (w == "-" || r == 0) print "-"; else printf "%.0f", w / r * 1e6 - g - c }') "
     cores=$(awk -v r="$rate" -v a="$cpu" -v b="$cl" 'BEGIN {printf "%.2f", r * (a + b) / 1e6}')
     printf '%-6s %-28s %9s %12s %14s %14s %14s %11s\n' "$round" "$name" "$rate" "$cpu" "$sw" "$sp" \
       "$cl" "$cores"
@@ -126,9 +131,9 @@ for name in "${names[@]}"; do
 done
 echo
 echo 'per Trireme log entry (medians; microseconds except writers; commit = propose to result)'
-printf '%-28s' ''; printf ' %10s' "${steps[@]}"; echo
+printf '%-28s' ''; printf ' %10s' "${steps[@]}" between; echo
 for name in "${bins[@]}"; do
   printf '%-28s' "$name"
-  for step in "${steps[@]}"; do printf ' %10s' "$(echo "${per_entry[$name,$step]}" | m)"; done
+  for step in "${steps[@]}" between; do printf ' %10s' "$(echo "${per_entry[$name,$step]}" | m)"; done
   echo
 done

@@ -1,7 +1,7 @@
 //! [`ShardGroup`]: one shard's Raft group on this node, and the write and read paths through it.
 
 use crate::batcher::ProposalMetrics;
-use crate::compaction::{LogBudget, run_snapshots};
+use crate::compaction::{LogBudget, run_compaction};
 use crate::{LogStore, PeerNode, PeerTransport, RaftLayerError, ShardStateMachine, TypeConfig};
 use openraft::type_config::async_runtime::WatchReceiver;
 use openraft::{Config, Raft, ReadPolicy, ServerState, SnapshotPolicy};
@@ -28,6 +28,9 @@ pub struct RaftTiming {
     pub snapshot_every: u64,
     /// Log entries kept behind a snapshot, for followers slightly behind.
     pub keep_after_snapshot: u64,
+    /// At most this many bytes of them: entries are batches of up to 256 writes, so a count
+    /// alone can keep tens of MB (see `compaction.rs`).
+    pub keep_after_snapshot_bytes: u64,
     /// Also take a snapshot once the log has grown by this many bytes (or by the size of the
     /// last snapshot, if larger) since the last one: see `compaction.rs`.
     pub snapshot_log_bytes: u64,
@@ -45,6 +48,7 @@ impl Default for RaftTiming {
             election_max: Duration::from_millis(2000),
             snapshot_every: 20_000,
             keep_after_snapshot: 1_000,
+            keep_after_snapshot_bytes: 8 << 20,
             snapshot_log_bytes: 8 << 20,
             snapshot_chunk_bytes: crate::DEFAULT_SNAPSHOT_CHUNK_BYTES as u64,
             request_timeout: Duration::from_secs(10),
@@ -149,8 +153,9 @@ impl ShardGroup {
         proposal_metrics: Arc<ProposalMetrics>,
     ) -> Result<Self, RaftLayerError> {
         let config = Arc::new(timing.config()?);
-        let (budget, snapshot_requests) = LogBudget::new(timing.snapshot_log_bytes);
+        let (budget, compaction_events) = LogBudget::new(timing.snapshot_log_bytes);
         let budget = Arc::new(budget);
+        let budget_seen_by_compaction = Arc::downgrade(&budget);
         let raft = Raft::new(
             node_id,
             config,
@@ -160,7 +165,12 @@ impl ShardGroup {
         )
         .await
         .map_err(|e| RaftLayerError::from_fatal(shard.0, e))?;
-        tokio::spawn(run_snapshots(raft.clone(), snapshot_requests));
+        tokio::spawn(run_compaction(
+            raft.clone(),
+            budget_seen_by_compaction,
+            compaction_events,
+            timing.keep_after_snapshot_bytes,
+        ));
         let last_append = transport.register(group.0, raft.clone());
         let metrics = raft.metrics();
         let proposals = crate::batcher::spawn(raft.clone(), shard.0, proposal_metrics);

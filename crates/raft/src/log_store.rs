@@ -250,8 +250,8 @@ impl RaftLogStorage<TypeConfig> for LogStore {
         self.storage
             .append_log(self.group, rows)
             .map_err(io::Error::other)?;
-        if let Some(budget) = &self.budget {
-            budget.appended(sizes.iter().sum::<usize>() as u64);
+        if let (Some(budget), Some(last)) = (&self.budget, entries.last()) {
+            budget.appended(last.index(), sizes.iter().sum::<usize>() as u64);
         }
         {
             let mut recent = self.recent();
@@ -271,6 +271,9 @@ impl RaftLogStorage<TypeConfig> for LogStore {
     ) -> Result<(), io::Error> {
         let from = last_log_id.map_or(0, |id| id.index() + 1);
         self.recent().truncate(from);
+        if let Some(budget) = &self.budget {
+            budget.truncated(from);
+        }
         self.storage
             .delete_log_range(self.group, from, u64::MAX)
             .map_err(io::Error::other)

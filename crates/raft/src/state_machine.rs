@@ -47,15 +47,22 @@ impl ShardStateMachine {
         }
     }
 
-    /// Reports snapshot sizes to `budget`: a larger shard is snapshotted less often.
+    /// Reports snapshots to `budget`: a larger shard is snapshotted less often, and the log
+    /// behind a snapshot built here is purged by size.
     pub(crate) fn with_budget(mut self, budget: Arc<LogBudget>) -> Self {
         self.budget = Some(budget);
         self
     }
 
-    fn snapshot_taken(&self, bytes: usize) {
+    fn snapshot_built(&self, bytes: usize, last_index: Option<u64>) {
+        if let (Some(budget), Some(last_index)) = (&self.budget, last_index) {
+            budget.snapshot_built(bytes as u64, last_index);
+        }
+    }
+
+    fn snapshot_installed(&self, bytes: usize) {
         if let Some(budget) = &self.budget {
-            budget.snapshot_taken(bytes as u64);
+            budget.snapshot_installed(bytes as u64);
         }
     }
 
@@ -145,7 +152,7 @@ impl RaftSnapshotBuilder<TypeConfig> for ShardStateMachine {
             last_membership: membership,
         };
         let data = encode(&export.records)?;
-        self.snapshot_taken(data.len());
+        self.snapshot_built(data.len(), meta.last_log_id.as_ref().map(|id| id.index()));
         self.save_snapshot_file(SnapshotFile {
             meta: meta.clone(),
             records: export.records,
@@ -223,7 +230,7 @@ impl RaftStateMachine<TypeConfig> for ShardStateMachine {
         meta: &SnapshotMetaOf<TypeConfig>,
         snapshot: Self::SnapshotData,
     ) -> Result<(), io::Error> {
-        self.snapshot_taken(snapshot.get_ref().len());
+        self.snapshot_installed(snapshot.get_ref().len());
         let records: Vec<(Vec<u8>, Vec<u8>)> = decode(snapshot.get_ref())?;
         let export = ShardExport {
             meta: vec![

@@ -87,6 +87,7 @@ struct RaftSection {
     election_timeout_max_ms: Option<u64>,
     snapshot_every: Option<u64>,
     keep_after_snapshot: Option<u64>,
+    keep_after_snapshot_bytes: Option<u64>,
     snapshot_log_bytes: Option<u64>,
     snapshot_chunk_bytes: Option<u64>,
     request_timeout_ms: Option<u64>,
@@ -246,6 +247,9 @@ fn raft_timing(raft: RaftSection) -> anyhow::Result<RaftTiming> {
     }
     if let Some(v) = raft.keep_after_snapshot {
         timing.keep_after_snapshot = v;
+    }
+    if let Some(v) = raft.keep_after_snapshot_bytes {
+        timing.keep_after_snapshot_bytes = v;
     }
     if let Some(v) = raft.snapshot_log_bytes {
         timing.snapshot_log_bytes = v;

@@ -221,6 +221,48 @@ async fn a_log_is_compacted_by_size_as_well_as_by_entries() {
     }
 }
 
+/// Behind a snapshot, the log is purged down to `keep_after_snapshot_bytes` even when that
+/// is far fewer entries than `keep_after_snapshot`, and the node recovers after `kill -9`
+/// from the snapshot and what is left of the log.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_log_behind_a_snapshot_is_purged_by_size_as_well_as_by_entries() {
+    // 1,000 entries would keep this whole test's log (48 entries); 128 KiB keeps two of them.
+    let config = "[raft]\nsnapshot_log_bytes = 1048576\nkeep_after_snapshot = 1000\n\
+                  keep_after_snapshot_bytes = 131072\n";
+    let mut opts = StartOptions::default().shards(1).config(config);
+    opts.log = "warn,openraft::engine=info".into();
+    let mut node = TestNode::start(opts).await;
+
+    let mut conn = RawResp::connect(node.resp_addr()).await;
+    for i in 0..48u8 {
+        let value = vec![b'a' + i % 26; 64 * 1024];
+        conn.send_cmd(&[b"SET", format!("big:{i}").as_bytes(), &value])
+            .await;
+        assert_eq!(conn.read_reply().await, b"+OK\r\n", "SET big:{i}");
+    }
+    // openraft logs the purge it was asked for, and the purge itself.
+    let purged = wait_until(Duration::from_secs(10), Duration::from_millis(20), || {
+        let log = node.stderr_log();
+        async move { log.contains("trigger_purge_log: purge_upto") }
+    })
+    .await;
+    assert!(
+        purged,
+        "no purge by size after 3 MiB of log:\n{}",
+        node.stderr_log()
+    );
+
+    node.kill9().await;
+    node.restart().await;
+    let mut conn = RawResp::connect(node.resp_addr()).await;
+    for i in 0..48u8 {
+        conn.send_cmd(&[b"GET", format!("big:{i}").as_bytes()])
+            .await;
+        let want = [&b"$65536\r\n"[..], &vec![b'a' + i % 26; 64 * 1024], b"\r\n"].concat();
+        assert!(conn.read_reply().await == want, "big:{i} after restart");
+    }
+}
+
 /// A node with `shards` shards and `config`, logging openraft's log purges (at info level):
 /// proof, in `stderr_log`, that compaction really ran.
 async fn start_logging_purges(shards: u32, config: &str) -> TestNode {
