@@ -195,13 +195,7 @@ async fn a_log_is_compacted_by_size_as_well_as_by_entries() {
     let snapshot = node.data_dir().join("snapshots").join("shard-0.snap");
 
     // 48 writes of 64 KiB: 3 MiB of log in 48 entries, far below snapshot_every (20,000).
-    let mut conn = RawResp::connect(node.resp_addr()).await;
-    for i in 0..48u8 {
-        let value = vec![b'a' + i % 26; 64 * 1024];
-        conn.send_cmd(&[b"SET", format!("big:{i}").as_bytes(), &value])
-            .await;
-        assert_eq!(conn.read_reply().await, b"+OK\r\n", "SET big:{i}");
-    }
+    write_big_values(&node).await;
     let compacted = wait_until(Duration::from_secs(10), Duration::from_millis(20), || {
         let taken = snapshot.exists();
         let purged = node.stderr_log().contains("purge log");
@@ -212,13 +206,7 @@ async fn a_log_is_compacted_by_size_as_well_as_by_entries() {
 
     node.kill9().await;
     node.restart().await;
-    let mut conn = RawResp::connect(node.resp_addr()).await;
-    for i in 0..48u8 {
-        conn.send_cmd(&[b"GET", format!("big:{i}").as_bytes()])
-            .await;
-        let want = [&b"$65536\r\n"[..], &vec![b'a' + i % 26; 64 * 1024], b"\r\n"].concat();
-        assert!(conn.read_reply().await == want, "big:{i} after restart");
-    }
+    read_big_values(&node).await;
 }
 
 /// Behind a snapshot, the log is purged down to `keep_after_snapshot_bytes` even when that
@@ -233,13 +221,7 @@ async fn the_log_behind_a_snapshot_is_purged_by_size_as_well_as_by_entries() {
     opts.log = "warn,openraft::engine=info".into();
     let mut node = TestNode::start(opts).await;
 
-    let mut conn = RawResp::connect(node.resp_addr()).await;
-    for i in 0..48u8 {
-        let value = vec![b'a' + i % 26; 64 * 1024];
-        conn.send_cmd(&[b"SET", format!("big:{i}").as_bytes(), &value])
-            .await;
-        assert_eq!(conn.read_reply().await, b"+OK\r\n", "SET big:{i}");
-    }
+    write_big_values(&node).await;
     // openraft logs the purge it was asked for, and the purge itself.
     let purged = wait_until(Duration::from_secs(10), Duration::from_millis(20), || {
         let log = node.stderr_log();
@@ -254,6 +236,22 @@ async fn the_log_behind_a_snapshot_is_purged_by_size_as_well_as_by_entries() {
 
     node.kill9().await;
     node.restart().await;
+    read_big_values(&node).await;
+}
+
+/// Writes `big:0` .. `big:47`, 64 KiB each (3 MiB of log in 48 entries, one per write).
+async fn write_big_values(node: &TestNode) {
+    let mut conn = RawResp::connect(node.resp_addr()).await;
+    for i in 0..48u8 {
+        let value = vec![b'a' + i % 26; 64 * 1024];
+        conn.send_cmd(&[b"SET", format!("big:{i}").as_bytes(), &value])
+            .await;
+        assert_eq!(conn.read_reply().await, b"+OK\r\n", "SET big:{i}");
+    }
+}
+
+/// Checks every value `write_big_values` wrote.
+async fn read_big_values(node: &TestNode) {
     let mut conn = RawResp::connect(node.resp_addr()).await;
     for i in 0..48u8 {
         conn.send_cmd(&[b"GET", format!("big:{i}").as_bytes()])
