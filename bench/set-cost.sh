@@ -9,10 +9,12 @@
 # the machine's 2 cores means the loop is bound by its round trip (sync, wake-ups), not by CPU.
 # A last table splits each Trireme entry's time into the write path's steps, from /metrics:
 # writers per entry, gathering them, and from proposing to the result (commit), which covers
-# the append, the wait for group commit, the fdatasync and the apply (each also shown). With
-# one key every entry goes through one shard, one after another, so an entry's cycle is
-# writers / rate, and "between" = cycle - gather - commit is the time from an entry's result
-# to its successor's first writer (the replies going out, the client's turn, the reads).
+# the append, the wait for group commit, the fdatasync and the apply (each also shown, as a
+# mean per call: with one key, one call per entry). With one key every entry goes through one
+# shard, one after another, so an entry's cycle is writers / rate, and "between" = cycle -
+# gather - commit is the time from an entry's result to its successor's first writer (the
+# replies going out, the client's turn, the reads), unless writers queued during the commit:
+# then the next gather starts at once and the client's turn falls into "gather".
 #
 #   bench/set-cost.sh [ROUNDS] [TRIREME_BINARY...]
 #       ROUNDS defaults to 5; binaries default to a fresh release build of this checkout.
@@ -46,13 +48,14 @@ phases() {
   local entries; entries=$(delta trireme_raft_entries_proposed_total)
   awk -v e="$entries" -v w="$(delta trireme_raft_writers_proposed_total)" \
     -v g="$(delta trireme_raft_gather_micros_total)" -v c="$(delta trireme_raft_commit_micros_total)" \
+    -v cn="$(delta trireme_raft_entries_completed_total)" \
     -v a="$(delta trireme_storage_log_append_micros_total)" -v an="$(delta trireme_storage_log_appends_total)" \
     -v q="$(delta trireme_storage_sync_wait_micros_total)" -v qn="$(delta trireme_storage_sync_requests_total)" \
     -v y="$(delta trireme_storage_sync_micros_total)" -v yn="$(delta trireme_storage_syncs_total)" \
     -v p="$(delta trireme_storage_apply_micros_total)" -v pn="$(delta trireme_storage_applies_total)" \
     'function per(x, n) { return n > 0 ? sprintf("%.0f", x / n) : "-" }
      BEGIN { printf "%s %s %s %s %s %s %s\n", (e > 0 ? sprintf("%.1f", w / e) : "-"), per(g, e),
-       per(c, e), per(a, an), per(q, qn), per(y, yn), per(p, pn) }'
+       per(c, cn), per(a, an), per(q, qn), per(y, yn), per(p, pn) }'
 }
 
 # one NAME: starts the server, warms up, measures one run; prints
@@ -70,7 +73,7 @@ one() {
   server=$!
   for _ in $(seq 100); do redis-cli -p 17911 ping >/dev/null 2>&1 && break; sleep 0.1; done
   redis-benchmark -p 17911 -t set -d 1024 -c 50 -n 5000 -q >/dev/null 2>&1
-  local c0 s0 y=0 c1 s1 rate client steps='- - - - - - -'
+  local c0 s0 y=0 c1 s1 rate client means='- - - - - - -'
   c0=$(cpu_ticks $server); s0=$(switches $server)
   if [ "$1" != redis ]; then metrics "$work/m0"; fi
   # bash's `time` reports the benchmark's own user + system CPU seconds.
@@ -82,13 +85,13 @@ one() {
   if [ "$1" != redis ]; then
     metrics "$work/m1"
     y=$(delta trireme_storage_syncs_total)
-    steps=$(phases)
+    means=$(phases)
   fi
   kill "$server"; wait "$server" 2>/dev/null || true; server=
   local ticks; ticks=$(getconf CLK_TCK)
   awk -v r="$rate" -v c=$((c1 - c0)) -v t="$ticks" -v s=$((s1 - s0)) -v y="$y" -v n="$REQUESTS" \
-    -v cl="$client" -v steps="$steps" \
-    'BEGIN { printf "%.0f %.1f %.2f %s %s %s\n", r, c / t * 1e6 / n, s / n, (y > 0 ? sprintf("%.1f", n / y) : "-"), cl, steps }'
+    -v cl="$client" -v means="$means" \
+    'BEGIN { printf "%.0f %.1f %.2f %s %s %s\n", r, c / t * 1e6 / n, s / n, (y > 0 ? sprintf("%.1f", n / y) : "-"), cl, means }'
 }
 
 median() { sort -n | awk '{a[NR] = $1} END {print (NR ? a[int((NR + 1) / 2)] : "-")}'; }

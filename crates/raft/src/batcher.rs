@@ -32,14 +32,15 @@ const QUEUE: usize = 4096;
 /// What the batchers of a node have proposed, for `/metrics`.
 #[derive(Debug, Default)]
 pub struct ProposalMetrics {
-    /// Per entry, from taking its first writer to proposing it: the wait for more writers
-    /// ([`Linger`]) and the taking of those already queued.
+    /// Entries proposed, and per entry the time from taking its first writer to proposing it:
+    /// the wait for more writers ([`Linger`]) and the taking of those already queued.
     pub gathers: Timed,
-    /// Entries proposed, and per entry the time from proposing it to its result: the append,
-    /// the wait for and the fdatasync of group commit, the commit and the apply.
-    pub commits: Timed,
-    /// Writers (commands) those entries carried.
+    /// Writers (commands) those entries carried, counted with them.
     pub writers: AtomicU64,
+    /// Entries whose result (or error) came back, and per entry the time from proposing it
+    /// until its writers were handed their results: the append, the wait for and the
+    /// fdatasync of group commit, the commit and the apply.
+    pub commits: Timed,
 }
 
 /// One writer's command and where its result goes.

@@ -33,8 +33,10 @@ use std::sync::{Mutex, Weak};
 use std::time::Duration;
 use tokio::sync::{mpsc, watch};
 
-/// Most append marks kept per group; past that the oldest go, and a purge by size only finds
-/// points among the newer ones (it purges less, never more).
+/// Most entry sizes kept per group (they are dropped as the log is purged, so this only bounds
+/// a log that is never purged). Dropping the oldest loses nothing a purge point needs: the
+/// walk back from a snapshot stops at the first entry that does not fit, and the ones before
+/// it go anyway.
 const MAX_MARKS: usize = 1 << 16;
 
 /// How long to wait for openraft to take up a snapshot built here before purging behind it.
@@ -52,7 +54,7 @@ pub(crate) struct LogBudget {
     /// Encoded size of the last snapshot built or installed here.
     snapshot_bytes: AtomicU64,
     due: mpsc::Sender<()>,
-    /// Per append not yet purged, oldest first: its last index and its size.
+    /// The size of each entry not yet purged, oldest first.
     marks: Mutex<Marks>,
     /// The last index of the newest snapshot built here.
     built: watch::Sender<Option<u64>>,
@@ -90,11 +92,18 @@ impl LogBudget {
         self.marks.lock().unwrap_or_else(|e| e.into_inner())
     }
 
-    /// Counts `bytes` appended to the log, up to index `last`; asks for a snapshot when they
+    /// Counts appended entries (index and encoded size); asks for a snapshot when their sizes
     /// add up. Called by the log store only, from the group's one Raft task.
-    pub(crate) fn appended(&self, last: u64, bytes: u64) {
+    pub(crate) fn appended(&self, entries: impl IntoIterator<Item = (u64, u64)>) {
+        let mut bytes = 0;
+        {
+            let mut marks = self.marks();
+            for (index, size) in entries {
+                marks.push(index, size);
+                bytes += size;
+            }
+        }
         let appended = self.appended.fetch_add(bytes, Ordering::Relaxed) + bytes;
-        self.marks().push(last, bytes);
         let since = appended - self.asked_at.load(Ordering::Relaxed);
         if since >= self.every.max(self.snapshot_bytes.load(Ordering::Relaxed)) {
             self.asked_at.store(appended, Ordering::Relaxed);
@@ -103,9 +112,14 @@ impl LogBudget {
         }
     }
 
-    /// Forgets the appends of entries `from` and later, which the log store truncated.
+    /// Forgets entries `from` and later, which the log store truncated.
     pub(crate) fn truncated(&self, from: u64) {
         self.marks().truncate(from);
+    }
+
+    /// Forgets entries up to `upto`, which the log store purged (whoever asked for it).
+    pub(crate) fn purged(&self, upto: u64) {
+        self.marks().purge(upto);
     }
 
     /// Records the size of a snapshot just installed from the leader.
@@ -120,63 +134,59 @@ impl LogBudget {
     }
 
     /// The highest index to purge so that at most `keep_bytes` of log stay behind a snapshot
-    /// ending at `snapshot`, if that purges anything not yet purged (see [`Marks::purge_point`]).
+    /// ending at `snapshot` (see [`Marks::purge_point`]). It may already be purged or
+    /// scheduled; openraft then does nothing.
     pub(crate) fn purge_point(&self, snapshot: u64, keep_bytes: u64) -> Option<u64> {
         self.marks().purge_point(snapshot, keep_bytes)
     }
 }
 
-/// The sizes of a group's appends not yet purged.
+/// The sizes of a group's entries not yet purged.
 #[derive(Debug, Default)]
 struct Marks {
-    /// Per append, oldest first: its last index and its size in bytes.
-    appends: VecDeque<(u64, u64)>,
-    /// Whether the oldest appends were dropped for room rather than purged.
-    dropped: bool,
+    /// Per entry, oldest first: its index and its encoded size in bytes.
+    entries: VecDeque<(u64, u64)>,
 }
 
 impl Marks {
-    fn push(&mut self, last: u64, bytes: u64) {
-        // Entries appended again after a truncation replace the old ones.
-        self.truncate(last);
-        if self.appends.len() == MAX_MARKS {
-            self.appends.pop_front();
-            self.dropped = true;
+    fn push(&mut self, index: u64, bytes: u64) {
+        // An entry appended again after a truncation replaces the old one and those after it.
+        self.truncate(index);
+        if self.entries.len() == MAX_MARKS {
+            self.entries.pop_front();
         }
-        self.appends.push_back((last, bytes));
+        self.entries.push_back((index, bytes));
     }
 
     fn truncate(&mut self, from: u64) {
-        while self.appends.back().is_some_and(|&(index, _)| index >= from) {
-            self.appends.pop_back();
+        while self.entries.back().is_some_and(|&(index, _)| index >= from) {
+            self.entries.pop_back();
         }
     }
 
-    /// Walks back from the snapshot, keeping appends while they fit in `keep_bytes`; the first
-    /// that does not fit is the purge point (its last index), and its marks and older ones are
-    /// dropped, as those entries are about to go. `None` when everything known fits, or when
-    /// the appends before the known ones were dropped for room: their sizes are unknown, and
-    /// purging by the ones known could purge more than asked.
-    fn purge_point(&mut self, snapshot: u64, keep_bytes: u64) -> Option<u64> {
+    fn purge(&mut self, upto: u64) {
+        while self
+            .entries
+            .front()
+            .is_some_and(|&(index, _)| index <= upto)
+        {
+            self.entries.pop_front();
+        }
+    }
+
+    /// Walks back from the snapshot, keeping entries while their sizes fit in `keep_bytes`;
+    /// the first that does not fit is the purge point. `None` when all of them fit.
+    fn purge_point(&self, snapshot: u64, keep_bytes: u64) -> Option<u64> {
         let mut kept = 0u64;
-        let mut purge_at = None;
-        for (position, &(index, bytes)) in self.appends.iter().enumerate().rev() {
-            if index > snapshot {
-                continue;
-            }
-            kept = kept.saturating_add(bytes);
-            if kept > keep_bytes {
-                purge_at = Some((position, index));
-                break;
-            }
-        }
-        let (position, upto) = purge_at?;
-        if self.dropped && position == 0 {
-            return None;
-        }
-        self.appends.drain(..=position);
-        self.dropped = false;
-        Some(upto)
+        self.entries
+            .iter()
+            .rev()
+            .filter(|&&(index, _)| index <= snapshot)
+            .find(|&&(_, bytes)| {
+                kept = kept.saturating_add(bytes);
+                kept > keep_bytes
+            })
+            .map(|&(index, _)| index)
     }
 }
 
@@ -232,16 +242,16 @@ mod tests {
     #[test]
     fn a_snapshot_is_asked_for_each_time_the_log_grows_by_the_budget() {
         let (budget, mut events) = LogBudget::new(100);
-        budget.appended(1, 60);
+        budget.appended([(1, 60)]);
         assert!(events.requests.try_recv().is_err(), "60 of 100 bytes");
-        budget.appended(2, 40);
+        budget.appended([(2, 15), (3, 25)]);
         assert!(events.requests.try_recv().is_ok(), "100 bytes");
-        budget.appended(3, 99);
+        budget.appended([(4, 99)]);
         assert!(
             events.requests.try_recv().is_err(),
             "99 since the last request"
         );
-        budget.appended(4, 1);
+        budget.appended([(5, 1)]);
         assert!(events.requests.try_recv().is_ok());
     }
 
@@ -249,12 +259,12 @@ mod tests {
     fn a_large_snapshot_raises_the_budget() {
         let (budget, mut events) = LogBudget::new(100);
         budget.snapshot_installed(250);
-        budget.appended(5, 200);
+        budget.appended([(1, 200)]);
         assert!(
             events.requests.try_recv().is_err(),
             "200 bytes of log, 250 of snapshot"
         );
-        budget.appended(6, 50);
+        budget.appended([(2, 50)]);
         assert!(events.requests.try_recv().is_ok());
     }
 
@@ -262,7 +272,7 @@ mod tests {
     fn requests_do_not_pile_up() {
         let (budget, mut events) = LogBudget::new(10);
         for index in 1..=5 {
-            budget.appended(index, 10);
+            budget.appended([(index, 10)]);
         }
         assert!(events.requests.try_recv().is_ok());
         assert!(
@@ -271,68 +281,66 @@ mod tests {
         );
     }
 
-    #[test]
-    fn the_purge_point_keeps_at_most_the_bytes_asked_for_behind_the_snapshot() {
+    /// Entries 1..=10 of 100 bytes each, appended two at a time.
+    fn ten_entries() -> LogBudget {
         let (budget, _events) = LogBudget::new(1 << 30);
-        // Entries 1..=10 of 100 bytes each, one append each.
-        for index in 1..=10 {
-            budget.appended(index, 100);
+        for first in (1..=10).step_by(2) {
+            budget.appended([(first, 100), (first + 1, 100)]);
         }
-        // Behind a snapshot at 8: keeping 250 bytes keeps 7 and 8 (200 bytes), not 6.
-        assert_eq!(budget.purge_point(8, 250), Some(6));
-        assert_eq!(
-            budget.purge_point(8, 250),
-            None,
-            "6 and older are purged already"
-        );
-        // The next snapshot: 9 and 10 are kept, 7 and 8 go.
-        assert_eq!(budget.purge_point(10, 200), Some(8));
-        assert_eq!(budget.purge_point(10, 0), Some(10));
+        budget
     }
 
     #[test]
-    fn a_truncated_append_no_longer_counts() {
-        let (budget, _events) = LogBudget::new(1 << 30);
-        budget.appended(2, 100); // entries 1 and 2
-        budget.appended(4, 1_000); // entries 3 and 4, truncated below
-        budget.truncated(3);
-        budget.appended(3, 10); // entry 3 again
-        // Keeping 10 bytes behind a snapshot at 3 keeps the new entry 3, not the 1,000 bytes.
-        assert_eq!(budget.purge_point(3, 10), Some(2));
-        // Appending again without a truncation notice also replaces the old appends.
-        budget.appended(5, 1_000);
-        budget.appended(4, 10);
-        assert_eq!(
-            budget.purge_point(5, 10),
-            Some(3),
-            "entry 4 is 10 bytes now"
-        );
+    fn the_purge_point_keeps_at_most_the_bytes_asked_for_behind_the_snapshot() {
+        let budget = ten_entries();
+        // Behind a snapshot at 8: keeping 250 bytes keeps 7 and 8 (200 bytes), not 6 too.
+        assert_eq!(budget.purge_point(8, 250), Some(6));
+        assert_eq!(budget.purge_point(8, 200), Some(6));
+        assert_eq!(budget.purge_point(8, 199), Some(7));
+        assert_eq!(budget.purge_point(8, 0), Some(8));
+        // Entries after the snapshot are not counted: they stay in any case.
+        assert_eq!(budget.purge_point(5, 250), Some(3));
     }
 
     #[test]
     fn nothing_to_purge_when_the_log_behind_the_snapshot_fits() {
         let (budget, _events) = LogBudget::new(1 << 30);
-        assert_eq!(budget.purge_point(10, 0), None, "no appends");
-        budget.appended(20, 100);
+        assert_eq!(budget.purge_point(10, 0), None, "no entries");
+        budget.appended([(20, 100)]);
         assert_eq!(
             budget.purge_point(10, 0),
             None,
             "nothing at or below the snapshot"
         );
-        budget.appended(30, 100);
-        assert_eq!(budget.purge_point(30, 200), None, "200 bytes fit");
+        budget.appended([(21, 100)]);
+        assert_eq!(budget.purge_point(21, 200), None, "200 bytes fit");
     }
 
     #[test]
-    fn appends_dropped_for_room_stop_a_purge_that_would_reach_them() {
+    fn purged_and_truncated_entries_no_longer_count() {
+        let budget = ten_entries();
+        // Purged up to 6 (by openraft's own count, say): 7 and 8 are all that is known.
+        budget.purged(6);
+        assert_eq!(budget.purge_point(8, 250), None);
+        assert_eq!(budget.purge_point(8, 150), Some(7));
+        // Entries 9 and 10 truncated: a snapshot at 10 only finds 7 and 8 behind it.
+        budget.truncated(9);
+        assert_eq!(budget.purge_point(10, 150), Some(7));
+        // Entry 9 appended again, larger.
+        budget.appended([(9, 1_000)]);
+        assert_eq!(budget.purge_point(9, 999), Some(9));
+        assert_eq!(budget.purge_point(9, 1_000), Some(8));
+    }
+
+    #[test]
+    fn a_full_record_drops_its_oldest_entries() {
         let mut marks = Marks::default();
         for index in 1..=(MAX_MARKS as u64 + 2) {
             marks.push(index, 1);
         }
-        // Appends 1 and 2 were dropped: a purge point at the oldest known append (3) might
-        // purge more than asked, one above it may not.
+        assert_eq!(marks.entries.len(), MAX_MARKS);
+        assert_eq!(marks.entries.front(), Some(&(3, 1)));
         let newest = MAX_MARKS as u64 + 2;
-        assert_eq!(marks.purge_point(newest, MAX_MARKS as u64 - 1), None);
-        assert_eq!(marks.purge_point(newest, MAX_MARKS as u64 - 2), Some(4));
+        assert_eq!(marks.purge_point(newest, 10), Some(newest - 10));
     }
 }

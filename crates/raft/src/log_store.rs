@@ -250,8 +250,13 @@ impl RaftLogStorage<TypeConfig> for LogStore {
         self.storage
             .append_log(self.group, rows)
             .map_err(io::Error::other)?;
-        if let (Some(budget), Some(last)) = (&self.budget, entries.last()) {
-            budget.appended(last.index(), sizes.iter().sum::<usize>() as u64);
+        if let Some(budget) = &self.budget {
+            budget.appended(
+                entries
+                    .iter()
+                    .zip(&sizes)
+                    .map(|(entry, size)| (entry.index(), *size as u64)),
+            );
         }
         {
             let mut recent = self.recent();
@@ -285,6 +290,9 @@ impl RaftLogStorage<TypeConfig> for LogStore {
         self.put_meta(PURGED, &log_id)?;
         let upto = log_id.index() + 1;
         self.recent().purge(upto);
+        if let Some(budget) = &self.budget {
+            budget.purged(log_id.index());
+        }
         // The rows themselves are deleted in the background: tens of thousands of tombstones
         // take tens of milliseconds, and openraft does not append while a purge is pending, so
         // waiting here stalled every write of the group (p99.9 ~120 ms at each snapshot).

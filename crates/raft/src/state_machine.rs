@@ -152,12 +152,12 @@ impl RaftSnapshotBuilder<TypeConfig> for ShardStateMachine {
             last_membership: membership,
         };
         let data = encode(&export.records)?;
-        self.snapshot_built(data.len(), meta.last_log_id.as_ref().map(|id| id.index()));
         self.save_snapshot_file(SnapshotFile {
             meta: meta.clone(),
             records: export.records,
         })
         .await?;
+        self.snapshot_built(data.len(), meta.last_log_id.as_ref().map(|id| id.index()));
         Ok(SnapshotOf::<TypeConfig, Self::SnapshotData> {
             meta,
             snapshot: Cursor::new(data),

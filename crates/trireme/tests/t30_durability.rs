@@ -214,7 +214,8 @@ async fn a_log_is_compacted_by_size_as_well_as_by_entries() {
 /// from the snapshot and what is left of the log.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_log_behind_a_snapshot_is_purged_by_size_as_well_as_by_entries() {
-    // 1,000 entries would keep this whole test's log (48 entries); 128 KiB keeps two of them.
+    // 1,000 entries would keep this whole test's log (48 entries); 128 KiB keeps one of them
+    // (each is a little over 64 KiB).
     let config = "[raft]\nsnapshot_log_bytes = 1048576\nkeep_after_snapshot = 1000\n\
                   keep_after_snapshot_bytes = 131072\n";
     let mut opts = StartOptions::default().shards(1).config(config);

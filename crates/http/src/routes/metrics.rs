@@ -44,14 +44,15 @@ pub(crate) async fn metrics(State(state): State<AppState>) -> impl IntoResponse 
     );
 
     // The write path, step by step: divide each `_micros_total` by its count for the mean
-    // (bench/set-cost.sh prints them per entry).
+    // (bench/set-cost.sh prints them per entry). Microseconds, like the older sync counter,
+    // rather than Prometheus's base unit.
     let proposals = state.node.proposal_metrics();
     let storage = state.node.storage().metrics();
     for (name, help, value) in [
         (
             "trireme_raft_entries_proposed_total",
             "Log entries proposed by this node's write batchers.",
-            proposals.commits.count(),
+            proposals.gathers.count(),
         ),
         (
             "trireme_raft_writers_proposed_total",
@@ -64,8 +65,13 @@ pub(crate) async fn metrics(State(state): State<AppState>) -> impl IntoResponse 
             proposals.gathers.micros(),
         ),
         (
+            "trireme_raft_entries_completed_total",
+            "Proposed entries whose result (or error) came back.",
+            proposals.commits.count(),
+        ),
+        (
             "trireme_raft_commit_micros_total",
-            "Time from proposing entries to their results (append, sync, commit, apply), microseconds.",
+            "Time from proposing those entries to handing their writers the results (append, sync, commit, apply), microseconds.",
             proposals.commits.micros(),
         ),
         (
@@ -80,7 +86,7 @@ pub(crate) async fn metrics(State(state): State<AppState>) -> impl IntoResponse 
         ),
         (
             "trireme_storage_sync_requests_total",
-            "Durability requests covered by group commit.",
+            "Durability requests covered by group commit (log appends, votes, snapshots).",
             storage.sync_waits.count(),
         ),
         (
