@@ -3,7 +3,9 @@
 //!
 //! Snapshots are point-in-time exports of the shard, kept as one file per shard under
 //! `<data dir>/snapshots/`; they exist so that the log can be compacted and so that a lagging
-//! replica can be brought up to date.
+//! replica can be brought up to date. The file holds the snapshot's meta followed by the
+//! snapshot's data exactly as it travels to a follower, so serving it is one read, with nothing
+//! decoded or encoded again.
 
 use crate::TypeConfig;
 use crate::compaction::LogBudget;
@@ -13,7 +15,7 @@ use openraft::entry::RaftEntry;
 use openraft::storage::{EntryResponder, RaftStateMachine};
 use openraft::type_config::alias::{LogIdOf, SnapshotMetaOf, SnapshotOf, StoredMembershipOf};
 use openraft::{EntryPayload, OptionalSend, RaftSnapshotBuilder};
-use serde::{Deserialize, Serialize};
+use serde::Deserialize;
 use std::io::{self, Cursor};
 use std::path::PathBuf;
 use std::sync::Arc;
@@ -30,11 +32,47 @@ pub struct ShardStateMachine {
     budget: Option<Arc<LogBudget>>,
 }
 
-/// What a snapshot file holds.
-#[derive(Serialize, Deserialize)]
-struct SnapshotFile {
+/// First bytes of a snapshot file: then the meta's length (u32, little-endian), the meta, and
+/// the data. No file of the earlier layout starts with them: its first byte is an `Option` tag.
+const SNAPSHOT_MAGIC: &[u8; 8] = b"TRSNAP2\n";
+
+/// A snapshot file of the earlier layout: meta and records encoded together, so serving it
+/// meant decoding every record and encoding them again.
+#[derive(Deserialize)]
+struct LegacySnapshotFile {
     meta: SnapshotMetaOf<TypeConfig>,
     records: Vec<(Vec<u8>, Vec<u8>)>,
+}
+
+/// The meta and the data of the snapshot file `bytes`, of either layout.
+fn parse_snapshot_file(
+    mut bytes: Vec<u8>,
+) -> Result<(SnapshotMetaOf<TypeConfig>, Vec<u8>), io::Error> {
+    let Some(rest) = bytes.strip_prefix(SNAPSHOT_MAGIC.as_slice()) else {
+        let legacy: LegacySnapshotFile = decode(&bytes)?;
+        return Ok((legacy.meta, encode(&legacy.records)?));
+    };
+    let truncated = || io::Error::new(io::ErrorKind::InvalidData, "truncated snapshot file");
+    let length: [u8; 4] = rest
+        .get(..4)
+        .and_then(|b| b.try_into().ok())
+        .ok_or_else(truncated)?;
+    let length = u32::from_le_bytes(length) as usize;
+    let meta = decode(rest.get(4..4 + length).ok_or_else(truncated)?)?;
+    // The data stays in the buffer it was read into.
+    bytes.drain(..SNAPSHOT_MAGIC.len() + 4 + length);
+    Ok((meta, bytes))
+}
+
+/// The header of a snapshot file that holds `meta`.
+fn snapshot_file_header(meta: &SnapshotMetaOf<TypeConfig>) -> Result<Vec<u8>, io::Error> {
+    let meta = encode(meta)?;
+    let length = u32::try_from(meta.len()).map_err(io::Error::other)?;
+    let mut header = Vec::with_capacity(SNAPSHOT_MAGIC.len() + 4 + meta.len());
+    header.extend_from_slice(SNAPSHOT_MAGIC);
+    header.extend_from_slice(&length.to_le_bytes());
+    header.extend_from_slice(&meta);
+    Ok(header)
 }
 
 impl ShardStateMachine {
@@ -94,10 +132,15 @@ impl ShardStateMachine {
         Ok((applied, membership))
     }
 
-    /// Writes the snapshot file atomically (temp file, fsync, rename).
-    async fn save_snapshot_file(&self, file: SnapshotFile) -> Result<(), io::Error> {
+    /// Writes the snapshot file atomically (temp file, fsync, rename) and hands `data` back.
+    async fn save_snapshot_file(
+        &self,
+        meta: &SnapshotMetaOf<TypeConfig>,
+        data: Vec<u8>,
+    ) -> Result<Vec<u8>, io::Error> {
         let path = self.snapshot_path();
-        tokio::task::spawn_blocking(move || -> Result<(), io::Error> {
+        let header = snapshot_file_header(meta)?;
+        tokio::task::spawn_blocking(move || -> Result<Vec<u8>, io::Error> {
             use std::io::Write;
             let dir = path
                 .parent()
@@ -105,10 +148,12 @@ impl ShardStateMachine {
             std::fs::create_dir_all(dir)?;
             let tmp = path.with_extension("tmp");
             let mut out = std::fs::File::create(&tmp)?;
-            out.write_all(&encode(&file)?)?;
+            out.write_all(&header)?;
+            out.write_all(&data)?;
             out.sync_data()?;
             std::fs::rename(&tmp, &path)?;
-            std::fs::File::open(dir)?.sync_all()
+            std::fs::File::open(dir)?.sync_all()?;
+            Ok(data)
         })
         .await
         .map_err(io::Error::other)?
@@ -152,11 +197,9 @@ impl RaftSnapshotBuilder<TypeConfig> for ShardStateMachine {
             last_membership: membership,
         };
         let data = encode(&export.records)?;
-        self.save_snapshot_file(SnapshotFile {
-            meta: meta.clone(),
-            records: export.records,
-        })
-        .await?;
+        // The rows are in `data` now: the shard is not held twice while the file is written.
+        drop(export);
+        let data = self.save_snapshot_file(&meta, data).await?;
         self.snapshot_built(data.len(), meta.last_log_id.as_ref().map(|id| id.index()));
         Ok(SnapshotOf::<TypeConfig, Self::SnapshotData> {
             meta,
@@ -230,8 +273,9 @@ impl RaftStateMachine<TypeConfig> for ShardStateMachine {
         meta: &SnapshotMetaOf<TypeConfig>,
         snapshot: Self::SnapshotData,
     ) -> Result<(), io::Error> {
-        self.snapshot_installed(snapshot.get_ref().len());
-        let records: Vec<(Vec<u8>, Vec<u8>)> = decode(snapshot.get_ref())?;
+        let data = snapshot.into_inner();
+        self.snapshot_installed(data.len());
+        let records: Vec<(Vec<u8>, Vec<u8>)> = decode(&data)?;
         let export = ShardExport {
             meta: vec![
                 (APPLIED.to_string(), encode(&meta.last_log_id)?),
@@ -241,19 +285,15 @@ impl RaftStateMachine<TypeConfig> for ShardStateMachine {
         };
         let storage = self.storage.clone();
         let shard = self.shard;
-        let export = tokio::task::spawn_blocking(move || {
-            storage.import_shard(shard, &export).map(|()| export)
-        })
-        .await
-        .map_err(io::Error::other)?
-        .map_err(io::Error::other)?;
+        tokio::task::spawn_blocking(move || storage.import_shard(shard, &export))
+            .await
+            .map_err(io::Error::other)?
+            .map_err(io::Error::other)?;
         // The installed rows replace the log up to the snapshot: make them durable now.
         self.storage.sync_async().await.map_err(io::Error::other)?;
-        self.save_snapshot_file(SnapshotFile {
-            meta: meta.clone(),
-            records: export.records,
-        })
-        .await
+        // The file keeps the data as it arrived: it is what this node sends on.
+        self.save_snapshot_file(meta, data).await?;
+        Ok(())
     }
 
     async fn get_current_snapshot(
@@ -265,10 +305,135 @@ impl RaftStateMachine<TypeConfig> for ShardStateMachine {
             Err(e) if e.kind() == io::ErrorKind::NotFound => return Ok(None),
             Err(e) => return Err(e),
         };
-        let file: SnapshotFile = decode(&bytes)?;
+        let (meta, data) = parse_snapshot_file(bytes)?;
         Ok(Some(SnapshotOf::<TypeConfig, Self::SnapshotData> {
-            meta: file.meta,
-            snapshot: Cursor::new(encode(&file.records)?),
+            meta,
+            snapshot: Cursor::new(data),
         }))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use bytes::Bytes;
+    use serde::Serialize;
+    use tempfile::TempDir;
+    use trireme_storage::StorageOptions;
+    use trireme_types::{Command, LogCommand, PutCondition, TtlUpdate};
+
+    const SHARD: u32 = 3;
+
+    /// A state machine whose shard holds `a` and `b`, applied up to index 7.
+    fn state_machine_with_two_keys(dir: &TempDir) -> ShardStateMachine {
+        let storage = Storage::open(dir.path(), &StorageOptions::default()).expect("storage");
+        let put = |key: &'static str| Command::Put {
+            key: Bytes::from_static(key.as_bytes()),
+            value: Bytes::from_static(b"value"),
+            flags: None,
+            condition: PutCondition::Always,
+            ttl: TtlUpdate::Clear,
+        };
+        let command = LogCommand {
+            now_ms: 1,
+            command: Command::Batch(vec![put("a"), put("b")]),
+        };
+        let applied = Some(openraft::testing::log_id::<TypeConfig>(2, 1, 7));
+        storage
+            .apply(
+                SHARD,
+                &[ApplyEntry {
+                    index: 7,
+                    command: Some(&command),
+                }],
+                &[(APPLIED, encode(&applied).expect("encode"))],
+            )
+            .expect("apply");
+        ShardStateMachine::new(storage, SHARD)
+    }
+
+    fn keys(data: &[u8]) -> Vec<Vec<u8>> {
+        let records: Vec<(Vec<u8>, Vec<u8>)> = decode(data).expect("snapshot data");
+        records.into_iter().map(|(key, _)| key).collect()
+    }
+
+    /// Asserts that `machine`'s current snapshot is `built`, meta and data; returns it.
+    async fn assert_serves(
+        machine: &mut ShardStateMachine,
+        built: &SnapshotOf<TypeConfig, Cursor<Vec<u8>>>,
+    ) -> SnapshotOf<TypeConfig, Cursor<Vec<u8>>> {
+        let served = machine
+            .get_current_snapshot()
+            .await
+            .expect("read")
+            .expect("a snapshot");
+        assert_eq!(served.meta, built.meta);
+        assert_eq!(served.snapshot.get_ref(), built.snapshot.get_ref());
+        served
+    }
+
+    #[tokio::test]
+    async fn a_snapshot_is_served_from_its_file_byte_for_byte_as_it_was_built() {
+        let dir = TempDir::new().expect("temp dir");
+        let mut machine = state_machine_with_two_keys(&dir);
+        let built = machine.build_snapshot().await.expect("build");
+        assert_eq!(built.meta.last_log_id.map(|id| id.index()), Some(7));
+        let file = std::fs::read(machine.snapshot_path()).expect("snapshot file");
+        assert!(file.starts_with(SNAPSHOT_MAGIC));
+        assert!(file.ends_with(built.snapshot.get_ref()), "the data as sent");
+
+        let served = assert_serves(&mut machine, &built).await;
+        assert_eq!(
+            keys(served.snapshot.get_ref()),
+            [b"a".to_vec(), b"b".to_vec()]
+        );
+    }
+
+    #[tokio::test]
+    async fn an_installed_snapshot_is_kept_as_it_arrived_and_served_on() {
+        let (from, to) = (TempDir::new().expect("dir"), TempDir::new().expect("dir"));
+        let built = state_machine_with_two_keys(&from)
+            .build_snapshot()
+            .await
+            .expect("build");
+        let storage = Storage::open(to.path(), &StorageOptions::default()).expect("storage");
+        let mut follower = ShardStateMachine::new(storage.clone(), SHARD);
+        follower
+            .install_snapshot(&built.meta, built.snapshot.clone())
+            .await
+            .expect("install");
+        assert!(storage.get_raw(SHARD, b"b").expect("read").is_some());
+        assert_serves(&mut follower, &built).await;
+    }
+
+    /// How snapshot files were written before the data was kept as sent.
+    #[derive(Serialize)]
+    struct EarlierLayout {
+        meta: SnapshotMetaOf<TypeConfig>,
+        records: Vec<(Vec<u8>, Vec<u8>)>,
+    }
+
+    #[tokio::test]
+    async fn a_snapshot_file_of_the_earlier_layout_is_still_served() {
+        let dir = TempDir::new().expect("temp dir");
+        let mut machine = state_machine_with_two_keys(&dir);
+        let built = machine.build_snapshot().await.expect("build");
+        let records: Vec<(Vec<u8>, Vec<u8>)> = decode(built.snapshot.get_ref()).expect("data");
+        let earlier = EarlierLayout {
+            meta: built.meta.clone(),
+            records,
+        };
+        std::fs::write(machine.snapshot_path(), encode(&earlier).expect("encode")).expect("write");
+
+        assert_serves(&mut machine, &built).await;
+    }
+
+    #[test]
+    fn a_truncated_snapshot_file_is_an_error() {
+        let mut file = SNAPSHOT_MAGIC.to_vec();
+        assert!(parse_snapshot_file(file.clone()).is_err(), "no meta length");
+        file.extend_from_slice(&100u32.to_le_bytes());
+        file.extend_from_slice(&[0; 10]);
+        assert!(parse_snapshot_file(file).is_err(), "meta cut short");
     }
 }
