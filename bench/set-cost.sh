@@ -47,13 +47,13 @@ delta() { awk -v n="$1" '$1 == n {v[FILENAME] = $2} END {print v[ARGV[2]] - v[AR
 phases() {
   local entries; entries=$(delta trireme_raft_entries_proposed_total)
   awk -v e="$entries" -v w="$(delta trireme_raft_writers_proposed_total)" \
-    -v g="$(delta trireme_raft_gather_micros_total)" -v c="$(delta trireme_raft_commit_micros_total)" \
+    -v g="$(delta trireme_raft_gather_seconds_total)" -v c="$(delta trireme_raft_commit_seconds_total)" \
     -v cn="$(delta trireme_raft_entries_completed_total)" \
-    -v a="$(delta trireme_storage_log_append_micros_total)" -v an="$(delta trireme_storage_log_appends_total)" \
-    -v q="$(delta trireme_storage_sync_wait_micros_total)" -v qn="$(delta trireme_storage_sync_requests_total)" \
-    -v y="$(delta trireme_storage_sync_micros_total)" -v yn="$(delta trireme_storage_syncs_total)" \
-    -v p="$(delta trireme_storage_apply_micros_total)" -v pn="$(delta trireme_storage_applies_total)" \
-    'function per(x, n) { return n > 0 ? sprintf("%.0f", x / n) : "-" }
+    -v a="$(delta trireme_storage_log_append_seconds_total)" -v an="$(delta trireme_storage_log_appends_total)" \
+    -v q="$(delta trireme_storage_sync_wait_seconds_total)" -v qn="$(delta trireme_storage_sync_requests_total)" \
+    -v y="$(delta trireme_storage_sync_seconds_total)" -v yn="$(delta trireme_storage_syncs_total)" \
+    -v p="$(delta trireme_storage_apply_seconds_total)" -v pn="$(delta trireme_storage_applies_total)" \
+    'function per(x, n) { return n > 0 ? sprintf("%.0f", x * 1e6 / n) : "-" }
      BEGIN { printf "%s %s %s %s %s %s %s\n", (e > 0 ? sprintf("%.1f", w / e) : "-"), per(g, e),
        per(c, cn), per(a, an), per(q, qn), per(y, yn), per(p, pn) }'
 }

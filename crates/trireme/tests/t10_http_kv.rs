@@ -486,7 +486,7 @@ async fn status_cluster_health_and_metrics() {
         assert_eq!(resp.status(), 200);
         resp.text().await.unwrap()
     };
-    let counter = |text: &str, name: &str| -> u64 {
+    let counter = |text: &str, name: &str| -> f64 {
         text.lines()
             .find_map(|l| l.strip_prefix(name)?.trim().parse().ok())
             .unwrap_or_else(|| panic!("metric {name} missing in:\n{text}"))
@@ -499,14 +499,14 @@ async fn status_cluster_health_and_metrics() {
     ] {
         counter(&before, name);
     }
-    assert!(counter(&before, "trireme_storage_syncs_total") > 0);
+    assert!(counter(&before, "trireme_storage_syncs_total") > 0.0);
     let gets = counter(&before, "trireme_http_requests_total{op=\"get\"}");
     for _ in 0..3 {
         node.get("m/k").await.unwrap();
     }
     let after = metrics(c.clone(), base.clone()).await;
     assert!(
-        counter(&after, "trireme_http_requests_total{op=\"get\"}") >= gets + 3,
+        counter(&after, "trireme_http_requests_total{op=\"get\"}") >= gets + 3.0,
         "GET counter did not move"
     );
 
@@ -524,13 +524,13 @@ async fn status_cluster_health_and_metrics() {
         "trireme_storage_applies_total",
     ] {
         let moved = counter(&written, name) - counter(&after, name);
-        assert!(moved >= 3, "{name} moved by {moved} for 3 writes");
+        assert!(moved >= 3.0, "{name} moved by {moved} for 3 writes");
     }
     for name in [
-        "trireme_raft_commit_micros_total",
-        "trireme_storage_log_append_micros_total",
-        "trireme_storage_sync_micros_total",
-        "trireme_storage_apply_micros_total",
+        "trireme_raft_commit_seconds_total",
+        "trireme_storage_log_append_seconds_total",
+        "trireme_storage_sync_seconds_total",
+        "trireme_storage_apply_seconds_total",
     ] {
         assert!(
             counter(&written, name) > counter(&after, name),
@@ -540,8 +540,8 @@ async fn status_cluster_health_and_metrics() {
     // These may not grow for writes that find nothing to wait for, but they are there.
     for name in [
         "trireme_raft_entries_completed_total",
-        "trireme_raft_gather_micros_total",
-        "trireme_storage_sync_wait_micros_total",
+        "trireme_raft_gather_seconds_total",
+        "trireme_storage_sync_wait_seconds_total",
     ] {
         counter(&written, name);
     }

@@ -43,79 +43,89 @@ pub(crate) async fn metrics(State(state): State<AppState>) -> impl IntoResponse 
         m.errors.load(Ordering::Relaxed),
     );
 
-    // The write path, step by step: divide each `_micros_total` by its count for the mean
-    // (bench/set-cost.sh prints them per entry). Microseconds, like the older sync counter,
-    // rather than Prometheus's base unit.
+    // The write path, step by step: divide each `_seconds_total` by its count for the mean
+    // (bench/set-cost.sh prints them per entry). Kept in microseconds, shown in Prometheus's
+    // base unit, seconds.
     let proposals = state.node.proposal_metrics();
     let storage = state.node.storage().metrics();
     for (name, help, value) in [
         (
             "trireme_raft_entries_proposed_total",
             "Log entries proposed by this node's write batchers.",
-            proposals.gathers.count(),
+            Value::Count(proposals.gathers.count()),
         ),
         (
             "trireme_raft_writers_proposed_total",
             "Write commands those entries carried.",
-            proposals.writers.load(Ordering::Relaxed),
+            Value::Count(proposals.writers.load(Ordering::Relaxed)),
         ),
         (
-            "trireme_raft_gather_micros_total",
-            "Time entries spent gathering writers before being proposed, microseconds.",
-            proposals.gathers.micros(),
+            "trireme_raft_gather_seconds_total",
+            "Time entries spent gathering writers before being proposed.",
+            Value::Seconds(proposals.gathers.micros()),
         ),
         (
             "trireme_raft_entries_completed_total",
             "Proposed entries whose result (or error) came back.",
-            proposals.commits.count(),
+            Value::Count(proposals.commits.count()),
         ),
         (
-            "trireme_raft_commit_micros_total",
-            "Time from proposing those entries to handing their writers the results (append, sync, commit, apply), microseconds.",
-            proposals.commits.micros(),
+            "trireme_raft_commit_seconds_total",
+            "Time from proposing those entries to handing their writers the results (append, sync, commit, apply).",
+            Value::Seconds(proposals.commits.micros()),
         ),
         (
             "trireme_storage_log_appends_total",
             "Raft log appends written to the journal.",
-            storage.appends.count(),
+            Value::Count(storage.appends.count()),
         ),
         (
-            "trireme_storage_log_append_micros_total",
-            "Time spent writing those appends, microseconds.",
-            storage.appends.micros(),
+            "trireme_storage_log_append_seconds_total",
+            "Time spent writing those appends.",
+            Value::Seconds(storage.appends.micros()),
         ),
         (
             "trireme_storage_sync_requests_total",
             "Durability requests covered by group commit (log appends, votes, snapshots).",
-            storage.sync_waits.count(),
+            Value::Count(storage.sync_waits.count()),
         ),
         (
-            "trireme_storage_sync_wait_micros_total",
-            "Time those requests waited for the fdatasync that covered them to start, microseconds.",
-            storage.sync_waits.micros(),
+            "trireme_storage_sync_wait_seconds_total",
+            "Time those requests waited for the fdatasync that covered them to start.",
+            Value::Seconds(storage.sync_waits.micros()),
         ),
         (
             "trireme_storage_syncs_total",
             "fdatasync calls made by group commit.",
-            storage.syncs.count(),
+            Value::Count(storage.syncs.count()),
         ),
         (
-            "trireme_storage_sync_micros_total",
-            "Time spent in fdatasync, microseconds.",
-            storage.syncs.micros(),
+            "trireme_storage_sync_seconds_total",
+            "Time spent in fdatasync.",
+            Value::Seconds(storage.syncs.micros()),
         ),
         (
             "trireme_storage_applies_total",
             "Batches of committed entries applied to the data.",
-            storage.applies.count(),
+            Value::Count(storage.applies.count()),
         ),
         (
-            "trireme_storage_apply_micros_total",
-            "Time spent applying them, microseconds.",
-            storage.applies.micros(),
+            "trireme_storage_apply_seconds_total",
+            "Time spent applying them.",
+            Value::Seconds(storage.applies.micros()),
         ),
     ] {
-        counter(&mut out, name, help, value);
+        match value {
+            Value::Count(count) => counter(&mut out, name, help, count),
+            Value::Seconds(micros) => {
+                let _ = writeln!(
+                    out,
+                    "# HELP {name} {help}\n# TYPE {name} counter\n{name} {}.{:06}",
+                    micros / 1_000_000,
+                    micros % 1_000_000
+                );
+            }
+        }
     }
     let poisoned = u64::from(state.node.storage().is_poisoned());
     let _ = writeln!(
@@ -164,4 +174,10 @@ pub(crate) async fn metrics(State(state): State<AppState>) -> impl IntoResponse 
     }
     out.push_str(&(state.extra_metrics)());
     ([(header::CONTENT_TYPE, "text/plain; version=0.0.4")], out)
+}
+
+/// A write-path counter's value: a count, or a time kept in microseconds and shown in seconds.
+enum Value {
+    Count(u64),
+    Seconds(u64),
 }
