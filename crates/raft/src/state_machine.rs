@@ -20,6 +20,7 @@ use std::io::{self, Cursor};
 use std::path::PathBuf;
 use std::sync::Arc;
 use trireme_storage::{ApplyEntry, ShardExport, Storage};
+use xxhash_rust::xxh3::xxh3_64;
 
 const APPLIED: &str = "applied";
 const MEMBERSHIP: &str = "membership";
@@ -32,8 +33,9 @@ pub struct ShardStateMachine {
     budget: Option<Arc<LogBudget>>,
 }
 
-/// First bytes of a snapshot file: then the meta's length (u32, little-endian), the meta, and
-/// the data. No file of the earlier layout starts with them: its first byte is an `Option` tag.
+/// First bytes of a snapshot file. Then come the meta's length (u32, little-endian), the meta,
+/// the data's checksum (xxh3, u64, little-endian) and the data. No file of the earlier layout
+/// starts with them: its first byte is an `Option` tag.
 const SNAPSHOT_MAGIC: &[u8; 8] = b"TRSNAP2\n";
 
 /// A snapshot file of the earlier layout: meta and records encoded together, so serving it
@@ -44,7 +46,9 @@ struct LegacySnapshotFile {
     records: Vec<(Vec<u8>, Vec<u8>)>,
 }
 
-/// The meta and the data of the snapshot file `bytes`, of either layout.
+/// The meta and the data of the snapshot file `bytes`, of either layout. The data is checked
+/// against its checksum: it is sent on without being decoded here, so nothing else would
+/// notice a damaged file before a follower tried to install it.
 fn parse_snapshot_file(
     mut bytes: Vec<u8>,
 ) -> Result<(SnapshotMetaOf<TypeConfig>, Vec<u8>), io::Error> {
@@ -52,26 +56,32 @@ fn parse_snapshot_file(
         let legacy: LegacySnapshotFile = decode(&bytes)?;
         return Ok((legacy.meta, encode(&legacy.records)?));
     };
-    let truncated = || io::Error::new(io::ErrorKind::InvalidData, "truncated snapshot file");
-    let length: [u8; 4] = rest
-        .get(..4)
-        .and_then(|b| b.try_into().ok())
-        .ok_or_else(truncated)?;
-    let length = u32::from_le_bytes(length) as usize;
-    let meta = decode(rest.get(4..4 + length).ok_or_else(truncated)?)?;
+    let invalid =
+        |what: &str| io::Error::new(io::ErrorKind::InvalidData, format!("snapshot file: {what}"));
+    let word = |at: usize, len: usize| rest.get(at..at + len).ok_or_else(|| invalid("truncated"));
+    let length = u32::from_le_bytes(word(0, 4)?.try_into().map_err(io::Error::other)?) as usize;
+    let meta = decode(word(4, length)?)?;
+    let checksum = u64::from_le_bytes(word(4 + length, 8)?.try_into().map_err(io::Error::other)?);
     // The data stays in the buffer it was read into.
-    bytes.drain(..SNAPSHOT_MAGIC.len() + 4 + length);
+    bytes.drain(..SNAPSHOT_MAGIC.len() + 4 + length + 8);
+    if xxh3_64(&bytes) != checksum {
+        return Err(invalid("the data does not match its checksum"));
+    }
     Ok((meta, bytes))
 }
 
-/// The header of a snapshot file that holds `meta`.
-fn snapshot_file_header(meta: &SnapshotMetaOf<TypeConfig>) -> Result<Vec<u8>, io::Error> {
+/// The header of a snapshot file that holds `meta` and `data`.
+fn snapshot_file_header(
+    meta: &SnapshotMetaOf<TypeConfig>,
+    data: &[u8],
+) -> Result<Vec<u8>, io::Error> {
     let meta = encode(meta)?;
     let length = u32::try_from(meta.len()).map_err(io::Error::other)?;
-    let mut header = Vec::with_capacity(SNAPSHOT_MAGIC.len() + 4 + meta.len());
+    let mut header = Vec::with_capacity(SNAPSHOT_MAGIC.len() + 4 + meta.len() + 8);
     header.extend_from_slice(SNAPSHOT_MAGIC);
     header.extend_from_slice(&length.to_le_bytes());
     header.extend_from_slice(&meta);
+    header.extend_from_slice(&xxh3_64(data).to_le_bytes());
     Ok(header)
 }
 
@@ -139,9 +149,10 @@ impl ShardStateMachine {
         data: Vec<u8>,
     ) -> Result<Vec<u8>, io::Error> {
         let path = self.snapshot_path();
-        let header = snapshot_file_header(meta)?;
+        let meta = meta.clone();
         tokio::task::spawn_blocking(move || -> Result<Vec<u8>, io::Error> {
             use std::io::Write;
+            let header = snapshot_file_header(&meta, &data)?;
             let dir = path
                 .parent()
                 .ok_or_else(|| io::Error::other("snapshot path"))?;
@@ -300,12 +311,15 @@ impl RaftStateMachine<TypeConfig> for ShardStateMachine {
         &mut self,
     ) -> Result<Option<SnapshotOf<TypeConfig, Self::SnapshotData>>, io::Error> {
         let path = self.snapshot_path();
-        let bytes = match tokio::fs::read(&path).await {
-            Ok(bytes) => bytes,
-            Err(e) if e.kind() == io::ErrorKind::NotFound => return Ok(None),
-            Err(e) => return Err(e),
+        // Reading and checking a large file takes a while: off the async executor.
+        let read = tokio::task::spawn_blocking(move || match std::fs::read(&path) {
+            Ok(bytes) => parse_snapshot_file(bytes).map(Some),
+            Err(e) if e.kind() == io::ErrorKind::NotFound => Ok(None),
+            Err(e) => Err(e),
+        });
+        let Some((meta, data)) = read.await.map_err(io::Error::other)?? else {
+            return Ok(None);
         };
-        let (meta, data) = parse_snapshot_file(bytes)?;
         Ok(Some(SnapshotOf::<TypeConfig, Self::SnapshotData> {
             meta,
             snapshot: Cursor::new(data),
@@ -435,5 +449,22 @@ mod tests {
         file.extend_from_slice(&100u32.to_le_bytes());
         file.extend_from_slice(&[0; 10]);
         assert!(parse_snapshot_file(file).is_err(), "meta cut short");
+    }
+
+    #[tokio::test]
+    async fn a_damaged_snapshot_file_is_refused_not_sent_on() {
+        let dir = TempDir::new().expect("temp dir");
+        let mut machine = state_machine_with_two_keys(&dir);
+        machine.build_snapshot().await.expect("build");
+        let path = machine.snapshot_path();
+        let mut file = std::fs::read(&path).expect("snapshot file");
+        let last = file.len() - 1;
+        file[last] ^= 1;
+        std::fs::write(&path, file).expect("write");
+        let error = machine
+            .get_current_snapshot()
+            .await
+            .expect_err("a damaged file");
+        assert!(error.to_string().contains("checksum"), "{error}");
     }
 }
