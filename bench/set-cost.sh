@@ -40,9 +40,13 @@ trap cleanup EXIT
 cpu_ticks() { awk '{print $14 + $15}' "/proc/$1/stat"; }
 switches() { awk '/ctxt_switches/ {n += $2} END {print n}' /proc/"$1"/task/*/status 2>/dev/null; }
 metrics() { curl -s 127.0.0.1:17910/metrics >"$1"; } # trireme only
-# delta NAME: how far counter NAME moved between $work/m0 and $work/m1
-delta() { awk -v n="$1" '$1 == n {v[FILENAME] = $2} END {print v[ARGV[2]] - v[ARGV[1]]}' \
-  "$work/m0" "$work/m1"; }
+# delta NAME: how far counter NAME moved between $work/m0 and $work/m1. A time that an older
+# build (before a6c65a6) reports as `_micros_total` is read from that name, in seconds.
+delta() {
+  awk -v n="$1" -v old="${1/_seconds_total/_micros_total}" \
+    '$1 == n {v[FILENAME] = $2} old != n && $1 == old {v[FILENAME] = $2 / 1e6}
+     END {printf "%.6f\n", v[ARGV[2]] - v[ARGV[1]]}' "$work/m0" "$work/m1"
+}
 # phases: per-entry means of the write path's steps over the run (see the header)
 phases() {
   local entries; entries=$(delta trireme_raft_entries_proposed_total)

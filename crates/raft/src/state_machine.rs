@@ -4,8 +4,8 @@
 //! Snapshots are point-in-time exports of the shard, kept as one file per shard under
 //! `<data dir>/snapshots/`; they exist so that the log can be compacted and so that a lagging
 //! replica can be brought up to date. The file holds the snapshot's meta followed by the
-//! snapshot's data exactly as it travels to a follower, so serving it is one read, with nothing
-//! decoded or encoded again.
+//! snapshot's data exactly as it travels to a follower, so serving it is one read of the file,
+//! with the data checked against its checksum but not decoded.
 
 use crate::TypeConfig;
 use crate::compaction::LogBudget;
@@ -18,9 +18,9 @@ use openraft::{EntryPayload, OptionalSend, RaftSnapshotBuilder};
 use serde::Deserialize;
 use std::io::{self, Cursor};
 use std::path::PathBuf;
-use std::sync::Arc;
+use std::sync::{Arc, Mutex};
 use trireme_storage::{ApplyEntry, ShardExport, Storage};
-use xxhash_rust::xxh3::xxh3_64;
+use xxhash_rust::xxh3::Xxh3;
 
 const APPLIED: &str = "applied";
 const MEMBERSHIP: &str = "membership";
@@ -31,11 +31,15 @@ pub struct ShardStateMachine {
     storage: Arc<Storage>,
     shard: u32,
     budget: Option<Arc<LogBudget>>,
+    /// The newest snapshot this process saved to the file, shared with the builders (clones):
+    /// openraft builds snapshots on a task of their own, so a build can finish after a newer
+    /// snapshot was installed, and must not replace it.
+    saved: Arc<Mutex<Option<LogIdOf<TypeConfig>>>>,
 }
 
 /// First bytes of a snapshot file. Then come the meta's length (u32, little-endian), the meta,
-/// the data's checksum (xxh3, u64, little-endian) and the data. No file of the earlier layout
-/// starts with them: its first byte is an `Option` tag.
+/// the checksum of the meta and the data together (xxh3, u64, little-endian) and the data. No
+/// file of the earlier layout starts with them: its first byte is an `Option` tag.
 const SNAPSHOT_MAGIC: &[u8; 8] = b"TRSNAP2\n";
 
 /// A snapshot file of the earlier layout: meta and records encoded together, so serving it
@@ -46,9 +50,9 @@ struct LegacySnapshotFile {
     records: Vec<(Vec<u8>, Vec<u8>)>,
 }
 
-/// The meta and the data of the snapshot file `bytes`, of either layout. The data is checked
-/// against its checksum: it is sent on without being decoded here, so nothing else would
-/// notice a damaged file before a follower tried to install it.
+/// The meta and the data of the snapshot file `bytes`, of either layout. Both are checked
+/// against the checksum: the data is sent on without being decoded here, and a damaged meta
+/// can still decode (to another log id), so nothing else would notice a damaged file.
 fn parse_snapshot_file(
     mut bytes: Vec<u8>,
 ) -> Result<(SnapshotMetaOf<TypeConfig>, Vec<u8>), io::Error> {
@@ -56,17 +60,29 @@ fn parse_snapshot_file(
         let legacy: LegacySnapshotFile = decode(&bytes)?;
         return Ok((legacy.meta, encode(&legacy.records)?));
     };
-    let invalid =
-        |what: &str| io::Error::new(io::ErrorKind::InvalidData, format!("snapshot file: {what}"));
-    let word = |at: usize, len: usize| rest.get(at..at + len).ok_or_else(|| invalid("truncated"));
-    let length = u32::from_le_bytes(word(0, 4)?.try_into().map_err(io::Error::other)?) as usize;
-    let meta = decode(word(4, length)?)?;
-    let checksum = u64::from_le_bytes(word(4 + length, 8)?.try_into().map_err(io::Error::other)?);
-    // The data stays in the buffer it was read into.
-    bytes.drain(..SNAPSHOT_MAGIC.len() + 4 + length + 8);
-    if xxh3_64(&bytes) != checksum {
-        return Err(invalid("the data does not match its checksum"));
+    let invalid = |what: &str| io::Error::new(io::ErrorKind::InvalidData, what.to_string());
+    let field = |at: usize, len: usize| {
+        at.checked_add(len)
+            .and_then(|end| rest.get(at..end))
+            .ok_or_else(|| invalid("truncated snapshot file"))
+    };
+    let length = u32::from_le_bytes(field(0, 4)?.try_into().map_err(io::Error::other)?) as usize;
+    let encoded_meta = field(4, length)?;
+    let checksum_at = 4 + length;
+    let checksum = u64::from_le_bytes(
+        field(checksum_at, 8)?
+            .try_into()
+            .map_err(io::Error::other)?,
+    );
+    let data = &rest[checksum_at + 8..];
+    if checksum_of(encoded_meta, data) != checksum {
+        return Err(invalid(
+            "snapshot file does not match its checksum (damaged on disk)",
+        ));
     }
+    let meta = decode(encoded_meta)?;
+    // The data stays in the buffer it was read into.
+    bytes.drain(..SNAPSHOT_MAGIC.len() + checksum_at + 8);
     Ok((meta, bytes))
 }
 
@@ -81,8 +97,16 @@ fn snapshot_file_header(
     header.extend_from_slice(SNAPSHOT_MAGIC);
     header.extend_from_slice(&length.to_le_bytes());
     header.extend_from_slice(&meta);
-    header.extend_from_slice(&xxh3_64(data).to_le_bytes());
+    header.extend_from_slice(&checksum_of(&meta, data).to_le_bytes());
     Ok(header)
+}
+
+/// The checksum a snapshot file keeps: of its encoded meta and its data, in that order.
+fn checksum_of(encoded_meta: &[u8], data: &[u8]) -> u64 {
+    let mut hasher = Xxh3::new();
+    hasher.update(encoded_meta);
+    hasher.update(data);
+    hasher.digest()
 }
 
 impl ShardStateMachine {
@@ -92,6 +116,7 @@ impl ShardStateMachine {
             storage,
             shard,
             budget: None,
+            saved: Arc::default(),
         }
     }
 
@@ -142,16 +167,23 @@ impl ShardStateMachine {
         Ok((applied, membership))
     }
 
-    /// Writes the snapshot file atomically (temp file, fsync, rename) and hands `data` back.
+    /// Writes the snapshot file atomically (temp file, fsync, rename, fsync of the folder) and
+    /// hands `data` back, with whether it was written: a snapshot older than one already saved
+    /// is not. Saves are one at a time, so they never share the temp file.
     async fn save_snapshot_file(
         &self,
         meta: &SnapshotMetaOf<TypeConfig>,
         data: Vec<u8>,
-    ) -> Result<Vec<u8>, io::Error> {
+    ) -> Result<(Vec<u8>, bool), io::Error> {
         let path = self.snapshot_path();
         let meta = meta.clone();
-        tokio::task::spawn_blocking(move || -> Result<Vec<u8>, io::Error> {
+        let saved = self.saved.clone();
+        tokio::task::spawn_blocking(move || -> Result<(Vec<u8>, bool), io::Error> {
             use std::io::Write;
+            let mut saved = saved.lock().unwrap_or_else(|e| e.into_inner());
+            if meta.last_log_id < *saved {
+                return Ok((data, false));
+            }
             let header = snapshot_file_header(&meta, &data)?;
             let dir = path
                 .parent()
@@ -164,7 +196,8 @@ impl ShardStateMachine {
             out.sync_data()?;
             std::fs::rename(&tmp, &path)?;
             std::fs::File::open(dir)?.sync_all()?;
-            Ok(data)
+            *saved = meta.last_log_id;
+            Ok((data, true))
         })
         .await
         .map_err(io::Error::other)?
@@ -210,8 +243,10 @@ impl RaftSnapshotBuilder<TypeConfig> for ShardStateMachine {
         let data = encode(&export.records)?;
         // The rows are in `data` now: the shard is not held twice while the file is written.
         drop(export);
-        let data = self.save_snapshot_file(&meta, data).await?;
-        self.snapshot_built(data.len(), meta.last_log_id.as_ref().map(|id| id.index()));
+        let (data, saved) = self.save_snapshot_file(&meta, data).await?;
+        if saved {
+            self.snapshot_built(data.len(), meta.last_log_id.as_ref().map(|id| id.index()));
+        }
         Ok(SnapshotOf::<TypeConfig, Self::SnapshotData> {
             meta,
             snapshot: Cursor::new(data),
@@ -313,7 +348,9 @@ impl RaftStateMachine<TypeConfig> for ShardStateMachine {
         let path = self.snapshot_path();
         // Reading and checking a large file takes a while: off the async executor.
         let read = tokio::task::spawn_blocking(move || match std::fs::read(&path) {
-            Ok(bytes) => parse_snapshot_file(bytes).map(Some),
+            Ok(bytes) => parse_snapshot_file(bytes)
+                .map(Some)
+                .map_err(|e| io::Error::new(e.kind(), format!("{}: {e}", path.display()))),
             Err(e) if e.kind() == io::ErrorKind::NotFound => Ok(None),
             Err(e) => Err(e),
         });
@@ -404,7 +441,7 @@ mod tests {
     }
 
     #[tokio::test]
-    async fn an_installed_snapshot_is_kept_as_it_arrived_and_served_on() {
+    async fn an_installed_snapshot_is_what_the_node_serves_next() {
         let (from, to) = (TempDir::new().expect("dir"), TempDir::new().expect("dir"));
         let built = state_machine_with_two_keys(&from)
             .build_snapshot()
@@ -444,11 +481,61 @@ mod tests {
 
     #[test]
     fn a_truncated_snapshot_file_is_an_error() {
+        let truncated = |file: &[u8]| {
+            parse_snapshot_file(file.to_vec())
+                .expect_err("a truncated file")
+                .to_string()
+                .contains("truncated")
+        };
+        let meta = encode(&SnapshotMetaOf::<TypeConfig>::default()).expect("encode");
         let mut file = SNAPSHOT_MAGIC.to_vec();
-        assert!(parse_snapshot_file(file.clone()).is_err(), "no meta length");
-        file.extend_from_slice(&100u32.to_le_bytes());
-        file.extend_from_slice(&[0; 10]);
-        assert!(parse_snapshot_file(file).is_err(), "meta cut short");
+        assert!(truncated(&file), "no meta length");
+        file.extend_from_slice(&(meta.len() as u32).to_le_bytes());
+        file.extend_from_slice(&meta[..meta.len() - 1]);
+        assert!(truncated(&file), "meta cut short");
+        file.push(meta[meta.len() - 1]);
+        file.extend_from_slice(&[0; 7]);
+        assert!(truncated(&file), "checksum cut short");
+    }
+
+    /// Flips one bit of the snapshot file at `at` bytes from its start.
+    fn damage(machine: &ShardStateMachine, at: usize) {
+        let path = machine.snapshot_path();
+        let mut file = std::fs::read(&path).expect("snapshot file");
+        file[at] ^= 1;
+        std::fs::write(&path, file).expect("write");
+    }
+
+    #[tokio::test]
+    async fn a_snapshot_file_with_a_damaged_meta_is_refused() {
+        let dir = TempDir::new().expect("temp dir");
+        let mut machine = state_machine_with_two_keys(&dir);
+        machine.build_snapshot().await.expect("build");
+        // The meta starts after the magic and its length.
+        damage(&machine, SNAPSHOT_MAGIC.len() + 4 + 1);
+        let error = machine
+            .get_current_snapshot()
+            .await
+            .expect_err("a damaged file");
+        assert!(error.to_string().contains("checksum"), "{error}");
+    }
+
+    #[tokio::test]
+    async fn a_snapshot_older_than_the_one_saved_does_not_replace_it() {
+        let dir = TempDir::new().expect("temp dir");
+        let mut machine = state_machine_with_two_keys(&dir);
+        let newer = machine.build_snapshot().await.expect("build");
+        let mut older = newer.meta.clone();
+        older.last_log_id = Some(openraft::testing::log_id::<TypeConfig>(2, 1, 5));
+        let (_, saved) = machine
+            .save_snapshot_file(&older, b"older".to_vec())
+            .await
+            .expect("save");
+        assert!(
+            !saved,
+            "a build that finished after a newer save is dropped"
+        );
+        assert_serves(&mut machine, &newer).await;
     }
 
     #[tokio::test]
@@ -456,11 +543,11 @@ mod tests {
         let dir = TempDir::new().expect("temp dir");
         let mut machine = state_machine_with_two_keys(&dir);
         machine.build_snapshot().await.expect("build");
-        let path = machine.snapshot_path();
-        let mut file = std::fs::read(&path).expect("snapshot file");
-        let last = file.len() - 1;
-        file[last] ^= 1;
-        std::fs::write(&path, file).expect("write");
+        let last = std::fs::metadata(machine.snapshot_path())
+            .expect("snapshot file")
+            .len() as usize
+            - 1;
+        damage(&machine, last);
         let error = machine
             .get_current_snapshot()
             .await

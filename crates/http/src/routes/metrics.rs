@@ -10,7 +10,7 @@ use std::sync::atomic::Ordering;
 pub(crate) async fn metrics(State(state): State<AppState>) -> impl IntoResponse {
     let mut out = String::with_capacity(4096);
     let m = &state.metrics;
-    let counter = |out: &mut String, name: &str, help: &str, value: u64| {
+    let counter = |out: &mut String, name: &str, help: &str, value: String| {
         let _ = writeln!(
             out,
             "# HELP {name} {help}\n# TYPE {name} counter\n{name} {value}"
@@ -40,7 +40,7 @@ pub(crate) async fn metrics(State(state): State<AppState>) -> impl IntoResponse 
         &mut out,
         "trireme_http_errors_total",
         "HTTP requests answered with an error status.",
-        m.errors.load(Ordering::Relaxed),
+        m.errors.load(Ordering::Relaxed).to_string(),
     );
 
     // The write path, step by step: divide each `_seconds_total` by its count for the mean
@@ -52,80 +52,70 @@ pub(crate) async fn metrics(State(state): State<AppState>) -> impl IntoResponse 
         (
             "trireme_raft_entries_proposed_total",
             "Log entries proposed by this node's write batchers.",
-            Value::Count(proposals.gathers.count()),
+            proposals.gathers.count().to_string(),
         ),
         (
             "trireme_raft_writers_proposed_total",
             "Write commands those entries carried.",
-            Value::Count(proposals.writers.load(Ordering::Relaxed)),
+            proposals.writers.load(Ordering::Relaxed).to_string(),
         ),
         (
             "trireme_raft_gather_seconds_total",
             "Time entries spent gathering writers before being proposed.",
-            Value::Seconds(proposals.gathers.micros()),
+            seconds(proposals.gathers.micros()),
         ),
         (
             "trireme_raft_entries_completed_total",
             "Proposed entries whose result (or error) came back.",
-            Value::Count(proposals.commits.count()),
+            proposals.commits.count().to_string(),
         ),
         (
             "trireme_raft_commit_seconds_total",
             "Time from proposing those entries to handing their writers the results (append, sync, commit, apply).",
-            Value::Seconds(proposals.commits.micros()),
+            seconds(proposals.commits.micros()),
         ),
         (
             "trireme_storage_log_appends_total",
             "Raft log appends written to the journal.",
-            Value::Count(storage.appends.count()),
+            storage.appends.count().to_string(),
         ),
         (
             "trireme_storage_log_append_seconds_total",
             "Time spent writing those appends.",
-            Value::Seconds(storage.appends.micros()),
+            seconds(storage.appends.micros()),
         ),
         (
             "trireme_storage_sync_requests_total",
             "Durability requests covered by group commit (log appends, votes, snapshots).",
-            Value::Count(storage.sync_waits.count()),
+            storage.sync_waits.count().to_string(),
         ),
         (
             "trireme_storage_sync_wait_seconds_total",
             "Time those requests waited for the fdatasync that covered them to start.",
-            Value::Seconds(storage.sync_waits.micros()),
+            seconds(storage.sync_waits.micros()),
         ),
         (
             "trireme_storage_syncs_total",
             "fdatasync calls made by group commit.",
-            Value::Count(storage.syncs.count()),
+            storage.syncs.count().to_string(),
         ),
         (
             "trireme_storage_sync_seconds_total",
             "Time spent in fdatasync.",
-            Value::Seconds(storage.syncs.micros()),
+            seconds(storage.syncs.micros()),
         ),
         (
             "trireme_storage_applies_total",
             "Batches of committed entries applied to the data.",
-            Value::Count(storage.applies.count()),
+            storage.applies.count().to_string(),
         ),
         (
             "trireme_storage_apply_seconds_total",
             "Time spent applying them.",
-            Value::Seconds(storage.applies.micros()),
+            seconds(storage.applies.micros()),
         ),
     ] {
-        match value {
-            Value::Count(count) => counter(&mut out, name, help, count),
-            Value::Seconds(micros) => {
-                let _ = writeln!(
-                    out,
-                    "# HELP {name} {help}\n# TYPE {name} counter\n{name} {}.{:06}",
-                    micros / 1_000_000,
-                    micros % 1_000_000
-                );
-            }
-        }
+        counter(&mut out, name, help, value);
     }
     let poisoned = u64::from(state.node.storage().is_poisoned());
     let _ = writeln!(
@@ -176,8 +166,7 @@ pub(crate) async fn metrics(State(state): State<AppState>) -> impl IntoResponse 
     ([(header::CONTENT_TYPE, "text/plain; version=0.0.4")], out)
 }
 
-/// A write-path counter's value: a count, or a time kept in microseconds and shown in seconds.
-enum Value {
-    Count(u64),
-    Seconds(u64),
+/// A time kept in microseconds, as a Prometheus sample in seconds (exact to the microsecond).
+fn seconds(micros: u64) -> String {
+    format!("{}.{:06}", micros / 1_000_000, micros % 1_000_000)
 }
