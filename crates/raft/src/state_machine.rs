@@ -19,7 +19,7 @@ use serde::Deserialize;
 use std::io::{self, Cursor};
 use std::path::PathBuf;
 use std::sync::{Arc, Mutex};
-use trireme_storage::{ApplyEntry, ShardExport, Storage};
+use trireme_storage::{ApplyEntry, ShardExport, ShardView, Storage};
 use xxhash_rust::xxh3::Xxh3;
 
 const APPLIED: &str = "applied";
@@ -84,6 +84,51 @@ fn parse_snapshot_file(
     // The data stays in the buffer it was read into.
     bytes.drain(..SNAPSHOT_MAGIC.len() + checksum_at + 8);
     Ok((meta, bytes))
+}
+
+/// A snapshot's data: the shard's rows as `encode` writes a `Vec<(Vec<u8>, Vec<u8>)>` (what
+/// `install_snapshot` decodes), written row by row into a buffer of the exact size. Collecting
+/// the rows first held the shard twice, with two allocations per row.
+fn encode_records(view: &ShardView<'_>) -> Result<Vec<u8>, io::Error> {
+    let (mut rows, mut bytes) = (0u64, 0usize);
+    view.for_each_record(|key, value| {
+        rows += 1;
+        bytes +=
+            varint_len(key.len() as u64) + key.len() + varint_len(value.len() as u64) + value.len();
+    })
+    .map_err(io::Error::other)?;
+    let mut data = Vec::with_capacity(varint_len(rows) + bytes);
+    put_varint(&mut data, rows);
+    let mut written = 0u64;
+    view.for_each_record(|key, value| {
+        put_varint(&mut data, key.len() as u64);
+        data.extend_from_slice(key);
+        put_varint(&mut data, value.len() as u64);
+        data.extend_from_slice(value);
+        written += 1;
+    })
+    .map_err(io::Error::other)?;
+    if written != rows {
+        // Both passes read the same fjall snapshot, so this would be a bug, not a race.
+        return Err(io::Error::other(format!(
+            "snapshot rows changed between passes ({rows}, then {written})"
+        )));
+    }
+    Ok(data)
+}
+
+/// Writes `value` as postcard writes a length: LEB128, seven bits a byte, low bits first.
+fn put_varint(out: &mut Vec<u8>, mut value: u64) {
+    while value >= 0x80 {
+        out.push((value as u8) | 0x80);
+        value >>= 7;
+    }
+    out.push(value as u8);
+}
+
+/// How many bytes `put_varint` writes for `value`.
+fn varint_len(value: u64) -> usize {
+    (64 - (value | 1).leading_zeros() as usize).div_ceil(7)
 }
 
 /// The header of a snapshot file that holds `meta` and `data`.
@@ -212,16 +257,11 @@ impl RaftSnapshotBuilder<TypeConfig> for ShardStateMachine {
     ) -> Result<SnapshotOf<TypeConfig, Self::SnapshotData>, io::Error> {
         let storage = self.storage.clone();
         let shard = self.shard;
-        let (export, applied, membership) = tokio::task::spawn_blocking(move || {
-            let export = storage.export_shard(shard).map_err(io::Error::other)?;
+        let (data, applied, membership) = tokio::task::spawn_blocking(move || {
+            let view = storage.shard_view(shard);
+            let meta = view.meta().map_err(io::Error::other)?;
             // The applied state must be the one the exported rows were read with.
-            let find = |name: &str| {
-                export
-                    .meta
-                    .iter()
-                    .find(|(n, _)| n == name)
-                    .map(|(_, v)| v.clone())
-            };
+            let find = |name: &str| meta.iter().find(|(n, _)| n == name).map(|(_, v)| v.clone());
             let applied: Option<LogIdOf<TypeConfig>> = match find(APPLIED) {
                 Some(bytes) => decode(&bytes)?,
                 None => None,
@@ -230,7 +270,7 @@ impl RaftSnapshotBuilder<TypeConfig> for ShardStateMachine {
                 Some(bytes) => decode(&bytes)?,
                 None => Default::default(),
             };
-            Ok::<_, io::Error>((export, applied, membership))
+            Ok::<_, io::Error>((encode_records(&view)?, applied, membership))
         })
         .await
         .map_err(io::Error::other)??;
@@ -240,9 +280,6 @@ impl RaftSnapshotBuilder<TypeConfig> for ShardStateMachine {
             last_log_id: applied,
             last_membership: membership,
         };
-        let data = encode(&export.records)?;
-        // The rows are in `data` now: the shard is not held twice while the file is written.
-        drop(export);
         let (data, saved) = self.save_snapshot_file(&meta, data).await?;
         if saved {
             self.snapshot_built(data.len(), meta.last_log_id.as_ref().map(|id| id.index()));
@@ -477,6 +514,59 @@ mod tests {
         std::fs::write(machine.snapshot_path(), encode(&earlier).expect("encode")).expect("write");
 
         assert_serves(&mut machine, &built).await;
+    }
+
+    #[test]
+    fn snapshot_data_is_written_exactly_as_postcard_encodes_the_rows() {
+        let dir = TempDir::new().expect("temp dir");
+        let storage = Storage::open(dir.path(), &StorageOptions::default()).expect("storage");
+        // Lengths around the varint boundaries (127/128 bytes, 16383/16384) and an empty value.
+        let values = [0usize, 1, 127, 128, 300, 16_383, 16_384, 70_000];
+        let command = LogCommand {
+            now_ms: 1,
+            command: Command::Batch(
+                values
+                    .iter()
+                    .enumerate()
+                    .map(|(i, len)| Command::Put {
+                        key: Bytes::from(format!("key-{i}").repeat(i * 20 + 1)),
+                        value: Bytes::from(vec![b'v'; *len]),
+                        flags: None,
+                        condition: PutCondition::Always,
+                        ttl: TtlUpdate::Clear,
+                    })
+                    .collect(),
+            ),
+        };
+        let entry = ApplyEntry {
+            index: 1,
+            command: Some(&command),
+        };
+        storage.apply(SHARD, &[entry], &[]).expect("apply");
+        let expected =
+            encode(&storage.export_shard(SHARD).expect("export").records).expect("encode");
+        let streamed = encode_records(&storage.shard_view(SHARD)).expect("stream");
+        assert_eq!(streamed, expected);
+        assert_eq!(streamed.capacity(), streamed.len(), "sized exactly");
+        let empty = encode_records(&storage.shard_view(SHARD + 1)).expect("stream");
+        assert_eq!(
+            empty,
+            encode(&Vec::<(Vec<u8>, Vec<u8>)>::new()).expect("encode")
+        );
+    }
+
+    #[test]
+    fn varint_lengths_match_what_is_written() {
+        for value in [0, 1, 127, 128, 16_383, 16_384, u32::MAX as u64, u64::MAX] {
+            let mut out = Vec::new();
+            put_varint(&mut out, value);
+            assert_eq!(varint_len(value), out.len(), "{value}");
+            assert_eq!(
+                out,
+                postcard::to_allocvec(&value).expect("postcard"),
+                "{value}"
+            );
+        }
     }
 
     #[test]

@@ -27,6 +27,47 @@ pub struct ShardExport {
     pub records: Vec<(Vec<u8>, Vec<u8>)>,
 }
 
+/// A point-in-time view of one shard, read from one fjall snapshot: a snapshot of the shard can
+/// be written out row by row, without first collecting every row in memory.
+pub struct ShardView<'s> {
+    storage: &'s Storage,
+    snapshot: fjall::Snapshot,
+    shard: u32,
+}
+
+impl ShardView<'_> {
+    /// The shard's `data_meta` rows, name → value.
+    pub fn meta(&self) -> Result<Vec<(String, Vec<u8>)>, StorageError> {
+        use fjall::Readable;
+        let mut meta = Vec::new();
+        for guard in self
+            .snapshot
+            .prefix(&self.storage.data_meta, self.shard.to_be_bytes())
+        {
+            let (key, value) = guard.into_inner()?;
+            meta.push((
+                String::from_utf8_lossy(&key[4..]).into_owned(),
+                value.to_vec(),
+            ));
+        }
+        Ok(meta)
+    }
+
+    /// Calls `visit` with each stored key (without the shard prefix) and its encoded record, in
+    /// key order.
+    pub fn for_each_record(&self, mut visit: impl FnMut(&[u8], &[u8])) -> Result<(), StorageError> {
+        use fjall::Readable;
+        for guard in self
+            .snapshot
+            .prefix(&self.storage.data, self.shard.to_be_bytes())
+        {
+            let (key, value) = guard.into_inner()?;
+            visit(&key[4..], &value);
+        }
+        Ok(())
+    }
+}
+
 /// Changes made by the entries of one apply call, not yet written. Later commands in the same
 /// call read earlier ones' results through it.
 struct Pending<'s> {
@@ -285,19 +326,23 @@ impl Storage {
 
     /// A consistent copy of `shard`: records and metadata read from one fjall snapshot.
     pub fn export_shard(&self, shard: u32) -> Result<ShardExport, StorageError> {
-        use fjall::Readable;
-        let snapshot = self.db.snapshot();
-        let mut export = ShardExport::default();
-        for guard in snapshot.prefix(&self.data_meta, shard.to_be_bytes()) {
-            let (key, value) = guard.into_inner()?;
-            let name = String::from_utf8_lossy(&key[4..]).into_owned();
-            export.meta.push((name, value.to_vec()));
+        let view = self.shard_view(shard);
+        let mut records = Vec::new();
+        view.for_each_record(|key, value| records.push((key.to_vec(), value.to_vec())))?;
+        Ok(ShardExport {
+            meta: view.meta()?,
+            records,
+        })
+    }
+
+    /// A point-in-time view of `shard`, to read its rows from more than once (or one at a time)
+    /// and always see the same ones.
+    pub fn shard_view(&self, shard: u32) -> ShardView<'_> {
+        ShardView {
+            storage: self,
+            snapshot: self.db.snapshot(),
+            shard,
         }
-        for guard in snapshot.prefix(&self.data, shard.to_be_bytes()) {
-            let (key, value) = guard.into_inner()?;
-            export.records.push((key[4..].to_vec(), value.to_vec()));
-        }
-        Ok(export)
     }
 
     /// Replaces everything stored for `shard` with `export`, atomically.
