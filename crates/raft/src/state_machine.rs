@@ -86,34 +86,31 @@ fn parse_snapshot_file(
     Ok((meta, bytes))
 }
 
+/// Room kept for the row count at the front of a snapshot's data: the longest varint of a u64.
+const COUNT_ROOM: usize = 10;
+
 /// A snapshot's data: the shard's rows as `encode` writes a `Vec<(Vec<u8>, Vec<u8>)>` (what
-/// `install_snapshot` decodes), written row by row into a buffer of the exact size. Collecting
-/// the rows first held the shard twice, with two allocations per row.
-fn encode_records(view: &ShardView<'_>) -> Result<Vec<u8>, io::Error> {
-    let (mut rows, mut bytes) = (0u64, 0usize);
-    view.for_each_record(|key, value| {
-        rows += 1;
-        bytes +=
-            varint_len(key.len() as u64) + key.len() + varint_len(value.len() as u64) + value.len();
-    })
-    .map_err(io::Error::other)?;
-    let mut data = Vec::with_capacity(varint_len(rows) + bytes);
-    put_varint(&mut data, rows);
-    let mut written = 0u64;
+/// `install_snapshot` decodes), written row by row in one pass over the view. The count, which
+/// comes first, is only known at the end: it is written into room left for it. Collecting the
+/// rows first held the shard twice, with two allocations per row. `size_hint` (the last
+/// snapshot's size) spares the buffer most of its growing.
+fn encode_records(view: &ShardView<'_>, size_hint: usize) -> Result<Vec<u8>, io::Error> {
+    let mut data = Vec::with_capacity(COUNT_ROOM + size_hint);
+    data.resize(COUNT_ROOM, 0);
+    let mut rows = 0u64;
     view.for_each_record(|key, value| {
         put_varint(&mut data, key.len() as u64);
         data.extend_from_slice(key);
         put_varint(&mut data, value.len() as u64);
         data.extend_from_slice(value);
-        written += 1;
+        rows += 1;
     })
     .map_err(io::Error::other)?;
-    if written != rows {
-        // Both passes read the same fjall snapshot, so this would be a bug, not a race.
-        return Err(io::Error::other(format!(
-            "snapshot rows changed between passes ({rows}, then {written})"
-        )));
-    }
+    let mut count = Vec::with_capacity(COUNT_ROOM);
+    put_varint(&mut count, rows);
+    let start = COUNT_ROOM - count.len();
+    data[start..COUNT_ROOM].copy_from_slice(&count);
+    data.drain(..start);
     Ok(data)
 }
 
@@ -124,11 +121,6 @@ fn put_varint(out: &mut Vec<u8>, mut value: u64) {
         value >>= 7;
     }
     out.push(value as u8);
-}
-
-/// How many bytes `put_varint` writes for `value`.
-fn varint_len(value: u64) -> usize {
-    (64 - (value | 1).leading_zeros() as usize).div_ceil(7)
 }
 
 /// The header of a snapshot file that holds `meta` and `data`.
@@ -257,6 +249,7 @@ impl RaftSnapshotBuilder<TypeConfig> for ShardStateMachine {
     ) -> Result<SnapshotOf<TypeConfig, Self::SnapshotData>, io::Error> {
         let storage = self.storage.clone();
         let shard = self.shard;
+        let path = self.snapshot_path();
         let (data, applied, membership) = tokio::task::spawn_blocking(move || {
             let view = storage.shard_view(shard);
             let meta = view.meta().map_err(io::Error::other)?;
@@ -270,7 +263,9 @@ impl RaftSnapshotBuilder<TypeConfig> for ShardStateMachine {
                 Some(bytes) => decode(&bytes)?,
                 None => Default::default(),
             };
-            Ok::<_, io::Error>((encode_records(&view)?, applied, membership))
+            // The shard is about the size it was at the last snapshot.
+            let size_hint = std::fs::metadata(&path).map_or(0, |m| m.len() as usize);
+            Ok::<_, io::Error>((encode_records(&view, size_hint)?, applied, membership))
         })
         .await
         .map_err(io::Error::other)??;
@@ -543,12 +538,24 @@ mod tests {
             command: Some(&command),
         };
         storage.apply(SHARD, &[entry], &[]).expect("apply");
-        let expected =
-            encode(&storage.export_shard(SHARD).expect("export").records).expect("encode");
-        let streamed = encode_records(&storage.shard_view(SHARD)).expect("stream");
+        let mut rows = Vec::new();
+        let view = storage.shard_view(SHARD);
+        view.for_each_record(|key, value| rows.push((key.to_vec(), value.to_vec())))
+            .expect("rows");
+        let expected = encode(&rows).expect("encode");
+        let streamed = encode_records(&view, expected.len()).expect("stream");
         assert_eq!(streamed, expected);
-        assert_eq!(streamed.capacity(), streamed.len(), "sized exactly");
-        let empty = encode_records(&storage.shard_view(SHARD + 1)).expect("stream");
+        assert_eq!(
+            streamed.capacity(),
+            COUNT_ROOM + expected.len(),
+            "a hint of the data's size is enough: the buffer never grew"
+        );
+        assert_eq!(
+            encode_records(&view, 0).expect("stream"),
+            expected,
+            "no hint"
+        );
+        let empty = encode_records(&storage.shard_view(SHARD + 1), 0).expect("stream");
         assert_eq!(
             empty,
             encode(&Vec::<(Vec<u8>, Vec<u8>)>::new()).expect("encode")
@@ -556,11 +563,11 @@ mod tests {
     }
 
     #[test]
-    fn varint_lengths_match_what_is_written() {
+    fn varints_are_written_as_postcard_writes_them() {
         for value in [0, 1, 127, 128, 16_383, 16_384, u32::MAX as u64, u64::MAX] {
             let mut out = Vec::new();
             put_varint(&mut out, value);
-            assert_eq!(varint_len(value), out.len(), "{value}");
+            assert!(out.len() <= COUNT_ROOM, "{value}");
             assert_eq!(
                 out,
                 postcard::to_allocvec(&value).expect("postcard"),

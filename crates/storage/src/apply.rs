@@ -18,7 +18,8 @@ pub struct ApplyEntry<'a> {
     pub command: Option<&'a LogCommand>,
 }
 
-/// A point-in-time copy of one shard: its state-machine metadata and its records.
+/// A whole shard to install with [`Storage::import_shard`]: its state-machine metadata and its
+/// records.
 #[derive(Debug, Default)]
 pub struct ShardExport {
     /// `data_meta` rows of the shard, name → value.
@@ -322,17 +323,6 @@ impl Storage {
         batch.commit()?;
         self.metrics().applies.record(started.elapsed());
         Ok(results)
-    }
-
-    /// A consistent copy of `shard`: records and metadata read from one fjall snapshot.
-    pub fn export_shard(&self, shard: u32) -> Result<ShardExport, StorageError> {
-        let view = self.shard_view(shard);
-        let mut records = Vec::new();
-        view.for_each_record(|key, value| records.push((key.to_vec(), value.to_vec())))?;
-        Ok(ShardExport {
-            meta: view.meta()?,
-            records,
-        })
     }
 
     /// A point-in-time view of `shard`, to read its rows from more than once (or one at a time)
@@ -709,7 +699,13 @@ mod tests {
                 cmd(1, put("gone", "1", PutCondition::Always, TtlUpdate::Clear)),
             ],
         );
-        let export = storage.export_shard(0).unwrap();
+        let view = storage.shard_view(0);
+        let mut export = ShardExport {
+            meta: view.meta().unwrap(),
+            records: Vec::new(),
+        };
+        view.for_each_record(|key, value| export.records.push((key.to_vec(), value.to_vec())))
+            .unwrap();
         assert_eq!(export.records.len(), 2);
         let other_dir = tempfile::tempdir().unwrap();
         let other = Storage::open(other_dir.path(), &StorageOptions::default()).unwrap();
