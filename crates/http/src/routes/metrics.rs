@@ -43,79 +43,63 @@ pub(crate) async fn metrics(State(state): State<AppState>) -> impl IntoResponse 
         m.errors.load(Ordering::Relaxed).to_string(),
     );
 
-    // The write path, step by step: divide each `_seconds_total` by its count for the mean
-    // (bench/set-cost.sh prints them per entry). Kept in microseconds, shown in Prometheus's
-    // base unit, seconds.
+    // The write path, step by step: each step is a count and a time, the time kept in
+    // microseconds and shown in Prometheus's base unit, seconds; divide it by its count for the
+    // mean (bench/set-cost.sh prints them per entry).
     let proposals = state.node.proposal_metrics();
     let storage = state.node.storage().metrics();
-    for (name, help, value) in [
+    counter(
+        &mut out,
+        "trireme_raft_writers_proposed_total",
+        "Write commands carried by the entries the batchers proposed.",
+        proposals.writers.load(Ordering::Relaxed).to_string(),
+    );
+    for (timed, count, count_help, time, time_help) in [
         (
+            &proposals.gathers,
             "trireme_raft_entries_proposed_total",
             "Log entries proposed by this node's write batchers.",
-            proposals.gathers.count().to_string(),
-        ),
-        (
-            "trireme_raft_writers_proposed_total",
-            "Write commands those entries carried.",
-            proposals.writers.load(Ordering::Relaxed).to_string(),
-        ),
-        (
             "trireme_raft_gather_seconds_total",
             "Time entries spent gathering writers before being proposed.",
-            seconds(proposals.gathers.micros()),
         ),
         (
+            &proposals.commits,
             "trireme_raft_entries_completed_total",
             "Proposed entries whose result (or error) came back.",
-            proposals.commits.count().to_string(),
-        ),
-        (
             "trireme_raft_commit_seconds_total",
             "Time from proposing those entries to handing their writers the results (append, sync, commit, apply).",
-            seconds(proposals.commits.micros()),
         ),
         (
+            &storage.appends,
             "trireme_storage_log_appends_total",
             "Raft log appends written to the journal.",
-            storage.appends.count().to_string(),
-        ),
-        (
             "trireme_storage_log_append_seconds_total",
             "Time spent writing those appends.",
-            seconds(storage.appends.micros()),
         ),
         (
+            &storage.sync_waits,
             "trireme_storage_sync_requests_total",
             "Durability requests covered by group commit (log appends, votes, snapshots).",
-            storage.sync_waits.count().to_string(),
-        ),
-        (
             "trireme_storage_sync_wait_seconds_total",
             "Time those requests waited for the fdatasync that covered them to start.",
-            seconds(storage.sync_waits.micros()),
         ),
         (
+            &storage.syncs,
             "trireme_storage_syncs_total",
             "fdatasync calls made by group commit.",
-            storage.syncs.count().to_string(),
-        ),
-        (
             "trireme_storage_sync_seconds_total",
             "Time spent in fdatasync.",
-            seconds(storage.syncs.micros()),
         ),
         (
+            &storage.applies,
             "trireme_storage_applies_total",
             "Batches of committed entries applied to the data.",
-            storage.applies.count().to_string(),
-        ),
-        (
             "trireme_storage_apply_seconds_total",
             "Time spent applying them.",
-            seconds(storage.applies.micros()),
         ),
     ] {
-        counter(&mut out, name, help, value);
+        counter(&mut out, count, count_help, timed.count().to_string());
+        counter(&mut out, time, time_help, seconds(timed.micros()));
     }
     let poisoned = u64::from(state.node.storage().is_poisoned());
     let _ = writeln!(
