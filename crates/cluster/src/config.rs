@@ -26,6 +26,9 @@ pub struct NodeConfig {
     /// The nodes of a new cluster, `(name, peer address)`, this node included; empty bootstraps
     /// a one-node cluster. Only read on a fresh data directory.
     pub initial_cluster: Vec<(String, String)>,
+    /// A member's peer address to join a running cluster through (only read on a fresh data
+    /// directory; a node that has joined finds the cluster in its own metadata afterwards).
+    pub join: Option<String>,
     /// Whether leaders hand shards to their preferred replicas (see `balance.rs`).
     pub balance_leaders: bool,
     /// Rack label, for placing replicas apart.
@@ -53,6 +56,7 @@ impl NodeConfig {
             shards: None,
             replication_factor: 3,
             initial_cluster: Vec::new(),
+            join: None,
             balance_leaders: true,
             rack: None,
             zone: None,

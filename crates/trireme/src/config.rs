@@ -169,11 +169,12 @@ impl ServerArgs {
         }
         let join = self.join.or(file.join);
         let initial = self.initial_cluster.or(file.initial_cluster);
-        if join.is_some() {
+        if let (Some(_), Some(_)) = (&join, &initial) {
             bail!(
-                "--join: adding nodes to a running cluster is not available in this build yet (see README); bootstrap every node with the same --initial-cluster"
+                "--join and --initial-cluster exclude each other: a new cluster is bootstrapped with --initial-cluster, a node is added to a running one with --join"
             );
         }
+        node.join = join;
         if let Some(initial) = initial {
             let members = parse_initial_cluster(&initial)?;
             for (id, _) in &members {
