@@ -6,7 +6,7 @@ use crate::{LogStore, PeerNode, PeerTransport, RaftLayerError, ShardStateMachine
 use openraft::type_config::async_runtime::WatchReceiver;
 use openraft::{Config, Raft, ReadPolicy, ServerState, SnapshotPolicy};
 use openraft_multi::GroupNetworkFactory;
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 use trireme_storage::Storage;
@@ -105,8 +105,12 @@ pub struct GroupStatus {
     pub state: ServerState,
     /// The leader's node id, if known.
     pub leader: Option<u64>,
-    /// Voters and how to reach them.
+    /// Voters and learners, and how to reach them.
     pub members: BTreeMap<u64, PeerNode>,
+    /// The voters (of every configuration, while a membership change is in its joint phase).
+    pub voters: BTreeSet<u64>,
+    /// Whether a membership change is half done (a joint configuration).
+    pub joint: bool,
     /// Current term.
     pub term: u64,
     /// Last log index applied here.
@@ -122,6 +126,7 @@ pub struct GroupStatus {
 #[derive(Clone)]
 pub struct ShardGroup {
     shard: ShardId,
+    storage: Arc<Storage>,
     group: GroupId,
     transport: PeerTransport,
     /// When this node last received AppendEntries for the group, stamped by the transport.
@@ -161,7 +166,7 @@ impl ShardGroup {
             config,
             GroupNetworkFactory::new(transport.clone(), group.0),
             LogStore::new(storage.clone(), group.0).with_budget(budget.clone()),
-            ShardStateMachine::new(storage, shard.0).with_budget(budget),
+            ShardStateMachine::new(storage.clone(), shard.0).with_budget(budget),
         )
         .await
         .map_err(|e| RaftLayerError::from_fatal(shard.0, e))?;
@@ -176,6 +181,7 @@ impl ShardGroup {
         let proposals = crate::batcher::spawn(raft.clone(), shard.0, proposal_metrics);
         Ok(Self {
             shard,
+            storage,
             group,
             transport: transport.clone(),
             last_append,
@@ -449,6 +455,8 @@ impl ShardGroup {
                 .nodes()
                 .map(|(id, node)| (*id, node.clone()))
                 .collect(),
+            voters: m.membership_config.membership().voter_ids().collect(),
+            joint: m.membership_config.membership().get_joint_config().len() > 1,
             term: m.current_term,
             applied_index: m.last_applied.as_ref().map_or(0, |l| l.index),
             committed_index: m.cluster_committed.as_ref().map_or(0, |l| l.index),
@@ -457,6 +465,90 @@ impl ShardGroup {
                 .as_ref()
                 .map(|t| openraft::Instant::elapsed(&t.into_inner()).as_millis() as u64),
         }
+    }
+
+    /// How far `follower` has got, as this leader sees it: (the leader's last log index, the
+    /// follower's matched index). `None` when this node does not lead or does not replicate to
+    /// `follower`.
+    pub fn replication_progress(&self, follower: u64) -> Option<(u64, Option<u64>)> {
+        let m = self.metrics.borrow_watched();
+        let matched = m.replication.as_ref()?.get(&follower)?;
+        Some((
+            m.last_log_index.unwrap_or(0),
+            matched.as_ref().map(|l| l.index),
+        ))
+    }
+
+    /// Adds `id` as a learner without waiting for it to catch up; a no-op when it is a member
+    /// already. Only on the leader.
+    pub async fn add_learner(&self, id: u64, node: PeerNode) -> Result<(), RaftLayerError> {
+        if self.status().members.contains_key(&id) {
+            return Ok(());
+        }
+        self.raft
+            .add_learner(id, node, false)
+            .await
+            .map(drop)
+            .map_err(|e| RaftLayerError::from_write(self.shard.0, e))
+    }
+
+    /// Makes `voters` the group's voters; every other voter stays as a learner with `retain`,
+    /// or leaves the group. Rolls forward a change left half done. Only on the leader; every
+    /// id in `voters` must be a member already.
+    pub async fn set_voters(
+        &self,
+        voters: BTreeSet<u64>,
+        retain: bool,
+    ) -> Result<(), RaftLayerError> {
+        let status = self.status();
+        if status.voters == voters && !status.joint {
+            return Ok(());
+        }
+        self.raft
+            .change_membership(openraft::ChangeMembers::ReplaceAllVoters(voters), retain)
+            .await
+            .map(drop)
+            .map_err(|e| RaftLayerError::from_write(self.shard.0, e))
+    }
+
+    /// Removes learner `id` from the group (a move given up); a no-op when it is not a member.
+    /// A voter is not removed this way.
+    pub async fn remove_learner(&self, id: u64) -> Result<(), RaftLayerError> {
+        let status = self.status();
+        if !status.members.contains_key(&id) || status.voters.contains(&id) {
+            return Ok(());
+        }
+        self.raft
+            .change_membership(
+                openraft::ChangeMembers::RemoveNodes(BTreeSet::from([id])),
+                false,
+            )
+            .await
+            .map(drop)
+            .map_err(|e| RaftLayerError::from_write(self.shard.0, e))
+    }
+
+    /// Stops the group and deletes this replica's data: log, Raft state, rows and snapshot
+    /// file. For a replica that has moved to another node, once the group's membership no
+    /// longer names this node. Returns the rows deleted.
+    pub async fn destroy(&self) -> Result<u64, RaftLayerError> {
+        self.shutdown().await;
+        let storage = self.storage.clone();
+        let (group, shard) = (self.group.0, self.shard.0);
+        let snapshot = crate::state_machine::snapshot_path(storage.dir(), shard);
+        let deleted = tokio::task::spawn_blocking(move || {
+            let rows = storage.drop_replica(group, shard)?;
+            match std::fs::remove_file(&snapshot) {
+                Ok(()) => {}
+                Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
+                Err(e) => tracing::warn!(path = %snapshot.display(), error = %e, "cannot delete a moved replica's snapshot"),
+            }
+            Ok::<_, trireme_storage::StorageError>(rows)
+        })
+        .await
+        .map_err(|e| RaftLayerError::Setup(format!("dropping shard {shard}: {e}")))??;
+        self.storage.sync_async().await?;
+        Ok(deleted)
     }
 
     /// Stops the group.

@@ -19,7 +19,7 @@ pub use error::RaftLayerError;
 pub use group::{GroupStatus, RaftTiming, ReadMode, ShardGroup};
 pub use log_store::LogStore;
 pub use peer::{
-    DEFAULT_SNAPSHOT_CHUNK_BYTES, ForwardHandler, MAX_SNAPSHOT_CHUNK_BYTES, PeerError,
+    DEFAULT_SNAPSHOT_CHUNK_BYTES, ForwardHandler, JoinHandler, MAX_SNAPSHOT_CHUNK_BYTES, PeerError,
     PeerTransport,
 };
 pub use state_machine::ShardStateMachine;

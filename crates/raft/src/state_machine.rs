@@ -177,10 +177,7 @@ impl ShardStateMachine {
     }
 
     fn snapshot_path(&self) -> PathBuf {
-        self.storage
-            .dir()
-            .join("snapshots")
-            .join(format!("shard-{}.snap", self.shard))
+        snapshot_path(self.storage.dir(), self.shard)
     }
 
     fn read_applied(
@@ -394,6 +391,11 @@ impl RaftStateMachine<TypeConfig> for ShardStateMachine {
             snapshot: Cursor::new(data),
         }))
     }
+}
+
+/// Where the snapshot of `shard` is kept under the data directory `dir`.
+pub(crate) fn snapshot_path(dir: &std::path::Path, shard: u32) -> PathBuf {
+    dir.join("snapshots").join(format!("shard-{shard}.snap"))
 }
 
 #[cfg(test)]

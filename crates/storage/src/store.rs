@@ -302,6 +302,50 @@ impl Storage {
         Ok(self.raft_meta.get(owned_key(group, name.as_bytes()))?)
     }
 
+    /// Whether `group` has Raft state here (a vote, log entries): a replica this node holds,
+    /// or held and has not dropped.
+    pub fn has_group_state(&self, group: u32) -> Result<bool, StorageError> {
+        Ok(self.raft_meta.prefix(group.to_be_bytes()).next().is_some()
+            || self.raft_log.prefix(group.to_be_bytes()).next().is_some())
+    }
+
+    /// Deletes everything of one replica: `group`'s log and Raft metadata, and `shard`'s rows
+    /// with their metadata and expiry entries. Used once the replica has moved to another
+    /// node, after its group stopped. Written in batches of bounded size (a shard may hold
+    /// gigabytes); durable once synced. Returns the number of rows deleted.
+    pub fn drop_replica(&self, group: u32, shard: u32) -> Result<u64, StorageError> {
+        const BATCH_ROWS: usize = 10_000;
+        self.check_writable()?;
+        let mut deleted = 0u64;
+        let owners = [
+            (&self.raft_log, group),
+            (&self.raft_meta, group),
+            (&self.data, shard),
+            (&self.data_meta, shard),
+            (&self.expiry, shard),
+        ];
+        for (keyspace, owner) in owners {
+            loop {
+                let mut keys = Vec::with_capacity(BATCH_ROWS);
+                for guard in keyspace.prefix(owner.to_be_bytes()).take(BATCH_ROWS) {
+                    keys.push(guard.key()?);
+                }
+                if keys.is_empty() {
+                    break;
+                }
+                let mut batch = self.db.batch();
+                for key in &keys {
+                    batch.remove(keyspace, key.clone());
+                }
+                batch.commit()?;
+                if std::ptr::eq(keyspace, &self.data) {
+                    deleted += keys.len() as u64;
+                }
+            }
+        }
+        Ok(deleted)
+    }
+
     // ---- state machine ----
 
     /// Reads a state-machine metadata value of `shard` (applied log id, membership).

@@ -59,6 +59,17 @@ pub trait ForwardHandler: Send + Sync + 'static {
     fn handle(&self, from: u64, payload: Vec<u8>) -> BoxFuture<'static, Vec<u8>>;
 }
 
+/// Answers a node that asks to join the cluster (the cluster layer implements it): its
+/// encoded answer, or why it is refused.
+pub trait JoinHandler: Send + Sync + 'static {
+    /// Answers the encoded join request `payload`.
+    fn handle(&self, payload: Vec<u8>) -> BoxFuture<'static, Result<Vec<u8>, String>>;
+}
+
+/// The reason a node gives when it refuses a link from a removed node; the refused node
+/// recognises it and stops (see [`PeerTransport::told_removed`]).
+const REMOVED_REASON: &str = "was removed from the cluster";
+
 /// Why a forwarded request got no answer.
 #[derive(Debug, thiserror::Error)]
 pub enum PeerError {
@@ -96,6 +107,15 @@ struct Inner {
     link_down: Notify,
     next_serial: AtomicU64,
     forward: OnceLock<Arc<dyn ForwardHandler>>,
+    admin: OnceLock<Arc<dyn ForwardHandler>>,
+    join: OnceLock<Arc<dyn JoinHandler>>,
+    /// Nodes removed from the cluster: their links are refused, they are not dialled.
+    removed: RwLock<HashSet<u64>>,
+    /// Set when a peer refused this node's link because this node was removed.
+    told_removed: AtomicBool,
+    /// Snapshot bytes sent to and received from peers, for `/metrics`.
+    snapshot_bytes_sent: AtomicU64,
+    snapshot_bytes_received: AtomicU64,
     /// Snapshots being received in chunks.
     uploads: Mutex<snapshot::Uploads>,
     stopped: AtomicBool,
@@ -131,6 +151,12 @@ impl PeerTransport {
                 link_down: Notify::new(),
                 next_serial: AtomicU64::new(1),
                 forward: OnceLock::new(),
+                admin: OnceLock::new(),
+                join: OnceLock::new(),
+                removed: RwLock::new(HashSet::new()),
+                told_removed: AtomicBool::new(false),
+                snapshot_bytes_sent: AtomicU64::new(0),
+                snapshot_bytes_received: AtomicU64::new(0),
                 uploads: Mutex::default(),
                 stopped: AtomicBool::new(false),
             }),
@@ -152,6 +178,77 @@ impl PeerTransport {
     /// Installs the handler for forwarded client requests (once).
     pub fn set_forward_handler(&self, handler: Arc<dyn ForwardHandler>) {
         let _ = self.inner.forward.set(handler);
+    }
+
+    /// Installs the handler for membership operations asked by the metadata leader (once).
+    pub fn set_admin_handler(&self, handler: Arc<dyn ForwardHandler>) {
+        let _ = self.inner.admin.set(handler);
+    }
+
+    /// Installs the handler for nodes asking to join (once).
+    pub fn set_join_handler(&self, handler: Arc<dyn JoinHandler>) {
+        let _ = self.inner.join.set(handler);
+    }
+
+    /// Marks nodes as removed from the cluster: links from them are refused with a reason
+    /// they recognise, and they are no longer dialled.
+    pub fn set_removed(&self, ids: impl IntoIterator<Item = u64>) {
+        let ids: HashSet<u64> = ids.into_iter().collect();
+        let cut: Vec<Arc<Link>> = {
+            let links = lock(&self.inner.links);
+            ids.iter().filter_map(|id| links.get(id).cloned()).collect()
+        };
+        *write_lock(&self.inner.removed) = ids;
+        for link in cut {
+            link.close();
+        }
+    }
+
+    /// Whether a peer refused this node's link because this node was removed from the
+    /// cluster.
+    pub fn told_removed(&self) -> bool {
+        self.inner.told_removed.load(Ordering::Acquire)
+    }
+
+    /// Snapshot bytes sent to and received from peers since start.
+    pub fn snapshot_bytes(&self) -> (u64, u64) {
+        (
+            self.inner.snapshot_bytes_sent.load(Ordering::Relaxed),
+            self.inner.snapshot_bytes_received.load(Ordering::Relaxed),
+        )
+    }
+
+    /// Asks the member at `addr` to let this node join `cluster`, on a connection of its own
+    /// (this node has no id the member knows yet). Returns the member's encoded answer, or why
+    /// it refused or could not be asked.
+    pub async fn ask_to_join(
+        addr: &str,
+        cluster: &str,
+        payload: Vec<u8>,
+        timeout: Duration,
+    ) -> Result<Vec<u8>, String> {
+        let attempt = async {
+            let mut stream = TcpStream::connect(addr)
+                .await
+                .map_err(|e| format!("cannot reach {addr}: {e}"))?;
+            let _ = stream.set_nodelay(true);
+            send_frame(
+                &mut stream,
+                &wire::Frame::Join {
+                    cluster: cluster.to_string(),
+                    payload,
+                },
+            )
+            .await?;
+            match read_frame(&mut stream, 1 << 20, timeout).await? {
+                wire::Frame::Joined { payload } => Ok(payload),
+                wire::Frame::Refused { reason } => Err(format!("{addr} refused: {reason}")),
+                other => Err(format!("unexpected answer from {addr}: {other:?}")),
+            }
+        };
+        tokio::time::timeout(timeout, attempt)
+            .await
+            .map_err(|_| format!("{addr} did not answer within {timeout:?}"))?
     }
 
     /// Accepts links from peers on `listener` until the transport stops.
@@ -227,6 +324,29 @@ impl PeerTransport {
         payload: Vec<u8>,
         timeout: Duration,
     ) -> Result<Vec<u8>, PeerError> {
+        self.call_handler(to, wire::Request::Forward { payload }, timeout)
+            .await
+    }
+
+    /// Sends a membership operation to node `to` (see [`PeerTransport::set_admin_handler`]);
+    /// like [`PeerTransport::forward`] otherwise.
+    pub async fn admin(
+        &self,
+        to: u64,
+        payload: Vec<u8>,
+        timeout: Duration,
+    ) -> Result<Vec<u8>, PeerError> {
+        self.call_handler(to, wire::Request::Admin { payload }, timeout)
+            .await
+    }
+
+    /// A request for one of the cluster layer's handlers, answered with bytes.
+    async fn call_handler(
+        &self,
+        to: u64,
+        request: wire::Request,
+        timeout: Duration,
+    ) -> Result<Vec<u8>, PeerError> {
         let deadline = tokio::time::Instant::now() + timeout;
         let link = loop {
             let notified = self.inner.link_up.notified();
@@ -238,10 +358,10 @@ impl PeerTransport {
             }
         };
         let left = deadline.saturating_duration_since(tokio::time::Instant::now());
-        match link.call(wire::Request::Forward { payload }, left).await {
+        match link.call(request, left).await {
             Ok(wire::Response::Forward(answer)) => Ok(answer),
-            // Only a node that has not started serving answers a forward with `Failed`: the
-            // request was not served, and the caller may send it elsewhere.
+            // Only a node that has not started serving answers with `Failed`: the request was
+            // not served, and the caller may send it elsewhere.
             Ok(wire::Response::Failed(reason)) => Err(PeerError::Failed(to, reason)),
             // Any other answer is a peer speaking another protocol: whether it served the
             // request is unknown, so a write must not be retried as if unsent.
@@ -389,6 +509,8 @@ impl Inbound for Inner {
                 };
                 // A leader sending a snapshot is as alive as one sending entries.
                 *lock(&last_append) = Some(Instant::now());
+                self.snapshot_bytes_received
+                    .fetch_add(data.len() as u64, Ordering::Relaxed);
                 let added = lock(&self.uploads).add(peer, group, &meta, offset, total, data);
                 let received = match added {
                     Ok(Some(received)) => received,
@@ -422,6 +544,10 @@ impl Inbound for Inner {
                 Some(handler) => Response::Forward(handler.handle(peer, payload).await),
                 None => Response::Failed("this node is still starting".into()),
             },
+            Request::Admin { payload } => match self.admin.get() {
+                Some(handler) => Response::Forward(handler.handle(peer, payload).await),
+                None => Response::Failed("this node is still starting".into()),
+            },
         }
     }
 
@@ -439,13 +565,22 @@ impl Inbound for Inner {
 
 /// Reads one handshake frame from a fresh connection.
 async fn read_handshake(stream: &mut TcpStream) -> Result<wire::Frame, String> {
+    read_frame(stream, 64 * 1024, HANDSHAKE_TIMEOUT).await
+}
+
+/// Reads one frame of at most `max` bytes, before anything else is sent on the connection.
+async fn read_frame(
+    stream: &mut TcpStream,
+    max: usize,
+    timeout: Duration,
+) -> Result<wire::Frame, String> {
     let mut frames = FramedRead::new(
         stream,
         LengthDelimitedCodec::builder()
-            .max_frame_length(64 * 1024)
+            .max_frame_length(max)
             .new_codec(),
     );
-    let body = tokio::time::timeout(HANDSHAKE_TIMEOUT, frames.next())
+    let body = tokio::time::timeout(timeout, frames.next())
         .await
         .map_err(|_| "no handshake in time".to_string())?
         .ok_or_else(|| "closed during the handshake".to_string())?
@@ -467,6 +602,9 @@ async fn send_frame(stream: &mut TcpStream, frame: &wire::Frame) -> Result<(), S
 async fn accept(inner: Arc<Inner>, mut stream: TcpStream) -> Result<(), String> {
     let _ = stream.set_nodelay(true);
     let hello = read_handshake(&mut stream).await?;
+    if let wire::Frame::Join { cluster, payload } = hello {
+        return answer_join(&inner, stream, cluster, payload).await;
+    }
     let wire::Frame::Hello { cluster, from, to } = hello else {
         return refuse(stream, format!("expected a hello, got {hello:?}")).await;
     };
@@ -479,6 +617,14 @@ async fn accept(inner: Arc<Inner>, mut stream: TcpStream) -> Result<(), String> 
             ),
         )
         .await;
+    }
+    if inner
+        .removed
+        .read()
+        .unwrap_or_else(std::sync::PoisonError::into_inner)
+        .contains(&from)
+    {
+        return refuse(stream, format!("node {from:016x} {REMOVED_REASON}")).await;
     }
     if to != inner.me {
         return refuse(
@@ -505,6 +651,37 @@ async fn accept(inner: Arc<Inner>, mut stream: TcpStream) -> Result<(), String> 
     Ok(())
 }
 
+/// Answers a node asking to join, through the cluster layer's handler.
+async fn answer_join(
+    inner: &Arc<Inner>,
+    mut stream: TcpStream,
+    cluster: String,
+    payload: Vec<u8>,
+) -> Result<(), String> {
+    if cluster != inner.cluster {
+        return refuse(
+            stream,
+            format!(
+                "this node belongs to cluster {:?}, not {cluster:?}",
+                inner.cluster
+            ),
+        )
+        .await;
+    }
+    let Some(handler) = inner.join.get().cloned() else {
+        let _ = refuse(stream, "this node is still starting".into()).await;
+        return Ok(());
+    };
+    match handler.handle(payload).await {
+        Ok(payload) => send_frame(&mut stream, &wire::Frame::Joined { payload }).await,
+        Err(reason) => {
+            tracing::info!(%reason, "refused a join request");
+            let _ = refuse(stream, reason).await;
+            Ok(())
+        }
+    }
+}
+
 /// Tells the dialer why its link is refused, then drops the connection.
 async fn refuse(mut stream: TcpStream, reason: String) -> Result<(), String> {
     let _ = send_frame(
@@ -529,7 +706,12 @@ async fn dial_loop(inner: Arc<Inner>, peer: u64) {
         if inner.stopped.load(Ordering::Acquire) {
             return;
         }
-        if inner.link(peer).is_none() {
+        let removed = inner
+            .removed
+            .read()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .contains(&peer);
+        if inner.link(peer).is_none() && !removed {
             match dial(&inner, peer).await {
                 Ok(()) => backoff = REDIAL_MIN,
                 Err(reason) => {
@@ -570,6 +752,9 @@ async fn dial(inner: &Arc<Inner>, peer: u64) -> Result<(), String> {
             Ok(())
         }
         wire::Frame::Refused { reason } => {
+            if reason.ends_with(REMOVED_REASON) && reason.contains(&format!("{:016x}", inner.me)) {
+                inner.told_removed.store(true, Ordering::Release);
+            }
             tracing::warn!(peer = %format_args!("{peer:016x}"), %addr, %reason, "peer refused the link");
             Err(reason)
         }
@@ -657,8 +842,17 @@ impl GroupRouter<TypeConfig, u32> for PeerTransport {
                 };
                 // Every chunk but the last is acknowledged; the last is answered by the install.
                 match (last, self.call(target, request, timeout).await?) {
-                    (false, wire::Response::ChunkReceived) => {}
-                    (true, wire::Response::Snapshot(r)) => return Ok(r),
+                    (false, wire::Response::ChunkReceived) => {
+                        self.inner
+                            .snapshot_bytes_sent
+                            .fetch_add(chunk.len() as u64, Ordering::Relaxed);
+                    }
+                    (true, wire::Response::Snapshot(r)) => {
+                        self.inner
+                            .snapshot_bytes_sent
+                            .fetch_add(chunk.len() as u64, Ordering::Relaxed);
+                        return Ok(r);
+                    }
                     (_, other) => return Err(unexpected(other)),
                 }
             }

@@ -47,6 +47,19 @@ pub(crate) enum Frame {
         /// The answer.
         response: Response,
     },
+    /// Instead of `Hello`, from a node that is not a member yet: it asks to join the cluster.
+    /// Answered by `Joined` or `Refused`, then the connection closes.
+    Join {
+        /// The cluster the node means to join.
+        cluster: String,
+        /// The cluster layer's encoded request.
+        payload: Vec<u8>,
+    },
+    /// The member took the join request; its encoded answer.
+    Joined {
+        /// The cluster layer's encoded answer.
+        payload: Vec<u8>,
+    },
 }
 
 /// Requests: Raft RPCs addressed to a group, and client requests forwarded to another node.
@@ -101,6 +114,12 @@ pub(crate) enum Request {
         /// The cluster layer's encoded request.
         payload: Vec<u8>,
     },
+    /// A membership operation the metadata leader asks of a shard's leader (add a learner,
+    /// change voters); the transport does not look inside.
+    Admin {
+        /// The cluster layer's encoded request.
+        payload: Vec<u8>,
+    },
 }
 
 /// Answers, one kind per request kind, or why the request could not be served.
@@ -116,7 +135,7 @@ pub(crate) enum Response {
     ChunkReceived,
     /// Answer to [`Request::TransferLeader`].
     TransferLeader(TransferLeaderResponse<TypeConfig>),
-    /// Answer to [`Request::Forward`].
+    /// Answer to [`Request::Forward`] and [`Request::Admin`].
     Forward(Vec<u8>),
     /// The request reached the node but could not be served (no such group here yet, the group
     /// stopped, the node is starting).
