@@ -29,6 +29,9 @@ pub struct NodeConfig {
     /// A member's peer address to join a running cluster through (only read on a fresh data
     /// directory; a node that has joined finds the cluster in its own metadata afterwards).
     pub join: Option<String>,
+    /// Replica moves the metadata leader runs at once, cluster-wide: each sends a snapshot,
+    /// which on a busy 2-core machine competes with client requests.
+    pub max_moves: usize,
     /// Whether leaders hand shards to their preferred replicas (see `balance.rs`).
     pub balance_leaders: bool,
     /// Rack label, for placing replicas apart.
@@ -57,6 +60,7 @@ impl NodeConfig {
             replication_factor: 3,
             initial_cluster: Vec::new(),
             join: None,
+            max_moves: 2,
             balance_leaders: true,
             rack: None,
             zone: None,

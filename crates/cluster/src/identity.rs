@@ -19,6 +19,10 @@ pub(crate) struct Identity {
     /// starts use this one.
     #[serde(default)]
     pub initial_cluster: Vec<(String, String)>,
+    /// Set when the node learned that it was removed from the cluster: the directory is
+    /// refused from then on (a removed node's id is never reused).
+    #[serde(default)]
+    pub removed: bool,
 }
 
 /// Returns the stored identity after checking it against `config`, or `None` for a fresh
@@ -48,6 +52,9 @@ pub(crate) fn check(
             "data dir {dir} belongs to node {:?}, not {:?}",
             stored.node_name, config.name
         )));
+    }
+    if stored.removed {
+        return Err(ClusterError::Config(crate::node::removed_message(config)));
     }
     if config.shards.is_some_and(|asked| asked != stored.shards) {
         return Err(ClusterError::Config(format!(

@@ -3,9 +3,13 @@
 //! The metadata group's state machine is an ordinary keyspace under a storage shard id no data
 //! shard uses, so it is replicated, snapshotted and recovered like any shard. It holds:
 //! - `node/<name>`: each node's [`NodeInfo`] (addresses, rack, zone), written by the node itself
-//!   at every start, so clients and peers always see its current addresses;
-//! - `placement`: the [`Placement`] of every shard's replicas, written once by the metadata
-//!   leader when every initial node has registered (create-only, so a second writer loses).
+//!   at every start (and by the member that admits a joining node), so clients and peers always
+//!   see its current addresses;
+//! - `placement`: the [`ClusterMap`]: where every shard's replicas live, each node's lifecycle
+//!   state, and the replica moves in progress. The metadata leader writes it first when every
+//!   initial node has registered (create-only), and from then on only with a compare-and-set
+//!   on the row's modify index, so two writers (a new metadata leader, an operator's command)
+//!   never overwrite each other's change. Every change bumps the map's epoch.
 
 use serde::{Deserialize, Serialize};
 use std::collections::{BTreeMap, BTreeSet};
@@ -14,7 +18,7 @@ use trireme_types::{NodeId, ShardId};
 
 /// The storage shard id of the metadata group's rows (data shards count up from 0).
 pub(crate) const META_SHARD: ShardId = ShardId(u32::MAX);
-/// At most this many initial nodes are voters of the metadata group; the rest are learners.
+/// At most this many nodes are voters of the metadata group; the rest are learners.
 pub(crate) const META_VOTERS: usize = 5;
 
 /// Key of a node's row.
@@ -23,7 +27,7 @@ pub(crate) fn node_key(name: &str) -> Vec<u8> {
 }
 /// Prefix of every node row.
 pub(crate) const NODE_PREFIX: &[u8] = b"node/";
-/// Key of the placement row.
+/// Key of the cluster map's row (named for what it first held).
 pub(crate) const PLACEMENT_KEY: &[u8] = b"placement";
 
 /// A node as the cluster knows it.
@@ -44,17 +48,84 @@ impl NodeInfo {
     }
 }
 
-/// Where every shard's replicas live, fixed at bootstrap (shard moves come later).
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-pub(crate) struct Placement {
-    /// Voters of shard `i`, by node id.
-    pub replicas: Vec<Vec<u64>>,
-    /// The members as written into each group's first membership: name and peer address only,
-    /// so every replica initializes its group with exactly the same configuration.
-    pub members: BTreeMap<u64, PeerNode>,
+/// Where a node is in its life in the cluster. A node that has registered but is not in the
+/// map yet is *joining*; the metadata leader makes it active once it follows the metadata log.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Serialize, Deserialize)]
+pub enum NodeState {
+    /// Holds replicas and is given more by the rebalancer.
+    Active,
+    /// An operator asked for it to leave: its replicas are moved away, its leaderships and
+    /// its metadata vote handed over; then it becomes `Removed`.
+    Draining,
+    /// Gone for good: its id is never reused, its data directory is refused.
+    Removed,
 }
 
-impl Placement {
+impl NodeState {
+    /// The lower-case name shown by `cluster status`.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            NodeState::Active => "active",
+            NodeState::Draining => "draining",
+            NodeState::Removed => "removed",
+        }
+    }
+}
+
+/// The step a replica move is at. Each step is recorded in the map before it is taken, so a
+/// new metadata leader resumes a move where the last one stopped (rolled forward or back).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub enum MovePhase {
+    /// The target opens the shard's group; the leader adds it as a learner and sends it a
+    /// snapshot, then the log, until it is caught up.
+    Learner,
+    /// The learner is caught up: the leader makes it a voter in place of the replica leaving
+    /// (handing leadership away first when the leaving replica leads).
+    Voter,
+    /// Given up (the target left or stopped answering): the learner is removed from the
+    /// group's membership, and the move is forgotten.
+    Cancel,
+}
+
+/// One replica of a shard moving to another node (or, with no `from`, a replica added to a
+/// shard below its replication factor).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Move {
+    /// The node whose replica leaves, if any.
+    pub from: Option<u64>,
+    /// The node that receives a replica.
+    pub to: u64,
+    /// The step it is at.
+    pub phase: MovePhase,
+    /// When it started, Unix ms.
+    pub started_ms: u64,
+}
+
+/// Where every shard's replicas live and what state every node is in: the one document the
+/// metadata leader changes, and every node follows.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub(crate) struct ClusterMap {
+    /// Bumped by every change; clients compare it to tell the topology changed.
+    #[serde(default)]
+    pub epoch: u64,
+    /// Voters of shard `i`, by node id; the first is the shard's preferred leader.
+    pub replicas: Vec<Vec<u64>>,
+    /// Name and peer address of every node that ever held a replica: what group memberships
+    /// carry about a node, nothing that changes at restart.
+    pub members: BTreeMap<u64, PeerNode>,
+    /// Completed membership changes per shard. At 0 a shard still has the membership it was
+    /// bootstrapped with, and only then may a replica initialize its group itself.
+    #[serde(default)]
+    pub generations: Vec<u64>,
+    /// Lifecycle of every node in the map; a node missing here is joining.
+    #[serde(default)]
+    pub states: BTreeMap<u64, NodeState>,
+    /// Replica moves in progress, at most one per shard.
+    #[serde(default)]
+    pub moves: BTreeMap<u32, Move>,
+}
+
+impl ClusterMap {
     /// The voters of `shard` with the identities their group was initialized with.
     pub fn membership(&self, shard: ShardId) -> BTreeMap<u64, PeerNode> {
         self.replicas
@@ -65,11 +136,78 @@ impl Placement {
             .collect()
     }
 
-    /// Whether node `id` holds a replica of `shard`.
+    /// Whether node `id` holds a voting replica of `shard`.
     pub fn hosts(&self, shard: ShardId, id: u64) -> bool {
         self.replicas
             .get(shard.0 as usize)
             .is_some_and(|r| r.contains(&id))
+    }
+
+    /// Whether node `id` should have `shard`'s group open: it is a voter, or a move is bringing
+    /// a replica to it.
+    pub fn should_open(&self, shard: ShardId, id: u64) -> bool {
+        self.hosts(shard, id)
+            || self
+                .moves
+                .get(&shard.0)
+                .is_some_and(|m| m.to == id && m.phase != MovePhase::Cancel)
+    }
+
+    /// Whether `shard` still has its bootstrap membership.
+    pub fn is_bootstrap_membership(&self, shard: ShardId) -> bool {
+        self.generations.get(shard.0 as usize).copied().unwrap_or(0) == 0
+    }
+
+    /// A node's state; nodes placed before states were recorded are active.
+    pub fn state(&self, id: u64) -> Option<NodeState> {
+        self.states.get(&id).copied().or_else(|| {
+            (self.states.is_empty() && self.members.contains_key(&id)).then_some(NodeState::Active)
+        })
+    }
+
+    /// Nodes in `state`.
+    pub fn nodes_in(&self, state: NodeState) -> BTreeSet<u64> {
+        let mut ids: BTreeSet<u64> = self.members.keys().copied().collect();
+        ids.extend(self.states.keys().copied());
+        ids.into_iter()
+            .filter(|id| self.state(*id) == Some(state))
+            .collect()
+    }
+
+    /// How many shards node `id` holds a voter of.
+    pub fn replica_count(&self, id: u64) -> usize {
+        self.replicas.iter().filter(|r| r.contains(&id)).count()
+    }
+
+    /// How many shards prefer node `id` as their leader.
+    pub fn preferred_count(&self, id: u64) -> usize {
+        self.replicas
+            .iter()
+            .filter(|r| r.first() == Some(&id))
+            .count()
+    }
+
+    /// Completes a move: `to` replaces `from` in `shard`'s voters (at the same position, so a
+    /// preferred leader that leaves is succeeded by the newcomer), and the move is forgotten.
+    pub fn finish_move(&mut self, shard: ShardId, mv: &Move) {
+        let index = shard.0 as usize;
+        if let Some(voters) = self.replicas.get_mut(index) {
+            match mv.from.and_then(|f| voters.iter().position(|v| *v == f)) {
+                Some(at) if !voters.contains(&mv.to) => voters[at] = mv.to,
+                Some(at) => {
+                    voters.remove(at);
+                }
+                None if !voters.contains(&mv.to) => voters.push(mv.to),
+                None => {}
+            }
+        }
+        if self.generations.len() < self.replicas.len() {
+            self.generations.resize(self.replicas.len(), 0);
+        }
+        if let Some(generation) = self.generations.get_mut(index) {
+            *generation += 1;
+        }
+        self.moves.remove(&shard.0);
     }
 }
 
@@ -86,7 +224,7 @@ pub(crate) fn member(node: &PeerNode) -> PeerNode {
 /// Places `shards` shards of `factor` voters each on `nodes`: distinct nodes per shard, zones
 /// spread first, then racks, and the first replica (where the election usually lands first)
 /// rotated so leaders and load spread evenly. Deterministic for the same input.
-pub(crate) fn place(nodes: &[NodeInfo], shards: u32, factor: usize) -> Placement {
+pub(crate) fn place(nodes: &[NodeInfo], shards: u32, factor: usize) -> ClusterMap {
     let mut sorted: Vec<&NodeInfo> = nodes.iter().collect();
     // Interleave racks and zones in the ring so consecutive picks land apart.
     sorted.sort_by(|a, b| a.node.name.cmp(&b.node.name));
@@ -123,9 +261,13 @@ pub(crate) fn place(nodes: &[NodeInfo], shards: u32, factor: usize) -> Placement
         }
         replicas.push(chosen.iter().map(|n| n.id()).collect());
     }
-    Placement {
+    ClusterMap {
+        epoch: 1,
+        generations: vec![0; replicas.len()],
         replicas,
         members: nodes.iter().map(|n| (n.id(), member(&n.node))).collect(),
+        states: nodes.iter().map(|n| (n.id(), NodeState::Active)).collect(),
+        moves: BTreeMap::new(),
     }
 }
 

@@ -6,19 +6,26 @@
 //!    initialize it with identical membership (openraft allows that), the rest wait to be
 //!    added as learners;
 //! 3. register this node's addresses and labels in the metadata group;
-//! 4. wait for the placement: the metadata leader writes it once, create-only, when every
+//! 4. wait for the cluster map: the metadata leader writes it first, create-only, when every
 //!    initial node has registered, spreading each shard's voters over zones and racks;
-//! 5. open the shard groups placed here, initialize them with the placement's membership (a
-//!    no-op once initialized), and wait until each has a leader and has replayed its log.
+//! 5. open the shard groups placed here, initialize them with the map's membership while it
+//!    is still the bootstrap one (a no-op once initialized), and wait until each has a leader
+//!    and has replayed its log.
+//!
+//! A node started with `--join` on a fresh data directory asks a member to admit it instead
+//! (`join.rs`), then follows the metadata log as a learner; it holds no shard until the
+//! rebalancer moves replicas to it. From then on every node follows the map: when a move
+//! brings a replica here it opens the shard's group (empty; the leader sends a snapshot), and
+//! when a replica has moved away it stops the group and deletes its data.
 
 use crate::forward::{ShardAnswer, ShardOp};
 use crate::identity::{self, Identity};
-use crate::meta::{self, META_SHARD, NodeInfo, Placement};
+use crate::meta::{self, ClusterMap, META_SHARD, NodeInfo, NodeState};
 use crate::{ClusterError, NodeConfig};
 use bytes::Bytes;
 use std::collections::BTreeMap;
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::{Arc, OnceLock, RwLock};
+use std::sync::{Arc, RwLock};
 use std::time::{Duration, Instant};
 use tokio::net::TcpListener;
 use trireme_raft::{PeerNode, PeerTransport, ProposalMetrics, ReadMode, ShardGroup};
@@ -41,14 +48,24 @@ pub struct Node {
     pub(crate) meta: ShardGroup,
     /// This node's replica of each shard, by shard index; `None` where it holds none.
     groups: RwLock<Vec<Option<ShardGroup>>>,
-    placement: OnceLock<Placement>,
+    /// The cluster map as this node's copy of the metadata group last applied it.
+    cluster_map: RwLock<Option<Arc<ClusterMap>>>,
     /// Every registered node, by id, as read from the metadata group.
     directory: RwLock<BTreeMap<u64, NodeInfo>>,
-    /// Names and peer addresses the cluster was bootstrapped with.
-    initial: Vec<(String, String)>,
+    /// The metadata voters a member named when this node joined, to reach the metadata group
+    /// until this node's own copy of it arrives.
+    meta_voters_hint: Vec<u64>,
     pub(crate) cluster_created_ms: u64,
     started: Instant,
     stopping: AtomicBool,
+    /// Set once this node learns that it was removed from the cluster.
+    removed: tokio::sync::watch::Sender<bool>,
+    /// One reconciliation of local groups with the map at a time.
+    reconciling: tokio::sync::Mutex<()>,
+    /// The metadata leader's memory between rounds (see `rebalance.rs`).
+    pub(crate) rebalance: std::sync::Mutex<crate::rebalance::LeaderMemory>,
+    /// Counters of moves and splits, for `/metrics`.
+    pub(crate) elastic_metrics: crate::rebalance::ElasticMetrics,
 }
 
 /// One shard as this node sees it.
@@ -106,14 +123,6 @@ impl Node {
     ) -> Result<Arc<Self>, ClusterError> {
         let storage = Storage::open(&config.data_dir, &StorageOptions::default())?;
         let stored = identity::check(&storage, &config)?;
-        let shards = stored
-            .as_ref()
-            .map(|i| i.shards)
-            .or(config.shards)
-            .unwrap_or(16);
-        let map = ShardMap::new(shards).ok_or_else(|| {
-            ClusterError::Config(format!("shard count must be 1..=16384, got {shards}"))
-        })?;
         let node_id = NodeId::from_name(&config.name).0;
         let me = PeerNode {
             name: config.name.clone(),
@@ -121,8 +130,10 @@ impl Node {
             http_addr: config.http_addr.clone(),
             resp_addr: config.resp_addr.clone(),
         };
+        let joining = stored.is_none() && config.join.is_some();
         let initial = match stored.as_ref().filter(|i| !i.initial_cluster.is_empty()) {
             Some(identity) => identity.initial_cluster.clone(),
+            None if joining || stored.is_some() => Vec::new(),
             None => initial_cluster(&config)?,
         };
 
@@ -144,32 +155,62 @@ impl Node {
         )
         .await?;
 
+        let mut meta_voters_hint = Vec::new();
         let identity = match stored {
             Some(identity) => identity,
             None => {
-                let voters = meta_voters(&initial);
-                if voters.contains_key(&node_id) {
-                    tracing::info!(node = %config.name, nodes = initial.len(), shards, "bootstrapping the cluster");
-                    meta.initialize(voters).await?;
-                }
+                let (shards, created_ms) = match &config.join {
+                    Some(member) => {
+                        let info = NodeInfo {
+                            node: me.clone(),
+                            rack: config.rack.clone(),
+                            zone: config.zone.clone(),
+                        };
+                        let answer = crate::join::ask(&config, info, member).await?;
+                        for (id, addr) in &answer.peers {
+                            transport.set_peer_addr(*id, addr);
+                        }
+                        meta_voters_hint = answer.meta_voters.clone();
+                        tracing::info!(node = %config.name, via = %member, shards = answer.shards, "joined the cluster");
+                        (answer.shards, answer.created_ms)
+                    }
+                    None => {
+                        crate::join::refuse_if_cluster_exists(&config, &initial).await?;
+                        let shards = config.shards.unwrap_or(16);
+                        let voters = meta_voters(&initial);
+                        if voters.contains_key(&node_id) {
+                            tracing::info!(node = %config.name, nodes = initial.len(), shards, "bootstrapping the cluster");
+                            meta.initialize(voters).await?;
+                        }
+                        (shards, crate::now_ms())
+                    }
+                };
                 let identity = Identity {
                     cluster_name: config.cluster_name.clone(),
                     node_name: config.name.clone(),
                     shards,
-                    created_ms: crate::now_ms(),
+                    created_ms,
                     initial_cluster: initial.clone(),
+                    removed: false,
                 };
                 identity::record(&storage, &identity).await?;
                 identity
             }
         };
+        let map = ShardMap::new(identity.shards).ok_or_else(|| {
+            ClusterError::Config(format!(
+                "shard count must be 1..=16384, got {}",
+                identity.shards
+            ))
+        })?;
         meta.wait_recovered(START_TIMEOUT).await?;
 
+        let (removed, _) = tokio::sync::watch::channel(false);
         let node = Arc::new(Node {
-            groups: RwLock::new(vec![None; shards as usize]),
-            placement: OnceLock::new(),
+            groups: RwLock::new(vec![None; identity.shards as usize]),
+            cluster_map: RwLock::new(None),
             directory: RwLock::new(BTreeMap::new()),
-            initial,
+            meta_voters_hint,
             config,
             node_id,
             me,
@@ -181,20 +222,38 @@ impl Node {
             cluster_created_ms: identity.created_ms,
             started: Instant::now(),
             stopping: AtomicBool::new(false),
+            removed,
+            reconciling: tokio::sync::Mutex::new(()),
+            rebalance: std::sync::Mutex::default(),
+            elastic_metrics: crate::rebalance::ElasticMetrics::default(),
         });
         node.transport
             .set_forward_handler(crate::forward::handler(&node));
+        node.transport
+            .set_admin_handler(crate::membership::handler(&node));
+        node.transport.set_join_handler(crate::join::handler(&node));
+        // Reconciliation (opening and closing groups as the map changes) waits until start-up
+        // has opened the groups it found: one group must never be opened twice.
+        let starting = node.reconciling.lock().await;
         node.refresh_directory();
+        node.refresh_map();
         spawn_meta_watcher(Arc::downgrade(&node));
+        crate::rebalance::spawn(&node);
 
         let deadline = tokio::time::Instant::now() + START_TIMEOUT;
         node.register().await?;
-        let placement = node.await_placement(deadline).await?;
-        node.open_shards(&placement).await?;
+        let cluster_map = node.await_map(deadline).await?;
+        if cluster_map.state(node.node_id) == Some(NodeState::Removed) {
+            node.mark_removed().await;
+            return Err(ClusterError::Config(removed_message(&node.config)));
+        }
+        node.open_shards(&cluster_map).await?;
+        drop(starting);
         crate::expiry::spawn_reaper(&node);
         if node.config.balance_leaders {
             crate::balance::spawn_balancer(&node);
         }
+        node.spawn_reconcile();
         Ok(node)
     }
 
@@ -216,7 +275,7 @@ impl Node {
         self.write_meta(put).await.map(|_| ())
     }
 
-    async fn write_meta(&self, command: Command) -> Result<ShardAnswer, ClusterError> {
+    pub(crate) async fn write_meta(&self, command: Command) -> Result<ShardAnswer, ClusterError> {
         let deadline = tokio::time::Instant::now() + START_TIMEOUT;
         loop {
             let log = trireme_types::LogCommand {
@@ -236,28 +295,39 @@ impl Node {
         }
     }
 
-    /// Waits until the placement is applied here (the metadata leader writes it).
-    async fn await_placement(
+    /// Waits until the cluster map is applied here (the metadata leader writes it first when
+    /// every initial node has registered; a joining node receives it as a metadata learner).
+    async fn await_map(
         &self,
         deadline: tokio::time::Instant,
-    ) -> Result<Placement, ClusterError> {
+    ) -> Result<Arc<ClusterMap>, ClusterError> {
         loop {
-            if let Some(placement) = self.read_placement()? {
-                if placement.replicas.len() != self.map.shard_count() as usize {
+            self.refresh_map();
+            if let Some(map) = self.cluster_map() {
+                if map.replicas.len() != self.map.shard_count() as usize {
                     return Err(ClusterError::Config(format!(
                         "the cluster was bootstrapped with {} shards, this node with {}",
-                        placement.replicas.len(),
+                        map.replicas.len(),
                         self.map.shard_count()
                     )));
                 }
-                let _ = self.placement.set(placement.clone());
-                return Ok(placement);
+                return Ok(map);
+            }
+            if self.transport.told_removed() {
+                self.mark_removed().await;
+                return Err(ClusterError::Config(removed_message(&self.config)));
             }
             if tokio::time::Instant::now() >= deadline {
-                let missing: Vec<&str> = self.unregistered().collect();
-                return Err(ClusterError::Config(format!(
-                    "no shard placement after {START_TIMEOUT:?}; waiting for nodes {missing:?} to join"
-                )));
+                let missing: Vec<String> = self.unregistered().collect();
+                return Err(ClusterError::Config(if missing.is_empty() {
+                    format!(
+                        "no cluster map after {START_TIMEOUT:?}; is the metadata group reachable?"
+                    )
+                } else {
+                    format!(
+                        "no shard placement after {START_TIMEOUT:?}; waiting for nodes {missing:?} to join"
+                    )
+                }));
             }
             let applied = self.meta.leader_and_applied().1;
             self.meta
@@ -266,7 +336,9 @@ impl Node {
         }
     }
 
-    fn read_placement(&self) -> Result<Option<Placement>, ClusterError> {
+    /// Reads the cluster map from this node's copy of the metadata group, with the modify
+    /// index of its row (for a compare-and-set).
+    pub(crate) fn read_map_row(&self) -> Result<Option<(ClusterMap, u64)>, ClusterError> {
         let Some(record) = self
             .storage
             .get(META_SHARD.0, meta::PLACEMENT_KEY, crate::now_ms())?
@@ -274,51 +346,234 @@ impl Node {
             return Ok(None);
         };
         serde_json::from_slice(&record.value)
-            .map(Some)
-            .map_err(|e| ClusterError::Config(format!("unreadable placement: {e}")))
+            .map(|map| Some((map, record.modify_index)))
+            .map_err(|e| ClusterError::Config(format!("unreadable cluster map: {e}")))
+    }
+
+    /// Reloads the cluster map from this node's copy of the metadata group; returns whether
+    /// it changed. Tells the transport which nodes are removed, and notices this node's own
+    /// removal.
+    fn refresh_map(&self) -> bool {
+        let map = match self.read_map_row() {
+            Ok(Some((map, _))) => map,
+            Ok(None) => return false,
+            Err(e) => {
+                tracing::warn!(error = %e, "cannot read the cluster map");
+                return false;
+            }
+        };
+        let mut current = self
+            .cluster_map
+            .write()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        if current.as_ref().is_some_and(|c| **c == map) {
+            return false;
+        }
+        self.transport.set_removed(map.nodes_in(NodeState::Removed));
+        *current = Some(Arc::new(map));
+        true
+    }
+
+    /// The cluster map as this node last applied it.
+    pub(crate) fn cluster_map(&self) -> Option<Arc<ClusterMap>> {
+        self.cluster_map
+            .read()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .clone()
+    }
+
+    /// The version of the cluster map this node follows (0 before it has one); clients
+    /// compare it to tell that shards moved.
+    pub fn cluster_epoch(&self) -> u64 {
+        self.cluster_map().map_or(0, |m| m.epoch)
+    }
+
+    /// Records, durably, that this node was removed from the cluster, and tells whoever waits
+    /// on [`Node::wait_removed`]. Its data directory is refused from then on.
+    pub(crate) async fn mark_removed(&self) {
+        if *self.removed.borrow() {
+            return;
+        }
+        tracing::error!(node = %self.config.name, "{}", removed_message(&self.config));
+        match identity::check(&self.storage, &self.config) {
+            Ok(Some(mut identity)) => {
+                identity.removed = true;
+                if let Err(e) = identity::record(&self.storage, &identity).await {
+                    tracing::warn!(error = %e, "cannot record the removal in the data directory");
+                }
+            }
+            Ok(None) => {}
+            Err(e) => tracing::warn!(error = %e, "cannot read the identity"),
+        }
+        self.removed.send_replace(true);
+    }
+
+    /// Resolves once this node has learned that it was removed from the cluster (an operator
+    /// decommissioned it, or removed it for dead while it was away); the server then stops.
+    pub async fn wait_removed(&self) {
+        let mut removed = self.removed.subscribe();
+        let _ = removed.wait_for(|r| *r).await;
+    }
+
+    /// Whether this node has learned that it was removed from the cluster.
+    pub fn is_removed(&self) -> bool {
+        *self.removed.borrow()
     }
 
     /// Initial nodes that have not registered yet.
-    fn unregistered(&self) -> impl Iterator<Item = &str> {
+    fn unregistered(&self) -> impl Iterator<Item = String> + use<> {
         let directory = self
             .directory
             .read()
             .unwrap_or_else(std::sync::PoisonError::into_inner)
             .clone();
-        self.initial
-            .iter()
+        self.initial_nodes()
+            .into_iter()
             .filter(move |(name, _)| !directory.contains_key(&NodeId::from_name(name).0))
-            .map(|(name, _)| name.as_str())
+            .map(|(name, _)| name)
     }
 
-    async fn open_shards(&self, placement: &Placement) -> Result<(), ClusterError> {
-        let mut opened = Vec::new();
+    /// The nodes the cluster was bootstrapped with (empty on a node that joined later).
+    pub(crate) fn initial_nodes(&self) -> Vec<(String, String)> {
+        match identity::check(&self.storage, &self.config) {
+            Ok(Some(identity)) => identity.initial_cluster,
+            _ => Vec::new(),
+        }
+    }
+
+    /// Opens, at start, every shard group the map places here or a move brings here, and any
+    /// replica left on disk (reconciliation deletes those the map no longer wants); waits for
+    /// the voting ones to have a leader and to have replayed their logs.
+    async fn open_shards(&self, map: &ClusterMap) -> Result<(), ClusterError> {
+        let mut voting = Vec::new();
         for shard in self.map.shards() {
-            if !placement.hosts(shard, self.node_id) {
+            let on_disk = self.storage.has_group_state(GroupId::of_shard(shard).0)?;
+            if !map.should_open(shard, self.node_id) && !on_disk {
                 continue;
             }
-            let group = ShardGroup::open(
-                self.storage.clone(),
-                GroupId::of_shard(shard),
-                shard,
-                self.node_id,
-                &self.config.timing,
-                &self.transport,
-                self.proposal_metrics.clone(),
-            )
-            .await?;
-            group.initialize(placement.membership(shard)).await?;
-            self.groups
-                .write()
-                .unwrap_or_else(std::sync::PoisonError::into_inner)[shard.0 as usize] =
-                Some(group.clone());
-            opened.push(group);
+            let group = self.open_shard(shard, map).await?;
+            if map.hosts(shard, self.node_id) {
+                voting.push(group);
+            }
         }
-        for group in &opened {
+        for group in &voting {
             group.wait_for_leader(START_TIMEOUT).await?;
             group.wait_recovered(START_TIMEOUT).await?;
         }
         Ok(())
+    }
+
+    /// Opens this node's replica of `shard`. Only a voter of the bootstrap membership
+    /// initializes the group itself; a replica a move brings here starts empty and learns the
+    /// membership, a snapshot and the log from the leader.
+    async fn open_shard(
+        &self,
+        shard: ShardId,
+        map: &ClusterMap,
+    ) -> Result<ShardGroup, ClusterError> {
+        let group = ShardGroup::open(
+            self.storage.clone(),
+            GroupId::of_shard(shard),
+            shard,
+            self.node_id,
+            &self.config.timing,
+            &self.transport,
+            self.proposal_metrics.clone(),
+        )
+        .await?;
+        if map.is_bootstrap_membership(shard) && map.hosts(shard, self.node_id) {
+            group.initialize(map.membership(shard)).await?;
+        }
+        self.groups
+            .write()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)[shard.0 as usize] =
+            Some(group.clone());
+        Ok(group)
+    }
+
+    /// Runs [`Node::reconcile`] in the background.
+    fn spawn_reconcile(self: &Arc<Self>) {
+        let node = self.clone();
+        tokio::spawn(async move { node.reconcile().await });
+    }
+
+    /// Brings this node's shard groups in line with the map: opens the groups a move brings
+    /// here; stops and deletes the replicas that have moved away. A replica's data is deleted
+    /// only when the metadata leader's current map (read through a quorum, not this node's
+    /// copy, which may lag) confirms it has gone.
+    async fn reconcile(self: Arc<Self>) {
+        let _one_at_a_time = self.reconciling.lock().await;
+        if self.is_stopping() {
+            return;
+        }
+        let Some(map) = self.cluster_map() else {
+            return;
+        };
+        let mut confirmed: Option<Option<ClusterMap>> = None;
+        for shard in self.map.shards() {
+            let want = map.should_open(shard, self.node_id);
+            match (want, self.group(shard)) {
+                (true, None) => match self.open_shard(shard, &map).await {
+                    Ok(_) => tracing::info!(shard = shard.0, "opened a replica moving here"),
+                    Err(e) => tracing::warn!(shard = shard.0, error = %e, "cannot open a replica"),
+                },
+                (false, Some(group)) => {
+                    if group.is_leader() {
+                        continue;
+                    }
+                    if confirmed.is_none() {
+                        confirmed = Some(self.read_map_through_leader().await.ok());
+                    }
+                    let gone = confirmed
+                        .as_ref()
+                        .and_then(|m| m.as_ref())
+                        .is_some_and(|m| !m.should_open(shard, self.node_id));
+                    if !gone {
+                        continue;
+                    }
+                    self.groups
+                        .write()
+                        .unwrap_or_else(std::sync::PoisonError::into_inner)
+                        [shard.0 as usize] = None;
+                    match group.destroy().await {
+                        Ok(rows) => tracing::info!(
+                            shard = shard.0,
+                            rows,
+                            "a replica moved away; deleted its data here"
+                        ),
+                        Err(e) => {
+                            tracing::warn!(shard = shard.0, error = %e, "cannot delete a moved replica's data")
+                        }
+                    }
+                }
+                _ => {}
+            }
+        }
+    }
+
+    /// The cluster map as the metadata leader has it now (a consistent read), with its row's
+    /// modify index.
+    pub(crate) async fn read_map_with_index(&self) -> Result<(ClusterMap, u64), ClusterError> {
+        let op = ShardOp::Get(vec![Bytes::from_static(meta::PLACEMENT_KEY)]);
+        let (answer, _) = self.on_shard(META_SHARD, ReadMode::Consistent, op).await?;
+        let record = match answer {
+            ShardAnswer::Records(mut records) => records.pop().flatten(),
+            other => {
+                return Err(ClusterError::Config(format!(
+                    "unexpected answer to a map read: {other:?}"
+                )));
+            }
+        };
+        let record =
+            record.ok_or_else(|| ClusterError::Config("the cluster has no map yet".into()))?;
+        let map = serde_json::from_slice(&record.value)
+            .map_err(|e| ClusterError::Config(format!("unreadable cluster map: {e}")))?;
+        Ok((map, record.modify_index))
+    }
+
+    /// [`Node::read_map_with_index`] without the index.
+    pub(crate) async fn read_map_through_leader(&self) -> Result<ClusterMap, ClusterError> {
+        Ok(self.read_map_with_index().await?.0)
     }
 
     /// Reloads the node rows of the metadata group into the directory and the transport.
@@ -351,69 +606,6 @@ impl Node {
             .directory
             .write()
             .unwrap_or_else(std::sync::PoisonError::into_inner) = directory;
-    }
-
-    /// The metadata leader's jobs: write the placement once every initial node has
-    /// registered; add registered nodes beyond the metadata voters as learners.
-    async fn lead_metadata(&self) {
-        if !self.meta.is_leader() {
-            return;
-        }
-        let directory = self
-            .directory
-            .read()
-            .unwrap_or_else(std::sync::PoisonError::into_inner)
-            .clone();
-        if self.placement.get().is_none() && matches!(self.read_placement(), Ok(None)) {
-            let infos: Option<Vec<NodeInfo>> = self
-                .initial
-                .iter()
-                .map(|(name, _)| directory.get(&NodeId::from_name(name).0).cloned())
-                .collect();
-            if let Some(infos) = infos {
-                let factor = self.config.replication_factor as usize;
-                if factor > infos.len() {
-                    tracing::warn!(
-                        factor,
-                        nodes = infos.len(),
-                        "replication factor exceeds the node count; each shard gets one replica per node"
-                    );
-                }
-                let placement = meta::place(&infos, self.map.shard_count(), factor);
-                match serde_json::to_vec(&placement) {
-                    Ok(value) => {
-                        let put = Command::Put {
-                            key: Bytes::from_static(meta::PLACEMENT_KEY),
-                            value: Bytes::from(value),
-                            flags: None,
-                            condition: PutCondition::IfAbsent,
-                            ttl: TtlUpdate::Clear,
-                        };
-                        let log = trireme_types::LogCommand {
-                            now_ms: crate::now_ms(),
-                            command: put,
-                        };
-                        match self.meta.write(log).await {
-                            Ok(_) => tracing::info!(
-                                shards = self.map.shard_count(),
-                                "placed every shard"
-                            ),
-                            Err(e) => tracing::info!(error = %e, "placement not written yet"),
-                        }
-                    }
-                    Err(e) => tracing::error!(error = %e, "cannot encode the placement"),
-                }
-            }
-        }
-        let members = self.meta.status().members;
-        for (id, info) in directory {
-            if !members.contains_key(&id) {
-                let node = meta::member(&info.node);
-                if let Err(e) = self.meta.raft().add_learner(id, node, false).await {
-                    tracing::info!(node = %info.node.name, error = %e, "cannot add metadata learner yet");
-                }
-            }
-        }
     }
 
     /// This node's configuration.
@@ -483,11 +675,15 @@ impl Node {
     /// The voters of `shard` by node id.
     pub(crate) fn replicas_of(&self, shard: ShardId) -> Vec<u64> {
         if shard == META_SHARD {
-            return meta_voters(&self.initial).into_keys().collect();
+            let voters: Vec<u64> = self.meta.status().voters.into_iter().collect();
+            return if voters.is_empty() {
+                self.meta_voters_hint.clone()
+            } else {
+                voters
+            };
         }
-        self.placement
-            .get()
-            .and_then(|p| p.replicas.get(shard.0 as usize).cloned())
+        self.cluster_map()
+            .and_then(|m| m.replicas.get(shard.0 as usize).cloned())
             .unwrap_or_default()
     }
 
@@ -504,9 +700,24 @@ impl Node {
         {
             return Some(info.node.clone());
         }
-        self.placement
-            .get()
-            .and_then(|p| p.members.get(&id).cloned())
+        self.cluster_map().and_then(|m| m.members.get(&id).cloned())
+    }
+
+    /// Every registered node by id.
+    pub(crate) fn directory_snapshot(&self) -> BTreeMap<u64, NodeInfo> {
+        self.directory
+            .read()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .clone()
+    }
+
+    /// The metadata leader's memory between rounds.
+    pub(crate) fn leader_memory(
+        &self,
+    ) -> std::sync::MutexGuard<'_, crate::rebalance::LeaderMemory> {
+        self.rebalance
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
     }
 
     /// Every node the cluster knows, with its labels.
@@ -565,11 +776,15 @@ impl Node {
 
     /// Whether the node can serve.
     pub fn health(&self) -> NodeHealth {
-        let groups = self.local_groups();
+        let map = self.cluster_map();
+        let voting = self.local_groups().into_iter().filter(|g| {
+            map.as_ref()
+                .is_some_and(|m| m.hosts(g.shard(), self.node_id))
+        });
         NodeHealth {
-            all_shards_led: self.placement.get().is_some()
+            all_shards_led: map.is_some()
                 && self.meta.leader().is_some()
-                && groups.iter().all(|g| g.leader().is_some()),
+                && voting.into_iter().all(|g| g.leader().is_some()),
             storage_ok: !self.storage.is_poisoned(),
             uptime_secs: self.started.elapsed().as_secs(),
         }
@@ -625,8 +840,18 @@ fn initial_cluster(config: &NodeConfig) -> Result<Vec<(String, String)>, Cluster
     Ok(config.initial_cluster.clone())
 }
 
+/// What a removed node says when it stops or is started again.
+pub(crate) fn removed_message(config: &NodeConfig) -> String {
+    format!(
+        "node {:?} was removed from cluster {:?}: it no longer serves, and its data directory {} cannot be used again. To add capacity, start a node with a new --node-id and an empty data directory with --join",
+        config.name,
+        config.cluster_name,
+        config.data_dir.display()
+    )
+}
+
 /// The metadata group's first voters: up to five initial nodes, by name.
-fn meta_voters(initial: &[(String, String)]) -> BTreeMap<u64, PeerNode> {
+pub(crate) fn meta_voters(initial: &[(String, String)]) -> BTreeMap<u64, PeerNode> {
     let mut sorted: Vec<&(String, String)> = initial.iter().collect();
     sorted.sort();
     sorted
@@ -667,8 +892,9 @@ where
     });
 }
 
-/// Follows the metadata group: reloads the directory when it changes and, on the metadata
-/// leader, does the leader's jobs.
+/// Follows the metadata group: reloads the directory and the map when they change (opening
+/// and closing groups to match) and, on the metadata leader, does the leader's jobs. Wakes
+/// at every applied entry, and at least every half second.
 fn spawn_meta_watcher(node: std::sync::Weak<Node>) {
     tokio::spawn(async move {
         let mut seen = 0;
@@ -680,9 +906,20 @@ fn spawn_meta_watcher(node: std::sync::Weak<Node>) {
             let applied = node.meta.leader_and_applied().1;
             if applied != seen {
                 node.refresh_directory();
+                if node.refresh_map() {
+                    let removed = node
+                        .cluster_map()
+                        .is_some_and(|m| m.state(node.node_id) == Some(NodeState::Removed));
+                    if removed {
+                        node.mark_removed().await;
+                    }
+                    node.spawn_reconcile();
+                }
                 seen = applied;
             }
-            node.lead_metadata().await;
+            if node.transport.told_removed() {
+                node.mark_removed().await;
+            }
             let meta = node.meta.clone();
             drop(node);
             meta.await_applied_beyond(seen, Duration::from_millis(500))

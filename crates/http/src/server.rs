@@ -2,12 +2,12 @@
 //! open connections, so slow or idle clients cannot starve the others.
 
 use crate::AppState;
-use crate::routes::{documents, kv, metrics, status};
+use crate::routes::{admin, documents, kv, metrics, status};
 use crate::state::HttpMetrics;
 use axum::Router;
 use axum::extract::DefaultBodyLimit;
 use axum::response::Response;
-use axum::routing::{any, get};
+use axum::routing::{any, get, post};
 use hyper_util::rt::{TokioExecutor, TokioIo, TokioTimer};
 use hyper_util::server::conn::auto;
 use hyper_util::service::TowerToHyperService;
@@ -70,6 +70,8 @@ pub fn router(state: AppState) -> Router {
         .route("/v1/status/leader", get(status::leader))
         .route("/v1/status/peers", get(status::peers))
         .route("/v1/cluster/shards", get(status::shards))
+        .route("/v1/cluster/status", get(admin::status))
+        .route("/v1/cluster/nodes/{name}/remove", post(admin::remove_node))
         .route("/v1/health", get(status::health))
         .route("/metrics", get(metrics::metrics))
         .layer(DefaultBodyLimit::max(body_limit))

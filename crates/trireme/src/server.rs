@@ -103,11 +103,20 @@ async fn serve(mut config: ServerConfig) -> anyhow::Result<()> {
         node.shard_map().shard_count()
     );
 
-    signal.await;
+    let removed = tokio::select! {
+        () = signal => false,
+        () = node.wait_removed() => true,
+    };
     tracing::info!("stopping");
     let _ = stop_tx.send(true);
     let _ = tokio::join!(http_task, resp_task);
     node.shutdown().await;
+    if removed {
+        eprintln!(
+            "node {} was removed from the cluster: it stopped serving, and its data directory cannot be used again",
+            node.me().name
+        );
+    }
     Ok(())
 }
 

@@ -34,6 +34,9 @@ pub enum ErrorCode {
     NotFound,
     /// A conditional write's condition did not hold (`If-Match`, `If-None-Match`).
     PreconditionFailed,
+    /// The request conflicts with the cluster's state or with a change made meanwhile (an
+    /// operator command that would break the cluster, or raced with another); nothing changed.
+    Conflict,
 }
 
 impl ErrorCode {
@@ -50,6 +53,7 @@ impl ErrorCode {
             ErrorCode::Internal => 500,
             ErrorCode::NotFound => 404,
             ErrorCode::PreconditionFailed => 412,
+            ErrorCode::Conflict => 409,
         }
     }
 
@@ -83,6 +87,7 @@ impl ErrorCode {
             ErrorCode::Internal => "internal",
             ErrorCode::NotFound => "not_found",
             ErrorCode::PreconditionFailed => "precondition_failed",
+            ErrorCode::Conflict => "conflict",
         }
     }
 }

@@ -1,5 +1,6 @@
 //! One module per family of endpoints.
 
+pub(crate) mod admin;
 pub(crate) mod documents;
 pub(crate) mod kv;
 pub(crate) mod metrics;

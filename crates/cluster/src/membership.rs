@@ -1,0 +1,192 @@
+//! Membership operations on a shard's Raft group, asked by the metadata leader of whichever
+//! node leads the shard: add a learner, read how far it has caught up, change the voters,
+//! remove a learner. Only a shard's leader can change its membership, and the metadata
+//! leader usually is not it, so each operation travels over the peer link like a forwarded
+//! request, to the replicas in turn until the leader answers.
+
+use crate::{ClusterError, Node};
+use serde::{Deserialize, Serialize};
+use std::collections::BTreeSet;
+use std::sync::{Arc, Weak};
+use std::time::Duration;
+use trireme_raft::{ForwardHandler, PeerNode};
+use trireme_types::{ErrorCode, ShardId, TriremeError};
+
+/// How long one operation may take on the shard leader (a membership change commits twice).
+const OP_TIMEOUT: Duration = Duration::from_secs(10);
+
+/// What the metadata leader asks of a shard's leader.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub(crate) enum MembershipOp {
+    /// Add `node` as a learner (snapshot, then log), without waiting for it.
+    AddLearner { node: u64, member: PeerNode },
+    /// How far `node` has caught up.
+    Progress { node: u64 },
+    /// Make `voters` the voters; any other voter leaves the group. The leader hands its
+    /// leadership to one of `voters` first when it is not among them.
+    SetVoters { voters: BTreeSet<u64> },
+    /// Remove learner `node` (a move given up).
+    RemoveLearner { node: u64 },
+}
+
+#[derive(Debug, Serialize, Deserialize)]
+struct Request {
+    shard: u32,
+    op: MembershipOp,
+}
+
+/// The shard leader's answer.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub(crate) enum MembershipReply {
+    /// Done (or nothing to do).
+    Done,
+    /// The leader's last log index and what the learner has matched of it.
+    Progress {
+        last_index: u64,
+        matched: Option<u64>,
+    },
+    /// Not the leader; the leader this node knows of.
+    NotLeader(Option<u64>),
+    /// Not yet (leadership is being handed over first); ask again.
+    Retry(String),
+    /// It failed, and why.
+    Failed(String),
+}
+
+impl Node {
+    /// Runs `op` on `shard`'s leader, trying the replicas in turn and following leader hints.
+    pub(crate) async fn on_shard_leader(
+        &self,
+        shard: ShardId,
+        op: MembershipOp,
+    ) -> Result<MembershipReply, ClusterError> {
+        let mut candidates: Vec<u64> = Vec::new();
+        if let Some(leader) = self.group(shard).and_then(|g| g.leader()) {
+            candidates.push(leader);
+        }
+        candidates.extend(self.replicas_of(shard));
+        let payload = postcard::to_stdvec(&Request {
+            shard: shard.0,
+            op: op.clone(),
+        })
+        .map_err(|e| ClusterError::Config(format!("cannot encode a membership request: {e}")))?;
+        let mut asked = BTreeSet::new();
+        let mut last = MembershipReply::NotLeader(None);
+        let mut next = 0;
+        while next < candidates.len() && asked.len() < 8 {
+            let to = candidates[next];
+            next += 1;
+            if !asked.insert(to) {
+                continue;
+            }
+            let reply = if to == self.node_id {
+                self.serve_membership(shard, op.clone()).await
+            } else {
+                match self.transport.admin(to, payload.clone(), OP_TIMEOUT).await {
+                    Ok(bytes) => postcard::from_bytes(&bytes).unwrap_or_else(|e| {
+                        MembershipReply::Failed(format!("undecodable answer: {e}"))
+                    }),
+                    Err(e) => MembershipReply::Failed(e.to_string()),
+                }
+            };
+            match reply {
+                MembershipReply::NotLeader(hint) => {
+                    if let Some(leader) = hint.filter(|l| !asked.contains(l)) {
+                        candidates.insert(next, leader);
+                    }
+                    last = MembershipReply::NotLeader(hint);
+                }
+                MembershipReply::Failed(reason) => last = MembershipReply::Failed(reason),
+                done => return Ok(done),
+            }
+        }
+        Ok(last)
+    }
+
+    /// Serves `op` if this node leads `shard`.
+    async fn serve_membership(&self, shard: ShardId, op: MembershipOp) -> MembershipReply {
+        let Some(group) = self.group(shard) else {
+            return MembershipReply::NotLeader(None);
+        };
+        if !group.is_leader() {
+            return MembershipReply::NotLeader(group.leader());
+        }
+        let result = match op {
+            MembershipOp::AddLearner { node, member } => group.add_learner(node, member).await,
+            MembershipOp::Progress { node } => {
+                return match group.replication_progress(node) {
+                    Some((last_index, matched)) => MembershipReply::Progress {
+                        last_index,
+                        matched,
+                    },
+                    None => MembershipReply::Failed(format!(
+                        "node {node:016x} is not replicated to by this leader"
+                    )),
+                };
+            }
+            MembershipOp::SetVoters { voters } => {
+                if !voters.contains(&self.node_id) {
+                    // Hand leadership to a staying voter that holds every entry, then let the
+                    // new leader make the change: a leader removing itself would leave the
+                    // group leaderless until an election.
+                    let heir = voters
+                        .iter()
+                        .copied()
+                        .find(|v| self.is_linked(*v) && group.follower_caught_up(*v));
+                    return match heir {
+                        Some(heir) => match group.transfer_leader(heir).await {
+                            Ok(()) => MembershipReply::Retry(format!(
+                                "handing leadership of shard {shard} to {heir:016x} first"
+                            )),
+                            Err(e) => MembershipReply::Failed(e.to_string()),
+                        },
+                        None => MembershipReply::Retry(format!(
+                            "shard {shard}: no staying voter has caught up yet"
+                        )),
+                    };
+                }
+                group.set_voters(voters, false).await
+            }
+            MembershipOp::RemoveLearner { node } => group.remove_learner(node).await,
+        };
+        match result {
+            Ok(()) => MembershipReply::Done,
+            Err(trireme_raft::RaftLayerError::NotLeader { leader, .. }) => {
+                MembershipReply::NotLeader(
+                    leader.map(|n| trireme_types::NodeId::from_name(&n.name).0),
+                )
+            }
+            Err(e) => MembershipReply::Failed(e.to_string()),
+        }
+    }
+}
+
+/// The transport's handle on the node for membership operations (weak, like forwarding's).
+struct MembershipRequests(Weak<Node>);
+
+impl ForwardHandler for MembershipRequests {
+    fn handle(&self, _from: u64, payload: Vec<u8>) -> futures::future::BoxFuture<'static, Vec<u8>> {
+        let node = self.0.upgrade();
+        Box::pin(async move {
+            let reply = match (node, postcard::from_bytes::<Request>(&payload)) {
+                (Some(node), Ok(request)) => {
+                    node.serve_membership(ShardId(request.shard), request.op)
+                        .await
+                }
+                (None, _) => MembershipReply::Failed("this node is stopping".into()),
+                (_, Err(e)) => MembershipReply::Failed(format!("undecodable request: {e}")),
+            };
+            postcard::to_stdvec(&reply).unwrap_or_default()
+        })
+    }
+}
+
+/// The handler to install on the node's transport.
+pub(crate) fn handler(node: &Arc<Node>) -> Arc<dyn ForwardHandler> {
+    Arc::new(MembershipRequests(Arc::downgrade(node)))
+}
+
+/// A client-visible error for a membership step that could not be taken.
+pub(crate) fn refused(code: ErrorCode, message: impl Into<String>) -> ClusterError {
+    ClusterError::Request(TriremeError::new(code, message))
+}

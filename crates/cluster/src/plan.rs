@@ -1,0 +1,396 @@
+//! Deciding which replicas move next: pure functions of the cluster map and the nodes' labels,
+//! so the rebalancer's choices are tested here without a cluster.
+//!
+//! In order of urgency: replicas on nodes that are leaving (draining, or removed because they
+//! died) are moved first; then shards below their replication factor get a replica; then the
+//! busiest node gives a replica to the idlest while their counts differ by more than one.
+//! Targets are chosen so a shard's voters stay spread over zones first, then racks, then by
+//! how many replicas each node holds. Preferred leaders (each shard's first voter) are
+//! spread the same way, without moving any data.
+
+use crate::meta::{ClusterMap, Move, MovePhase, NodeInfo, NodeState};
+use std::collections::{BTreeMap, BTreeSet};
+
+/// The inputs of a plan.
+pub(crate) struct Planner<'a> {
+    pub map: &'a ClusterMap,
+    pub infos: &'a BTreeMap<u64, NodeInfo>,
+    /// Voters per shard wanted (capped by the active nodes).
+    pub factor: usize,
+}
+
+impl Planner<'_> {
+    fn active(&self) -> BTreeSet<u64> {
+        self.map.nodes_in(NodeState::Active)
+    }
+
+    fn labels(&self, id: u64) -> (Option<&str>, Option<&str>) {
+        self.infos
+            .get(&id)
+            .map_or((None, None), |i| (i.zone.as_deref(), i.rack.as_deref()))
+    }
+
+    /// (distinct zones, distinct racks) of a set of nodes: higher is better spread.
+    fn spread(&self, nodes: impl IntoIterator<Item = u64>) -> (usize, usize) {
+        let mut zones = BTreeSet::new();
+        let mut racks = BTreeSet::new();
+        for (i, id) in nodes.into_iter().enumerate() {
+            let (zone, rack) = self.labels(id);
+            // Unlabelled nodes count as apart from everyone.
+            zones.insert(zone.map_or(format!("\0{i}"), str::to_owned));
+            racks.insert(match (zone, rack) {
+                (_, None) => format!("\0{i}"),
+                (z, Some(r)) => format!("{}/{r}", z.unwrap_or("")),
+            });
+        }
+        (zones.len(), racks.len())
+    }
+
+    /// Replicas each active node will hold once the moves in progress are done.
+    fn load(&self) -> BTreeMap<u64, usize> {
+        let mut load: BTreeMap<u64, usize> = self
+            .active()
+            .into_iter()
+            .map(|id| (id, self.map.replica_count(id)))
+            .collect();
+        for mv in self.map.moves.values() {
+            if mv.phase == MovePhase::Cancel {
+                continue;
+            }
+            if let Some(n) = load.get_mut(&mv.to) {
+                *n += 1;
+            }
+            if let Some(n) = mv.from.and_then(|f| load.get_mut(&f)) {
+                *n = n.saturating_sub(1);
+            }
+        }
+        load
+    }
+
+    /// The best new home for a replica of a shard whose other voters are `staying`.
+    fn target(&self, staying: &[u64], load: &BTreeMap<u64, usize>) -> Option<u64> {
+        load.iter()
+            .filter(|(id, _)| !staying.contains(id))
+            .max_by_key(|(id, count)| {
+                let spread = self.spread(staying.iter().copied().chain([**id]));
+                // Best spread first, then fewest replicas, then a stable order.
+                (spread, std::cmp::Reverse(**count), std::cmp::Reverse(**id))
+            })
+            .map(|(id, _)| *id)
+    }
+
+    /// Up to `budget` new moves, most urgent first.
+    pub fn next_moves(&self, budget: usize, now_ms: u64) -> Vec<(u32, Move)> {
+        let mut planned: Vec<(u32, Move)> = Vec::new();
+        if budget == 0 {
+            return planned;
+        }
+        let active = self.active();
+        let mut load = self.load();
+        let want = self.factor.min(active.len()).max(1);
+        let busy = |shard: u32, planned: &[(u32, Move)]| {
+            self.map.moves.contains_key(&shard) || planned.iter().any(|(s, _)| *s == shard)
+        };
+        // 1. Replicas on leaving nodes, and shards short of voters.
+        for (shard, voters) in self.map.replicas.iter().enumerate() {
+            let shard = shard as u32;
+            if busy(shard, &planned) || !voters.iter().any(|v| active.contains(v)) {
+                continue;
+            }
+            let leaving = voters.iter().copied().find(|v| !active.contains(v));
+            let short = voters.len() < want;
+            if leaving.is_none() && !short {
+                continue;
+            }
+            let staying: Vec<u64> = voters
+                .iter()
+                .copied()
+                .filter(|v| Some(*v) != leaving)
+                .collect();
+            // A leaving replica with no replacement available is left in place (the cluster
+            // is too small); a shard short of voters only gains one when a node is free.
+            if let Some(to) = self.target(&staying, &load) {
+                let from = if short { None } else { leaving };
+                push_move(&mut planned, &mut load, shard, from, to, now_ms);
+            }
+            if planned.len() >= budget {
+                return planned;
+            }
+        }
+
+        // 2. Even out replica counts.
+        while planned.len() < budget {
+            let Some((&most, &high)) = load.iter().max_by_key(|(id, n)| (**n, **id)) else {
+                break;
+            };
+            let Some((&least, &low)) = load.iter().min_by_key(|(id, n)| (**n, **id)) else {
+                break;
+            };
+            if high <= low + 1 {
+                break;
+            }
+            let candidate = self
+                .map
+                .replicas
+                .iter()
+                .enumerate()
+                .find(|(shard, voters)| {
+                    let shard = *shard as u32;
+                    if busy(shard, &planned) || !voters.contains(&most) || voters.contains(&least) {
+                        return false;
+                    }
+                    let after = voters.iter().map(|v| if *v == most { least } else { *v });
+                    self.spread(after) >= self.spread(voters.iter().copied())
+                });
+            match candidate {
+                Some((shard, _)) => push_move(
+                    &mut planned,
+                    &mut load,
+                    shard as u32,
+                    Some(most),
+                    least,
+                    now_ms,
+                ),
+                None => break,
+            }
+        }
+        planned
+    }
+}
+
+/// Records a planned move and the load it will shift.
+fn push_move(
+    planned: &mut Vec<(u32, Move)>,
+    load: &mut BTreeMap<u64, usize>,
+    shard: u32,
+    from: Option<u64>,
+    to: u64,
+    now_ms: u64,
+) {
+    *load.entry(to).or_default() += 1;
+    if let Some(n) = from.and_then(|f| load.get_mut(&f)) {
+        *n = n.saturating_sub(1);
+    }
+    planned.push((
+        shard,
+        Move {
+            from,
+            to,
+            phase: MovePhase::Learner,
+            started_ms: now_ms,
+        },
+    ));
+}
+
+/// Rotates shards' voters so every active node is the preferred (first) voter of about as
+/// many shards as the others, and no leaving node is preferred. Returns whether the map
+/// changed.
+pub(crate) fn spread_preferred(map: &mut ClusterMap) -> bool {
+    let active = map.nodes_in(NodeState::Active);
+    let mut changed = false;
+    // A leaving node gives up its preference to the staying voter preferred least.
+    for shard in 0..map.replicas.len() {
+        let first = map.replicas[shard].first().copied();
+        if first.is_some_and(|f| !active.contains(&f)) {
+            let best = map.replicas[shard]
+                .iter()
+                .enumerate()
+                .filter(|(_, v)| active.contains(v))
+                .min_by_key(|(_, v)| (map.preferred_count(**v), **v))
+                .map(|(i, _)| i);
+            if let Some(i) = best {
+                map.replicas[shard].swap(0, i);
+                changed = true;
+            }
+        }
+    }
+    for _ in 0..map.replicas.len() {
+        let counts: BTreeMap<u64, usize> = active
+            .iter()
+            .map(|id| (*id, map.preferred_count(*id)))
+            .collect();
+        let Some((&most, &high)) = counts.iter().max_by_key(|(id, n)| (**n, **id)) else {
+            break;
+        };
+        // The least-preferred node that shares a shard preferred by `most`.
+        let counts = &counts;
+        let swap = map
+            .replicas
+            .iter()
+            .enumerate()
+            .filter(|(_, voters)| voters.first() == Some(&most))
+            .flat_map(|(shard, voters)| {
+                voters
+                    .iter()
+                    .enumerate()
+                    .skip(1)
+                    .filter_map(move |(i, v)| counts.get(v).map(|n| (*n, *v, shard, i)))
+            })
+            .min();
+        match swap {
+            Some((low, _, shard, i)) if high > low + 1 => {
+                map.replicas[shard].swap(0, i);
+                changed = true;
+            }
+            _ => break,
+        }
+    }
+    changed
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::meta::place;
+    use trireme_raft::PeerNode;
+
+    fn info(name: &str, zone: Option<&str>, rack: Option<&str>) -> NodeInfo {
+        NodeInfo {
+            node: PeerNode {
+                name: name.into(),
+                peer_addr: format!("{name}:1"),
+                ..PeerNode::default()
+            },
+            rack: rack.map(Into::into),
+            zone: zone.map(Into::into),
+        }
+    }
+
+    fn infos(nodes: &[NodeInfo]) -> BTreeMap<u64, NodeInfo> {
+        nodes.iter().map(|n| (n.id(), n.clone())).collect()
+    }
+
+    /// Applies planned moves as if each completed, until the planner has nothing left.
+    fn settle(map: &mut ClusterMap, infos: &BTreeMap<u64, NodeInfo>, factor: usize) -> usize {
+        let mut moves = 0;
+        for _ in 0..1000 {
+            let planned = Planner { map, infos, factor }.next_moves(4, 0);
+            if planned.is_empty() {
+                return moves;
+            }
+            for (shard, mv) in planned {
+                map.members
+                    .entry(mv.to)
+                    .or_insert_with(|| infos[&mv.to].node.clone());
+                map.finish_move(trireme_types::ShardId(shard), &mv);
+                moves += 1;
+            }
+        }
+        panic!("the planner never settles");
+    }
+
+    fn join(map: &mut ClusterMap, node: &NodeInfo) {
+        map.states.insert(node.id(), NodeState::Active);
+    }
+
+    #[test]
+    fn a_new_node_gets_its_share_and_no_shard_loses_a_voter() {
+        let nodes: Vec<NodeInfo> = (1..=3)
+            .map(|i| info(&format!("n{i}"), None, None))
+            .collect();
+        let mut map = place(&nodes, 16, 3);
+        let n4 = info("n4", None, None);
+        join(&mut map, &n4);
+        let all = infos(&[nodes.clone(), vec![n4.clone()]].concat());
+        let moves = settle(&mut map, &all, 3);
+        assert_eq!(
+            moves, 12,
+            "48 replicas over 4 nodes: 12 move to the new one"
+        );
+        for id in all.keys() {
+            assert_eq!(map.replica_count(*id), 12);
+        }
+        for voters in &map.replicas {
+            assert_eq!(voters.iter().collect::<BTreeSet<_>>().len(), 3);
+        }
+        assert!(spread_preferred(&mut map));
+        for id in all.keys() {
+            assert_eq!(
+                map.preferred_count(*id),
+                4,
+                "16 preferred leaders over 4 nodes"
+            );
+        }
+        assert!(!spread_preferred(&mut map), "once spread, nothing changes");
+    }
+
+    #[test]
+    fn a_draining_node_is_emptied_and_a_dead_one_replaced() {
+        let nodes: Vec<NodeInfo> = (1..=4)
+            .map(|i| info(&format!("n{i}"), None, None))
+            .collect();
+        let all = infos(&nodes);
+        let mut map = place(&nodes, 8, 3);
+        let n1 = nodes[0].id();
+        map.states.insert(n1, NodeState::Draining);
+        let planned = Planner {
+            map: &map,
+            infos: &all,
+            factor: 3,
+        }
+        .next_moves(100, 0);
+        assert!(planned.iter().all(|(_, m)| m.from == Some(n1)));
+        assert_eq!(planned.len(), map.replica_count(n1));
+        settle(&mut map, &all, 3);
+        assert_eq!(map.replica_count(n1), 0);
+        assert!(map.replicas.iter().all(|v| v.len() == 3));
+        map.states.insert(n1, NodeState::Removed);
+        map.states.insert(nodes[1].id(), NodeState::Removed);
+        // Two nodes left for three voters: the dead node's replicas have nowhere to go.
+        assert!(
+            Planner {
+                map: &map,
+                infos: &all,
+                factor: 3
+            }
+            .next_moves(100, 0)
+            .is_empty()
+        );
+    }
+
+    #[test]
+    fn moves_keep_zones_apart() {
+        let nodes = vec![
+            info("a1", Some("a"), None),
+            info("b1", Some("b"), None),
+            info("c1", Some("c"), None),
+        ];
+        let mut map = place(&nodes, 6, 3);
+        let extra = vec![info("a2", Some("a"), None), info("b2", Some("b"), None)];
+        for n in &extra {
+            join(&mut map, n);
+        }
+        let all = infos(&[nodes, extra].concat());
+        settle(&mut map, &all, 3);
+        for voters in &map.replicas {
+            let zones: BTreeSet<_> = voters.iter().map(|v| all[v].zone.clone()).collect();
+            assert_eq!(zones.len(), 3, "{voters:?} share a zone");
+        }
+    }
+
+    #[test]
+    fn the_budget_and_moves_in_progress_are_respected() {
+        let nodes: Vec<NodeInfo> = (1..=3)
+            .map(|i| info(&format!("n{i}"), None, None))
+            .collect();
+        let mut map = place(&nodes, 16, 3);
+        let n4 = info("n4", None, None);
+        join(&mut map, &n4);
+        let all = infos(&[nodes, vec![n4]].concat());
+        let first = Planner {
+            map: &map,
+            infos: &all,
+            factor: 3,
+        }
+        .next_moves(2, 0);
+        assert_eq!(first.len(), 2);
+        map.moves.extend(first.iter().cloned());
+        let second = Planner {
+            map: &map,
+            infos: &all,
+            factor: 3,
+        }
+        .next_moves(2, 0);
+        assert!(second.iter().all(|(s, _)| !map.moves.contains_key(s)));
+    }
+}

@@ -1,0 +1,505 @@
+//! The metadata leader's jobs, run every half second on whichever node leads the metadata
+//! group: write the first cluster map once the initial nodes have registered; admit nodes
+//! that joined (metadata learner first, then active); keep up to five metadata voters among
+//! the active nodes; drive every replica move one step at a time; plan new moves and spread
+//! preferred leaders; and retire drained nodes.
+//!
+//! Every decision is written into the cluster map (with a compare-and-set on its row) before
+//! it is acted on, so a new metadata leader picks up each move where the last one left it:
+//! a learner that has not caught up is added again or given up, a voter change is made again
+//! (openraft's change is idempotent once the voters match), and the map records the result.
+
+use crate::membership::{MembershipOp, MembershipReply};
+use crate::meta::{self, ClusterMap, META_SHARD, Move, MovePhase, NodeInfo, NodeState};
+use crate::plan::{Planner, spread_preferred};
+use crate::{ClusterError, Node};
+use bytes::Bytes;
+use std::collections::{BTreeSet, HashMap};
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::{Duration, Instant};
+use trireme_raft::ReadMode;
+use trireme_types::{
+    Command, CommandResult, ErrorCode, LogCommand, PutCondition, ShardId, TtlUpdate,
+};
+
+/// How often the metadata leader looks.
+const INTERVAL: Duration = Duration::from_millis(500);
+/// A learner this close to the leader's last log index counts as caught up: under load the
+/// leader's log keeps growing, and the rest arrives before the voter change commits.
+const CAUGHT_UP_SLACK: u64 = 64;
+/// A move whose learner makes no progress for this long, while its node is unreachable, is
+/// given up.
+const STALLED_MOVE: Duration = Duration::from_secs(60);
+/// How long a removed node that is still linked keeps receiving the metadata log, so that it
+/// learns of its removal and stops, before it is dropped from the metadata group.
+const REMOVED_GRACE: Duration = Duration::from_secs(10);
+
+/// What the metadata leader remembers between rounds; lost with leadership, rebuilt.
+#[derive(Debug, Default)]
+pub(crate) struct LeaderMemory {
+    /// Since when each removed node is known removed.
+    removed_seen: HashMap<u64, Instant>,
+    /// Per moving shard: the learner's last matched index and when it last advanced.
+    progress: HashMap<u32, (Option<u64>, Instant)>,
+}
+
+/// Counters of the elastic cluster's work on this node, for `/metrics`.
+#[derive(Debug, Default)]
+pub struct ElasticMetrics {
+    /// Moves this node (as metadata leader) planned.
+    pub moves_started: AtomicU64,
+    /// Moves it completed.
+    pub moves_completed: AtomicU64,
+    /// Moves it gave up.
+    pub moves_cancelled: AtomicU64,
+}
+
+/// Starts the metadata leader's jobs on `node` (idle while it does not lead).
+pub(crate) fn spawn(node: &Arc<Node>) {
+    crate::node::spawn_periodic(Arc::downgrade(node), INTERVAL, |node| async move {
+        lead(&node).await;
+    });
+}
+
+/// One round of the metadata leader's jobs.
+pub(crate) async fn lead(node: &Arc<Node>) {
+    if !node.meta.is_leader() {
+        return;
+    }
+    let Some(map) = node.cluster_map() else {
+        write_first_map(node).await;
+        return;
+    };
+    let steps: [(&str, Result<(), ClusterError>); 4] = [
+        ("admitting nodes", admit_joined(node, &map).await),
+        ("metadata voters", keep_meta_voters(node, &map).await),
+        ("moving replicas", drive_moves(node, &map).await),
+        ("planning", plan(node, &map).await),
+    ];
+    for (what, result) in steps {
+        if let Err(e) = result {
+            tracing::info!(error = %e, "metadata leader: {what}");
+        }
+    }
+}
+
+/// Writes the first map, create-only, once every initial node has registered.
+async fn write_first_map(node: &Node) {
+    let directory = node.directory_snapshot();
+    let infos: Option<Vec<NodeInfo>> = node
+        .initial_nodes()
+        .iter()
+        .map(|(name, _)| directory.get(&crate::join::id_of(name)).cloned())
+        .collect();
+    let Some(infos) = infos.filter(|i| !i.is_empty()) else {
+        return;
+    };
+    let factor = node.config.replication_factor as usize;
+    if factor > infos.len() {
+        tracing::warn!(
+            factor,
+            nodes = infos.len(),
+            "replication factor exceeds the node count; each shard gets one replica per node"
+        );
+    }
+    let map = meta::place(&infos, node.map.shard_count(), factor);
+    match write_map(node, &map, PutCondition::IfAbsent).await {
+        Ok(()) => tracing::info!(shards = node.map.shard_count(), "placed every shard"),
+        Err(e) => tracing::info!(error = %e, "placement not written yet"),
+    }
+}
+
+/// Writes `map` into the metadata group under `condition`.
+async fn write_map(
+    node: &Node,
+    map: &ClusterMap,
+    condition: PutCondition,
+) -> Result<(), ClusterError> {
+    let value = serde_json::to_vec(map)
+        .map_err(|e| ClusterError::Config(format!("cannot encode the cluster map: {e}")))?;
+    let put = Command::Put {
+        key: Bytes::from_static(meta::PLACEMENT_KEY),
+        value: Bytes::from(value),
+        flags: None,
+        condition,
+        ttl: TtlUpdate::Clear,
+    };
+    let log = LogCommand {
+        now_ms: crate::now_ms(),
+        command: put,
+    };
+    let op = crate::forward::ShardOp::Write(log);
+    match node.on_shard(META_SHARD, ReadMode::Default, op).await?.0 {
+        crate::forward::ShardAnswer::Written(CommandResult::Put { written: true, .. }) => Ok(()),
+        crate::forward::ShardAnswer::Written(CommandResult::Put { written: false, .. }) => {
+            Err(crate::membership::refused(
+                ErrorCode::Conflict,
+                "the cluster map changed while this change was being made; nothing was changed, try again",
+            ))
+        }
+        other => Err(ClusterError::Config(format!(
+            "unexpected answer to a map write: {other:?}"
+        ))),
+    }
+}
+
+/// Reads the current map through the metadata leader, lets `change` edit it, and writes it
+/// back with a compare-and-set and a new epoch when `change` says it changed something.
+/// Returns the map written, if any.
+pub(crate) async fn update_map<T>(
+    node: &Node,
+    change: impl FnOnce(&mut ClusterMap) -> Result<Option<T>, ClusterError>,
+) -> Result<Option<(ClusterMap, T)>, ClusterError> {
+    let (mut map, index) = node.read_map_with_index().await?;
+    let Some(outcome) = change(&mut map)? else {
+        return Ok(None);
+    };
+    map.epoch += 1;
+    write_map(node, &map, PutCondition::IfModifyIndex(index)).await?;
+    Ok(Some((map, outcome)))
+}
+
+/// Registered nodes that are not in the map yet: added to the metadata group as learners,
+/// then, once they follow its log, made active (and given a member identity for shard groups).
+async fn admit_joined(node: &Node, map: &ClusterMap) -> Result<(), ClusterError> {
+    let status = node.meta.status();
+    let mut ready = Vec::new();
+    for (id, info) in node.directory_snapshot() {
+        if map.state(id).is_some() && status.members.contains_key(&id) {
+            continue;
+        }
+        if map.state(id) == Some(NodeState::Removed) {
+            continue;
+        }
+        if !status.members.contains_key(&id) {
+            if let Err(e) = node
+                .meta
+                .raft()
+                .add_learner(id, meta::member(&info.node), false)
+                .await
+            {
+                tracing::info!(node = %info.node.name, error = %e, "cannot add metadata learner yet");
+            }
+            continue;
+        }
+        if map.state(id).is_none() && node.meta.follower_caught_up(id) {
+            ready.push(info);
+        }
+    }
+    if ready.is_empty() {
+        return Ok(());
+    }
+    update_map(node, |map| {
+        let mut changed = false;
+        for info in &ready {
+            if map.state(info.id()).is_none() {
+                map.states.insert(info.id(), NodeState::Active);
+                map.members.insert(info.id(), meta::member(&info.node));
+                changed = true;
+            }
+        }
+        Ok(changed.then_some(()))
+    })
+    .await?;
+    for info in ready {
+        tracing::info!(node = %info.node.name, "node joined: active");
+    }
+    Ok(())
+}
+
+/// Keeps an odd number of metadata voters, up to five, among the active nodes: promotes
+/// caught-up learners, demotes voters that are leaving (to learners: a draining node still
+/// follows the map), and drops removed nodes from the group once they are gone.
+async fn keep_meta_voters(node: &Node, map: &ClusterMap) -> Result<(), ClusterError> {
+    let status = node.meta.status();
+    if status.joint {
+        return Ok(());
+    }
+    let active = map.nodes_in(NodeState::Active);
+    let removed = map.nodes_in(NodeState::Removed);
+
+    // Removed nodes leave the metadata group once they stopped (or after a grace period).
+    let gone: Vec<u64> = {
+        let mut memory = node.leader_memory();
+        memory.removed_seen.retain(|id, _| removed.contains(id));
+        removed
+            .iter()
+            .filter(|id| status.members.contains_key(id) && !status.voters.contains(id))
+            .filter(|id| {
+                let since = *memory.removed_seen.entry(**id).or_insert_with(Instant::now);
+                !node.is_linked(**id) || since.elapsed() > REMOVED_GRACE
+            })
+            .copied()
+            .collect()
+    };
+    if let Some(id) = gone.first() {
+        // One membership change per round.
+        node.meta.remove_learner(*id).await?;
+        tracing::info!(node = %format_args!("{id:016x}"), "removed node left the metadata group");
+        return Ok(());
+    }
+
+    let most = active.len().clamp(1, meta::META_VOTERS);
+    let want = if most.is_multiple_of(2) { most - 1 } else { most };
+    let mut voters: BTreeSet<u64> = status
+        .voters
+        .iter()
+        .copied()
+        .filter(|v| active.contains(v))
+        .collect();
+    for id in &active {
+        if voters.len() >= want {
+            break;
+        }
+        if !voters.contains(id)
+            && status.members.contains_key(id)
+            && node.meta.follower_caught_up(*id)
+            && node.is_linked(*id)
+        {
+            voters.insert(*id);
+        }
+    }
+    while voters.len() > want {
+        let Some(extra) = voters.iter().rev().find(|v| **v != node.node_id).copied() else {
+            break;
+        };
+        voters.remove(&extra);
+    }
+    if voters.is_empty() || voters == status.voters {
+        return Ok(());
+    }
+    if !voters.contains(&node.node_id) {
+        // Hand the metadata leadership to a staying voter; it makes the change.
+        if let Some(heir) = voters
+            .iter()
+            .copied()
+            .find(|v| node.is_linked(*v) && node.meta.follower_caught_up(*v))
+        {
+            node.meta.transfer_leader(heir).await?;
+        }
+        return Ok(());
+    }
+    tracing::info!(from = ?status.voters, to = ?voters, "changing the metadata voters");
+    node.meta.set_voters(voters, true).await?;
+    Ok(())
+}
+
+/// Takes the next step of every move in progress.
+async fn drive_moves(node: &Node, map: &ClusterMap) -> Result<(), ClusterError> {
+    for (shard, mv) in &map.moves {
+        let shard = ShardId(*shard);
+        if let Err(e) = step(node, map, shard, mv).await {
+            tracing::info!(shard = shard.0, error = %e, "move step");
+        }
+    }
+    Ok(())
+}
+
+/// One step of the move of a replica of `shard`.
+async fn step(
+    node: &Node,
+    map: &ClusterMap,
+    shard: ShardId,
+    mv: &Move,
+) -> Result<(), ClusterError> {
+    match mv.phase {
+        MovePhase::Learner => {
+            if map.state(mv.to) != Some(NodeState::Active) {
+                return set_phase(node, shard, mv, MovePhase::Cancel).await;
+            }
+            let member = map.members.get(&mv.to).cloned().ok_or_else(|| {
+                ClusterError::Config(format!("no identity for node {:016x}", mv.to))
+            })?;
+            match node
+                .on_shard_leader(
+                    shard,
+                    MembershipOp::AddLearner {
+                        node: mv.to,
+                        member,
+                    },
+                )
+                .await?
+            {
+                MembershipReply::Done => {}
+                other => return Err(step_failed(shard, "adding a learner", other)),
+            }
+            let (last_index, matched) = match node
+                .on_shard_leader(shard, MembershipOp::Progress { node: mv.to })
+                .await?
+            {
+                MembershipReply::Progress {
+                    last_index,
+                    matched,
+                } => (last_index, matched),
+                other => return Err(step_failed(shard, "reading progress", other)),
+            };
+            let stalled = {
+                let mut memory = node.leader_memory();
+                let entry = memory
+                    .progress
+                    .entry(shard.0)
+                    .or_insert((matched, Instant::now()));
+                if entry.0 != matched {
+                    *entry = (matched, Instant::now());
+                }
+                entry.1.elapsed() > STALLED_MOVE
+            };
+            if matched.is_some_and(|m| m + CAUGHT_UP_SLACK >= last_index) {
+                node.leader_memory().progress.remove(&shard.0);
+                return set_phase(node, shard, mv, MovePhase::Voter).await;
+            }
+            if stalled && !node.is_linked(mv.to) {
+                tracing::warn!(shard = shard.0, to = %format_args!("{:016x}", mv.to), "move stalled; giving up");
+                return set_phase(node, shard, mv, MovePhase::Cancel).await;
+            }
+            Ok(())
+        }
+        MovePhase::Voter => {
+            let mut voters: BTreeSet<u64> = map
+                .replicas
+                .get(shard.0 as usize)
+                .into_iter()
+                .flatten()
+                .copied()
+                .collect();
+            if let Some(from) = mv.from {
+                voters.remove(&from);
+            }
+            voters.insert(mv.to);
+            match node
+                .on_shard_leader(shard, MembershipOp::SetVoters { voters })
+                .await?
+            {
+                MembershipReply::Done => {}
+                MembershipReply::Retry(why) => {
+                    tracing::debug!(shard = shard.0, %why, "voter change waits");
+                    return Ok(());
+                }
+                other => return Err(step_failed(shard, "changing voters", other)),
+            }
+            let expected = mv.clone();
+            let done = update_map(node, |map| {
+                if map.moves.get(&shard.0) != Some(&expected) {
+                    return Ok(None);
+                }
+                map.finish_move(shard, &expected);
+                Ok(Some(()))
+            })
+            .await?;
+            if done.is_some() {
+                node.elastic_metrics
+                    .moves_completed
+                    .fetch_add(1, Ordering::Relaxed);
+                tracing::info!(shard = shard.0, from = ?mv.from.map(|f| format!("{f:016x}")), to = %format_args!("{:016x}", mv.to), "replica moved");
+            }
+            Ok(())
+        }
+        MovePhase::Cancel => {
+            match node
+                .on_shard_leader(shard, MembershipOp::RemoveLearner { node: mv.to })
+                .await?
+            {
+                MembershipReply::Done => {}
+                other => return Err(step_failed(shard, "removing a learner", other)),
+            }
+            let expected = mv.clone();
+            let done = update_map(node, |map| {
+                if map.moves.get(&shard.0) != Some(&expected) {
+                    return Ok(None);
+                }
+                map.moves.remove(&shard.0);
+                Ok(Some(()))
+            })
+            .await?;
+            if done.is_some() {
+                node.elastic_metrics
+                    .moves_cancelled
+                    .fetch_add(1, Ordering::Relaxed);
+                node.leader_memory().progress.remove(&shard.0);
+            }
+            Ok(())
+        }
+    }
+}
+
+async fn set_phase(
+    node: &Node,
+    shard: ShardId,
+    mv: &Move,
+    phase: MovePhase,
+) -> Result<(), ClusterError> {
+    let expected = mv.clone();
+    update_map(node, |map| match map.moves.get_mut(&shard.0) {
+        Some(current) if *current == expected => {
+            current.phase = phase;
+            Ok(Some(()))
+        }
+        _ => Ok(None),
+    })
+    .await
+    .map(drop)
+}
+
+fn step_failed(shard: ShardId, what: &str, reply: MembershipReply) -> ClusterError {
+    ClusterError::Remote(trireme_types::TriremeError::new(
+        ErrorCode::Unavailable,
+        format!("shard {shard}: {what}: {reply:?}"),
+    ))
+}
+
+/// Plans new moves within the cluster-wide budget, spreads preferred leaders, and marks
+/// drained nodes removed. Reads the map through the leader only when there is work.
+async fn plan(node: &Node, map: &ClusterMap) -> Result<(), ClusterError> {
+    let infos = node.directory_snapshot();
+    let factor = node.config.replication_factor as usize;
+    let budget = node.config.max_moves.saturating_sub(map.moves.len());
+    let meta_voters = node.meta.status().voters;
+    let work = |map: &mut ClusterMap| {
+        let planned = Planner {
+            map,
+            infos: &infos,
+            factor,
+        }
+        .next_moves(budget, crate::now_ms());
+        let mut started = planned.len();
+        for (shard, mv) in planned {
+            map.moves.insert(shard, mv);
+        }
+        let mut changed = started > 0;
+        changed |= spread_preferred(map);
+        for id in map.nodes_in(NodeState::Draining) {
+            let referenced = map.moves.values().any(|m| m.to == id || m.from == Some(id));
+            if map.replica_count(id) == 0 && !referenced && !meta_voters.contains(&id) {
+                map.states.insert(id, NodeState::Removed);
+                changed = true;
+            }
+        }
+        if !changed {
+            started = 0;
+        }
+        (changed, started)
+    };
+    let mut probe = map.clone();
+    if !work(&mut probe).0 {
+        return Ok(());
+    }
+    let written = update_map(node, |map| {
+        let (changed, started) = work(map);
+        Ok(changed.then_some(started))
+    })
+    .await?;
+    if let Some((map, started)) = written {
+        node.elastic_metrics
+            .moves_started
+            .fetch_add(started as u64, Ordering::Relaxed);
+        for (shard, mv) in map
+            .moves
+            .iter()
+            .filter(|(_, m)| m.phase == MovePhase::Learner)
+        {
+            tracing::debug!(shard, to = %format_args!("{:016x}", mv.to), "move planned");
+        }
+    }
+    Ok(())
+}

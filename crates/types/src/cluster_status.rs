@@ -1,0 +1,93 @@
+//! `GET /v1/cluster/status`: the cluster's nodes with their lifecycle state, its shards, and
+//! the replica moves in progress. One type, written by the server and read by `trireme cluster
+//! status`, the tests and chaos.
+
+use serde::{Deserialize, Serialize};
+
+/// The whole document.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ClusterStatus {
+    /// The cluster map's version; bumped by every change of placement or node state.
+    pub epoch: u64,
+    /// The node that answered.
+    pub node: String,
+    /// The metadata group's leader, if known.
+    pub meta_leader: Option<String>,
+    /// Voters wanted per shard.
+    pub replication_factor: u32,
+    /// Replica moves allowed at once, cluster-wide.
+    pub max_moves: u32,
+    /// Every node the cluster knows.
+    pub nodes: Vec<NodeStatus>,
+    /// Every shard.
+    pub shards: Vec<ShardPlacement>,
+    /// Moves in progress.
+    pub moves: Vec<MoveStatus>,
+}
+
+/// One node.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct NodeStatus {
+    /// Its name.
+    pub name: String,
+    /// `joining`, `active`, `draining` or `removed`.
+    pub state: String,
+    /// Peer address.
+    pub peer: String,
+    /// Client HTTP address.
+    pub http: String,
+    /// Client RESP address.
+    pub resp: String,
+    /// Shards it holds a voter of.
+    pub replicas: u32,
+    /// Shards that prefer it as their leader.
+    pub preferred_leaders: u32,
+    /// `voter`, `learner` or `none`: its place in the metadata group.
+    pub meta: String,
+    /// Whether the answering node has a link to it (itself counts).
+    pub linked: bool,
+}
+
+/// One shard's placement.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ShardPlacement {
+    /// The shard.
+    pub shard: u32,
+    /// Its inclusive slot range.
+    pub slots: [u16; 2],
+    /// Its voters by name, the preferred leader first.
+    pub replicas: Vec<String>,
+    /// Its leader, when the answering node knows it.
+    pub leader: Option<String>,
+}
+
+/// A replica move in progress.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct MoveStatus {
+    /// The shard.
+    pub shard: u32,
+    /// The node giving up its replica, if any.
+    pub from: Option<String>,
+    /// The node receiving one.
+    pub to: String,
+    /// `learner` (catching up), `voter` (membership change) or `cancel` (being given up).
+    pub phase: String,
+    /// When it started, Unix ms.
+    pub started_ms: u64,
+    /// The shard leader's last log index and what the new replica has of it, when known.
+    pub progress: Option<(u64, Option<u64>)>,
+}
+
+/// The answer to `POST /v1/cluster/nodes/{name}/remove`.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct RemoveResult {
+    /// The node.
+    pub node: String,
+    /// Its state now: `draining` (its replicas are being moved away) or `removed`.
+    pub state: String,
+    /// Shards that lost their quorum with it (`--force` only): they cannot be repaired by
+    /// moving replicas; their other replicas must come back.
+    pub lost_quorum: Vec<u32>,
+    /// What happens next, in words.
+    pub message: String,
+}
