@@ -1,6 +1,6 @@
 //! Scenario files: what a benchmark run does, in basho_bench's vocabulary.
 //!
-//! A [`Scenario`] is read from TOML (see DESIGN.md §4 for the example every preset follows)
+//! A [`Scenario`] is read from TOML (see docs/benchmarks.md for the example every preset follows)
 //! with [`Scenario::from_toml_str`]. Parsing is strict: unknown fields are rejected by
 //! serde with a message naming them, and [`Scenario::validate`] rejects values that parse
 //! but make no sense, with a [`BenchError::Invalid`] naming the field.
@@ -416,7 +416,7 @@ mod tests {
     use super::*;
     use crate::worker_rng;
 
-    /// DESIGN.md §4's example, verbatim.
+    /// A complete scenario file, of the kind docs/benchmarks.md shows.
     const DESIGN_EXAMPLE: &str = r#"
 name = "riak-10-1"
 mode = "max"                 # or: rate = 20000  (total operations per second, all workers together)

@@ -20,7 +20,7 @@ pub struct BenchArgs {
     /// Something other than running a scenario.
     #[command(subcommand)]
     pub command: Option<BenchCommand>,
-    /// Scenario file (TOML, the basho_bench vocabulary of DESIGN.md §4).
+    /// Scenario file (TOML, the basho_bench vocabulary of docs/benchmarks.md).
     pub scenario: Option<PathBuf>,
     /// A built-in scenario instead of a file (see --list-presets).
     #[arg(long, conflicts_with = "scenario")]

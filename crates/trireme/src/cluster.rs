@@ -24,7 +24,7 @@ use std::time::{Duration, Instant};
 /// Where every node of a local cluster listens: loopback only, the cluster is for one machine.
 const HOST: Ipv4Addr = Ipv4Addr::LOCALHOST;
 /// Ports between consecutive nodes: node *i* uses `base + PORT_STRIDE * (i - 1)` and the two
-/// after it (DESIGN.md §3a), so node ports are easy to guess from the node number.
+/// after it (docs/operations.md), so node ports are easy to guess from the node number.
 const PORT_STRIDE: u32 = 10;
 /// Default `--base-port`: node 1 gets the ports of a default `trireme server`.
 const DEFAULT_BASE_PORT: u16 = 7700;
