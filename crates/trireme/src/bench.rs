@@ -189,12 +189,13 @@ pub fn run(mut args: BenchArgs) -> anyhow::Result<()> {
         .build()
         .context("cannot start the async runtime")?;
     eprintln!(
-        "running {} ({:?}, {} workers, {:?} + {:?} warm-up) against {}",
+        "running {} ({:?}, {} workers, {:?} + {:?} warm-up, seed {}) against {}",
         scenario.name,
         scenario.driver,
         scenario.concurrent,
         scenario.duration,
         scenario.warmup,
+        scenario.seed,
         if scenario.targets.is_empty() {
             format!("a local {LOCAL_NODES}-node Trireme cluster")
         } else {
