@@ -245,13 +245,26 @@ impl KvApi {
     }
 
     /// `<target>/v1/kv/<key>?<query>`, each part of the key between slashes percent-encoded.
+    ///
+    /// URLs resolve `.` and `..` parts away (`a/../b` would become `b`), so a key with such a
+    /// part goes as one segment, its slashes encoded; the node decodes them back. A key that
+    /// is only `.` or `..` cannot be sent in a URL at all.
     fn url(&self, key: &str, query: &[String]) -> anyhow::Result<Url> {
+        if key == "." || key == ".." {
+            bail!("the key {key:?} cannot be addressed through the HTTP API");
+        }
         let mut url = self.base.clone();
-        url.path_segments_mut()
-            .map_err(|()| anyhow!("--target {} cannot take a path", self.base))?
-            .pop_if_empty()
-            .extend(["v1", "kv"])
-            .extend(key.split('/'));
+        {
+            let mut path = url
+                .path_segments_mut()
+                .map_err(|()| anyhow!("--target {} cannot take a path", self.base))?;
+            path.pop_if_empty().extend(["v1", "kv"]);
+            if key.split('/').any(|part| part == "." || part == "..") {
+                path.push(key);
+            } else {
+                path.extend(key.split('/'));
+            }
+        }
         if !query.is_empty() {
             url.set_query(Some(&query.join("&")));
         }
@@ -631,6 +644,10 @@ mod tests {
         assert_eq!(url.as_str(), "http://127.0.0.1:7700/v1/kv/?keys&stale");
         let url = api.url("dir/", &[]).expect("url");
         assert_eq!(url.as_str(), "http://127.0.0.1:7700/v1/kv/dir/");
+        // Dot parts are kept, not resolved away.
+        let url = api.url("a/../b/.", &[]).expect("url");
+        assert_eq!(url.as_str(), "http://127.0.0.1:7700/v1/kv/a%2F..%2Fb%2F.");
+        assert!(api.url("..", &[]).is_err());
     }
 
     #[test]

@@ -119,6 +119,15 @@ async fn put_get_list_and_delete_round_trip() {
     assert_eq!(run.code, 2, "{}", run.stderr);
     assert!(run.stderr.contains("prefix"), "{}", run.stderr);
     assert_eq!(kv_ok(&node, &["get", "other"]).await.stdout, b"4");
+
+    // A key with `..` in it is that key, not resolved like a path.
+    kv_ok(&node, &["put", "dots/../x", "5"]).await;
+    assert_eq!(kv_ok(&node, &["get", "dots/../x"]).await.stdout, b"5");
+    assert_eq!(kv(&node, &["get", "x"], b"").await.code, 1);
+    assert_eq!(
+        kv_ok(&node, &["list", "dots/"]).await.stdout(),
+        "dots/../x\n"
+    );
 }
 
 #[tokio::test]
