@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Issue 3's comparison, in one run on this machine: a 3-node Trireme cluster against a 3-member
+# Trireme against etcd, in one run on this machine: a 3-node Trireme cluster against a 3-member
 # etcd cluster (Debian's etcd-server), with the Consul report's four tests: 64 clients, the
 # 36-byte value, one key (`trireme bench --preset consul-*`).
 #
@@ -11,7 +11,7 @@
 #
 # Then the same four tests with wrk (64 connections; hey tops out near 21k requests/s here and
 # takes most of a core) against Trireme's Consul KV API and etcd's v2 keys API (PUT; GET on the
-# leader; GET on a follower; GET ?quorum=true), as the issue states etcd's figures.
+# leader; GET on a follower; GET ?quorum=true), the API etcd's published figures used.
 #
 # Both sides get the request on the node that leads the key (stale: on a follower), as a
 # slot-aware client would send it. Usage: bench/cluster-vs-etcd.sh [DURATION] (default 20s).

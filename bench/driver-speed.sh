@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Issue 4's load-generator check, in one run: is `trireme bench` ever what limits a run?
+# The load generator's check, in one run: is `trireme bench` ever what limits a run?
 #
 #   1. redis-server (default config), GET, 1 KiB values, 50 connections:
 #      redis-benchmark -t get  vs  trireme bench --driver resp   (target: >= 0.8x)

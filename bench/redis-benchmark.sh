@@ -1,10 +1,10 @@
 #!/usr/bin/env bash
-# Issue 2's speed check: redis-benchmark SET/GET with 1 KiB values and 50 clients against a
+# Trireme against Redis: redis-benchmark SET/GET with 1 KiB values and 50 clients against a
 # one-node Trireme and against redis-server with appendfsync always (both durable), in one run.
 #
 #   bench/redis-benchmark.sh [REQUESTS]      (default 200000)
 #   KEYSPACE=100000 bench/redis-benchmark.sh  (random keys over that many; default: the
-#                                              issue's literal command, one key)
+#                                              plain redis-benchmark command, one key)
 #
 # Prints each server's requests/s and the Trireme / Redis ratios. Uses release builds and
 # loopback ports 17700-17802; everything it starts is stopped by PID on exit.

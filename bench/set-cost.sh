@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Where issue 2's SET gap is, measured without a profiler: alternating runs of redis-benchmark
+# Where the SET gap to Redis is, measured without a profiler: alternating runs of redis-benchmark
 # SET (1 KiB values, 50 clients, one key) against redis-server with appendfsync always and
 # against one or more trireme binaries, each server fresh for each run. Per run it prints
 # requests/s and, from /proc and Trireme's /metrics, the server's CPU per SET, context

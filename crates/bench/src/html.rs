@@ -248,11 +248,12 @@ pub fn run_report(file: &ResultFile, throughput: &str, latency: &str) -> String 
         escape(&file.host.arch),
     );
     let subtitle = format!(
-        "{} · started {} · {} workers · {:?} driver",
+        "{} · started {} · {} workers · {:?} driver · seed {}",
         escape(&r.scenario_name),
         escape(&file.started_at),
         file.scenario.concurrent,
-        file.scenario.driver
+        file.scenario.driver,
+        file.scenario.seed
     );
     page(
         &format!("trireme bench: {}", r.scenario_name),

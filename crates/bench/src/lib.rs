@@ -52,8 +52,11 @@ pub use valuegen::{ValueGenerator, ValueGeneratorConfig};
 pub enum BenchError {
     /// The scenario text is not valid TOML or does not match the scenario schema
     /// (unknown field, wrong type, missing field). serde's message names the field.
+    ///
+    /// The message is part of this error's text and deliberately not its `source`: shown with
+    /// its chain (`{:#}`), it would otherwise be printed twice.
     #[error("invalid scenario file: {0}")]
-    Toml(#[from] toml::de::Error),
+    Toml(toml::de::Error),
     /// A field parsed but its value is not acceptable; `field` is its dotted path
     /// (for example `key_generator.keys`) and `message` says why.
     #[error("{message}")]
@@ -66,6 +69,12 @@ pub enum BenchError {
     /// Two histograms could not be merged (their bounds differ).
     #[error("cannot merge latency histograms: {0}")]
     Merge(String),
+}
+
+impl From<toml::de::Error> for BenchError {
+    fn from(e: toml::de::Error) -> Self {
+        BenchError::Toml(e)
+    }
 }
 
 impl BenchError {

@@ -106,7 +106,7 @@ keys = 1_000_000
     (
         "riak-10-1",
         r#"# Riak report's basho_bench config: mode max, 120 s, 8 workers, uniform over 1M keys,
-# exponential_bin 4098/50000 values, get:put 10:1 (DESIGN.md section 4's example).
+# exponential_bin 4098/50000 values, get:put 10:1 (docs/benchmarks.md's example).
 name = "riak-10-1"
 mode = "max"
 duration = "120s"

@@ -1,6 +1,6 @@
 //! Scenario files: what a benchmark run does, in basho_bench's vocabulary.
 //!
-//! A [`Scenario`] is read from TOML (see DESIGN.md §4 for the example every preset follows)
+//! A [`Scenario`] is read from TOML (see docs/benchmarks.md for the example every preset follows)
 //! with [`Scenario::from_toml_str`]. Parsing is strict: unknown fields are rejected by
 //! serde with a message naming them, and [`Scenario::validate`] rejects values that parse
 //! but make no sense, with a [`BenchError::Invalid`] naming the field.
@@ -206,6 +206,10 @@ pub struct LoadConfig {
     pub keys: Option<u64>,
 }
 
+/// The seed of a scenario file that gives none. Any fixed value keeps runs repeatable; the
+/// run prints the seed it used, so a file without one can still be replayed exactly.
+pub const DEFAULT_SEED: u64 = 42;
+
 /// A validated benchmark scenario.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(try_from = "ScenarioFile", into = "ScenarioFile")]
@@ -256,7 +260,8 @@ struct ScenarioFile {
     targets: Vec<String>,
     #[serde(default)]
     consistency: Consistency,
-    seed: u64,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    seed: Option<u64>,
     key_generator: KeyGeneratorConfig,
     value_generator: ValueGeneratorConfig,
     operations: OperationWeights,
@@ -313,7 +318,7 @@ impl TryFrom<ScenarioFile> for Scenario {
             driver: file.driver,
             targets: file.targets,
             consistency: file.consistency,
-            seed: file.seed,
+            seed: file.seed.unwrap_or(DEFAULT_SEED),
             key_generator: file.key_generator,
             value_generator: file.value_generator,
             operations: file.operations,
@@ -340,7 +345,7 @@ impl From<Scenario> for ScenarioFile {
             driver: s.driver,
             targets: s.targets,
             consistency: s.consistency,
-            seed: s.seed,
+            seed: Some(s.seed),
             key_generator: s.key_generator,
             value_generator: s.value_generator,
             operations: s.operations,
@@ -416,7 +421,7 @@ mod tests {
     use super::*;
     use crate::worker_rng;
 
-    /// DESIGN.md §4's example, verbatim.
+    /// A complete scenario file, of the kind docs/benchmarks.md shows.
     const DESIGN_EXAMPLE: &str = r#"
 name = "riak-10-1"
 mode = "max"                 # or: rate = 20000  (total operations per second, all workers together)
@@ -479,6 +484,37 @@ keys = 1_000_000
         assert_eq!(s.operations.weight(Operation::Put), 1);
         assert_eq!(s.operations.weight(Operation::Cas), 0);
         assert_eq!(s.load.keys, Some(1_000_000));
+    }
+
+    #[test]
+    fn a_file_without_a_seed_gets_the_default_one() {
+        let text = DESIGN_EXAMPLE.replace("seed = 42\n", "");
+        assert!(!text.contains("seed"), "the example still has a seed");
+        let s = Scenario::from_toml_str(&text).expect("a scenario without a seed is accepted");
+        assert_eq!(s.seed, DEFAULT_SEED);
+        // Written back, the seed is explicit, so the result file replays the same run.
+        let again = Scenario::from_toml_str(&s.to_toml_string().unwrap()).unwrap();
+        assert_eq!(again.seed, DEFAULT_SEED);
+        let other = DESIGN_EXAMPLE.replace("seed = 42", "seed = 7");
+        assert_eq!(Scenario::from_toml_str(&other).unwrap().seed, 7);
+    }
+
+    #[test]
+    fn a_parse_error_is_told_once() {
+        let text = DESIGN_EXAMPLE.replace("concurrent = 8\n", "");
+        let err = Scenario::from_toml_str(&text).unwrap_err();
+        // What `trireme bench` prints: the error and every source below it.
+        let mut shown = err.to_string();
+        let mut source = std::error::Error::source(&err);
+        while let Some(cause) = source {
+            shown.push_str(&format!(": {cause}"));
+            source = cause.source();
+        }
+        assert_eq!(
+            shown.matches("missing field `concurrent`").count(),
+            1,
+            "{shown}"
+        );
     }
 
     #[test]

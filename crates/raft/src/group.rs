@@ -15,7 +15,7 @@ use trireme_types::{CommandResult, GroupId, LogCommand, ShardId};
 /// The Raft handle type of a shard.
 type ShardRaft = Raft<TypeConfig, ShardStateMachine>;
 
-/// Raft timing and log-compaction settings (DESIGN.md: heartbeat 100 ms, elections 1–2 s).
+/// Raft timing and log-compaction settings (defaults: heartbeat 100 ms, elections 1–2 s).
 #[derive(Debug, Clone)]
 pub struct RaftTiming {
     /// Leader heartbeat interval.
@@ -87,7 +87,7 @@ impl RaftTiming {
     }
 }
 
-/// How a read is ordered against writes (DESIGN.md "reads").
+/// How a read is ordered against writes (docs/architecture.md, "Reads").
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum ReadMode {
     /// ReadIndex: leadership confirmed by a quorum for this read.

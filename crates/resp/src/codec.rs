@@ -42,7 +42,7 @@ impl Default for CodecLimits {
 }
 
 impl CodecLimits {
-    /// The limits for a connection that has not authenticated yet (DESIGN.md: at most 10
+    /// The limits for a connection that has not authenticated yet (at most 10
     /// arguments and 16 KiB bulks before `AUTH`).
     pub fn before_auth() -> Self {
         Self {

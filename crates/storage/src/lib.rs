@@ -1,7 +1,7 @@
 //! Trireme's storage: one fjall [`fjall::Database`] per node holding the Raft logs, votes and
 //! state machines of every group, with group commit.
 //!
-//! Keyspaces (DESIGN.md §2):
+//! Keyspaces (docs/architecture.md, "storage"):
 //! - `raft_log`: group ‖ index (big-endian) → encoded log entry;
 //! - `raft_meta`: group ‖ name → vote, committed, purged (opaque bytes);
 //! - `data`: shard ‖ key → [`Record`](trireme_types::Record);

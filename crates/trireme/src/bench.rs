@@ -20,7 +20,7 @@ pub struct BenchArgs {
     /// Something other than running a scenario.
     #[command(subcommand)]
     pub command: Option<BenchCommand>,
-    /// Scenario file (TOML, the basho_bench vocabulary of DESIGN.md §4).
+    /// Scenario file (TOML, the basho_bench vocabulary of docs/benchmarks.md).
     pub scenario: Option<PathBuf>,
     /// A built-in scenario instead of a file (see --list-presets).
     #[arg(long, conflicts_with = "scenario")]
@@ -189,12 +189,13 @@ pub fn run(mut args: BenchArgs) -> anyhow::Result<()> {
         .build()
         .context("cannot start the async runtime")?;
     eprintln!(
-        "running {} ({:?}, {} workers, {:?} + {:?} warm-up) against {}",
+        "running {} ({:?}, {} workers, {:?} + {:?} warm-up, seed {}) against {}",
         scenario.name,
         scenario.driver,
         scenario.concurrent,
         scenario.duration,
         scenario.warmup,
+        scenario.seed,
         if scenario.targets.is_empty() {
             format!("a local {LOCAL_NODES}-node Trireme cluster")
         } else {

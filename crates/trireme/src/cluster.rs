@@ -24,7 +24,7 @@ use std::time::{Duration, Instant};
 /// Where every node of a local cluster listens: loopback only, the cluster is for one machine.
 const HOST: Ipv4Addr = Ipv4Addr::LOCALHOST;
 /// Ports between consecutive nodes: node *i* uses `base + PORT_STRIDE * (i - 1)` and the two
-/// after it (DESIGN.md §3a), so node ports are easy to guess from the node number.
+/// after it (docs/operations.md), so node ports are easy to guess from the node number.
 const PORT_STRIDE: u32 = 10;
 /// Default `--base-port`: node 1 gets the ports of a default `trireme server`.
 const DEFAULT_BASE_PORT: u16 = 7700;
@@ -1088,7 +1088,7 @@ async fn status(args: StatusArgs) -> anyhow::Result<()> {
 }
 
 /// `127.0.0.1:7700`, `http://127.0.0.1:7700/` → `http://127.0.0.1:7700`.
-fn normalize_target(target: &str) -> anyhow::Result<String> {
+pub(crate) fn normalize_target(target: &str) -> anyhow::Result<String> {
     let target = target.trim().trim_end_matches('/');
     if target.is_empty() {
         bail!("--target is empty; give a node's HTTP URL like http://127.0.0.1:7700");
@@ -1306,7 +1306,7 @@ fn render_status(report: &StatusReport) -> String {
 // ---------------------------------------------------------------------------------------------
 
 /// A client for loopback and LAN nodes: never through a proxy, never waiting long.
-fn http_client(timeout: Duration) -> anyhow::Result<reqwest::Client> {
+pub(crate) fn http_client(timeout: Duration) -> anyhow::Result<reqwest::Client> {
     reqwest::Client::builder()
         .no_proxy()
         .connect_timeout(timeout)
@@ -1338,7 +1338,7 @@ async fn get_json<T: serde::de::DeserializeOwned>(
 
 /// The innermost cause of an error. reqwest's own message ("error sending request for url
 /// (...)") repeats the URL and hides why; the innermost cause says it ("Connection refused").
-fn root_cause(e: &dyn std::error::Error) -> String {
+pub(crate) fn root_cause(e: &dyn std::error::Error) -> String {
     let mut cause = e;
     while let Some(source) = cause.source() {
         cause = source;

@@ -7,6 +7,7 @@ mod bench_qualify;
 mod chaos;
 mod cluster;
 mod config;
+mod kv;
 mod server;
 
 use clap::{Parser, Subcommand};
@@ -31,6 +32,8 @@ enum Commands {
     Server(config::ServerArgs),
     /// Start a local multi-node cluster (up), or show a running one shard by shard (status).
     Cluster(cluster::ClusterArgs),
+    /// Read and write keys through a node's Consul KV API: get, put, delete, list, watch.
+    Kv(kv::KvArgs),
     /// Run a benchmark scenario against running targets (RESP, Consul KV HTTP or etcd), qualify
     /// a target (bench qualify) or probe replication delay (bench probe).
     Bench(Box<bench::BenchArgs>),
@@ -44,6 +47,8 @@ fn main() -> ExitCode {
     let result = match cli.command {
         Commands::Server(args) => server::run(args),
         Commands::Cluster(args) => cluster::run(args),
+        // Its own exit status: 1 means a missing key or a failed check-and-set, 2 an error.
+        Commands::Kv(args) => return kv::run(args),
         Commands::Bench(args) => bench::run(*args),
         Commands::Chaos(args) => chaos::run(args),
     };

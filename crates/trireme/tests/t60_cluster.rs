@@ -1,4 +1,4 @@
-//! Area 60: three real nodes on loopback (issue 3): replication, forwarding to leaders, the
+//! Area 60: three real nodes on loopback: replication, forwarding to leaders, the
 //! three read modes, failover after `kill -9`, rejoining, whole-cluster restart, catching up
 //! from a snapshot, and peers that speak garbage.
 //!

@@ -1,4 +1,4 @@
-//! Request limits (DESIGN.md, "limits"): what Consul, etcd and Redis enforce.
+//! Request limits (docs/architecture.md, "limits"): what Consul, etcd and Redis enforce.
 
 use crate::error::{ErrorCode, TriremeError};
 use serde::{Deserialize, Serialize};

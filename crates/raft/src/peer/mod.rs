@@ -1,5 +1,5 @@
 //! The peer transport: one TCP connection per pair of nodes, shared by every Raft group and by
-//! forwarded client requests (DESIGN.md "peer traffic").
+//! forwarded client requests (docs/architecture.md, "peer traffic").
 //!
 //! Of each pair, the node with the lower id dials and keeps redialling while the other is
 //! down; the higher one only accepts. Either side then sends requests over the link. The
