@@ -633,6 +633,17 @@ impl Node {
         &self.storage
     }
 
+    /// Moves this node has planned, completed and given up as metadata leader (metrics).
+    pub fn elastic_metrics(&self) -> &crate::ElasticMetrics {
+        &self.elastic_metrics
+    }
+
+    /// Snapshot bytes this node has sent to and received from peers (metrics): what replica
+    /// moves and lagging followers cost in transfer.
+    pub fn snapshot_bytes(&self) -> (u64, u64) {
+        self.transport.snapshot_bytes()
+    }
+
     /// What this node's Raft groups have proposed (metrics).
     pub fn proposal_metrics(&self) -> &ProposalMetrics {
         &self.proposal_metrics
