@@ -127,6 +127,8 @@ pub struct PeerTransport {
     inner: Arc<Inner>,
     /// Size of the chunks this node sends snapshots in.
     snapshot_chunk_bytes: usize,
+    /// The pace of each snapshot transfer in bytes per second (0: as fast as it goes).
+    snapshot_rate: u64,
 }
 
 /// Default size of a snapshot chunk: large enough that a chunk's round trip is cheap next to
@@ -161,7 +163,16 @@ impl PeerTransport {
                 stopped: AtomicBool::new(false),
             }),
             snapshot_chunk_bytes: DEFAULT_SNAPSHOT_CHUNK_BYTES,
+            snapshot_rate: 0,
         }
+    }
+
+    /// Paces every snapshot sent to `bytes_per_sec` (0: unpaced). A replica move sends a
+    /// whole shard; unpaced on a busy machine it competes with client requests for the disk,
+    /// the CPU and the link every group shares.
+    pub fn with_snapshot_rate(mut self, bytes_per_sec: u64) -> Self {
+        self.snapshot_rate = bytes_per_sec;
+        self
     }
 
     /// Sends snapshots in chunks of `bytes` instead of the default.
@@ -824,8 +835,16 @@ impl GroupRouter<TypeConfig, u32> for PeerTransport {
     ) -> Result<SnapshotResponse<TypeConfig>, StreamingError<TypeConfig>> {
         let data = snapshot.snapshot.into_inner();
         let total = data.len() as u64;
+        let started = Instant::now();
         let send_all = async {
             for (offset, chunk) in snapshot::chunks(&data, self.snapshot_chunk_bytes) {
+                if self.snapshot_rate > 0 {
+                    // Not ahead of the pace: the bytes sent so far may have taken this long.
+                    let due = Duration::from_secs_f64(offset as f64 / self.snapshot_rate as f64);
+                    if let Some(early) = due.checked_sub(started.elapsed()) {
+                        tokio::time::sleep(early).await;
+                    }
+                }
                 let last = offset + chunk.len() as u64 == total;
                 let timeout = if last {
                     snapshot::install_timeout(option.hard_ttl(), total)
