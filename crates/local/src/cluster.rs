@@ -859,10 +859,24 @@ pub async fn add_to_running(dir: &Path, opts: AddOptions) -> Result<LocalNode> {
         ServerProcess::new(command, Output::Append(log.clone())).in_own_process_group();
     let pid = process.spawn()?;
     let client = http_client(Duration::from_secs(2))?;
-    if let Err(e) = process
+    let started = process
         .wait_healthy(&client, &addrs.http, opts.timeout)
         .await
-    {
+        // A `cluster up` killed meanwhile (its second Ctrl-C does not wait for this lock)
+        // would leave the node without a supervisor.
+        .and_then(|()| match Manifest::read(&dir) {
+            Ok(Some(now))
+                if now.state == "running" && now.supervisor_pid.is_some_and(process_alive) =>
+            {
+                Ok(())
+            }
+            _ => Err(Error::NotReady(format!(
+                "the `trireme cluster up` of {} stopped while node {} started",
+                dir.display(),
+                addrs.name
+            ))),
+        });
+    if let Err(e) = started {
         let _ = process.kill();
         // Nothing else knows of this node: a directory left behind would stop the next
         // `cluster up` on this directory.

@@ -29,7 +29,8 @@ struct Cli {
 enum Commands {
     /// Run a database node.
     Server(config::ServerArgs),
-    /// Start a local multi-node cluster (up), or show a running one shard by shard (status).
+    /// Start a local multi-node cluster (up), add a node to it while it runs (add), or show a
+    /// running one shard by shard (status).
     Cluster(cluster::ClusterArgs),
     /// Run a benchmark scenario against running targets (RESP, Consul KV HTTP or etcd), qualify
     /// a target (bench qualify) or probe replication delay (bench probe).

@@ -664,3 +664,109 @@ async fn add_without_a_running_cluster_or_with_a_port_in_use_fails_clearly() {
     assert_ne!(code, 0);
     assert!(stderr.contains("cluster.json says stopped"), "{stderr}");
 }
+
+/// Options for driving the supervisor `cluster up` is built on directly.
+fn supervisor_options(dir: &Path) -> trireme_local::ClusterOptions {
+    let mut opts = trireme_local::ClusterOptions::new(3, dir);
+    opts.base_port = free_base_port();
+    opts.flags.shards = Some(2);
+    opts.binary = Some(binary().into());
+    opts.start_timeout = UP_DEADLINE;
+    opts
+}
+
+/// `GET /v1/kv/<key>?consistent&raw` through the node at `http`.
+async fn raw_value(client: &reqwest::Client, http: &str, key: &str) -> String {
+    let url = format!("http://{http}/v1/kv/{key}?consistent&raw");
+    let resp = client.get(&url).send().await.expect("GET");
+    assert_eq!(resp.status(), 200, "GET {url}");
+    resp.text().await.expect("body")
+}
+
+#[tokio::test]
+async fn the_supervisor_restarts_one_node_on_its_data_and_stops_all() {
+    let tmp = tempfile::tempdir().expect("temp dir");
+    let dir = tmp.path().join("cluster");
+    let mut cluster = trireme_local::LocalCluster::start(supervisor_options(&dir))
+        .await
+        .expect("the cluster starts");
+    let nodes = cluster.nodes().to_vec();
+    let client = http_client();
+    let put = client
+        .put(format!("http://{}/v1/kv/t70/kept", nodes[0].http))
+        .body("kept")
+        .send()
+        .await
+        .expect("PUT");
+    assert_eq!(put.status(), 200);
+
+    let old = nodes[1].pid;
+    let n2 = cluster.process_mut(1).expect("n2");
+    let status = n2.kill().expect("n2 was running");
+    assert!(!status.success(), "{status}");
+    assert!(!alive(old));
+    n2.spawn().expect("n2 restarts");
+    cluster.refresh_pid(1);
+    cluster
+        .wait_ready(UP_DEADLINE)
+        .await
+        .expect("the cluster serves again");
+    let restarted = &cluster.nodes()[1];
+    assert_ne!(restarted.pid, old, "n2 is a new process");
+    assert_eq!(restarted.http, nodes[1].http, "on the same ports");
+    assert_eq!(
+        raw_value(&client, &restarted.http, "t70/kept").await,
+        "kept"
+    );
+
+    cluster.stop().await.expect("every node stops cleanly");
+    for node in cluster.nodes() {
+        assert!(!alive(node.pid), "{} outlived the stop", node.name);
+    }
+    assert_eq!(read_manifest(&dir).expect("cluster.json").state, "stopped");
+}
+
+#[tokio::test]
+#[ignore = "needs --join"]
+async fn the_supervisor_adds_a_node_that_joins_and_stops_it_with_the_others() {
+    let tmp = tempfile::tempdir().expect("temp dir");
+    let dir = tmp.path().join("cluster");
+    let opts = supervisor_options(&dir);
+    let base = opts.base_port;
+    let mut cluster = trireme_local::LocalCluster::start(opts)
+        .await
+        .expect("the cluster starts");
+    let n4 = cluster
+        .add_node(UP_DEADLINE)
+        .await
+        .expect("n4 joins")
+        .clone();
+    assert_eq!(n4.name, "n4");
+    assert_eq!(n4.http, format!("127.0.0.1:{}", base + 30));
+    assert_eq!(n4.join.as_deref(), Some(cluster.nodes()[0].peer.as_str()));
+    let client = http_client();
+    let n1 = cluster.nodes()[0].http.clone();
+    let member = common::wait_until(DEADLINE, Duration::from_millis(100), || async {
+        let peers = client
+            .get(format!("http://{n1}/v1/status/peers"))
+            .send()
+            .await
+            .ok();
+        match peers {
+            Some(r) => r
+                .json::<Vec<String>>()
+                .await
+                .is_ok_and(|p| p.contains(&n4.peer)),
+            None => false,
+        }
+    })
+    .await;
+    assert!(member, "n1 never listed n4 ({}) among its peers", n4.peer);
+    let manifest = read_manifest(&dir).expect("cluster.json");
+    assert_eq!(manifest.nodes.len(), 4);
+
+    cluster.stop().await.expect("every node stops cleanly");
+    for node in cluster.nodes() {
+        assert!(!alive(node.pid), "{} outlived the stop", node.name);
+    }
+}
