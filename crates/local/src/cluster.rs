@@ -399,7 +399,8 @@ impl LocalCluster {
         }
         // A cluster.json left by an earlier run must not pass for this one before it serves,
         // nor lose the nodes added to it if this start fails.
-        cluster.write_manifest("starting")?;
+        // Every node the old file listed as added is in the plan: nothing else is kept.
+        cluster.write_manifest("starting", false)?;
         Ok(cluster)
     }
 
@@ -600,10 +601,16 @@ impl LocalCluster {
             .find(|(_, p)| p.is_running())
             .map(|(n, _)| n.peer.clone())
             .ok_or_else(|| Error::Refused("no node of the cluster is running".into()))?;
+        // Nodes another process added are listed in cluster.json only.
+        let listed = Manifest::read(&self.dir)
+            .ok()
+            .flatten()
+            .map(|m| m.nodes)
+            .unwrap_or_default();
         let k = self
             .nodes
             .iter()
-            .chain(&self.adopted)
+            .chain(&listed)
             .filter_map(|n| node_number(&n.name))
             .max()
             .unwrap_or(0)
@@ -615,7 +622,7 @@ impl LocalCluster {
         self.nodes.push(node);
         self.processes.push(process);
         if self.manifest_written {
-            self.write_manifest("running")?;
+            self.write_manifest("running", true)?;
         }
         Ok(&self.nodes[self.nodes.len() - 1])
     }
@@ -643,6 +650,9 @@ impl LocalCluster {
             // An error means it has exited already; the wait below reaps it.
             let _ = process.send_stop();
         }
+        // Checked again: a pid from an earlier stop may belong to another process by now.
+        self.adopted
+            .retain(|node| runs_server_for(node.pid, &node.data_dir));
         for node in &self.adopted {
             let _ = signal_pid(node.pid, Signal::TERM);
         }
@@ -680,7 +690,7 @@ impl LocalCluster {
             }
         }
         if self.manifest_written {
-            self.write_manifest("stopped")?;
+            self.write_manifest("stopped", true)?;
         }
         drop(lock);
         if !problems.is_empty() {
@@ -707,7 +717,7 @@ impl LocalCluster {
         }
         if self.manifest_written {
             let _lock = DirLock::try_acquire(&self.dir);
-            let _ = self.write_manifest("stopped");
+            let _ = self.write_manifest("stopped", true);
         }
     }
 
@@ -735,18 +745,23 @@ impl LocalCluster {
     /// Writes `cluster.json` with state `running`. Scripts poll for it, so it comes after
     /// everything the caller prints about the running cluster.
     pub fn mark_running(&mut self) -> Result<()> {
-        self.write_manifest("running")
+        self.write_manifest("running", true)
     }
 
-    /// Writes `cluster.json`: the nodes started here, then any other node the file lists
-    /// (added by `cluster add`), so that no run forgets a node that joined.
-    fn write_manifest(&mut self, state: &str) -> Result<()> {
+    /// Writes `cluster.json`: the nodes started here, then (with `keep_others`) any other node
+    /// the file lists, added by `cluster add` while this cluster ran, so that no run forgets
+    /// a node that joined.
+    fn write_manifest(&mut self, state: &str, keep_others: bool) -> Result<()> {
         let mut nodes = self.nodes.clone();
-        let others: Vec<LocalNode> = Manifest::read(&self.dir)
-            .ok()
-            .flatten()
-            .map(|m| m.nodes)
-            .unwrap_or_default();
+        let others: Vec<LocalNode> = if keep_others {
+            Manifest::read(&self.dir)
+                .ok()
+                .flatten()
+                .map(|m| m.nodes)
+                .unwrap_or_default()
+        } else {
+            Vec::new()
+        };
         for node in others {
             if !nodes.iter().any(|n| n.name == node.name) {
                 nodes.push(node);
