@@ -248,7 +248,9 @@ impl Manifest {
 }
 
 /// An exclusive hold on `DIR/cluster.lock`, released when dropped.
-struct DirLock(#[allow(dead_code, reason = "held for its lock")] std::fs::File);
+struct DirLock {
+    _file: std::fs::File,
+}
 
 impl DirLock {
     fn open(dir: &Path) -> Result<std::fs::File> {
@@ -267,7 +269,7 @@ impl DirLock {
         let deadline = tokio::time::Instant::now() + timeout;
         loop {
             match file.try_lock() {
-                Ok(()) => return Ok(DirLock(file)),
+                Ok(()) => return Ok(DirLock { _file: file }),
                 Err(std::fs::TryLockError::WouldBlock) => {}
                 Err(std::fs::TryLockError::Error(e)) => {
                     return Err(Error::io(
@@ -291,7 +293,7 @@ impl DirLock {
     fn try_acquire(dir: &Path) -> Option<DirLock> {
         let file = DirLock::open(dir).ok()?;
         file.try_lock().ok()?;
-        Some(DirLock(file))
+        Some(DirLock { _file: file })
     }
 }
 

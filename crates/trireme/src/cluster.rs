@@ -37,7 +37,8 @@ enum ClusterCommand {
     ///
     /// Node i (from 1) is named n<i> and listens on 127.0.0.1: HTTP on BASE+10(i-1), RESP on
     /// the next port, peer on the one after. Its data goes to DIR/n<i>, its output to
-    /// DIR/n<i>.log; DIR/cluster.json lists the nodes once all serve. Running it again on the
+    /// DIR/n<i>.log; DIR/cluster.json lists the nodes, with state "running" once all serve
+    /// and "stopped" after a stop. Running it again on the
     /// same DIR restarts the same nodes with their data, including those added with `cluster
     /// add`. Ctrl-C or SIGTERM stops every node, added ones too (a second one kills them),
     /// then exits 0 if every node ran until then and stopped cleanly. A node that dies while
@@ -64,7 +65,8 @@ enum ClusterCommand {
 /// Flags of `trireme cluster up`.
 #[derive(Args, Debug)]
 pub struct UpArgs {
-    /// Number of nodes.
+    /// Number of nodes that bootstrap the cluster; nodes added with `cluster add` are not
+    /// counted (they restart with these from cluster.json).
     #[arg(long, value_parser = clap::value_parser!(u32).range(1..=100))]
     nodes: u32,
     /// Number of shards, fixed when the cluster is first created (server default: 16).
