@@ -592,8 +592,8 @@ impl LocalCluster {
 
     /// Adds node `n<k>` (the next number) to the running cluster: it starts with `--join`
     /// through a running member's peer address, on the next ports of the layout, and counts
-    /// once it answers `/v1/health`. Fails, stopping it, when it does not serve within
-    /// `timeout`.
+    /// once it answers `/v1/health`. Fails, killing it and removing its new data directory,
+    /// when it does not serve within `timeout`.
     pub async fn add_node(&mut self, timeout: Duration) -> Result<&LocalNode> {
         let _ = self.reap_exited();
         let join = self
@@ -620,7 +620,12 @@ impl LocalCluster {
         let addrs = next_node_addrs(&self.dir, self.opts.base_port, k)?;
         let (node, mut process) = self.spawn_node(addrs, Membership::Join(join))?;
         let client = http_client(Duration::from_secs(2))?;
-        process.wait_healthy(&client, &node.http, timeout).await?;
+        if let Err(e) = process.wait_healthy(&client, &node.http, timeout).await {
+            drop(process); // SIGKILLs it
+            // Unlisted, its data directory would stop the next start on this directory.
+            let _ = std::fs::remove_dir_all(&node.data_dir);
+            return Err(e);
+        }
         self.nodes.push(node);
         self.processes.push(process);
         if self.manifest_written {
