@@ -1,6 +1,6 @@
 //! Area 60: three real nodes on loopback: replication, forwarding to leaders, the
 //! three read modes, failover after `kill -9`, rejoining, whole-cluster restart, catching up
-//! from a snapshot, and peers that speak garbage.
+//! from a snapshot, peers that speak garbage, and a node that joins with `--join`.
 //!
 //! Each test starts its own cluster (3 nodes, 2–4 shards, heartbeat 50 ms, elections
 //! 300–600 ms); the harness runs one cluster at a time. Every wait polls under a deadline.
@@ -1257,6 +1257,61 @@ async fn a_write_without_a_quorum_is_answered_as_outcome_unknown() {
         })
         .await;
         assert!(ok, "no write committed after the followers came back");
+    })
+    .await;
+}
+
+// ---------------------------------------------------------------------------------------
+// 9. a node that joins a running cluster
+// ---------------------------------------------------------------------------------------
+
+/// Whether node `via` lists `peer` in `/v1/status/peers`.
+async fn lists_peer(c: &TestCluster, via: usize, peer: &str) -> bool {
+    let url = format!("{}/v1/status/peers", c.node(via).http_url());
+    let Ok(resp) = c.http.get(url).send().await else {
+        return false;
+    };
+    resp.json::<Vec<String>>()
+        .await
+        .is_ok_and(|peers| peers.iter().any(|p| p == peer))
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "needs --join"]
+async fn a_node_added_with_join_becomes_a_member_and_restarts_from_its_data() {
+    let mut c = TestCluster::start(ClusterOptions::default().shards(2)).await;
+    let added = c.add_node().await;
+    bounded(Duration::from_secs(120), async {
+        assert_eq!(c.name(added), "n4");
+        let peer = peer_addr(c.node(added)).to_string();
+        let member = wait_until(CLUSTER_DEADLINE, Duration::from_millis(50), || {
+            lists_peer(&c, 0, &peer)
+        })
+        .await;
+        assert!(member, "n1 never listed n4 ({peer})\n{}", c.logs());
+
+        // Writes through the new node reach the cluster, and it reads what others wrote.
+        c.put(added, "join/from-n4", "4").await;
+        c.put(0, "join/from-n1", "1").await;
+        let value = |e: Option<common::KvEntry>| e.map(|e| e.value);
+        assert_eq!(
+            value(c.get(1, "join/from-n4", "?consistent").await),
+            Some(b"4".to_vec())
+        );
+        assert_eq!(
+            value(c.get(added, "join/from-n1", "?consistent").await),
+            Some(b"1".to_vec())
+        );
+
+        // Killed and restarted (with --join still on its command line), it comes back as the
+        // same member on the same ports.
+        c.kill9(added).await;
+        c.restart(added).await;
+        assert!(lists_peer(&c, 0, &peer).await, "{}", c.logs());
+        assert_eq!(
+            value(c.get(added, "join/from-n1", "?consistent").await),
+            Some(b"1".to_vec())
+        );
     })
     .await;
 }

@@ -4,7 +4,9 @@
 //! holds has a leader, so they must come up together) on ports chosen before the first one
 //! starts, with short Raft timing from a config file. It kills nodes with SIGKILL by PID,
 //! restarts them on the same ports and data directories, and reads `/v1/cluster/shards` to
-//! find leaders. Every wait polls under a deadline.
+//! find leaders. [`TestCluster::add_node`] starts one more node that enters the running
+//! cluster with `--join`. Every wait polls under a deadline; the processes themselves are
+//! handled by `trireme_local` through [`TestNode`].
 //!
 //! Multi-node tests are CPU-heavy and their timing assertions assume the machine is not
 //! shared with another cluster, so only one `TestCluster` exists at a time per test binary:
@@ -95,6 +97,16 @@ impl Default for ClusterOptions {
 }
 
 impl ClusterOptions {
+    /// The nodes' config file.
+    pub fn config_toml(&self) -> String {
+        // Top-level keys go before the `[raft]` table.
+        format!(
+            "balance_leaders = {}\n{}",
+            self.balance_leaders,
+            self.timing.toml()
+        )
+    }
+
     #[must_use]
     pub fn shards(mut self, n: u32) -> Self {
         self.shards = n;
@@ -267,12 +279,7 @@ impl TestCluster {
             .map(|(i, n)| format!("{n}={}", peer(i)))
             .collect();
         let initial = initial.join(",");
-        // Top-level keys go before the `[raft]` table.
-        let config = format!(
-            "balance_leaders = {}\n{}",
-            opts.balance_leaders,
-            opts.timing.toml()
-        );
+        let config = opts.config_toml();
         let starts: Vec<StartOptions> = names
             .iter()
             .enumerate()
@@ -473,6 +480,33 @@ impl TestCluster {
             counts[l.node] += 1;
         }
         counts
+    }
+
+    /// Starts one more node, `n<k>` (k = the node count + 1), that joins the running cluster
+    /// with `--join` through a running member's peer address, on ports of its own and with
+    /// the cluster's config; waits until it serves. Returns its index: it is killed and
+    /// restarted like the others, and a restart keeps `--join`, which the server ignores on a
+    /// data directory that has joined.
+    pub async fn add_node(&mut self) -> usize {
+        let via = self
+            .running()
+            .first()
+            .map(|&i| peer_addr(&self.nodes[i]))
+            .expect("a running node to join through");
+        let ports = free_ports(3);
+        let opts = StartOptions {
+            node_id: format!("n{}", self.nodes.len() + 1),
+            shards: Some(self.opts.shards),
+            config_toml: Some(self.opts.config_toml()),
+            log: self.opts.log.clone(),
+            http_addr: Some(format!("127.0.0.1:{}", ports[0])),
+            resp_addr: Some(format!("127.0.0.1:{}", ports[1])),
+            peer_addr: Some(format!("127.0.0.1:{}", ports[2])),
+            join: Some(via.to_string()),
+            ..StartOptions::default()
+        };
+        self.nodes.push(TestNode::start(opts).await);
+        self.nodes.len() - 1
     }
 
     /// SIGKILLs node `i` by PID and reaps it.

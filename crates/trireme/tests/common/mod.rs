@@ -1,8 +1,9 @@
 //! Test harness: real `trireme server` processes on loopback ports.
 //!
-//! A [`TestNode`] owns one child process, its data directory and the files its stdout and
-//! stderr go to, so a failing test can print what the server said. Everything waits by
-//! polling a condition under a deadline; nothing sleeps in place of synchronization.
+//! A [`TestNode`] owns one server process (a `trireme_local::ServerProcess`, the supervisor
+//! `trireme cluster up` and the chaos runner use too), its data directory and the files its
+//! stdout and stderr go to, so a failing test can print what the server said. Everything
+//! waits by polling a condition under a deadline; nothing sleeps in place of synchronization.
 
 #![allow(dead_code)]
 
@@ -10,7 +11,7 @@ pub mod cluster;
 
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
-use std::process::{Child, Command, ExitStatus, Stdio};
+use std::process::{Command, ExitStatus, Stdio};
 use std::time::{Duration, Instant};
 
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
@@ -121,6 +122,9 @@ pub struct StartOptions {
     pub peer_addr: Option<String>,
     /// `--initial-cluster` (`n1=127.0.0.1:P1,...`).
     pub initial_cluster: Option<String>,
+    /// `--join HOST:PEER_PORT`: enter a running cluster through that member (excludes
+    /// `initial_cluster`).
+    pub join: Option<String>,
 }
 
 impl Default for StartOptions {
@@ -136,6 +140,7 @@ impl Default for StartOptions {
             resp_addr: None,
             peer_addr: None,
             initial_cluster: None,
+            join: None,
         }
     }
 }
@@ -164,23 +169,24 @@ pub struct Endpoints {
     pub pid: u32,
 }
 
-fn read_endpoints(path: &Path) -> Option<Endpoints> {
-    let text = std::fs::read_to_string(path).ok()?;
-    let v: serde_json::Value = serde_json::from_str(&text).ok()?;
-    Some(Endpoints {
-        node: v["node"].as_str()?.to_string(),
-        http: v["http"].as_str()?.parse().ok()?,
-        resp: v["resp"].as_str()?.parse().ok()?,
-        peer: v["peer"].as_str()?.parse().ok()?,
-        pid: u32::try_from(v["pid"].as_u64()?).ok()?,
-    })
+impl Endpoints {
+    fn parse(e: &trireme_local::Endpoints) -> Option<Endpoints> {
+        Some(Endpoints {
+            node: e.node.clone(),
+            http: e.http.parse().ok()?,
+            resp: e.resp.parse().ok()?,
+            peer: e.peer.parse().ok()?,
+            pid: e.pid,
+        })
+    }
 }
 
 /// One running `trireme server` process. Dropping it SIGKILLs that process (and only it).
 pub struct TestNode {
     opts: StartOptions,
     dir: tempfile::TempDir,
-    child: Option<Child>,
+    /// The current (or last) run's process; rebuilt at each start from the options.
+    process: Option<trireme_local::ServerProcess>,
     endpoints: Option<Endpoints>,
     /// Counts starts, so each run's stdout/stderr go to their own files.
     generation: u32,
@@ -197,7 +203,7 @@ impl TestNode {
         let mut node = TestNode {
             opts,
             dir,
-            child: None,
+            process: None,
             endpoints: None,
             generation: 0,
             http: http_client(),
@@ -250,7 +256,9 @@ impl TestNode {
 
     /// Whether a process started by this node is (as far as the harness knows) running.
     pub fn is_running(&self) -> bool {
-        self.child.is_some()
+        self.process
+            .as_ref()
+            .is_some_and(trireme_local::ServerProcess::is_running)
     }
 
     /// The options the node was started with.
@@ -273,103 +281,70 @@ impl TestNode {
         self.stdout_log()
     }
 
-    /// The arguments of `trireme server` for this node (port 0 unless the options name one).
-    pub fn server_args(&self) -> Vec<String> {
+    /// The `trireme server` command for this node (port 0 unless the options name one).
+    pub fn server_command(&self) -> trireme_local::ServerCommand {
+        use trireme_local::Membership;
+        let mut cmd =
+            trireme_local::ServerCommand::new(binary(), &self.opts.node_id, self.data_dir());
         let addr = |a: &Option<String>| a.clone().unwrap_or_else(|| "127.0.0.1:0".into());
-        let mut args: Vec<String> = vec![
-            "server".into(),
-            "--node-id".into(),
-            self.opts.node_id.clone(),
-            "--data-dir".into(),
-            self.data_dir().display().to_string(),
-            "--http".into(),
-            addr(&self.opts.http_addr),
-            "--resp".into(),
-            addr(&self.opts.resp_addr),
-            "--peer".into(),
-            addr(&self.opts.peer_addr),
-            "--log".into(),
-            self.opts.log.clone(),
-        ];
-        if let Some(initial) = &self.opts.initial_cluster {
-            args.extend(["--initial-cluster".into(), initial.clone()]);
-        }
-        if let Some(n) = self.opts.shards {
-            args.extend(["--shards".into(), n.to_string()]);
-        }
-        if let Some(name) = &self.opts.cluster_name {
-            args.extend(["--cluster-name".into(), name.clone()]);
-        }
+        cmd.http = addr(&self.opts.http_addr);
+        cmd.resp = addr(&self.opts.resp_addr);
+        cmd.peer = addr(&self.opts.peer_addr);
+        cmd.membership = match (&self.opts.initial_cluster, &self.opts.join) {
+            (Some(initial), _) => Membership::Bootstrap(initial.clone()),
+            (None, Some(peer)) => Membership::Join(peer.clone()),
+            (None, None) => Membership::Alone,
+        };
+        cmd.shards = self.opts.shards;
+        cmd.cluster_name.clone_from(&self.opts.cluster_name);
+        cmd.log = Some(self.opts.log.clone());
         if let Some(toml) = &self.opts.config_toml {
             let path = self.dir.path().join("config.toml");
             std::fs::write(&path, toml).expect("write config.toml");
-            args.extend(["--config".into(), path.display().to_string()]);
+            cmd.config = Some(path);
         }
-        args.extend(self.opts.extra_args.iter().cloned());
-        args
+        cmd.extra.clone_from(&self.opts.extra_args);
+        cmd
+    }
+
+    /// The arguments of `trireme server` for this node.
+    pub fn server_args(&self) -> Vec<String> {
+        self.server_command()
+            .server_args()
+            .iter()
+            .map(|a| a.to_string_lossy().into_owned())
+            .collect()
     }
 
     async fn spawn_and_wait(&mut self) {
-        assert!(self.child.is_none(), "a process is already running");
+        assert!(!self.is_running(), "a process is already running");
         self.generation += 1;
-        let stdout = std::fs::File::create(self.stdout_path()).expect("create stdout log");
-        let stderr = std::fs::File::create(self.stderr_path()).expect("create stderr log");
-        let child = Command::new(binary())
-            .args(self.server_args())
-            .stdin(Stdio::null())
-            .stdout(stdout)
-            .stderr(stderr)
-            .spawn()
-            .expect("spawn trireme server");
-        let pid = child.id();
-        self.child = Some(child);
+        let output = trireme_local::Output::Split {
+            stdout: self.stdout_path(),
+            stderr: self.stderr_path(),
+        };
+        let process = self.process.insert(trireme_local::ServerProcess::new(
+            self.server_command(),
+            output,
+        ));
+        process.spawn().expect("spawn trireme server");
         self.endpoints = None;
-
-        let path = self.data_dir().join("endpoints.json");
-        let deadline = Instant::now() + DEADLINE;
-        let endpoints = loop {
-            if let Some(e) = read_endpoints(&path).filter(|e| e.pid == pid) {
-                break e;
-            }
-            if let Some(status) = self.child_exited() {
-                panic!(
-                    "trireme server exited early with {status} before writing endpoints.json\n--- stderr ---\n{}",
-                    self.stderr_log()
-                );
-            }
-            if Instant::now() >= deadline {
-                panic!(
-                    "no endpoints.json with pid {pid} after {DEADLINE:?}\n--- stderr ---\n{}",
-                    self.stderr_log()
-                );
-            }
-            tokio::time::sleep(Duration::from_millis(20)).await;
+        let endpoints = match process.wait_serving(&self.http, DEADLINE).await {
+            Ok(e) => Endpoints::parse(&e).expect("endpoints.json holds socket addresses"),
+            Err(e) => panic!("{e}\n--- stderr ---\n{}", self.stderr_log()),
         };
         assert_eq!(
             endpoints.node, self.opts.node_id,
             "endpoints.json names another node"
         );
         self.endpoints = Some(endpoints);
-
-        let url = format!("{}/v1/health", self.http_url());
-        let client = self.http.clone();
-        let healthy = wait_until(DEADLINE, Duration::from_millis(25), || {
-            let client = client.clone();
-            let url = url.clone();
-            async move { matches!(client.get(&url).send().await, Ok(r) if r.status() == 200) }
-        })
-        .await;
-        assert!(
-            healthy,
-            "node never reported /v1/health 200 within {DEADLINE:?}\n--- stderr ---\n{}",
-            self.stderr_log()
-        );
     }
 
-    fn child_exited(&mut self) -> Option<ExitStatus> {
-        self.child
+    fn running_process(&mut self) -> &mut trireme_local::ServerProcess {
+        self.process
             .as_mut()
-            .and_then(|c| c.try_wait().expect("try_wait on child"))
+            .filter(|p| p.is_running())
+            .expect("node is not running")
     }
 
     /// The endpoints of the running process.
@@ -394,14 +369,15 @@ impl TestNode {
 
     /// The process id of the running server.
     pub fn pid(&self) -> u32 {
-        self.child.as_ref().expect("node is not running").id()
+        self.process
+            .as_ref()
+            .and_then(trireme_local::ServerProcess::pid)
+            .expect("node is not running")
     }
 
     /// SIGKILLs the server and reaps it.
     pub async fn kill9(&mut self) {
-        let mut child = self.child.take().expect("node is not running");
-        child.kill().expect("SIGKILL the server");
-        let status = wait_child(&mut child).await;
+        let status = self.running_process().kill().expect("a running server");
         assert!(
             !status.success(),
             "a SIGKILLed server cannot exit cleanly: {status}"
@@ -414,16 +390,28 @@ impl TestNode {
         self.stop_with("TERM").await
     }
 
-    /// Sends `kill -<signal>` to the server's PID and waits for it to exit.
+    /// Sends `kill -<signal>` (`TERM`, `INT`, `HUP`, `QUIT`, `KILL`) to the server's PID and
+    /// waits for it to exit.
     pub async fn stop_with(&mut self, signal: &str) -> ExitStatus {
-        let mut child = self.child.take().expect("node is not running");
-        let pid = child.id().to_string();
-        let ok = Command::new("kill")
-            .args([format!("-{signal}").as_str(), &pid])
-            .status()
-            .expect("run kill");
-        assert!(ok.success(), "kill -{signal} {pid} failed");
-        let status = wait_child(&mut child).await;
+        use trireme_local::Signal;
+        let sig = match signal {
+            "TERM" => Signal::TERM,
+            "INT" => Signal::INT,
+            "HUP" => Signal::HUP,
+            "QUIT" => Signal::QUIT,
+            "KILL" => Signal::KILL,
+            other => panic!("no signal {other} in the harness"),
+        };
+        let process = self.running_process();
+        let pid = process.pid().unwrap_or_default();
+        process.signal(sig).expect("signal the server");
+        let status = match process.wait_exit(DEADLINE).await {
+            Some(status) => status,
+            None => {
+                let _ = process.kill();
+                panic!("process {pid} did not exit within {DEADLINE:?} of SIG{signal}");
+            }
+        };
         self.endpoints = None;
         status
     }
@@ -513,26 +501,8 @@ impl TestNode {
 
 impl Drop for TestNode {
     fn drop(&mut self) {
-        if let Some(mut child) = self.child.take() {
-            let _ = child.kill();
-            let _ = child.wait();
-        }
-    }
-}
-
-/// Waits (bounded) for a child to exit.
-async fn wait_child(child: &mut Child) -> ExitStatus {
-    let deadline = Instant::now() + DEADLINE;
-    loop {
-        if let Some(status) = child.try_wait().expect("try_wait on child") {
-            return status;
-        }
-        if Instant::now() >= deadline {
-            let _ = child.kill();
-            let _ = child.wait();
-            panic!("process {} did not exit within {DEADLINE:?}", child.id());
-        }
-        tokio::time::sleep(Duration::from_millis(10)).await;
+        // Before the temp dir goes: SIGKILL by PID (the process drops so), and reap.
+        self.process = None;
     }
 }
 
