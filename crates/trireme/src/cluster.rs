@@ -60,6 +60,12 @@ enum ClusterCommand {
     /// Asks the target node for the shard map, then every node for its own view. Exits
     /// non-zero when the target cannot be reached.
     Status(StatusArgs),
+    /// Remove a node from the cluster: drain it (its replicas move to the other nodes, then it
+    /// stops), or with --force remove a node that is gone for good and rebuild its replicas.
+    ///
+    /// Exits non-zero when the removal is refused (an unknown node, or too few nodes would be
+    /// left for the replication factor without --force), and when shards lost their quorum.
+    Remove(crate::cluster_admin::RemoveArgs),
 }
 
 /// Flags of `trireme cluster up`.
@@ -124,6 +130,7 @@ pub fn run(args: ClusterArgs) -> anyhow::Result<()> {
         ClusterCommand::Up(args) => runtime.block_on(up(args)),
         ClusterCommand::Add(args) => runtime.block_on(add(args)),
         ClusterCommand::Status(args) => runtime.block_on(status(args)),
+        ClusterCommand::Remove(args) => runtime.block_on(crate::cluster_admin::remove(args)),
     }
 }
 
@@ -361,6 +368,8 @@ struct StatusReport {
     status_peers: Vec<String>,
     nodes: Vec<NodeReport>,
     shards: Vec<ShardReport>,
+    /// `/v1/cluster/status` of the target: nodes' states and moves in progress.
+    membership: Option<trireme_types::cluster_status::ClusterStatus>,
 }
 
 #[derive(Debug, Serialize)]
@@ -392,11 +401,16 @@ struct ReplicaReport {
 }
 
 async fn status(args: StatusArgs) -> anyhow::Result<()> {
-    let report = collect_status(&args.target).await?;
+    let mut report = collect_status(&args.target).await?;
+    // Nodes' lifecycle and the moves in progress; a node of an older build has no such page.
+    report.membership = crate::cluster_admin::fetch_status(&args.target).await.ok();
     if args.json {
         println!("{}", serde_json::to_string_pretty(&report)?);
     } else {
         print!("{}", render_status(&report));
+        if let Some(membership) = &report.membership {
+            print!("\n{}", crate::cluster_admin::render_membership(membership));
+        }
     }
     Ok(())
 }
@@ -523,6 +537,7 @@ async fn collect_status(target: &str) -> anyhow::Result<StatusReport> {
         status_peers,
         nodes,
         shards,
+        membership: None,
     })
 }
 
@@ -736,6 +751,7 @@ mod tests {
                     health: "unreachable: refused".into(),
                 },
             ],
+            membership: None,
             shards: vec![
                 ShardReport {
                     shard: 0,

@@ -6,6 +6,7 @@ mod bench_probe;
 mod bench_qualify;
 mod chaos;
 mod cluster;
+mod cluster_admin;
 mod config;
 mod kv;
 mod server;

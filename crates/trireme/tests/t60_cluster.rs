@@ -1277,7 +1277,6 @@ async fn lists_peer(c: &TestCluster, via: usize, peer: &str) -> bool {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-#[ignore = "needs --join"]
 async fn a_node_added_with_join_becomes_a_member_and_restarts_from_its_data() {
     let mut c = TestCluster::start(ClusterOptions::default().shards(2)).await;
     let added = c.add_node().await;

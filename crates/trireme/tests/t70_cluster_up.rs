@@ -17,8 +17,9 @@ use std::time::{Duration, Instant};
 /// How long `cluster up` may take to report a serving cluster: three debug servers
 /// bootstrapping on a couple of shared cores.
 const UP_DEADLINE: Duration = Duration::from_secs(120);
-/// Ports a test cluster may use from its base: three nodes take base..base+22.
-const PORT_SPAN: u16 = 30;
+/// Ports a test cluster may use from its base: up to five nodes (three, and two added),
+/// node i taking base+10(i-1) to base+10(i-1)+2.
+const PORT_SPAN: u16 = 50;
 
 /// A base port with the `PORT_SPAN` ports from it free on 127.0.0.1.
 fn free_base_port() -> u16 {
@@ -500,7 +501,6 @@ fn running(raw: u32) -> bool {
 }
 
 #[tokio::test]
-#[ignore = "needs --join"]
 async fn add_joins_a_running_cluster_and_up_stops_and_restarts_it() {
     let tmp = tempfile::Builder::new()
         .prefix("trireme-t70-add-")
@@ -727,7 +727,6 @@ async fn the_supervisor_restarts_one_node_on_its_data_and_stops_all() {
 }
 
 #[tokio::test]
-#[ignore = "needs --join"]
 async fn the_supervisor_adds_a_node_that_joins_and_stops_it_with_the_others() {
     let tmp = tempfile::tempdir().expect("temp dir");
     let dir = tmp.path().join("cluster");
