@@ -12,10 +12,12 @@
 //! shared with another cluster, so only one `TestCluster` exists at a time per test binary:
 //! [`TestCluster::start`] waits for the previous one to be dropped.
 
-use super::{DEADLINE, KvEntry, StartOptions, TestNode, http_client};
+use super::{DEADLINE, KvEntry, StartOptions, TestNode, http_client, wait_until};
 use std::collections::BTreeMap;
 use std::net::{SocketAddr, TcpListener};
-use std::time::Duration;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::time::{Duration, Instant};
 
 /// Serializes clusters within a test binary (see the module documentation).
 static ONE_CLUSTER_AT_A_TIME: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(());
@@ -779,3 +781,97 @@ pub fn peer_addr(node: &TestNode) -> SocketAddr {
 
 /// A generous bound for waits that only depend on the cluster making progress.
 pub const CLUSTER_DEADLINE: Duration = DEADLINE;
+
+// ---- steady writers: writes that go on while a test changes the cluster ----
+
+/// What a steady writer saw.
+#[derive(Debug, Default)]
+pub struct Steady {
+    /// Keys whose PUT was acknowledged (`true`); each key's value is the key itself.
+    pub acked: Vec<String>,
+    /// Failed or refused PUTs, with how long each took.
+    pub failures: Vec<String>,
+    /// Shared with the test while it runs: how many PUTs have been acknowledged so far.
+    pub count: Arc<AtomicUsize>,
+}
+
+/// Keeps writing `{prefix}{n}` = `{prefix}{n}` through the nodes `via` in turn until `stop`.
+pub fn spawn_steady_writer(
+    c: &TestCluster,
+    via: &[usize],
+    prefix: &'static str,
+    stop: Arc<AtomicBool>,
+) -> (Arc<AtomicUsize>, tokio::task::JoinHandle<Steady>) {
+    let urls: Vec<String> = via.iter().map(|&i| c.node(i).http_url()).collect();
+    let client = c.http.clone();
+    let count = Arc::new(AtomicUsize::new(0));
+    let out = Steady {
+        count: count.clone(),
+        ..Steady::default()
+    };
+    let task = tokio::spawn(async move {
+        let mut out = out;
+        let mut n = 0usize;
+        while !stop.load(Ordering::SeqCst) {
+            let key = format!("{prefix}{n:05}");
+            let url = format!("{}/v1/kv/{key}", urls[n % urls.len()]);
+            let started = Instant::now();
+            match try_put_url(&client, &url, &key).await {
+                Ok(true) => {
+                    out.acked.push(key);
+                    out.count.fetch_add(1, Ordering::SeqCst);
+                }
+                other => {
+                    out.failures
+                        .push(format!("{url} after {:?}: {other:?}", started.elapsed()));
+                    // Pacing, not synchronization: a dead node refuses at once, and the
+                    // writer should not spin on it.
+                    tokio::time::sleep(Duration::from_millis(10)).await;
+                }
+            }
+            n += 1;
+        }
+        out
+    });
+    (count, task)
+}
+
+/// Waits until a steady writer has `n` acknowledged writes.
+pub async fn wait_for_acks(count: &AtomicUsize, n: usize) {
+    let reached = wait_until(
+        Duration::from_secs(20),
+        Duration::from_millis(5),
+        || async { count.load(Ordering::SeqCst) >= n },
+    )
+    .await;
+    assert!(
+        reached,
+        "only {} writes acknowledged in 20 s",
+        count.load(Ordering::SeqCst)
+    );
+}
+
+/// Asserts that every key a steady writer had acknowledged reads back (`?consistent`,
+/// through node `via`) with its value.
+pub async fn assert_acked_readable(c: &TestCluster, via: usize, prefix: &str, steady: &Steady) {
+    let listed = c
+        .try_list(via, prefix, "&consistent")
+        .await
+        .unwrap_or_else(|e| panic!("{e}\n{}", c.logs()));
+    let lost: Vec<&String> = steady
+        .acked
+        .iter()
+        .filter(|k| listed.get(*k).map(|e| e.value.as_slice()) != Some(k.as_bytes()))
+        .collect();
+    assert!(
+        lost.is_empty(),
+        "{} of {} acknowledged writes under {prefix} lost or wrong: {lost:?}\n{}",
+        lost.len(),
+        steady.acked.len(),
+        c.logs()
+    );
+    // Unacknowledged writes may have landed or not, but nothing else can appear.
+    for (key, entry) in &listed {
+        assert_eq!(entry.value, key.as_bytes(), "{key}: torn or foreign value");
+    }
+}
