@@ -11,9 +11,9 @@
 //! 5. open the shard groups placed here, initialize them with the placement's membership (a
 //!    no-op once initialized), and wait until each has a leader and has replayed its log.
 
-use crate::forward::{ShardAnswer, ShardOp};
 use crate::identity::{self, Identity};
 use crate::meta::{self, META_SHARD, NodeInfo, Placement};
+use crate::request::PutOutcome;
 use crate::{ClusterError, NodeConfig};
 use bytes::Bytes;
 use std::collections::BTreeMap;
@@ -21,7 +21,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, OnceLock, RwLock};
 use std::time::{Duration, Instant};
 use tokio::net::TcpListener;
-use trireme_raft::{PeerNode, PeerTransport, ProposalMetrics, ReadMode, ShardGroup};
+use trireme_raft::{PeerNode, PeerTransport, ProposalMetrics, ShardGroup};
 use trireme_storage::{Storage, StorageOptions};
 use trireme_types::{Command, GroupId, NodeId, PutCondition, ShardId, ShardMap, TtlUpdate};
 
@@ -216,18 +216,11 @@ impl Node {
         self.write_meta(put).await.map(|_| ())
     }
 
-    async fn write_meta(&self, command: Command) -> Result<ShardAnswer, ClusterError> {
+    async fn write_meta(&self, command: Command) -> Result<PutOutcome, ClusterError> {
         let deadline = tokio::time::Instant::now() + START_TIMEOUT;
         loop {
-            let log = trireme_types::LogCommand {
-                now_ms: crate::now_ms(),
-                command: command.clone(),
-            };
-            match self
-                .on_shard(META_SHARD, ReadMode::Default, ShardOp::Write(log))
-                .await
-            {
-                Ok((answer, _)) => return Ok(answer),
+            match self.write_shard(META_SHARD, command.clone()).await {
+                Ok(outcome) => return Ok(outcome),
                 Err(e) if tokio::time::Instant::now() < deadline => {
                     tracing::info!(error = %e, "metadata group not ready yet; retrying");
                 }
