@@ -498,8 +498,8 @@ impl TestNode {
             .collect()
     }
 
-    /// `/v1/cluster/shards` as JSON.
-    pub async fn shards(&self) -> serde_json::Value {
+    /// `/v1/cluster/shards`, in the server's own type.
+    pub async fn shards(&self) -> trireme_types::admin::ShardsDoc {
         let resp = self
             .http
             .get(format!("{}/v1/cluster/shards", self.http_url()))
