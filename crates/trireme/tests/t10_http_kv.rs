@@ -4,7 +4,7 @@
 
 mod common;
 
-use common::{KvEntry, RawResp, Reply, StartOptions, TestNode, http_client, wait_until};
+use common::{KvEntry, RawResp, Reply, ReplyExt, StartOptions, TestNode, http_client, wait_until};
 use reqwest::StatusCode;
 use serde_json::Value;
 use std::time::Duration;

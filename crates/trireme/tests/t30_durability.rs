@@ -5,7 +5,7 @@
 
 mod common;
 
-use common::{KvEntry, RawResp, Reply, StartOptions, TestNode, http_client, wait_until};
+use common::{KvEntry, RawResp, Reply, ReplyExt, StartOptions, TestNode, http_client, wait_until};
 use std::collections::BTreeMap;
 use std::sync::Arc;
 use std::sync::Mutex;
