@@ -277,15 +277,14 @@ impl Node {
     }
 
     /// Proposes `command` to `shard`'s group, waits for it to be applied, and reads what
-    /// applying it returned as the outcome `O`: the one path every write takes.
+    /// applying it returned as the outcome `O`: the one path every write takes. Client limits
+    /// are checked by the callers that take client requests, not here: the node's own
+    /// writes (its row in the metadata group, reaps) are not bound by them.
     pub(crate) async fn write_shard<O: FromApplied>(
         &self,
         shard: ShardId,
         command: Command,
     ) -> Result<O, ClusterError> {
-        if let Command::Put { value, .. } = &command {
-            self.config.limits.check_value(value)?;
-        }
         let log = LogCommand {
             now_ms: crate::now_ms(),
             command,
@@ -306,6 +305,7 @@ impl Node {
     /// Writes one key, on the request's condition: Consul `PUT` (`?cas`, `?flags`), Redis
     /// `SET` (`NX`, `XX`, `GET`, expiries), a document `PUT` (`If-Match`).
     pub async fn put(&self, request: PutRequest) -> Result<PutOutcome, ClusterError> {
+        self.config.limits.check_value(&request.value)?;
         let key = request.key.clone();
         self.write_key(&key, request.into_command()).await
     }
