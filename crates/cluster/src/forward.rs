@@ -6,6 +6,10 @@
 //! A write is retried on another node only when it was certainly not proposed (refused by a
 //! non-leader, or never sent). When the link breaks or the time runs out after a write was
 //! sent, the client is told the outcome is unknown, never retried behind its back.
+//!
+//! Reads and writes take the same loop but not the same request: a [`Read`] carries its read
+//! mode and a query (keys, a scan, a count, a search), a [`Write`] only its log command, and
+//! each answers in its own type, here and over the peer link alike.
 
 use crate::search::SearchQuery;
 use crate::{ClusterError, Node};
