@@ -18,10 +18,7 @@ use std::collections::{BTreeSet, HashMap};
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, Instant};
-use trireme_raft::ReadMode;
-use trireme_types::{
-    Command, CommandResult, ErrorCode, LogCommand, PutCondition, ShardId, TtlUpdate,
-};
+use trireme_types::{Command, ErrorCode, PutCondition, ShardId, TtlUpdate};
 
 /// How often the metadata leader looks.
 const INTERVAL: Duration = Duration::from_millis(500);
@@ -117,7 +114,7 @@ async fn write_map(
     condition: PutCondition,
 ) -> Result<(), ClusterError> {
     let value = serde_json::to_vec(map)
-        .map_err(|e| ClusterError::Config(format!("cannot encode the cluster map: {e}")))?;
+        .map_err(|e| ClusterError::Internal(format!("cannot encode the cluster map: {e}")))?;
     let put = Command::Put {
         key: Bytes::from_static(meta::PLACEMENT_KEY),
         value: Bytes::from(value),
@@ -125,22 +122,14 @@ async fn write_map(
         condition,
         ttl: TtlUpdate::Clear,
     };
-    let log = LogCommand {
-        now_ms: crate::now_ms(),
-        command: put,
-    };
-    let op = crate::forward::ShardOp::Write(log);
-    match node.on_shard(META_SHARD, ReadMode::Default, op).await?.0 {
-        crate::forward::ShardAnswer::Written(CommandResult::Put { written: true, .. }) => Ok(()),
-        crate::forward::ShardAnswer::Written(CommandResult::Put { written: false, .. }) => {
-            Err(crate::membership::refused(
-                ErrorCode::Conflict,
-                "the cluster map changed while this change was being made; nothing was changed, try again",
-            ))
-        }
-        other => Err(ClusterError::Config(format!(
-            "unexpected answer to a map write: {other:?}"
-        ))),
+    let outcome: crate::request::PutOutcome = node.write_shard(META_SHARD, put).await?;
+    if outcome.written {
+        Ok(())
+    } else {
+        Err(crate::membership::refused(
+            ErrorCode::Conflict,
+            "the cluster map changed while this change was being made; nothing was changed, try again",
+        ))
     }
 }
 
@@ -313,7 +302,7 @@ async fn step(
                 return set_phase(node, shard, mv, MovePhase::Cancel).await;
             }
             let member = map.members.get(&mv.to).cloned().ok_or_else(|| {
-                ClusterError::Config(format!("no identity for node {:016x}", mv.to))
+                ClusterError::Internal(format!("no identity for node {:016x}", mv.to))
             })?;
             match node
                 .on_shard_leader(

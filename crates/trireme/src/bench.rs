@@ -419,10 +419,12 @@ async fn wait_for_balanced_leaders(nodes: &[trireme_local::LocalNode]) {
     let deadline = std::time::Instant::now() + Duration::from_secs(15);
     while std::time::Instant::now() < deadline {
         let balanced = async {
-            let map: serde_json::Value = client.get(&url).send().await.ok()?.json().await.ok()?;
-            let shards = map["shards"].as_array()?;
-            Some(shards.iter().all(|s| {
-                s["leader"]["name"].is_string() && s["leader"]["name"] == s["replicas"][0]["name"]
+            let map: trireme_types::admin::ShardsDoc =
+                client.get(&url).send().await.ok()?.json().await.ok()?;
+            Some(map.shards.iter().all(|s| {
+                s.leader
+                    .as_ref()
+                    .is_some_and(|l| s.replicas.first().is_some_and(|r| r.name == l.name))
             }))
         };
         if balanced.await == Some(true) {

@@ -14,7 +14,7 @@
 
 use anyhow::{Context, anyhow, bail};
 use clap::{Args, Subcommand};
-use serde::{Deserialize, Serialize};
+use serde::Serialize;
 use std::collections::BTreeMap;
 use std::fmt::Write as _;
 use std::path::PathBuf;
@@ -325,36 +325,9 @@ async fn add(args: AddArgs) -> anyhow::Result<()> {
 // cluster status
 // ---------------------------------------------------------------------------------------------
 
-/// A node's name and addresses, as `/v1/cluster/shards` gives them.
-#[derive(Debug, Clone, Serialize, Deserialize, PartialEq, Eq)]
-struct NodeAddrs {
-    name: String,
-    http: String,
-    resp: String,
-    peer: String,
-}
-
-/// `GET /v1/cluster/shards`: the shard map as one node sees it.
-#[derive(Debug, Deserialize)]
-struct ShardsView {
-    node: String,
-    shard_count: u32,
-    shards: Vec<ShardView>,
-}
-
-#[derive(Debug, Deserialize)]
-struct ShardView {
-    shard: u32,
-    slots: [u16; 2],
-    /// Known only on nodes that hold a replica.
-    leader: Option<NodeAddrs>,
-    replicas: Vec<NodeAddrs>,
-    /// `None` where this node holds no replica; then the indexes below are 0.
-    local_role: Option<String>,
-    term: u64,
-    applied_index: u64,
-    committed_index: u64,
-}
+// The shard map and the node addresses are the server's own documents (`trireme_types::admin`):
+// one type for the server that writes them and every reader.
+use trireme_types::admin::{NodeAddrs, ShardDoc, ShardsDoc};
 
 /// What `cluster status` prints, as text or (`--json`) as is.
 #[derive(Debug, Serialize)]
@@ -437,7 +410,7 @@ async fn collect_status(target: &str) -> anyhow::Result<StatusReport> {
     let target = normalize_target(target)?;
     let client = http_client(Duration::from_secs(5))?;
     let unreachable = || format!("cannot reach the trireme node at {target}");
-    let view: ShardsView = get_json(&client, &format!("{target}/v1/cluster/shards"))
+    let view: ShardsDoc = get_json(&client, &format!("{target}/v1/cluster/shards"))
         .await
         .with_context(unreachable)?;
     let status_leader: String = get_json(&client, &format!("{target}/v1/status/leader"))
@@ -455,7 +428,7 @@ async fn collect_status(target: &str) -> anyhow::Result<StatusReport> {
         }
     }
     let mut nodes = Vec::new();
-    let mut views: BTreeMap<String, ShardsView> = BTreeMap::new();
+    let mut views: BTreeMap<String, ShardsDoc> = BTreeMap::new();
     for (name, node) in addrs {
         let base = format!("http://{}", node.http);
         let health = match client.get(format!("{base}/v1/health")).send().await {
@@ -469,7 +442,7 @@ async fn collect_status(target: &str) -> anyhow::Result<StatusReport> {
         if name == view.node {
             // Already asked; asking again would only add a moment of skew.
         } else if let Ok(own) =
-            get_json::<ShardsView>(&client, &format!("{base}/v1/cluster/shards")).await
+            get_json::<ShardsDoc>(&client, &format!("{base}/v1/cluster/shards")).await
         {
             views.insert(name.clone(), own);
         }
@@ -481,7 +454,7 @@ async fn collect_status(target: &str) -> anyhow::Result<StatusReport> {
     let target_node = view.node.clone();
     let shard_count = view.shard_count;
     let shards = {
-        let own = |name: &str, shard: usize| -> Option<&ShardView> {
+        let own = |name: &str, shard: usize| -> Option<&ShardDoc> {
             if name == target_node {
                 view.shards.get(shard)
             } else {
@@ -501,12 +474,12 @@ async fn collect_status(target: &str) -> anyhow::Result<StatusReport> {
                 let leader_view = leader
                     .as_ref()
                     .and_then(|l| own(&l.name, i))
-                    .filter(|v| v.local_role.is_some());
+                    .filter(|v| v.is_local());
                 let replicas = s
                     .replicas
                     .iter()
                     .map(|r| {
-                        let mine = own(&r.name, i).filter(|v| v.local_role.is_some());
+                        let mine = own(&r.name, i).filter(|v| v.is_local());
                         let applied = mine.map(|v| v.applied_index);
                         ReplicaReport {
                             name: r.name.clone(),

@@ -11,7 +11,7 @@ use common::cluster::{
     CLUSTER_DEADLINE, ClusterOptions, RaftTiming, TestCluster, assert_acked_readable, key_slot,
     peer_addr, poll_until, spawn_steady_writer, try_put_url, wait_for_acks,
 };
-use common::{RawResp, Reply, wait_until};
+use common::{RawResp, Reply, ReplyExt, wait_until};
 use std::collections::BTreeMap;
 use std::net::SocketAddr;
 use std::sync::Arc;
@@ -115,7 +115,7 @@ async fn writes_on_one_node_are_read_on_the_others_over_http_and_resp() {
                 let got = Reply::parse(&r.cmd(&[b"GET", key.as_bytes()]).await);
                 assert_eq!(
                     got,
-                    Reply::Bulk(Some(value.clone().into_bytes())),
+                    Reply::Bulk(Some(value.clone().into_bytes().into())),
                     "GET {key} on {} after SET on {}",
                     c.name(reader),
                     c.name(writer)

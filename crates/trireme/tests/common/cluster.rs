@@ -18,6 +18,7 @@ use std::net::{SocketAddr, TcpListener};
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::time::{Duration, Instant};
+use trireme_types::admin::{ShardDoc, ShardsDoc};
 
 /// Serializes clusters within a test binary (see the module documentation).
 static ONE_CLUSTER_AT_A_TIME: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(());
@@ -132,25 +133,18 @@ pub struct ShardView {
 }
 
 impl ShardView {
-    fn from_json(v: &serde_json::Value) -> Option<ShardView> {
-        let slots = v["slots"].as_array()?;
-        Some(ShardView {
-            shard: u32::try_from(v["shard"].as_u64()?).ok()?,
-            slots: (
-                u16::try_from(slots.first()?.as_u64()?).ok()?,
-                u16::try_from(slots.get(1)?.as_u64()?).ok()?,
-            ),
-            leader: v["leader"]["name"].as_str().map(str::to_string),
-            replicas: v["replicas"]
-                .as_array()?
-                .iter()
-                .filter_map(|r| r["name"].as_str().map(str::to_string))
-                .collect(),
-            role: v["local_role"].as_str().map(str::to_string),
-            term: v["term"].as_u64()?,
-            applied: v["applied_index"].as_u64()?,
-            committed: v["committed_index"].as_u64()?,
-        })
+    /// The names and numbers of the server's own shard document that the tests look at.
+    fn from_doc(doc: ShardDoc) -> ShardView {
+        ShardView {
+            shard: doc.shard,
+            slots: (doc.slots[0], doc.slots[1]),
+            leader: doc.leader.map(|l| l.name),
+            replicas: doc.replicas.into_iter().map(|r| r.name).collect(),
+            role: doc.local_role,
+            term: doc.term,
+            applied: doc.applied_index,
+            committed: doc.committed_index,
+        }
     }
 
     pub fn is_leader(&self) -> bool {
@@ -400,12 +394,8 @@ impl TestCluster {
         if resp.status() != 200 {
             return None;
         }
-        let v: serde_json::Value = resp.json().await.ok()?;
-        v["shards"]
-            .as_array()?
-            .iter()
-            .map(ShardView::from_json)
-            .collect()
+        let doc: ShardsDoc = resp.json().await.ok()?;
+        Some(doc.shards.into_iter().map(ShardView::from_doc).collect())
     }
 
     /// Every running node's view, by node index.

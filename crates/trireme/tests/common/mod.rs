@@ -16,6 +16,8 @@ use std::time::{Duration, Instant};
 
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpStream;
+pub use trireme_bench::reply::Reply;
+use trireme_bench::reply::parse_reply;
 
 /// Runs a program to completion with a deadline; returns (success, stdout, stderr).
 pub fn run_program(program: &str, args: &[String], limit: Duration) -> (bool, String, String) {
@@ -486,8 +488,8 @@ impl TestNode {
             .collect()
     }
 
-    /// `/v1/cluster/shards` as JSON.
-    pub async fn shards(&self) -> serde_json::Value {
+    /// `/v1/cluster/shards`, in the server's own type.
+    pub async fn shards(&self) -> trireme_types::admin::ShardsDoc {
         let resp = self
             .http
             .get(format!("{}/v1/cluster/shards", self.http_url()))
@@ -615,7 +617,7 @@ impl RawResp {
     /// Like `read_reply`, but `None` when the connection ends or fails first.
     pub async fn try_read_reply(&mut self) -> Option<Vec<u8>> {
         loop {
-            if let Some(len) = reply_len(&self.buf, 0) {
+            if let Some(len) = reply_len(&self.buf) {
                 return Some(self.buf.drain(..len).collect());
             }
             let mut chunk = [0u8; 16 * 1024];
@@ -670,7 +672,7 @@ impl RawResp {
     /// Reads one complete reply (any RESP2 type, arrays nested) and returns its raw bytes.
     pub async fn read_reply(&mut self) -> Vec<u8> {
         loop {
-            if let Some(len) = reply_len(&self.buf, 0) {
+            if let Some(len) = reply_len(&self.buf) {
                 return self.buf.drain(..len).collect();
             }
             if self.fill().await == 0 {
@@ -711,111 +713,41 @@ pub fn encode_cmd(args: &[&[u8]]) -> Vec<u8> {
     out
 }
 
-fn line_end(buf: &[u8], from: usize) -> Option<usize> {
-    buf.get(from..)?
-        .windows(2)
-        .position(|w| w == b"\r\n")
-        .map(|p| from + p)
-}
-
-/// The length of the complete reply starting at `at`, or `None` if more bytes are needed.
-fn reply_len(buf: &[u8], at: usize) -> Option<usize> {
-    let kind = *buf.get(at)?;
-    let end = line_end(buf, at + 1)?;
-    let header = std::str::from_utf8(&buf[at + 1..end]).ok();
-    let after = end + 2;
-    match kind {
-        b'+' | b'-' | b':' => Some(after - at),
-        b'$' => {
-            let n: i64 = header?.parse().ok()?;
-            if n < 0 {
-                return Some(after - at);
-            }
-            let total = after + usize::try_from(n).ok()? + 2;
-            (buf.len() >= total).then_some(total - at)
-        }
-        b'*' => {
-            let n: i64 = header?.parse().ok()?;
-            let mut pos = after;
-            for _ in 0..n.max(0) {
-                pos += reply_len(buf, pos)?;
-            }
-            Some(pos - at)
-        }
-        other => panic!("unexpected RESP type byte {:?}", other as char),
+/// The length of the complete reply at the start of `buf`, or `None` if more bytes are needed.
+fn reply_len(buf: &[u8]) -> Option<usize> {
+    match parse_reply(buf) {
+        Ok(found) => found.map(|(_, used)| used),
+        Err(e) => panic!("not RESP: {e}: {:?}", String::from_utf8_lossy(buf)),
     }
 }
 
-/// Parses a complete RESP reply into a small tree (for replies whose exact bytes vary).
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub enum Reply {
-    Simple(String),
-    Error(String),
-    Int(i64),
-    Bulk(Option<Vec<u8>>),
-    Array(Option<Vec<Reply>>),
+/// What the tests ask of a reply, failing the test when it is of another kind.
+pub trait ReplyExt {
+    /// Parses exactly one complete reply.
+    fn parse(bytes: &[u8]) -> Reply;
+    fn int(&self) -> i64;
+    fn array(&self) -> &[Reply];
+    fn bulk(&self) -> &[u8];
 }
 
-impl Reply {
-    pub fn parse(bytes: &[u8]) -> Reply {
-        let (reply, used) = parse_at(bytes, 0);
-        assert_eq!(used, bytes.len(), "trailing bytes after the reply");
-        reply
+impl ReplyExt for Reply {
+    fn parse(bytes: &[u8]) -> Reply {
+        Reply::parse_one(bytes)
+            .unwrap_or_else(|e| panic!("{e}: {:?}", String::from_utf8_lossy(bytes)))
     }
 
-    pub fn int(&self) -> i64 {
-        match self {
-            Reply::Int(n) => *n,
-            other => panic!("expected an integer reply, got {other:?}"),
-        }
+    fn int(&self) -> i64 {
+        self.as_integer()
+            .unwrap_or_else(|| panic!("expected an integer reply, got {self:?}"))
     }
 
-    pub fn array(&self) -> &[Reply] {
-        match self {
-            Reply::Array(Some(a)) => a,
-            other => panic!("expected an array reply, got {other:?}"),
-        }
+    fn array(&self) -> &[Reply] {
+        self.as_array()
+            .unwrap_or_else(|| panic!("expected an array reply, got {self:?}"))
     }
 
-    pub fn bulk(&self) -> &[u8] {
-        match self {
-            Reply::Bulk(Some(b)) => b,
-            other => panic!("expected a bulk reply, got {other:?}"),
-        }
-    }
-}
-
-fn parse_at(buf: &[u8], at: usize) -> (Reply, usize) {
-    let end = line_end(buf, at + 1).expect("complete reply line");
-    let text = String::from_utf8_lossy(&buf[at + 1..end]).to_string();
-    let after = end + 2;
-    match buf[at] {
-        b'+' => (Reply::Simple(text), after - at),
-        b'-' => (Reply::Error(text), after - at),
-        b':' => (Reply::Int(text.parse().expect("integer")), after - at),
-        b'$' => {
-            let n: i64 = text.parse().expect("bulk length");
-            if n < 0 {
-                return (Reply::Bulk(None), after - at);
-            }
-            let n = usize::try_from(n).expect("bulk length");
-            let data = buf[after..after + n].to_vec();
-            (Reply::Bulk(Some(data)), after + n + 2 - at)
-        }
-        b'*' => {
-            let n: i64 = text.parse().expect("array length");
-            if n < 0 {
-                return (Reply::Array(None), after - at);
-            }
-            let mut pos = after;
-            let mut items = Vec::new();
-            for _ in 0..n {
-                let (item, used) = parse_at(buf, pos);
-                items.push(item);
-                pos += used;
-            }
-            (Reply::Array(Some(items)), pos - at)
-        }
-        other => panic!("unexpected RESP type byte {:?}", other as char),
+    fn bulk(&self) -> &[u8] {
+        self.as_bulk()
+            .unwrap_or_else(|| panic!("expected a bulk reply, got {self:?}"))
     }
 }
