@@ -536,7 +536,8 @@ impl Node {
         let Some(group) = self.group(shard) else {
             return encode_reply(&ForwardReply::<R::Answer>::NotLeader(None));
         };
-        if !(op.any_replica() && self.serves_stale(shard)) && !group.is_leader() {
+        let may_serve = group.is_leader() || (op.any_replica() && self.serves_stale(shard));
+        if !may_serve {
             return encode_reply(&ForwardReply::<R::Answer>::NotLeader(group.leader()));
         }
         let reply = match op.serve(self, &group).await {
