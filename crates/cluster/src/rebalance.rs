@@ -371,16 +371,7 @@ async fn step(
                 }
                 other => return Err(step_failed(shard, "changing voters", other)),
             }
-            let expected = mv.clone();
-            let done = update_map(node, |map| {
-                if map.moves.get(&shard.0) != Some(&expected) {
-                    return Ok(None);
-                }
-                map.finish_move(shard, &expected);
-                Ok(Some(()))
-            })
-            .await?;
-            if done.is_some() {
+            if change_move(node, shard, mv, |map| map.finish_move(shard, mv)).await? {
                 node.elastic_metrics
                     .moves_completed
                     .fetch_add(1, Ordering::Relaxed);
@@ -396,16 +387,11 @@ async fn step(
                 MembershipReply::Done => {}
                 other => return Err(step_failed(shard, "removing a learner", other)),
             }
-            let expected = mv.clone();
-            let done = update_map(node, |map| {
-                if map.moves.get(&shard.0) != Some(&expected) {
-                    return Ok(None);
-                }
+            if change_move(node, shard, mv, |map| {
                 map.moves.remove(&shard.0);
-                Ok(Some(()))
             })
-            .await?;
-            if done.is_some() {
+            .await?
+            {
                 node.elastic_metrics
                     .moves_cancelled
                     .fetch_add(1, Ordering::Relaxed);
@@ -422,16 +408,32 @@ async fn set_phase(
     mv: &Move,
     phase: MovePhase,
 ) -> Result<(), ClusterError> {
-    let expected = mv.clone();
-    update_map(node, |map| match map.moves.get_mut(&shard.0) {
-        Some(current) if *current == expected => {
+    change_move(node, shard, mv, |map| {
+        if let Some(current) = map.moves.get_mut(&shard.0) {
             current.phase = phase;
-            Ok(Some(()))
         }
-        _ => Ok(None),
     })
     .await
     .map(drop)
+}
+
+/// Applies `change` to the map if `shard`'s move is still `mv` there (another leader may have
+/// taken it further meanwhile); returns whether it did.
+async fn change_move(
+    node: &Node,
+    shard: ShardId,
+    mv: &Move,
+    change: impl FnOnce(&mut ClusterMap),
+) -> Result<bool, ClusterError> {
+    let written = update_map(node, |map| {
+        if map.moves.get(&shard.0) != Some(mv) {
+            return Ok(None);
+        }
+        change(map);
+        Ok(Some(()))
+    })
+    .await?;
+    Ok(written.is_some())
 }
 
 fn step_failed(shard: ShardId, what: &str, reply: MembershipReply) -> ClusterError {
