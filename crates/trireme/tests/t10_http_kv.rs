@@ -433,7 +433,10 @@ async fn status_cluster_health_and_metrics() {
     let written = node.get("m/k").await.unwrap();
     let shards = node.shards().await;
     assert_eq!(shards.node, "n1");
-    assert_eq!(shards.epoch, 0, "the placement has no version yet");
+    assert_eq!(
+        shards.epoch, 1,
+        "a new cluster's map is at its first version"
+    );
     assert_eq!(shards.shard_count, 16);
     assert_eq!(shards.shards.len(), 16);
     let mut next_slot = 0u32;
