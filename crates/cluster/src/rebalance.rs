@@ -241,7 +241,11 @@ async fn keep_meta_voters(node: &Node, map: &ClusterMap) -> Result<(), ClusterEr
     }
 
     let most = active.len().clamp(1, meta::META_VOTERS);
-    let want = if most.is_multiple_of(2) { most - 1 } else { most };
+    let want = if most.is_multiple_of(2) {
+        most - 1
+    } else {
+        most
+    };
     let mut voters: BTreeSet<u64> = status
         .voters
         .iter()
