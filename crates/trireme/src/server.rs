@@ -88,6 +88,7 @@ async fn serve(mut config: ServerConfig) -> anyhow::Result<()> {
     let mut http_state = trireme_http::AppState::new(node.clone());
     let resp_metrics = resp_server.metrics();
     http_state.extra_metrics = Arc::new(move || resp_metrics.prometheus());
+    let http_metrics = http_state.metrics.clone();
     let http_task = tokio::spawn(trireme_http::serve(
         http,
         trireme_http::router(http_state),
@@ -95,6 +96,7 @@ async fn serve(mut config: ServerConfig) -> anyhow::Result<()> {
             header_read_timeout: std::time::Duration::from_millis(
                 config.node.limits.header_read_timeout_ms,
             ),
+            metrics: Some(http_metrics),
             ..Default::default()
         },
         stopped(stop_rx.clone()),
