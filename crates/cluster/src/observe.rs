@@ -21,8 +21,8 @@ pub struct ReplicaStats {
     pub committed_index: u64,
     /// Times the known leader changed since this replica was opened.
     pub leader_changes: u64,
-    /// Times this replica stood for election since it was opened.
-    pub elections_started: u64,
+    /// Elections (terms begun) seen since this replica was opened.
+    pub elections: u64,
     /// On a leader: each follower's name (or id, if unknown) and how many entries it is
     /// behind the leader's log.
     pub follower_lag: Vec<(String, u64)>,
@@ -54,7 +54,7 @@ impl Node {
                     applied_index: status.applied_index,
                     committed_index: status.committed_index,
                     leader_changes: events.leader_changes.load(Ordering::Relaxed),
-                    elections_started: events.elections_started.load(Ordering::Relaxed),
+                    elections: events.elections.load(Ordering::Relaxed),
                     follower_lag,
                 }
             })

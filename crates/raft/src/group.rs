@@ -153,11 +153,12 @@ pub struct ShardGroup {
 pub struct GroupEvents {
     /// Times the known leader became a node other than the last one known.
     pub leader_changes: std::sync::atomic::AtomicU64,
-    /// Times this node stood for election (became a candidate).
-    pub elections_started: std::sync::atomic::AtomicU64,
+    /// Elections held since the group was opened, counted as the terms the group advanced
+    /// by (every election, won or not, starts a new term; a term seen skipped still counts).
+    pub elections: std::sync::atomic::AtomicU64,
 }
 
-/// Counts leader changes and candidacies in `metrics` into `events` until the group stops.
+/// Counts leader changes and elections in `metrics` into `events` until the group stops.
 fn watch_events(
     mut metrics: openraft::type_config::alias::WatchReceiverOf<
         TypeConfig,
@@ -166,23 +167,24 @@ fn watch_events(
     events: Arc<GroupEvents>,
 ) {
     use std::sync::atomic::Ordering::Relaxed;
+    // Terms count from the one the group opened at, read here rather than in the task, which
+    // may first run after an election. The first leader known counts as a change.
+    let mut term = metrics.borrow_watched().current_term;
     tokio::spawn(async move {
-        // The first leader known counts as a change, so a replica that found its leader
-        // before this task first ran is counted too.
-        let (mut leader, mut state) = (None, ServerState::Follower);
+        let mut leader = None;
         loop {
-            let (now_leader, now_state) = {
+            let (now_leader, now_term) = {
                 let m = metrics.borrow_watched();
-                (m.current_leader, m.state)
+                (m.current_leader, m.current_term)
             };
             if now_leader.is_some() && now_leader != leader {
                 events.leader_changes.fetch_add(1, Relaxed);
                 leader = now_leader;
             }
-            if now_state == ServerState::Candidate && state != ServerState::Candidate {
-                events.elections_started.fetch_add(1, Relaxed);
+            if now_term > term {
+                events.elections.fetch_add(now_term - term, Relaxed);
+                term = now_term;
             }
-            state = now_state;
             if metrics.changed().await.is_err() {
                 return;
             }

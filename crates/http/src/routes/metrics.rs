@@ -236,15 +236,15 @@ async fn replicas(out: &mut String, state: &AppState) {
     }
     header(
         out,
-        "trireme_shard_elections_started_total",
+        "trireme_shard_elections_total",
         "counter",
-        "Times this node stood for election in the shard, since it opened its replica.",
+        "Elections of the shard seen by this node since it opened its replica, counted as the terms the shard advanced by (won or not).",
     );
     for r in &replicas {
         let _ = writeln!(
             out,
-            "trireme_shard_elections_started_total{{shard=\"{}\"}} {}",
-            r.shard.0, r.elections_started
+            "trireme_shard_elections_total{{shard=\"{}\"}} {}",
+            r.shard.0, r.elections
         );
     }
     header(
