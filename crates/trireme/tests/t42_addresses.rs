@@ -4,6 +4,7 @@
 
 mod common;
 
+use common::cluster::free_ports;
 use common::{RawResp, Reply, StartOptions, TestNode, run_expect_failure};
 use std::time::Duration;
 
@@ -93,4 +94,57 @@ async fn every_interface_without_an_advertise_address_is_refused() {
         !dir.path().join("data").exists(),
         "a refused start must not create the data directory"
     );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn peers_named_by_host_name_form_a_cluster() {
+    // Peer addresses by name only: the nodes dial each other by resolving `localhost`.
+    let ports = free_ports(2);
+    let peer = |i: usize| format!("localhost:{}", ports[i]);
+    let initial = format!("n1={},n2={}", peer(0), peer(1));
+    let handles: Vec<_> = (0..2)
+        .map(|i| {
+            tokio::spawn(TestNode::start(StartOptions {
+                node_id: format!("n{}", i + 1),
+                peer_addr: Some(peer(i)),
+                initial_cluster: Some(initial.clone()),
+                ..StartOptions::default().shards(2)
+            }))
+        })
+        .collect();
+    let mut nodes = Vec::new();
+    for handle in handles {
+        match handle.await {
+            Ok(node) => nodes.push(node),
+            Err(e) if e.is_panic() => std::panic::resume_unwind(e.into_panic()),
+            Err(e) => panic!("start task failed: {e}"),
+        }
+    }
+
+    // A write through one node is read through the other, whichever leads the key's shard.
+    for (i, key) in ["named/a", "named/b", "named/c", "named/d"]
+        .iter()
+        .enumerate()
+    {
+        assert!(
+            nodes[i % 2].put(key, "v").await,
+            "PUT {key} through n{}",
+            i % 2 + 1
+        );
+        let read = nodes[(i + 1) % 2].get(key).await;
+        assert_eq!(read.map(|e| e.value), Some(b"v".to_vec()), "{key}");
+    }
+    let shards = nodes[0].shards().await;
+    for shard in shards["shards"].as_array().unwrap() {
+        let peers: Vec<&str> = shard["replicas"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|r| r["peer"].as_str().unwrap())
+            .collect();
+        assert_eq!(peers.len(), 2, "{shard}");
+        for p in peers {
+            assert!(p == peer(0) || p == peer(1), "{p} in {shard}");
+        }
+    }
 }
