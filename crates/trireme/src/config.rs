@@ -145,24 +145,25 @@ impl Endpoint {
         advertise: Option<String>,
     ) -> anyhow::Result<Self> {
         let bind = bind.unwrap_or_else(|| default.to_string());
-        let (host, _) =
+        let name = flag.trim_start_matches('-');
+        let (host, port) =
             split_host_port(&bind).with_context(|| format!("{flag} {bind:?} is not HOST:PORT"))?;
         if let Some(advertise) = &advertise {
-            let (host, port) = split_host_port(advertise).with_context(|| {
-                format!("--advertise-{} {advertise:?} is not HOST:PORT", &flag[2..])
-            })?;
+            let (host, port) = split_host_port(advertise)
+                .with_context(|| format!("--advertise-{name} {advertise:?} is not HOST:PORT"))?;
             if port == 0 || is_unspecified(host) {
                 bail!(
-                    "--advertise-{} {advertise:?} cannot be reached: give the host and port others connect to",
-                    &flag[2..]
+                    "--advertise-{name} {advertise:?} cannot be dialled: give the host and port others connect to"
                 );
             }
         } else if is_unspecified(host) {
+            let example_port = if port == 0 {
+                "PORT".to_string()
+            } else {
+                port.to_string()
+            };
             bail!(
-                "{flag} {bind:?} listens on every interface, which tells other nodes and clients nothing about where to connect: also pass --advertise-{} HOST:PORT (or `advertise_{}` in the config file) with an address they can reach, e.g. db1.internal:{}",
-                &flag[2..],
-                &flag[2..],
-                split_host_port(&bind).map_or(0, |(_, port)| port)
+                "{flag} {bind:?} listens on every interface, which tells other nodes and clients nothing about where to connect: also pass --advertise-{name} HOST:PORT (`advertise_{name}` in the config file) with an address they can reach, e.g. db1.internal:{example_port}"
             );
         }
         Ok(Self {

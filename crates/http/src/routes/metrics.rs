@@ -263,12 +263,16 @@ async fn replicas(out: &mut String, state: &AppState) {
         }
     }
 
-    if let Some(usage) = state.usage.get(&state.node).await {
+    if let Some(mut usage) = state.usage.get(&state.node).await {
+        // A replica moved away since the count was made is no longer this node's to show.
+        usage
+            .shards
+            .retain(|(shard, _, _)| replicas.iter().any(|r| r.shard.0 == *shard));
         header(
             out,
             "trireme_shard_keys",
             "gauge",
-            "Rows stored for each shard held here (expired keys not yet removed included); counted by a background scan at most every 30 s, see trireme_shard_usage_age_seconds.",
+            "Rows stored for each shard held here (expired keys not yet removed included). A cached count: a scrape that finds it older than 30 s starts a new one in the background; trireme_shard_usage_age_seconds says how old it is.",
         );
         for (shard, rows, _) in &usage.shards {
             let _ = writeln!(out, "trireme_shard_keys{{shard=\"{shard}\"}} {rows}");
