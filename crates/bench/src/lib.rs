@@ -24,6 +24,7 @@ pub mod probe;
 pub mod progress;
 pub mod qualify;
 pub mod repeat;
+pub mod reply;
 pub mod report;
 pub mod results;
 pub mod runner;

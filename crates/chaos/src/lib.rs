@@ -7,7 +7,7 @@
 //! - [`lab`]: namespaces, veth pairs and a bridge, all created by the run and removed after it;
 //!   iptables rules inside the node namespaces for partitions and packet loss.
 //! - [`nodes`]: real `trireme server` processes started in the namespaces; kill -9, SIGSTOP,
-//!   SIGCONT and restart, by PID.
+//!   SIGCONT and restart, by PID, through the `trireme-local` supervisor.
 //! - [`delay`]: user-space proxies on the peer links, for delay faults.
 //! - [`schedule`]: the fault plan, a pure function of the seed.
 //! - [`workload`]: clients over HTTP (Consul KV) and RESP, each operation recorded in

@@ -1,16 +1,17 @@
 //! The server processes of a run: real `trireme server` processes started inside the node
-//! namespaces (`ip netns exec` replaces itself with the server, so the child's PID is the
-//! server's), killed, paused, resumed and restarted by PID. Only processes started here are
-//! ever signalled.
+//! namespaces through `ip netns exec` (which replaces itself with the server, so the child's
+//! PID is the server's), killed, paused, resumed and restarted by PID. The process handling
+//! is `trireme-local`'s, shared with `trireme cluster up` and the integration tests; only
+//! processes started here are ever signalled.
 
-use std::fs::OpenOptions;
 use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Stdio};
 
-use rustix::process::{Pid, Signal, kill_process};
+use trireme_local::{Membership, Output, ServerCommand, ServerProcess};
 
 use crate::ChaosError;
 use crate::lab::LabNode;
+
+pub use trireme_local::NodeState;
 
 /// HTTP, RESP and peer ports of every node (each node has its own address).
 pub const HTTP_PORT: u16 = 7700;
@@ -19,25 +20,12 @@ pub const RESP_PORT: u16 = 7701;
 /// See [`HTTP_PORT`].
 pub const PEER_PORT: u16 = 7702;
 
-/// How a node's process stands.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum NodeState {
-    /// Running and not paused.
-    Up,
-    /// Stopped with SIGSTOP.
-    Paused,
-    /// Killed (or never started).
-    Down,
-}
-
 /// One server node of the run.
 #[derive(Debug)]
 pub struct NodeProcess {
     /// Where it sits in the lab.
     pub lab: LabNode,
-    child: Option<Child>,
-    paused: bool,
-    args: Vec<String>,
+    process: ServerProcess,
     log: PathBuf,
 }
 
@@ -78,98 +66,35 @@ impl NodeProcess {
     /// Current state.
     #[must_use]
     pub fn state(&self) -> NodeState {
-        match (&self.child, self.paused) {
-            (None, _) => NodeState::Down,
-            (Some(_), true) => NodeState::Paused,
-            (Some(_), false) => NodeState::Up,
-        }
+        self.process.state()
     }
 
-    /// Starts the server (no-op when it already runs).
+    /// Starts the server (no-op when it already runs); a restart after a kill reuses the
+    /// node's data directory and flags.
     pub fn start(&mut self) -> Result<(), ChaosError> {
-        if self.child.is_some() {
-            return Ok(());
-        }
-        let log = OpenOptions::new()
-            .create(true)
-            .append(true)
-            .open(&self.log)
-            .map_err(|e| ChaosError::io(self.log.display(), e))?;
-        let log_err = log
-            .try_clone()
-            .map_err(|e| ChaosError::io(self.log.display(), e))?;
-        let child = Command::new("ip")
-            .args(["netns", "exec", &self.lab.netns])
-            .args(&self.args)
-            .stdin(Stdio::null())
-            .stdout(log)
-            .stderr(log_err)
-            .spawn()
-            .map_err(|e| ChaosError::Command {
-                command: format!("ip netns exec {} trireme server", self.lab.netns),
-                message: e.to_string(),
-            })?;
-        self.child = Some(child);
-        self.paused = false;
-        Ok(())
-    }
-
-    fn signal(&self, signal: Signal) -> Result<(), ChaosError> {
-        let Some(child) = &self.child else {
-            return Ok(());
-        };
-        let pid = i32::try_from(child.id())
-            .ok()
-            .and_then(Pid::from_raw)
-            .ok_or_else(|| ChaosError::Cluster(format!("bad pid {}", child.id())))?;
-        kill_process(pid, signal).map_err(|e| ChaosError::Command {
-            command: format!("kill -{signal:?} {}", child.id()),
-            message: e.to_string(),
-        })
+        self.process.spawn().map(|_| ()).map_err(local_error)
     }
 
     /// `kill -9`, then reaps the process.
     pub fn kill(&mut self) -> Result<(), ChaosError> {
-        if self.child.is_none() {
-            return Ok(());
-        }
-        self.signal(Signal::KILL)?;
-        if let Some(mut child) = self.child.take() {
-            let _ = child.wait();
-        }
-        self.paused = false;
+        let _ = self.process.kill();
         Ok(())
     }
 
     /// SIGSTOP.
     pub fn pause(&mut self) -> Result<(), ChaosError> {
-        if self.child.is_some() && !self.paused {
-            self.signal(Signal::STOP)?;
-            self.paused = true;
-        }
-        Ok(())
+        self.process.pause().map_err(local_error)
     }
 
     /// SIGCONT.
     pub fn resume(&mut self) -> Result<(), ChaosError> {
-        if self.paused {
-            self.signal(Signal::CONT)?;
-            self.paused = false;
-        }
-        Ok(())
+        self.process.resume().map_err(local_error)
     }
 
     /// The server log (all starts appended).
     #[must_use]
     pub fn log_path(&self) -> &Path {
         &self.log
-    }
-}
-
-impl Drop for NodeProcess {
-    fn drop(&mut self) {
-        // SIGKILL ends a stopped process too; no server outlives its run.
-        let _ = self.kill();
     }
 }
 
@@ -186,39 +111,39 @@ pub fn prepare(
         .join(",");
     let config = settings.dir.join("node.toml");
     std::fs::write(&config, CONFIG).map_err(|e| ChaosError::io(config.display(), e))?;
-    let exe = settings.exe.display().to_string();
     Ok(lab_nodes
         .iter()
         .map(|lab| {
-            let args = vec![
-                exe.clone(),
-                "server".into(),
-                "--config".into(),
-                config.display().to_string(),
-                "--node-id".into(),
-                lab.name.clone(),
-                "--data-dir".into(),
-                settings.dir.join(&lab.name).display().to_string(),
-                "--http".into(),
-                format!("{}:{HTTP_PORT}", lab.ip),
-                "--resp".into(),
-                format!("{}:{RESP_PORT}", lab.ip),
-                "--peer".into(),
-                format!("{}:{PEER_PORT}", lab.ip),
-                "--initial-cluster".into(),
-                initial_cluster.clone(),
-                "--shards".into(),
-                settings.shards.to_string(),
-                "--log".into(),
-                "info,openraft=warn".into(),
-            ];
+            let mut command =
+                ServerCommand::new(&settings.exe, &lab.name, settings.dir.join(&lab.name));
+            command.wrapper = ["ip", "netns", "exec", &lab.netns]
+                .map(str::to_string)
+                .to_vec();
+            command.http = format!("{}:{HTTP_PORT}", lab.ip);
+            command.resp = format!("{}:{RESP_PORT}", lab.ip);
+            command.peer = format!("{}:{PEER_PORT}", lab.ip);
+            command.membership = Membership::Bootstrap(initial_cluster.clone());
+            command.shards = Some(settings.shards);
+            command.config = Some(config.clone());
+            command.log = Some("info,openraft=warn".into());
+            let log = settings.dir.join(format!("{}.log", lab.name));
             NodeProcess {
                 lab: lab.clone(),
-                child: None,
-                paused: false,
-                args,
-                log: settings.dir.join(format!("{}.log", lab.name)),
+                // Dropping it SIGKILLs the server, a paused one too: no server outlives its run.
+                process: ServerProcess::new(command, Output::Append(log.clone())),
+                log,
             }
         })
         .collect())
+}
+
+/// A failure of the process supervisor, in the runner's terms.
+fn local_error(e: trireme_local::Error) -> ChaosError {
+    match e {
+        trireme_local::Error::Spawn { command, source } => ChaosError::Command {
+            command,
+            message: source.to_string(),
+        },
+        other => ChaosError::Cluster(other.to_string()),
+    }
 }

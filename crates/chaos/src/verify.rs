@@ -7,32 +7,13 @@ use std::path::Path;
 use std::process::Command;
 use std::time::{Duration, Instant};
 
-use serde::Deserialize;
+use trireme_types::admin::ShardsDoc;
 
 use crate::ChaosError;
 use crate::history::{Event, OpKind, Status};
 use crate::workload::{Endpoint, Outcome, http_read, http_write, since};
 
-#[derive(Debug, Deserialize)]
-struct ShardsView {
-    shards: Vec<ShardView>,
-}
-
-#[derive(Debug, Deserialize)]
-struct ShardView {
-    shard: u32,
-    slots: [u16; 2],
-    leader: Option<NamedNode>,
-    local_role: Option<String>,
-    applied_index: u64,
-}
-
-#[derive(Debug, Deserialize)]
-struct NamedNode {
-    name: String,
-}
-
-async fn shards_of(client: &reqwest::Client, node: &Endpoint) -> Option<ShardsView> {
+async fn shards_of(client: &reqwest::Client, node: &Endpoint) -> Option<ShardsDoc> {
     let url = format!("{}/v1/cluster/shards", node.http_base);
     client.get(url).send().await.ok()?.json().await.ok()
 }
@@ -69,8 +50,8 @@ pub async fn busiest_leader(client: &reqwest::Client, nodes: &[Endpoint]) -> Opt
     for node in nodes {
         if let Some(view) = shards_of(client, node).await {
             for s in view.shards {
-                if let (Some(l), Some(_)) = (s.leader, s.local_role) {
-                    leaders.entry(s.shard).or_insert(l.name);
+                if let (Some(l), true) = (&s.leader, s.is_local()) {
+                    leaders.entry(s.shard).or_insert(l.name.clone());
                 }
             }
         }
@@ -97,10 +78,7 @@ pub async fn probe_keys(
             .map(|s| {
                 (0u32..)
                     .map(|n| format!("probe/{}/{n}", s.shard))
-                    .find(|k| {
-                        let slot = trireme_types::key_slot(k.as_bytes());
-                        (s.slots[0]..=s.slots[1]).contains(&slot)
-                    })
+                    .find(|k| s.holds(trireme_types::key_slot(k.as_bytes())))
                     .unwrap_or_default()
             })
             .collect());
@@ -151,7 +129,7 @@ pub async fn wait_converged(
         for node in nodes {
             match shards_of(client, node).await {
                 Some(view) => {
-                    for s in view.shards.into_iter().filter(|s| s.local_role.is_some()) {
+                    for s in view.shards.into_iter().filter(|s| s.is_local()) {
                         applied.entry(s.shard).or_default().push(s.applied_index);
                     }
                 }

@@ -12,7 +12,7 @@ use std::time::{Duration, Instant};
 use base64::Engine as _;
 use rand::{Rng, SeedableRng};
 use rand_chacha::ChaCha8Rng;
-use trireme_bench::driver::Reply;
+use trireme_bench::reply::Reply;
 use trireme_bench::{DriverError, RespDriver};
 
 use crate::history::{Event, OpKind, Status};

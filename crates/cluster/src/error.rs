@@ -17,9 +17,14 @@ pub enum ClusterError {
     /// The node that served a forwarded request answered with this error.
     #[error("{0}")]
     Remote(TriremeError),
-    /// The node cannot start with this configuration or data directory.
+    /// The node cannot start with this configuration or data directory. Start-up only: a
+    /// failure while serving is [`ClusterError::Internal`].
     #[error("{0}")]
     Config(String),
+    /// A failure of this node's own making while serving a request: a task that died, an
+    /// answer whose shape does not match the request. A bug, not the client's doing.
+    #[error("internal error: {0}")]
+    Internal(String),
 }
 
 impl ClusterError {
@@ -30,6 +35,7 @@ impl ClusterError {
             ClusterError::Raft(e) => TriremeError::new(e.code(), e.to_string()),
             ClusterError::Storage(e) => TriremeError::new(ErrorCode::StorageFailure, e.to_string()),
             ClusterError::Config(m) => TriremeError::new(ErrorCode::Internal, m.clone()),
+            ClusterError::Internal(_) => TriremeError::new(ErrorCode::Internal, self.to_string()),
         }
     }
 }

@@ -3,6 +3,7 @@
 //! never return an expired key even before it is reaped.
 
 use crate::Node;
+use crate::request::Done;
 use std::sync::Arc;
 use trireme_types::Command;
 
@@ -36,7 +37,7 @@ async fn reap_once(node: Arc<Node>) {
         };
         let count = keys.len();
         match node
-            .write_shard(group.shard(), Command::Reap { keys })
+            .write_shard::<Done>(group.shard(), Command::Reap { keys })
             .await
         {
             Ok(_) => tracing::debug!(shard, count, "reaped expired keys"),

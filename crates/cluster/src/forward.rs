@@ -6,44 +6,180 @@
 //! A write is retried on another node only when it was certainly not proposed (refused by a
 //! non-leader, or never sent). When the link breaks or the time runs out after a write was
 //! sent, the client is told the outcome is unknown, never retried behind its back.
+//!
+//! Reads and writes take the same loop but not the same request: a [`Read`] carries its read
+//! mode and a query (keys, a scan, a count, a search), a [`Write`] only its log command, and
+//! each answers in its own type, here and over the peer link alike.
 
 use crate::search::SearchQuery;
 use crate::{ClusterError, Node};
 use bytes::Bytes;
+use serde::de::DeserializeOwned;
 use serde::{Deserialize, Serialize};
+use std::future::Future;
 use std::sync::{Arc, Weak};
 use std::time::Duration;
 use tokio::time::Instant;
 use trireme_raft::{ForwardHandler, PeerError, RaftLayerError, ReadMode, ShardGroup};
+use trireme_storage::Storage;
 use trireme_types::{CommandResult, ErrorCode, LogCommand, NodeId, Record, ShardId, TriremeError};
 
 /// Attempts per request (local or remote) before giving up on finding a leader; the request
 /// timeout bounds them too.
 const MAX_ATTEMPTS: usize = 12;
 
-/// One operation on one shard.
+/// One request to one shard, as [`Node::on_shard`] runs it: a read ([`Read`]) or a write
+/// ([`Write`]). Each kind says what it answers, so a caller gets the answer's own type and
+/// never has to check the shape of what came back, locally or over the peer link.
+pub(crate) trait ShardRequest: Clone + Send + Sync + 'static {
+    /// What serving it returns.
+    type Answer: Serialize + DeserializeOwned + Send + 'static;
+
+    /// Whether it changes the shard: once sent, a lost answer leaves its outcome unknown, so
+    /// it is never retried elsewhere.
+    const WRITES: bool;
+
+    /// Whether any replica may serve it (a `stale` read), not only the leader.
+    fn any_replica(&self) -> bool;
+
+    /// Served at once by this node's replica, without the retry loop's bookkeeping, when that
+    /// is certain to be right (a cheap read under the leader's lease); `None` otherwise.
+    fn at_once(&self, node: &Node, shard: ShardId) -> Option<Result<Self::Answer, ClusterError>>;
+
+    /// Serves it with this node's replica `group`.
+    fn serve(
+        self,
+        node: &Node,
+        group: &ShardGroup,
+    ) -> impl Future<Output = Result<Self::Answer, ClusterError>> + Send;
+
+    /// Its form on the peer link.
+    fn to_wire(&self) -> WireOp;
+}
+
+/// A write: a command proposed to the shard's group, answered once applied.
+#[derive(Debug, Clone)]
+pub(crate) struct Write(pub LogCommand);
+
+impl ShardRequest for Write {
+    type Answer = CommandResult;
+    const WRITES: bool = true;
+
+    fn any_replica(&self) -> bool {
+        false
+    }
+
+    fn at_once(&self, _: &Node, _: ShardId) -> Option<Result<CommandResult, ClusterError>> {
+        None
+    }
+
+    async fn serve(self, _: &Node, group: &ShardGroup) -> Result<CommandResult, ClusterError> {
+        Ok(group.write(self.0).await?)
+    }
+
+    fn to_wire(&self) -> WireOp {
+        WireOp::Write(self.0.clone())
+    }
+}
+
+/// A read of one shard in a read mode: what it reads is the query `Q`.
+#[derive(Debug, Clone)]
+pub(crate) struct Read<Q> {
+    pub mode: ReadMode,
+    pub query: Q,
+}
+
+/// What a read of one shard looks up, and how it runs on a replica's storage.
+pub(crate) trait ReadQuery: Clone + Send + Sync + 'static {
+    /// What it finds.
+    type Found: Serialize + DeserializeOwned + Send + 'static;
+
+    /// Cheap enough for the async threads (a point lookup, a small scan); the others run on
+    /// the blocking pool so as not to stall the other requests of their thread.
+    fn is_cheap(&self) -> bool;
+
+    /// Runs it on this node's replica of `shard`.
+    fn run(&self, storage: &Storage, shard: u32, now: u64) -> Result<Self::Found, ClusterError>;
+
+    /// Its form on the peer link.
+    fn to_wire(&self) -> WireQuery;
+}
+
+impl<Q: ReadQuery> ShardRequest for Read<Q> {
+    type Answer = (Q::Found, Freshness);
+    const WRITES: bool = false;
+
+    fn any_replica(&self) -> bool {
+        self.mode == ReadMode::Stale
+    }
+
+    fn at_once(&self, node: &Node, shard: ShardId) -> Option<Result<Self::Answer, ClusterError>> {
+        if !self.query.is_cheap() {
+            return None;
+        }
+        let group = node.group(shard)?;
+        if !group.can_read_at_once(self.mode)
+            || (self.mode == ReadMode::Stale && !node.serves_stale(shard))
+        {
+            return None;
+        }
+        Some(
+            self.query
+                .run(&node.storage, group.shard().0, crate::now_ms())
+                .map(|found| (found, freshness(&group))),
+        )
+    }
+
+    async fn serve(self, node: &Node, group: &ShardGroup) -> Result<Self::Answer, ClusterError> {
+        group.read_barrier(self.mode).await?;
+        let shard = group.shard().0;
+        let found = if self.query.is_cheap() {
+            self.query.run(&node.storage, shard, crate::now_ms())?
+        } else {
+            let storage = node.storage.clone();
+            let query = self.query;
+            tokio::task::spawn_blocking(move || query.run(&storage, shard, crate::now_ms()))
+                .await
+                .map_err(|e| ClusterError::Internal(format!("shard read task: {e}")))??
+        };
+        Ok((found, freshness(group)))
+    }
+
+    fn to_wire(&self) -> WireOp {
+        WireOp::Read(self.mode.into(), self.query.to_wire())
+    }
+}
+
+/// Read keys: one record (or none) per key, in order.
 #[derive(Debug, Clone, Serialize, Deserialize)]
-pub(crate) enum ShardOp {
-    /// Propose a command.
-    Write(LogCommand),
-    /// Read keys.
-    Get(Vec<Bytes>),
-    /// Live rows starting with `prefix`, after `after`, at most `limit`.
-    Scan {
-        prefix: Bytes,
-        after: Option<Bytes>,
-        limit: u32,
-    },
-    /// Count live rows.
-    Count,
-    /// Documents under `prefix` matching `query` (text, parsed where it runs, so the wire
-    /// format does not fix the query's shape): the first `limit` in key order, and how many
-    /// match in all. Reads every row under the prefix: there is no index.
-    Search {
-        prefix: Bytes,
-        query: String,
-        limit: u32,
-    },
+pub(crate) struct GetKeys(pub Vec<Bytes>);
+
+impl ReadQuery for GetKeys {
+    type Found = Vec<Option<Record>>;
+
+    fn is_cheap(&self) -> bool {
+        true
+    }
+
+    fn run(&self, storage: &Storage, shard: u32, now: u64) -> Result<Self::Found, ClusterError> {
+        Ok(self
+            .0
+            .iter()
+            .map(|k| storage.get(shard, k, now))
+            .collect::<Result<_, _>>()?)
+    }
+
+    fn to_wire(&self) -> WireQuery {
+        WireQuery::Get(self.clone())
+    }
+}
+
+/// Live rows starting with `prefix`, after `after`, at most `limit`, in key order.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub(crate) struct ScanRows {
+    pub prefix: Bytes,
+    pub after: Option<Bytes>,
+    pub limit: u32,
 }
 
 /// Rows a scan may ask for and still be read on the async threads; a larger scan (an
@@ -51,33 +187,80 @@ pub(crate) enum ShardOp {
 /// not stall the other requests of its thread.
 const INLINE_SCAN_ROWS: u32 = 1_000;
 
-impl ShardOp {
-    fn is_write(&self) -> bool {
-        matches!(self, ShardOp::Write(_))
+impl ReadQuery for ScanRows {
+    type Found = Vec<(Bytes, Record)>;
+
+    fn is_cheap(&self) -> bool {
+        self.limit <= INLINE_SCAN_ROWS
     }
 
-    /// A point lookup or a small scan: cheap enough for the async threads.
-    fn is_cheap_read(&self) -> bool {
-        match self {
-            ShardOp::Get(_) => true,
-            ShardOp::Scan { limit, .. } => *limit <= INLINE_SCAN_ROWS,
-            ShardOp::Count | ShardOp::Search { .. } | ShardOp::Write(_) => false,
-        }
+    fn run(&self, storage: &Storage, shard: u32, now: u64) -> Result<Self::Found, ClusterError> {
+        Ok(storage.scan(
+            shard,
+            &self.prefix,
+            self.after.as_deref(),
+            self.limit as usize,
+            now,
+        )?)
+    }
+
+    fn to_wire(&self) -> WireQuery {
+        WireQuery::Scan(self.clone())
     }
 }
 
-/// What a shard operation returned.
-#[derive(Debug, Serialize, Deserialize)]
-pub(crate) enum ShardAnswer {
-    Written(CommandResult),
-    Records(Vec<Option<Record>>),
-    Rows(Vec<(Bytes, Record)>),
-    Count(u64),
-    /// A search: the first matches in key order, and the number of all matches.
-    Matches {
-        total: u64,
-        rows: Vec<(Bytes, Record)>,
-    },
+/// The number of live rows. O(rows): counted where they are stored, no row decoded or copied.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub(crate) struct CountRows;
+
+impl ReadQuery for CountRows {
+    type Found = u64;
+
+    fn is_cheap(&self) -> bool {
+        false
+    }
+
+    fn run(&self, storage: &Storage, shard: u32, now: u64) -> Result<u64, ClusterError> {
+        Ok(storage.scan_filtered(shard, b"", now, 0, |_| true)?.0)
+    }
+
+    fn to_wire(&self) -> WireQuery {
+        WireQuery::Count(self.clone())
+    }
+}
+
+/// Documents under `prefix` matching `query` (text, parsed where it runs, so the wire format
+/// does not fix the query's shape): the number of all matches and the first `limit` in key
+/// order. Reads every row under the prefix, each as JSON where it is stored (only the fields
+/// the query names are built, only matches are copied): there is no index.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub(crate) struct SearchRows {
+    pub prefix: Bytes,
+    pub query: String,
+    pub limit: u32,
+}
+
+impl ReadQuery for SearchRows {
+    type Found = (u64, Vec<(Bytes, Record)>);
+
+    fn is_cheap(&self) -> bool {
+        false
+    }
+
+    fn run(&self, storage: &Storage, shard: u32, now: u64) -> Result<Self::Found, ClusterError> {
+        let query = SearchQuery::parse(&self.query)?;
+        Ok(
+            storage.scan_filtered(shard, &self.prefix, now, self.limit as usize, |value| {
+                // Only objects are documents; the first byte rules most other values out
+                // unparsed.
+                value.trim_ascii_start().first() == Some(&b'{') && query.matches_json(value)
+            })?,
+        )
+    }
+
+    fn to_wire(&self) -> WireQuery {
+        WireQuery::Search(self.clone())
+    }
 }
 
 /// How fresh the serving replica was (Consul's `X-Consul-*` headers).
@@ -89,7 +272,7 @@ pub(crate) struct Freshness {
 }
 
 #[derive(Debug, Clone, Copy, Serialize, Deserialize)]
-enum WireMode {
+pub(crate) enum WireMode {
     Consistent,
     Default,
     Stale,
@@ -115,16 +298,33 @@ impl From<WireMode> for ReadMode {
     }
 }
 
+/// A read query on the peer link.
 #[derive(Debug, Serialize, Deserialize)]
-struct ForwardRequest {
-    shard: u32,
-    mode: WireMode,
-    op: ShardOp,
+pub(crate) enum WireQuery {
+    Get(GetKeys),
+    Scan(ScanRows),
+    Count(CountRows),
+    Search(SearchRows),
+}
+
+/// A shard request on the peer link: a read carries its mode, a write none.
+#[derive(Debug, Serialize, Deserialize)]
+pub(crate) enum WireOp {
+    Read(WireMode, WireQuery),
+    Write(LogCommand),
 }
 
 #[derive(Debug, Serialize, Deserialize)]
-enum ForwardReply {
-    Served(ShardAnswer, Freshness),
+struct ForwardRequest {
+    shard: u32,
+    op: WireOp,
+}
+
+/// The answer to a forwarded request. The sender knows `A` from the request it sent; the
+/// other variants encode the same whatever `A` is.
+#[derive(Debug, Serialize, Deserialize)]
+enum ForwardReply<A> {
+    Served(A),
     /// This node cannot serve it; the leader it knows of.
     NotLeader(Option<u64>),
     Failed(TriremeError),
@@ -138,13 +338,12 @@ enum Target {
 
 impl Node {
     /// Runs `op` on `shard` wherever it can be served, following leader hints.
-    pub(crate) async fn on_shard(
+    pub(crate) async fn on_shard<R: ShardRequest>(
         &self,
         shard: ShardId,
-        mode: ReadMode,
-        op: ShardOp,
-    ) -> Result<(ShardAnswer, Freshness), ClusterError> {
-        if let Some(served) = self.read_here_at_once(shard, mode, &op) {
+        op: R,
+    ) -> Result<R::Answer, ClusterError> {
+        if let Some(served) = op.at_once(self, shard) {
             return served;
         }
         let deadline = Instant::now() + self.config.timing.request_timeout;
@@ -159,10 +358,7 @@ impl Node {
             if left.is_zero() {
                 break;
             }
-            let target = match self
-                .pick_target(shard, mode, &op, hint, attempt, left)
-                .await
-            {
+            let target = match self.pick_target(shard, &op, hint, attempt, left).await {
                 Some(target) => target,
                 None => {
                     last_error = Some(no_leader(shard));
@@ -183,7 +379,7 @@ impl Node {
             }
             asked.push(node);
             match target {
-                Target::Local(group) => match self.serve_local(&group, mode, op.clone()).await {
+                Target::Local(group) => match op.clone().serve(self, &group).await {
                     Err(ClusterError::Raft(RaftLayerError::NotLeader { leader, .. })) => {
                         hint = leader.map(|n| NodeId::from_name(&n.name).0);
                         last_error = Some(no_leader(shard));
@@ -191,8 +387,8 @@ impl Node {
                     }
                     other => return other,
                 },
-                Target::Remote(to) => match self.forward(to, shard, mode, &op, left).await {
-                    Ok(ForwardReply::Served(answer, fresh)) => return Ok((answer, fresh)),
+                Target::Remote(to) => match self.forward(to, shard, &op, left).await {
+                    Ok(ForwardReply::Served(answer)) => return Ok(answer),
                     Ok(ForwardReply::NotLeader(leader)) => {
                         hint = leader.filter(|l| *l != to);
                         last_error = Some(no_leader(shard));
@@ -206,7 +402,7 @@ impl Node {
                         last_error = Some(unreachable(shard, to));
                         self.pause(attempt, left, &mut asked).await;
                     }
-                    Err(e @ (PeerError::Lost(..) | PeerError::Timeout(..))) if op.is_write() => {
+                    Err(e @ (PeerError::Lost(..) | PeerError::Timeout(..))) if R::WRITES => {
                         return Err(ClusterError::Remote(TriremeError::new(
                             ErrorCode::Timeout,
                             format!(
@@ -233,15 +429,14 @@ impl Node {
     async fn pick_target(
         &self,
         shard: ShardId,
-        mode: ReadMode,
-        op: &ShardOp,
+        op: &impl ShardRequest,
         hint: Option<u64>,
         attempt: usize,
         left: Duration,
     ) -> Option<Target> {
         let me = self.node_id;
         if let Some(group) = self.group(shard) {
-            if (mode == ReadMode::Stale && !op.is_write()) || group.is_leader() {
+            if (op.any_replica() && self.serves_stale(shard)) || group.is_leader() {
                 return Some(Target::Local(group));
             }
             let leader = match hint.or_else(|| group.leader()) {
@@ -289,18 +484,16 @@ impl Node {
         asked.clear();
     }
 
-    async fn forward(
+    async fn forward<R: ShardRequest>(
         &self,
         to: u64,
         shard: ShardId,
-        mode: ReadMode,
-        op: &ShardOp,
+        op: &R,
         left: Duration,
-    ) -> Result<ForwardReply, PeerError> {
+    ) -> Result<ForwardReply<R::Answer>, PeerError> {
         let request = ForwardRequest {
             shard: shard.0,
-            mode: mode.into(),
-            op: op.clone(),
+            op: op.to_wire(),
         };
         let payload = postcard::to_stdvec(&request)
             .map_err(|e| PeerError::Failed(to, format!("cannot encode: {e}")))?;
@@ -310,149 +503,57 @@ impl Node {
             .map_err(|e| PeerError::Lost(to, format!("undecodable answer: {e}")))
     }
 
-    /// The common read, served here with none of the retry loop's bookkeeping: this node
-    /// leads the shard and holds its lease, or the read is `stale` and a replica is here.
-    /// `None` when the loop must decide (a write, a count, a `consistent` read, no lease).
-    fn read_here_at_once(
-        &self,
-        shard: ShardId,
-        mode: ReadMode,
-        op: &ShardOp,
-    ) -> Option<Result<(ShardAnswer, Freshness), ClusterError>> {
-        if !op.is_cheap_read() {
-            return None;
-        }
-        let group = self.group(shard)?;
-        if !group.can_read_at_once(mode) {
-            return None;
-        }
-        Some(
-            read_shard(&self.storage, group.shard().0, op)
-                .map(|answer| (answer, freshness(&group))),
-        )
-    }
-
-    /// Serves `op` with this node's replica of the shard.
-    pub(crate) async fn serve_local(
-        &self,
-        group: &ShardGroup,
-        mode: ReadMode,
-        op: ShardOp,
-    ) -> Result<(ShardAnswer, Freshness), ClusterError> {
-        let shard = group.shard().0;
-        let answer = match op {
-            ShardOp::Write(command) => ShardAnswer::Written(group.write(command).await?),
-            read => {
-                group.read_barrier(mode).await?;
-                if read.is_cheap_read() {
-                    read_shard(&self.storage, shard, &read)?
-                } else {
-                    let storage = self.storage.clone();
-                    tokio::task::spawn_blocking(move || read_shard(&storage, shard, &read))
-                        .await
-                        .map_err(|e| ClusterError::Config(format!("shard read task: {e}")))??
-                }
-            }
-        };
-        Ok((answer, freshness(group)))
-    }
-
-    /// Serves a request another node forwarded: only with a replica here, never forwarding on.
-    async fn serve_forwarded(&self, payload: &[u8]) -> ForwardReply {
+    /// Serves a request another node forwarded: only with a replica here, never forwarding
+    /// on. Returns the encoded reply.
+    async fn serve_forwarded(&self, payload: &[u8]) -> Vec<u8> {
         let request: ForwardRequest = match postcard::from_bytes(payload) {
             Ok(request) => request,
             Err(e) => {
                 tracing::warn!(error = %e, "undecodable forwarded request");
-                return ForwardReply::Failed(TriremeError::new(
+                return encode_reply(&ForwardReply::<()>::Failed(TriremeError::new(
                     ErrorCode::Internal,
                     format!("undecodable forwarded request: {e}"),
-                ));
+                )));
             }
         };
         let shard = ShardId(request.shard);
-        let mode = ReadMode::from(request.mode);
-        let Some(group) = self.group(shard) else {
-            return ForwardReply::NotLeader(None);
-        };
-        let stale_read = mode == ReadMode::Stale && !request.op.is_write();
-        if !stale_read && !group.is_leader() {
-            return ForwardReply::NotLeader(group.leader());
+        match request.op {
+            WireOp::Write(command) => self.serve_here(shard, Write(command)).await,
+            WireOp::Read(mode, query) => {
+                let mode = ReadMode::from(mode);
+                match query {
+                    WireQuery::Get(query) => self.serve_here(shard, Read { mode, query }).await,
+                    WireQuery::Scan(query) => self.serve_here(shard, Read { mode, query }).await,
+                    WireQuery::Count(query) => self.serve_here(shard, Read { mode, query }).await,
+                    WireQuery::Search(query) => self.serve_here(shard, Read { mode, query }).await,
+                }
+            }
         }
-        match self.serve_local(&group, mode, request.op).await {
-            Ok((answer, fresh)) => ForwardReply::Served(answer, fresh),
+    }
+
+    /// Serves a forwarded `op` with the replica here, if this node may; the encoded reply.
+    async fn serve_here<R: ShardRequest>(&self, shard: ShardId, op: R) -> Vec<u8> {
+        let Some(group) = self.group(shard) else {
+            return encode_reply(&ForwardReply::<R::Answer>::NotLeader(None));
+        };
+        let may_serve = group.is_leader() || (op.any_replica() && self.serves_stale(shard));
+        if !may_serve {
+            return encode_reply(&ForwardReply::<R::Answer>::NotLeader(group.leader()));
+        }
+        let reply = match op.serve(self, &group).await {
+            Ok(answer) => ForwardReply::Served(answer),
             Err(ClusterError::Raft(RaftLayerError::NotLeader { leader, .. })) => {
                 ForwardReply::NotLeader(leader.map(|n| NodeId::from_name(&n.name).0))
             }
             Err(e) => ForwardReply::Failed(e.to_client()),
-        }
+        };
+        encode_reply(&reply)
     }
 }
 
-/// Serves a read from a replica of `shard`: keys, a range, a count or a search. Only
-/// [`ShardOp::is_cheap_read`] ones may run on the async threads.
-fn read_shard(
-    storage: &trireme_storage::Storage,
-    shard: u32,
-    op: &ShardOp,
-) -> Result<ShardAnswer, ClusterError> {
-    let now = crate::now_ms();
-    Ok(match op {
-        ShardOp::Get(keys) => ShardAnswer::Records(
-            keys.iter()
-                .map(|k| storage.get(shard, k, now))
-                .collect::<Result<_, _>>()?,
-        ),
-        ShardOp::Scan {
-            prefix,
-            after,
-            limit,
-        } => ShardAnswer::Rows(storage.scan(
-            shard,
-            prefix,
-            after.as_deref(),
-            *limit as usize,
-            now,
-        )?),
-        ShardOp::Count => ShardAnswer::Count(count_rows(storage, shard, now)?),
-        ShardOp::Search {
-            prefix,
-            query,
-            limit,
-        } => {
-            let query = SearchQuery::parse(query)?;
-            let (total, rows) = search_rows(storage, shard, prefix, &query, *limit as usize, now)?;
-            ShardAnswer::Matches { total, rows }
-        }
-        ShardOp::Write(_) => unreachable!("not a read"),
-    })
-}
-
-/// Live rows of a shard; O(rows), run off the async threads. Counted where they are
-/// stored: no row is decoded or copied.
-fn count_rows(
-    storage: &trireme_storage::Storage,
-    shard: u32,
-    now: u64,
-) -> Result<u64, trireme_storage::StorageError> {
-    Ok(storage.scan_filtered(shard, b"", now, 0, |_| true)?.0)
-}
-
-/// The documents of a shard under `prefix` that match `query`: the first `limit` in key
-/// order and the number of all matches. O(rows under the prefix), each read as JSON where it
-/// is stored (only the fields the query names are built, only matches are copied); run off
-/// the async threads.
-fn search_rows(
-    storage: &trireme_storage::Storage,
-    shard: u32,
-    prefix: &[u8],
-    query: &SearchQuery,
-    limit: usize,
-    now: u64,
-) -> Result<(u64, Vec<(Bytes, Record)>), trireme_storage::StorageError> {
-    storage.scan_filtered(shard, prefix, now, limit, |value| {
-        // Only objects are documents; the first byte rules most other values out unparsed.
-        value.trim_ascii_start().first() == Some(&b'{') && query.matches_json(value)
-    })
+/// Encoding our own reply type cannot fail; an empty answer reads as undecodable.
+fn encode_reply<A: Serialize>(reply: &ForwardReply<A>) -> Vec<u8> {
+    postcard::to_stdvec(reply).unwrap_or_default()
 }
 
 fn freshness(group: &ShardGroup) -> Freshness {
@@ -486,15 +587,13 @@ impl ForwardHandler for ForwardedRequests {
     fn handle(&self, _from: u64, payload: Vec<u8>) -> futures::future::BoxFuture<'static, Vec<u8>> {
         let node = self.0.upgrade();
         Box::pin(async move {
-            let reply = match node {
+            match node {
                 Some(node) => node.serve_forwarded(&payload).await,
-                None => ForwardReply::Failed(TriremeError::new(
+                None => encode_reply(&ForwardReply::<()>::Failed(TriremeError::new(
                     ErrorCode::Unavailable,
                     "this node is stopping",
-                )),
-            };
-            // Encoding our own reply type cannot fail; an empty answer reads as undecodable.
-            postcard::to_stdvec(&reply).unwrap_or_default()
+                ))),
+            }
         })
     }
 }
@@ -508,8 +607,8 @@ pub(crate) fn handler(node: &Arc<Node>) -> Arc<dyn ForwardHandler> {
 mod tests {
     use super::*;
 
-    fn scan(limit: u32) -> ShardOp {
-        ShardOp::Scan {
+    fn scan(limit: u32) -> ScanRows {
+        ScanRows {
             prefix: Bytes::new(),
             after: None,
             limit,
@@ -518,10 +617,39 @@ mod tests {
 
     #[test]
     fn only_point_reads_and_small_scans_stay_on_the_async_threads() {
-        assert!(ShardOp::Get(vec![Bytes::from_static(b"k")]).is_cheap_read());
-        assert!(scan(INLINE_SCAN_ROWS).is_cheap_read());
-        assert!(!scan(INLINE_SCAN_ROWS + 1).is_cheap_read());
-        assert!(!scan(u32::MAX).is_cheap_read(), "an unbounded ?recurse");
-        assert!(!ShardOp::Count.is_cheap_read());
+        assert!(GetKeys(vec![Bytes::from_static(b"k")]).is_cheap());
+        assert!(scan(INLINE_SCAN_ROWS).is_cheap());
+        assert!(!scan(INLINE_SCAN_ROWS + 1).is_cheap());
+        assert!(!scan(u32::MAX).is_cheap(), "an unbounded ?recurse");
+        assert!(!CountRows.is_cheap());
+    }
+
+    #[test]
+    fn only_stale_reads_go_to_any_replica_and_only_writes_are_never_retried() {
+        let read = |mode| Read {
+            mode,
+            query: CountRows,
+        };
+        assert!(read(ReadMode::Stale).any_replica());
+        assert!(!read(ReadMode::Default).any_replica());
+        assert!(!read(ReadMode::Consistent).any_replica());
+        let write = Write(LogCommand {
+            now_ms: 0,
+            command: trireme_types::Command::Reap { keys: Vec::new() },
+        });
+        assert!(!write.any_replica());
+        const { assert!(Write::WRITES && !Read::<CountRows>::WRITES) };
+    }
+
+    #[test]
+    fn replies_decode_as_the_answer_the_sender_expects() {
+        // A refusal encoded for any answer type reads back as the sender's own.
+        let bytes = encode_reply(&ForwardReply::<()>::NotLeader(Some(7)));
+        let back: ForwardReply<CommandResult> = postcard::from_bytes(&bytes).unwrap();
+        assert!(matches!(back, ForwardReply::NotLeader(Some(7))));
+        let served = encode_reply(&ForwardReply::Served((3u64, Freshness::default())));
+        let back: ForwardReply<<Read<CountRows> as ShardRequest>::Answer> =
+            postcard::from_bytes(&served).unwrap();
+        assert!(matches!(back, ForwardReply::Served((3, _))));
     }
 }

@@ -4,7 +4,8 @@
 //! [`Node::start`] opens the node's storage, checks that the data directory belongs to this
 //! node and cluster, opens one Raft group per shard and bootstraps them on first start.
 //! The read and write methods on [`Node`] are the one request path the HTTP and RESP front
-//! ends share; multi-key operations are split per shard and are atomic within each shard.
+//! ends share, in typed requests and outcomes ([`PutRequest`] → [`PutOutcome`], ...);
+//! multi-key operations are split per shard and are atomic within each shard.
 #![deny(missing_docs)]
 #![deny(clippy::unwrap_used)]
 #![cfg_attr(test, allow(clippy::unwrap_used))]
@@ -23,6 +24,7 @@ mod observe;
 mod operator;
 mod plan;
 mod rebalance;
+mod request;
 mod router;
 mod search;
 
@@ -33,9 +35,11 @@ pub use node::{Node, NodeHealth, ShardInfo};
 pub use observe::ReplicaStats;
 pub use operator::RemoveOutcome;
 pub use rebalance::ElasticMetrics;
+pub use request::{DeleteRequest, IncrOutcome, PutOutcome, PutRequest};
 pub use router::{ReadMeta, ScanPage, SearchPage};
 pub use search::SearchQuery;
 pub use trireme_raft::{PeerNode, RaftTiming, ReadMode};
+pub use trireme_types::{PutCondition, TtlUpdate};
 
 /// Wall-clock Unix milliseconds: the time commands are stamped with and reads compare expiry to.
 pub fn now_ms() -> u64 {

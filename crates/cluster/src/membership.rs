@@ -69,7 +69,7 @@ impl Node {
             shard: shard.0,
             op: op.clone(),
         })
-        .map_err(|e| ClusterError::Config(format!("cannot encode a membership request: {e}")))?;
+        .map_err(|e| ClusterError::Internal(format!("cannot encode a membership request: {e}")))?;
         let mut asked = BTreeSet::new();
         let mut last = MembershipReply::NotLeader(None);
         let mut next = 0;

@@ -18,9 +18,9 @@
 //! brings a replica here it opens the shard's group (empty; the leader sends a snapshot), and
 //! when a replica has moved away it stops the group and deletes its data.
 
-use crate::forward::{ShardAnswer, ShardOp};
 use crate::identity::{self, Identity};
 use crate::meta::{self, ClusterMap, META_SHARD, NodeInfo, NodeState};
+use crate::request::PutOutcome;
 use crate::{ClusterError, NodeConfig};
 use bytes::Bytes;
 use std::collections::BTreeMap;
@@ -28,7 +28,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, RwLock};
 use std::time::{Duration, Instant};
 use tokio::net::TcpListener;
-use trireme_raft::{PeerNode, PeerTransport, ProposalMetrics, ReadMode, ShardGroup};
+use trireme_raft::{PeerNode, PeerTransport, ProposalMetrics, ShardGroup};
 use trireme_storage::{Storage, StorageOptions};
 use trireme_types::{Command, GroupId, NodeId, PutCondition, ShardId, ShardMap, TtlUpdate};
 
@@ -138,7 +138,8 @@ impl Node {
         };
 
         let transport = PeerTransport::new(node_id, config.cluster_name.clone())
-            .with_snapshot_chunk_bytes(config.timing.snapshot_chunk_bytes as usize);
+            .with_snapshot_chunk_bytes(config.timing.snapshot_chunk_bytes as usize)
+            .with_snapshot_rate(config.timing.snapshot_rate_bytes_per_sec);
         for (name, addr) in &initial {
             transport.set_peer_addr(NodeId::from_name(name).0, addr);
         }
@@ -275,18 +276,11 @@ impl Node {
         self.write_meta(put).await.map(|_| ())
     }
 
-    pub(crate) async fn write_meta(&self, command: Command) -> Result<ShardAnswer, ClusterError> {
+    pub(crate) async fn write_meta(&self, command: Command) -> Result<PutOutcome, ClusterError> {
         let deadline = tokio::time::Instant::now() + START_TIMEOUT;
         loop {
-            let log = trireme_types::LogCommand {
-                now_ms: crate::now_ms(),
-                command: command.clone(),
-            };
-            match self
-                .on_shard(META_SHARD, ReadMode::Default, ShardOp::Write(log))
-                .await
-            {
-                Ok((answer, _)) => return Ok(answer),
+            match self.write_shard(META_SHARD, command.clone()).await {
+                Ok(outcome) => return Ok(outcome),
                 Err(e) if tokio::time::Instant::now() < deadline => {
                     tracing::info!(error = %e, "metadata group not ready yet; retrying");
                 }
@@ -347,7 +341,7 @@ impl Node {
         };
         serde_json::from_slice(&record.value)
             .map(|map| Some((map, record.modify_index)))
-            .map_err(|e| ClusterError::Config(format!("unreadable cluster map: {e}")))
+            .map_err(|e| ClusterError::Internal(format!("unreadable cluster map: {e}")))
     }
 
     /// Reloads the cluster map from this node's copy of the metadata group; returns whether
@@ -554,20 +548,16 @@ impl Node {
     /// The cluster map as the metadata leader has it now (a consistent read), with its row's
     /// modify index.
     pub(crate) async fn read_map_with_index(&self) -> Result<(ClusterMap, u64), ClusterError> {
-        let op = ShardOp::Get(vec![Bytes::from_static(meta::PLACEMENT_KEY)]);
-        let (answer, _) = self.on_shard(META_SHARD, ReadMode::Consistent, op).await?;
-        let record = match answer {
-            ShardAnswer::Records(mut records) => records.pop().flatten(),
-            other => {
-                return Err(ClusterError::Config(format!(
-                    "unexpected answer to a map read: {other:?}"
-                )));
-            }
+        let read = crate::forward::Read {
+            mode: trireme_raft::ReadMode::Consistent,
+            query: crate::forward::GetKeys(vec![Bytes::from_static(meta::PLACEMENT_KEY)]),
         };
+        let (mut found, _) = self.on_shard(META_SHARD, read).await?;
+        let record = found.pop().flatten();
         let record =
-            record.ok_or_else(|| ClusterError::Config("the cluster has no map yet".into()))?;
+            record.ok_or_else(|| ClusterError::Internal("the cluster has no map yet".into()))?;
         let map = serde_json::from_slice(&record.value)
-            .map_err(|e| ClusterError::Config(format!("unreadable cluster map: {e}")))?;
+            .map_err(|e| ClusterError::Internal(format!("unreadable cluster map: {e}")))?;
         Ok((map, record.modify_index))
     }
 
@@ -670,6 +660,15 @@ impl Node {
             .get(shard.0 as usize)
             .cloned()
             .flatten()
+    }
+
+    /// Whether this node's replica of `shard` may answer `stale` reads: a voter's may; a
+    /// replica a move is still bringing here may hold nothing yet.
+    pub(crate) fn serves_stale(&self, shard: ShardId) -> bool {
+        shard == META_SHARD
+            || self
+                .cluster_map()
+                .is_some_and(|m| m.hosts(shard, self.node_id))
     }
 
     /// Every shard replica on this node.

@@ -279,6 +279,15 @@ mod tests {
         panic!("the planner never settles");
     }
 
+    fn plan(map: &ClusterMap, infos: &BTreeMap<u64, NodeInfo>, budget: usize) -> Vec<(u32, Move)> {
+        Planner {
+            map,
+            infos,
+            factor: 3,
+        }
+        .next_moves(budget, 0)
+    }
+
     fn join(map: &mut ClusterMap, node: &NodeInfo) {
         map.states.insert(node.id(), NodeState::Active);
     }
@@ -323,12 +332,7 @@ mod tests {
         let mut map = place(&nodes, 8, 3);
         let n1 = nodes[0].id();
         map.states.insert(n1, NodeState::Draining);
-        let planned = Planner {
-            map: &map,
-            infos: &all,
-            factor: 3,
-        }
-        .next_moves(100, 0);
+        let planned = plan(&map, &all, 100);
         assert!(planned.iter().all(|(_, m)| m.from == Some(n1)));
         assert_eq!(planned.len(), map.replica_count(n1));
         settle(&mut map, &all, 3);
@@ -337,15 +341,7 @@ mod tests {
         map.states.insert(n1, NodeState::Removed);
         map.states.insert(nodes[1].id(), NodeState::Removed);
         // Two nodes left for three voters: the dead node's replicas have nowhere to go.
-        assert!(
-            Planner {
-                map: &map,
-                infos: &all,
-                factor: 3
-            }
-            .next_moves(100, 0)
-            .is_empty()
-        );
+        assert!(plan(&map, &all, 100).is_empty());
     }
 
     #[test]
@@ -377,20 +373,10 @@ mod tests {
         let n4 = info("n4", None, None);
         join(&mut map, &n4);
         let all = infos(&[nodes, vec![n4]].concat());
-        let first = Planner {
-            map: &map,
-            infos: &all,
-            factor: 3,
-        }
-        .next_moves(2, 0);
+        let first = plan(&map, &all, 2);
         assert_eq!(first.len(), 2);
         map.moves.extend(first.iter().cloned());
-        let second = Planner {
-            map: &map,
-            infos: &all,
-            factor: 3,
-        }
-        .next_moves(2, 0);
+        let second = plan(&map, &all, 2);
         assert!(second.iter().all(|(s, _)| !map.moves.contains_key(s)));
     }
 }

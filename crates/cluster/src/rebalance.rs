@@ -18,10 +18,7 @@ use std::collections::{BTreeSet, HashMap};
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, Instant};
-use trireme_raft::ReadMode;
-use trireme_types::{
-    Command, CommandResult, ErrorCode, LogCommand, PutCondition, ShardId, TtlUpdate,
-};
+use trireme_types::{Command, ErrorCode, PutCondition, ShardId, TtlUpdate};
 
 /// How often the metadata leader looks.
 const INTERVAL: Duration = Duration::from_millis(500);
@@ -117,7 +114,7 @@ async fn write_map(
     condition: PutCondition,
 ) -> Result<(), ClusterError> {
     let value = serde_json::to_vec(map)
-        .map_err(|e| ClusterError::Config(format!("cannot encode the cluster map: {e}")))?;
+        .map_err(|e| ClusterError::Internal(format!("cannot encode the cluster map: {e}")))?;
     let put = Command::Put {
         key: Bytes::from_static(meta::PLACEMENT_KEY),
         value: Bytes::from(value),
@@ -125,22 +122,14 @@ async fn write_map(
         condition,
         ttl: TtlUpdate::Clear,
     };
-    let log = LogCommand {
-        now_ms: crate::now_ms(),
-        command: put,
-    };
-    let op = crate::forward::ShardOp::Write(log);
-    match node.on_shard(META_SHARD, ReadMode::Default, op).await?.0 {
-        crate::forward::ShardAnswer::Written(CommandResult::Put { written: true, .. }) => Ok(()),
-        crate::forward::ShardAnswer::Written(CommandResult::Put { written: false, .. }) => {
-            Err(crate::membership::refused(
-                ErrorCode::Conflict,
-                "the cluster map changed while this change was being made; nothing was changed, try again",
-            ))
-        }
-        other => Err(ClusterError::Config(format!(
-            "unexpected answer to a map write: {other:?}"
-        ))),
+    let outcome: crate::request::PutOutcome = node.write_shard(META_SHARD, put).await?;
+    if outcome.written {
+        Ok(())
+    } else {
+        Err(crate::membership::refused(
+            ErrorCode::Conflict,
+            "the cluster map changed while this change was being made; nothing was changed, try again",
+        ))
     }
 }
 
@@ -313,7 +302,7 @@ async fn step(
                 return set_phase(node, shard, mv, MovePhase::Cancel).await;
             }
             let member = map.members.get(&mv.to).cloned().ok_or_else(|| {
-                ClusterError::Config(format!("no identity for node {:016x}", mv.to))
+                ClusterError::Internal(format!("no identity for node {:016x}", mv.to))
             })?;
             match node
                 .on_shard_leader(
@@ -382,16 +371,7 @@ async fn step(
                 }
                 other => return Err(step_failed(shard, "changing voters", other)),
             }
-            let expected = mv.clone();
-            let done = update_map(node, |map| {
-                if map.moves.get(&shard.0) != Some(&expected) {
-                    return Ok(None);
-                }
-                map.finish_move(shard, &expected);
-                Ok(Some(()))
-            })
-            .await?;
-            if done.is_some() {
+            if change_move(node, shard, mv, |map| map.finish_move(shard, mv)).await? {
                 node.elastic_metrics
                     .moves_completed
                     .fetch_add(1, Ordering::Relaxed);
@@ -407,16 +387,11 @@ async fn step(
                 MembershipReply::Done => {}
                 other => return Err(step_failed(shard, "removing a learner", other)),
             }
-            let expected = mv.clone();
-            let done = update_map(node, |map| {
-                if map.moves.get(&shard.0) != Some(&expected) {
-                    return Ok(None);
-                }
+            if change_move(node, shard, mv, |map| {
                 map.moves.remove(&shard.0);
-                Ok(Some(()))
             })
-            .await?;
-            if done.is_some() {
+            .await?
+            {
                 node.elastic_metrics
                     .moves_cancelled
                     .fetch_add(1, Ordering::Relaxed);
@@ -433,16 +408,32 @@ async fn set_phase(
     mv: &Move,
     phase: MovePhase,
 ) -> Result<(), ClusterError> {
-    let expected = mv.clone();
-    update_map(node, |map| match map.moves.get_mut(&shard.0) {
-        Some(current) if *current == expected => {
+    change_move(node, shard, mv, |map| {
+        if let Some(current) = map.moves.get_mut(&shard.0) {
             current.phase = phase;
-            Ok(Some(()))
         }
-        _ => Ok(None),
     })
     .await
     .map(drop)
+}
+
+/// Applies `change` to the map if `shard`'s move is still `mv` there (another leader may have
+/// taken it further meanwhile); returns whether it did.
+async fn change_move(
+    node: &Node,
+    shard: ShardId,
+    mv: &Move,
+    change: impl FnOnce(&mut ClusterMap),
+) -> Result<bool, ClusterError> {
+    let written = update_map(node, |map| {
+        if map.moves.get(&shard.0) != Some(mv) {
+            return Ok(None);
+        }
+        change(map);
+        Ok(Some(()))
+    })
+    .await?;
+    Ok(written.is_some())
 }
 
 fn step_failed(shard: ShardId, what: &str, reply: MembershipReply) -> ClusterError {

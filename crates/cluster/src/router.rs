@@ -4,8 +4,15 @@
 //! shards concurrently, and are atomic within each shard only. Each shard operation is served
 //! where it can be (see `forward.rs`): by this node's replica when it leads the shard (or for
 //! `stale` reads), otherwise by the leader over the peer link.
+//!
+//! Front ends speak to the node in typed requests and outcomes ([`crate::PutRequest`],
+//! [`crate::PutOutcome`], ...); the log commands they become, and the results applying them
+//! returns, stay in this crate.
 
-use crate::forward::{Freshness, ShardAnswer, ShardOp};
+use crate::forward::{CountRows, Freshness, GetKeys, Read, ScanRows, SearchRows, Write};
+use crate::request::{
+    DeleteRequest, Deleted, Done, FromApplied, IncrOutcome, PutOutcome, PutRequest, TtlChanged,
+};
 use crate::search::SearchQuery;
 use crate::{ClusterError, Node};
 use bytes::Bytes;
@@ -13,7 +20,7 @@ use futures::future::try_join_all;
 use std::collections::BTreeMap;
 use std::ops::Bound;
 use trireme_raft::ReadMode;
-use trireme_types::{Command, CommandResult, LogCommand, Record, ShardId};
+use trireme_types::{Command, LogCommand, Record, ShardId, TtlUpdate};
 
 /// What a reader learns about the freshness of what it read (Consul's `X-Consul-*` headers).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -63,9 +70,12 @@ impl Node {
         mode: ReadMode,
     ) -> Result<(Option<Record>, ReadMeta), ClusterError> {
         self.check_key(key)?;
-        let op = ShardOp::Get(vec![Bytes::copy_from_slice(key)]);
-        let (answer, fresh) = self.on_shard(self.shard_of(key), mode, op).await?;
-        let record = records(answer)?.pop().flatten();
+        let read = Read {
+            mode,
+            query: GetKeys(vec![Bytes::copy_from_slice(key)]),
+        };
+        let (mut found, fresh) = self.on_shard(self.shard_of(key), read).await?;
+        let record = found.pop().flatten();
         let meta = read_meta([fresh], record.as_ref().map(|r| r.modify_index));
         Ok((record, meta))
     }
@@ -94,8 +104,12 @@ impl Node {
         }
         let answers = try_join_all(per_shard.into_iter().map(
             |(shard, (slots, keys))| async move {
-                let (answer, _) = self.on_shard(shard, mode, ShardOp::Get(keys)).await?;
-                Ok::<_, ClusterError>((slots, records(answer)?))
+                let read = Read {
+                    mode,
+                    query: GetKeys(keys),
+                };
+                let (found, _) = self.on_shard(shard, read).await?;
+                Ok::<_, ClusterError>((slots, found))
             },
         ))
         .await?;
@@ -144,12 +158,12 @@ impl Node {
         let prefix = Bytes::copy_from_slice(prefix);
         let limit32 = u32::try_from(limit).unwrap_or(u32::MAX);
         let scans = try_join_all(self.map.shards().map(|shard| {
-            let op = ShardOp::Scan {
+            let query = ScanRows {
                 prefix: prefix.clone(),
                 after: after.clone(),
                 limit: limit32,
             };
-            self.on_shard(shard, mode, op)
+            self.on_shard(shard, Read { mode, query })
         }));
         let first_key = async {
             match &first {
@@ -160,8 +174,8 @@ impl Node {
         let (answers, first_read) = futures::try_join!(scans, first_key)?;
         let mut merged = Vec::new();
         let mut fresh = Vec::with_capacity(answers.len());
-        for (answer, f) in answers {
-            merged.extend(rows(answer)?);
+        for (rows, f) in answers {
+            merged.extend(rows);
             fresh.push(f);
         }
         merged.sort_by(|a, b| a.0.cmp(&b.0));
@@ -192,25 +206,20 @@ impl Node {
         let prefix = Bytes::copy_from_slice(prefix);
         let want = u32::try_from(offset.saturating_add(limit)).unwrap_or(u32::MAX);
         let answers = try_join_all(self.map.shards().map(|shard| {
-            let op = ShardOp::Search {
+            let query = SearchRows {
                 prefix: prefix.clone(),
                 query: query.to_owned(),
                 limit: want,
             };
-            self.on_shard(shard, mode, op)
+            self.on_shard(shard, Read { mode, query })
         }))
         .await?;
         let mut total = 0;
         let mut merged = Vec::new();
         let mut fresh = Vec::with_capacity(answers.len());
-        for (answer, f) in answers {
-            match answer {
-                ShardAnswer::Matches { total: n, rows } => {
-                    total += n;
-                    merged.extend(rows);
-                }
-                other => return Err(unexpected(&other)),
-            }
+        for ((n, rows), f) in answers {
+            total += n;
+            merged.extend(rows);
             fresh.push(f);
         }
         merged.sort_by(|a, b| a.0.cmp(&b.0));
@@ -231,12 +240,15 @@ impl Node {
         let mut after = after.map(Bytes::copy_from_slice);
         while shard.0 < self.map.shard_count() {
             let want = count.saturating_sub(keys.len()).max(1);
-            let op = ShardOp::Scan {
-                prefix: Bytes::new(),
-                after: after.take(),
-                limit: u32::try_from(want).unwrap_or(u32::MAX),
+            let read = Read {
+                mode: ReadMode::Default,
+                query: ScanRows {
+                    prefix: Bytes::new(),
+                    after: after.take(),
+                    limit: u32::try_from(want).unwrap_or(u32::MAX),
+                },
             };
-            let found = rows(self.on_shard(shard, ReadMode::Default, op).await?.0)?;
+            let (found, _) = self.on_shard(shard, read).await?;
             let full = found.len() >= want;
             let last = found.last().map(|(k, _)| k.clone());
             keys.extend(found.into_iter().map(|(k, _)| k));
@@ -253,47 +265,81 @@ impl Node {
 
     /// Number of live keys in the cluster (`DBSIZE`); counts every row, so it is O(keys).
     pub async fn key_count(&self) -> Result<u64, ClusterError> {
-        let answers = try_join_all(
-            self.map
-                .shards()
-                .map(|shard| self.on_shard(shard, ReadMode::Default, ShardOp::Count)),
-        )
+        let answers = try_join_all(self.map.shards().map(|shard| {
+            let read = Read {
+                mode: ReadMode::Default,
+                query: CountRows,
+            };
+            self.on_shard(shard, read)
+        }))
         .await?;
-        answers
-            .into_iter()
-            .map(|(answer, _)| match answer {
-                ShardAnswer::Count(n) => Ok(n),
-                other => Err(unexpected(&other)),
-            })
-            .sum()
+        Ok(answers.into_iter().map(|(n, _)| n).sum())
     }
 
-    /// Proposes `command` to `shard`'s group and waits for it to be applied.
-    pub async fn write_shard(
+    /// Proposes `command` to `shard`'s group, waits for it to be applied, and reads what
+    /// applying it returned as the outcome `O`: the one path every write takes. Client limits
+    /// are checked by the callers that take client requests, not here: the node's own
+    /// writes (its row in the metadata group, reaps) are not bound by them.
+    pub(crate) async fn write_shard<O: FromApplied>(
         &self,
         shard: ShardId,
         command: Command,
-    ) -> Result<CommandResult, ClusterError> {
-        if let Command::Put { value, .. } = &command {
-            self.config.limits.check_value(value)?;
-        }
+    ) -> Result<O, ClusterError> {
         let log = LogCommand {
             now_ms: crate::now_ms(),
             command,
         };
-        match self
-            .on_shard(shard, ReadMode::Default, ShardOp::Write(log))
-            .await?
-        {
-            (ShardAnswer::Written(result), _) => Ok(result),
-            (other, _) => Err(unexpected(&other)),
-        }
+        O::read(self.on_shard(shard, Write(log)).await?)
     }
 
-    /// Proposes a single-key command routed by `key`.
-    pub async fn write(&self, key: &[u8], command: Command) -> Result<CommandResult, ClusterError> {
+    /// Proposes a single-key command, routed by `key`.
+    async fn write_key<O: FromApplied>(
+        &self,
+        key: &[u8],
+        command: Command,
+    ) -> Result<O, ClusterError> {
         self.check_key(key)?;
         self.write_shard(self.shard_of(key), command).await
+    }
+
+    /// Writes one key, on the request's condition: Consul `PUT` (`?cas`, `?flags`), Redis
+    /// `SET` (`NX`, `XX`, `GET`, expiries), a document `PUT` (`If-Match`).
+    pub async fn put(&self, request: PutRequest) -> Result<PutOutcome, ClusterError> {
+        self.config.limits.check_value(&request.value)?;
+        let key = request.key.clone();
+        self.write_key(&key, request.into_command()).await
+    }
+
+    /// Deletes one key, at the request's `ModifyIndex` if it names one; whether the key
+    /// existed (and was at that index) and is gone.
+    pub async fn delete(&self, request: DeleteRequest) -> Result<bool, ClusterError> {
+        let command = Command::Delete {
+            keys: vec![request.key.clone()],
+            cas: request.if_modify_index,
+        };
+        let Deleted(n) = self.write_key(&request.key, command).await?;
+        Ok(n > 0)
+    }
+
+    /// Adds `delta` to the integer at `key`, creating it at 0 and keeping its expiry
+    /// (`INCR`, `DECRBY`, ...).
+    pub async fn incr(&self, key: Bytes, delta: i64) -> Result<IncrOutcome, ClusterError> {
+        let command = Command::Incr {
+            key: key.clone(),
+            delta,
+        };
+        self.write_key(&key, command).await
+    }
+
+    /// Changes the expiry of `key` (`EXPIRE`, `PERSIST`); whether the key exists and its
+    /// expiry changed (when clearing: whether it had one).
+    pub async fn set_ttl(&self, key: Bytes, ttl: TtlUpdate) -> Result<bool, ClusterError> {
+        let command = Command::SetTtl {
+            key: key.clone(),
+            ttl,
+        };
+        let TtlChanged(changed) = self.write_key(&key, command).await?;
+        Ok(changed)
     }
 
     /// Writes several keys (`MSET`): one command per shard, atomic within each shard.
@@ -310,7 +356,7 @@ impl Node {
         try_join_all(
             per_shard
                 .into_iter()
-                .map(|(shard, pairs)| self.write_shard(shard, Command::PutMany { pairs })),
+                .map(|(shard, pairs)| self.write_shard::<Done>(shard, Command::PutMany { pairs })),
         )
         .await?;
         Ok(())
@@ -323,13 +369,11 @@ impl Node {
             self.check_key(&key)?;
             per_shard.entry(self.shard_of(&key)).or_default().push(key);
         }
-        let results = try_join_all(
-            per_shard
-                .into_iter()
-                .map(|(shard, keys)| self.write_shard(shard, Command::Delete { keys, cas: None })),
-        )
+        let deleted = try_join_all(per_shard.into_iter().map(|(shard, keys)| {
+            self.write_shard::<Deleted>(shard, Command::Delete { keys, cas: None })
+        }))
         .await?;
-        Ok(total_deleted(results))
+        Ok(deleted.into_iter().map(|Deleted(n)| n).sum())
     }
 
     /// Deletes every key starting with `prefix` in every shard; returns how many existed.
@@ -337,16 +381,14 @@ impl Node {
     pub async fn delete_prefix(&self, prefix: &[u8]) -> Result<u64, ClusterError> {
         self.check_key(prefix)?;
         let prefix = Bytes::copy_from_slice(prefix);
-        let results = try_join_all(self.map.shards().map(|shard| {
-            self.write_shard(
-                shard,
-                Command::DeletePrefix {
-                    prefix: prefix.clone(),
-                },
-            )
+        let deleted = try_join_all(self.map.shards().map(|shard| {
+            let command = Command::DeletePrefix {
+                prefix: prefix.clone(),
+            };
+            self.write_shard::<Deleted>(shard, command)
         }))
         .await?;
-        Ok(total_deleted(results))
+        Ok(deleted.into_iter().map(|Deleted(n)| n).sum())
     }
 }
 
@@ -365,36 +407,4 @@ fn read_meta(fresh: impl IntoIterator<Item = Freshness>, found_index: Option<u64
         }
     }
     meta
-}
-
-fn unexpected(answer: &ShardAnswer) -> ClusterError {
-    ClusterError::Config(format!("unexpected shard answer {answer:?}"))
-}
-
-fn records(answer: ShardAnswer) -> Result<Vec<Option<Record>>, ClusterError> {
-    match answer {
-        ShardAnswer::Records(records) => Ok(records),
-        other => Err(unexpected(&other)),
-    }
-}
-
-fn rows(answer: ShardAnswer) -> Result<Vec<(Bytes, Record)>, ClusterError> {
-    match answer {
-        ShardAnswer::Rows(rows) => Ok(rows),
-        other => Err(unexpected(&other)),
-    }
-}
-
-/// The number of keys removed by per-shard delete commands.
-fn total_deleted(results: Vec<CommandResult>) -> u64 {
-    results
-        .into_iter()
-        .map(|r| {
-            if let CommandResult::Deleted(n) = r {
-                n
-            } else {
-                0
-            }
-        })
-        .sum()
 }

@@ -2,8 +2,11 @@
 
 use bytes::Bytes;
 use std::time::{Duration, Instant};
-use trireme_cluster::{Node, NodeConfig, ReadMode};
-use trireme_types::{Command, CommandResult, PutCondition, ShardId, TtlUpdate};
+use trireme_cluster::{
+    DeleteRequest, IncrOutcome, Node, NodeConfig, PutCondition, PutOutcome, PutRequest, ReadMode,
+    TtlUpdate,
+};
+use trireme_types::ShardId;
 
 fn config(dir: &std::path::Path, shards: u32) -> NodeConfig {
     let mut config = NodeConfig::new("n1", dir);
@@ -13,14 +16,11 @@ fn config(dir: &std::path::Path, shards: u32) -> NodeConfig {
     config
 }
 
-fn put(key: &str, value: &str) -> Command {
-    Command::Put {
-        key: Bytes::copy_from_slice(key.as_bytes()),
-        value: Bytes::copy_from_slice(value.as_bytes()),
-        flags: None,
-        condition: PutCondition::Always,
-        ttl: TtlUpdate::Clear,
-    }
+fn put(key: &str, value: &str) -> PutRequest {
+    PutRequest::new(
+        Bytes::copy_from_slice(key.as_bytes()),
+        Bytes::copy_from_slice(value.as_bytes()),
+    )
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -29,9 +29,7 @@ async fn writes_route_to_shards_and_read_back_in_every_mode() {
     let node = Node::start(config(dir.path(), 8)).await.unwrap();
     for i in 0..64 {
         let key = format!("k{i:02}");
-        node.write(key.as_bytes(), put(&key, &format!("v{i}")))
-            .await
-            .unwrap();
+        node.put(put(&key, &format!("v{i}"))).await.unwrap();
     }
     let shards_used: std::collections::BTreeSet<ShardId> = (0..64)
         .map(|i| node.shard_of(format!("k{i:02}").as_bytes()))
@@ -95,13 +93,10 @@ async fn limits_are_enforced_before_the_log() {
     let dir = tempfile::tempdir().unwrap();
     let node = Node::start(config(dir.path(), 2)).await.unwrap();
     let long_key = "k".repeat(8193);
-    let err = node
-        .write(long_key.as_bytes(), put(&long_key, "v"))
-        .await
-        .unwrap_err();
+    let err = node.put(put(&long_key, "v")).await.unwrap_err();
     assert_eq!(err.to_client().code, trireme_types::ErrorCode::KeyTooLarge);
     let big = "v".repeat(512 * 1024 + 1);
-    let err = node.write(b"k", put("k", &big)).await.unwrap_err();
+    let err = node.put(put("k", &big)).await.unwrap_err();
     assert_eq!(
         err.to_client().code,
         trireme_types::ErrorCode::ValueTooLarge
@@ -116,7 +111,7 @@ async fn limits_are_enforced_before_the_log() {
     );
     // Nothing was written, and the node still serves.
     assert_eq!(node.key_count().await.unwrap(), 0);
-    node.write(b"k", put("k", "ok")).await.unwrap();
+    node.put(put("k", "ok")).await.unwrap();
     assert_eq!(node.key_count().await.unwrap(), 1);
     node.shutdown().await;
 }
@@ -126,15 +121,10 @@ async fn expired_keys_vanish_and_are_reaped_through_the_log() {
     let dir = tempfile::tempdir().unwrap();
     let node = Node::start(config(dir.path(), 2)).await.unwrap();
     let at = trireme_cluster::now_ms() + 200;
-    let command = Command::Put {
-        key: Bytes::from_static(b"ttl"),
-        value: Bytes::from_static(b"v"),
-        flags: None,
-        condition: PutCondition::Always,
-        ttl: TtlUpdate::At(at),
-    };
-    node.write(b"ttl", command).await.unwrap();
-    node.write(b"keep", put("keep", "v")).await.unwrap();
+    node.put(put("ttl", "v").ttl(TtlUpdate::At(at)))
+        .await
+        .unwrap();
+    node.put(put("keep", "v")).await.unwrap();
     let shard = node.shard_of(b"ttl").0;
     assert!(
         node.get(b"ttl", ReadMode::Default)
@@ -175,12 +165,8 @@ async fn a_restarted_node_has_everything_it_acknowledged() {
         let node = Node::start(config(dir.path(), 4)).await.unwrap();
         for i in 0..40 {
             let key = format!("r{i}");
-            match node
-                .write(key.as_bytes(), put(&key, &i.to_string()))
-                .await
-                .unwrap()
-            {
-                CommandResult::Put {
+            match node.put(put(&key, &i.to_string())).await.unwrap() {
+                PutOutcome {
                     written: true,
                     index,
                     ..
@@ -215,4 +201,81 @@ async fn a_restarted_node_has_everything_it_acknowledged() {
         .err()
         .expect("a data dir from another cluster is refused");
     assert!(err.to_string().contains("belongs to cluster"), "{err}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn conditional_writes_report_their_outcome() {
+    let dir = tempfile::tempdir().unwrap();
+    let node = Node::start(config(dir.path(), 2)).await.unwrap();
+    let first = node
+        .put(put("c", "1").condition(PutCondition::IfAbsent).flags(7))
+        .await
+        .unwrap();
+    assert!(first.written);
+    assert_eq!(first.previous, None);
+    let again = node
+        .put(put("c", "2").condition(PutCondition::IfAbsent))
+        .await
+        .unwrap();
+    assert!(!again.written, "NX on an existing key");
+    assert_eq!(
+        again.previous.as_ref().unwrap().value,
+        Bytes::from_static(b"1")
+    );
+    let stale = node
+        .put(put("c", "3").condition(PutCondition::IfModifyIndex(first.index + 1000)))
+        .await
+        .unwrap();
+    assert!(!stale.written, "CAS at the wrong index");
+    let cas = node
+        .put(put("c", "4").condition(PutCondition::IfModifyIndex(first.index)))
+        .await
+        .unwrap();
+    assert!(cas.written);
+    let (record, _) = node.get(b"c", ReadMode::Default).await.unwrap();
+    let record = record.unwrap();
+    assert_eq!(record.value, Bytes::from_static(b"4"));
+    assert_eq!(record.flags, 7, "a put without flags keeps the key's");
+    assert_eq!(record.modify_index, cas.index);
+
+    let wrong = DeleteRequest::new(Bytes::from_static(b"c")).if_modify_index(Some(first.index));
+    assert!(
+        !node.delete(wrong).await.unwrap(),
+        "delete at a stale index"
+    );
+    let right = DeleteRequest::new(Bytes::from_static(b"c")).if_modify_index(Some(cas.index));
+    assert!(node.delete(right).await.unwrap());
+    assert!(
+        !node
+            .delete(DeleteRequest::new(Bytes::from_static(b"c")))
+            .await
+            .unwrap()
+    );
+
+    let n = Bytes::from_static(b"n");
+    assert_eq!(
+        node.incr(n.clone(), 5).await.unwrap(),
+        IncrOutcome::Value(5)
+    );
+    assert_eq!(
+        node.incr(n.clone(), i64::MAX).await.unwrap(),
+        IncrOutcome::Overflow
+    );
+    node.put(put("s", "text")).await.unwrap();
+    assert_eq!(
+        node.incr(Bytes::from_static(b"s"), 1).await.unwrap(),
+        IncrOutcome::NotInteger
+    );
+    let later = trireme_cluster::now_ms() + 60_000;
+    assert!(node.set_ttl(n.clone(), TtlUpdate::At(later)).await.unwrap());
+    let (record, _) = node.get(b"n", ReadMode::Default).await.unwrap();
+    assert_eq!(record.unwrap().expires_at_ms, Some(later));
+    assert!(node.set_ttl(n.clone(), TtlUpdate::Clear).await.unwrap());
+    assert!(
+        !node
+            .set_ttl(Bytes::from_static(b"missing"), TtlUpdate::Clear)
+            .await
+            .unwrap()
+    );
+    node.shutdown().await;
 }

@@ -36,6 +36,8 @@ pub struct RaftTiming {
     pub snapshot_log_bytes: u64,
     /// Snapshots are sent to lagging followers in chunks of this many bytes.
     pub snapshot_chunk_bytes: u64,
+    /// Each snapshot transfer is paced to this many bytes per second (0: unpaced).
+    pub snapshot_rate_bytes_per_sec: u64,
     /// How long a write or a read barrier may take before the client gets a timeout.
     pub request_timeout: Duration,
 }
@@ -51,6 +53,7 @@ impl Default for RaftTiming {
             keep_after_snapshot_bytes: 8 << 20,
             snapshot_log_bytes: 8 << 20,
             snapshot_chunk_bytes: crate::DEFAULT_SNAPSHOT_CHUNK_BYTES as u64,
+            snapshot_rate_bytes_per_sec: 32 << 20,
             request_timeout: Duration::from_secs(10),
         }
     }

@@ -362,7 +362,7 @@ pub(crate) async fn run_with_progress(
 /// Stops the embedded cluster after a run on it and removes its directory. The run's own
 /// error comes first; a failure to stop is reported only after a successful run.
 pub(crate) async fn stop_local_cluster<T, E: Into<anyhow::Error>>(
-    mut cluster: crate::cluster::LocalCluster,
+    mut cluster: trireme_local::LocalCluster,
     result: Result<T, E>,
 ) -> anyhow::Result<T> {
     let stopped = cluster.stop().await;
@@ -380,7 +380,7 @@ pub(crate) const LOCAL_NODES: u32 = 3;
 /// (the leader balancer needs a few seconds after start-up), so the run measures the steady state.
 pub(crate) async fn start_local_cluster(
     driver: Driver,
-) -> anyhow::Result<crate::cluster::LocalCluster> {
+) -> anyhow::Result<trireme_local::LocalCluster> {
     if matches!(driver, Driver::Etcd) {
         bail!(
             "the etcd driver needs --target: without one, trireme bench starts a Trireme cluster"
@@ -391,27 +391,27 @@ pub(crate) async fn start_local_cluster(
     let opts = (17_700..60_000)
         .step_by(1_000)
         .map(|base_port| {
-            let mut opts = crate::cluster::ClusterOptions::new(LOCAL_NODES, &dir);
+            let mut opts = trireme_local::ClusterOptions::new(LOCAL_NODES, &dir);
             opts.base_port = base_port;
             opts
         })
         .find(|opts| opts.check_ports().is_ok())
         .context("no free block of loopback ports for a local cluster")?;
-    match crate::cluster::LocalCluster::start(opts).await {
+    match trireme_local::LocalCluster::start(opts).await {
         Ok(cluster) => {
             wait_for_balanced_leaders(cluster.nodes()).await;
             Ok(cluster)
         }
         Err(e) => {
             let _ = std::fs::remove_dir_all(&dir);
-            Err(e.context("cannot start the local cluster"))
+            Err(anyhow::Error::from(e).context("cannot start the local cluster"))
         }
     }
 }
 
 /// Polls node 1's shard map until every shard is led by its preferred (first) replica, for at
 /// most 15 s; a run that starts before that still works, through forwarding.
-async fn wait_for_balanced_leaders(nodes: &[crate::cluster::LocalNode]) {
+async fn wait_for_balanced_leaders(nodes: &[trireme_local::LocalNode]) {
     let Some(first) = nodes.first() else { return };
     let url = format!("http://{}/v1/cluster/shards", first.http);
     let client = reqwest::Client::builder().no_proxy().build();
@@ -419,10 +419,12 @@ async fn wait_for_balanced_leaders(nodes: &[crate::cluster::LocalNode]) {
     let deadline = std::time::Instant::now() + Duration::from_secs(15);
     while std::time::Instant::now() < deadline {
         let balanced = async {
-            let map: serde_json::Value = client.get(&url).send().await.ok()?.json().await.ok()?;
-            let shards = map["shards"].as_array()?;
-            Some(shards.iter().all(|s| {
-                s["leader"]["name"].is_string() && s["leader"]["name"] == s["replicas"][0]["name"]
+            let map: trireme_types::admin::ShardsDoc =
+                client.get(&url).send().await.ok()?.json().await.ok()?;
+            Some(map.shards.iter().all(|s| {
+                s.leader
+                    .as_ref()
+                    .is_some_and(|l| s.replicas.first().is_some_and(|r| r.name == l.name))
             }))
         };
         if balanced.await == Some(true) {
@@ -438,7 +440,7 @@ async fn wait_for_balanced_leaders(nodes: &[crate::cluster::LocalNode]) {
 /// what it does not lead, and every list and search touches every shard).
 pub(crate) fn local_targets(
     scenario: &Scenario,
-    nodes: &[crate::cluster::LocalNode],
+    nodes: &[trireme_local::LocalNode],
 ) -> anyhow::Result<Vec<String>> {
     let first = nodes.first().context("the local cluster has no nodes")?;
     Ok(match scenario.driver {

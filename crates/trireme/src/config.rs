@@ -89,6 +89,15 @@ pub struct FileConfig {
     log: Option<String>,
     limits: Option<Limits>,
     raft: Option<RaftSection>,
+    cluster: Option<ClusterSection>,
+}
+
+/// `[cluster]`: how the metadata leader rebalances.
+#[derive(Deserialize, Debug, Default)]
+#[serde(deny_unknown_fields)]
+struct ClusterSection {
+    /// Replica moves at once, cluster-wide (default 2).
+    max_moves: Option<usize>,
 }
 
 /// `[raft]`: timing in milliseconds.
@@ -103,6 +112,7 @@ struct RaftSection {
     keep_after_snapshot_bytes: Option<u64>,
     snapshot_log_bytes: Option<u64>,
     snapshot_chunk_bytes: Option<u64>,
+    snapshot_rate_bytes_per_sec: Option<u64>,
     request_timeout_ms: Option<u64>,
 }
 
@@ -318,6 +328,12 @@ impl ServerArgs {
         if let Some(raft) = file.raft {
             node.timing = raft_timing(raft)?;
         }
+        if let Some(max_moves) = file.cluster.and_then(|c| c.max_moves) {
+            if !(1..=64).contains(&max_moves) {
+                bail!("[cluster] max_moves must be between 1 and 64, got {max_moves}");
+            }
+            node.max_moves = max_moves;
+        }
         let join = self.join.or(file.join);
         let initial = self.initial_cluster.or(file.initial_cluster);
         if let (Some(_), Some(_)) = (&join, &initial) {
@@ -413,6 +429,9 @@ fn raft_timing(raft: RaftSection) -> anyhow::Result<RaftTiming> {
     }
     if let Some(v) = raft.snapshot_chunk_bytes {
         timing.snapshot_chunk_bytes = v;
+    }
+    if let Some(v) = raft.snapshot_rate_bytes_per_sec {
+        timing.snapshot_rate_bytes_per_sec = v;
     }
     if let Some(v) = raft.request_timeout_ms {
         timing.request_timeout = ms(v);

@@ -6,6 +6,7 @@ mod bench_probe;
 mod bench_qualify;
 mod chaos;
 mod cluster;
+mod cluster_admin;
 mod config;
 mod kv;
 mod server;
@@ -30,7 +31,8 @@ struct Cli {
 enum Commands {
     /// Run a database node.
     Server(Box<config::ServerArgs>),
-    /// Start a local multi-node cluster (up), or show a running one shard by shard (status).
+    /// Start a local multi-node cluster (up), add a node to it while it runs (add), or show a
+    /// running one shard by shard (status).
     Cluster(cluster::ClusterArgs),
     /// Read and write keys through a node's Consul KV API: get, put, delete, list, watch.
     Kv(kv::KvArgs),

@@ -4,7 +4,7 @@
 
 mod common;
 
-use common::{KvEntry, RawResp, Reply, StartOptions, TestNode, http_client, wait_until};
+use common::{KvEntry, RawResp, Reply, ReplyExt, StartOptions, TestNode, http_client, wait_until};
 use reqwest::StatusCode;
 use serde_json::Value;
 use std::time::Duration;
@@ -424,59 +424,62 @@ async fn status_cluster_health_and_metrics() {
 
     let health = c.get(format!("{base}/v1/health")).send().await.unwrap();
     assert_eq!(health.status(), 200);
-    let health: Value = health.json().await.unwrap();
-    assert_eq!(health["status"], "ok");
+    let health: trireme_types::admin::HealthDoc = health.json().await.unwrap();
+    assert_eq!(health.status, trireme_types::admin::HealthStatus::Ok);
+    assert_eq!(health.node, "n1");
+    assert!(health.all_shards_led && health.storage_ok);
 
     assert!(node.put("m/k", "v").await);
     let written = node.get("m/k").await.unwrap();
     let shards = node.shards().await;
-    assert_eq!(shards["node"], "n1");
-    assert_eq!(shards["shard_count"], 16);
-    let list = shards["shards"].as_array().expect("shards array");
-    assert_eq!(list.len(), 16);
-    let mut next_slot = 0u64;
-    for (i, s) in list.iter().enumerate() {
-        assert_eq!(s["shard"], i as u64);
-        let a = s["slots"][0].as_u64().expect("slot start");
-        let b = s["slots"][1].as_u64().expect("slot end");
-        assert_eq!(a, next_slot, "slot ranges must be contiguous: {s}");
+    assert_eq!(shards.node, "n1");
+    assert_eq!(shards.epoch, 0, "the placement has no version yet");
+    assert_eq!(shards.shard_count, 16);
+    assert_eq!(shards.shards.len(), 16);
+    let mut next_slot = 0u32;
+    for (i, s) in shards.shards.iter().enumerate() {
+        assert_eq!(s.shard, i as u32);
+        let [a, b] = s.slots;
+        assert_eq!(
+            u32::from(a),
+            next_slot,
+            "slot ranges must be contiguous: {s:?}"
+        );
         assert!(b >= a);
-        next_slot = b + 1;
-        let leader = &s["leader"];
-        assert_eq!(leader["name"], "n1");
-        assert_eq!(leader["peer"], ep.peer.to_string());
-        assert_eq!(leader["http"], ep.http.to_string());
-        assert_eq!(leader["resp"], ep.resp.to_string());
-        assert_eq!(s["replicas"].as_array().unwrap().len(), 1);
-        assert_eq!(s["replicas"][0]["name"], "n1");
-        assert_eq!(s["local_role"], "Leader");
-        assert!(s["term"].as_u64().unwrap() >= 1);
-        let applied = s["applied_index"].as_u64().unwrap();
-        let committed = s["committed_index"].as_u64().unwrap();
-        assert!(applied <= committed, "applied past committed: {s}");
+        next_slot = u32::from(b) + 1;
+        let leader = s.leader.as_ref().expect("a single node leads every shard");
+        assert_eq!(leader.name, "n1");
+        assert_eq!(leader.peer, ep.peer.to_string());
+        assert_eq!(leader.http, ep.http.to_string());
+        assert_eq!(leader.resp, ep.resp.to_string());
+        assert_eq!(s.replicas, vec![leader.clone()]);
+        assert_eq!(s.local_role.as_deref(), Some("Leader"));
+        assert!(s.term >= 1);
+        assert!(
+            s.applied_index <= s.committed_index,
+            "applied past committed: {s:?}"
+        );
     }
     assert_eq!(next_slot, 16384, "slots must cover 0..=16383");
 
     // The shard owning m/k (slot from CLUSTER KEYSLOT) reports the write as applied; the
     // figures come from Raft metrics, which may trail the reply for a moment.
     let mut resp = RawResp::connect(ep.resp).await;
-    let slot = Reply::parse(&resp.cmd(&[b"CLUSTER", b"KEYSLOT", b"m/k"]).await).int() as u64;
+    let slot = Reply::parse(&resp.cmd(&[b"CLUSTER", b"KEYSLOT", b"m/k"]).await).int() as u16;
     let reached = wait_until(
         Duration::from_secs(10),
         Duration::from_millis(20),
         || async {
             let shards = node.shards().await;
-            shards["shards"].as_array().unwrap().iter().any(|s| {
-                s["slots"][0].as_u64().unwrap() <= slot
-                    && slot <= s["slots"][1].as_u64().unwrap()
-                    && s["applied_index"].as_u64().unwrap() >= written.modify_index
-            })
+            shards
+                .shard_of_slot(slot)
+                .is_some_and(|s| s.applied_index >= written.modify_index)
         },
     )
     .await;
     assert!(
         reached,
-        "shard of slot {slot} never reported applied_index >= {}: {}",
+        "shard of slot {slot} never reported applied_index >= {}: {:?}",
         written.modify_index,
         node.shards().await
     );

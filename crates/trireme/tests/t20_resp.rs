@@ -2,7 +2,7 @@
 
 mod common;
 
-use common::{RawResp, Reply, StartOptions, TestNode, encode_cmd, wait_until};
+use common::{RawResp, Reply, ReplyExt, StartOptions, TestNode, encode_cmd, wait_until};
 use std::collections::BTreeSet;
 use std::time::Duration;
 
@@ -102,9 +102,9 @@ async fn replies_are_byte_exact() {
     let fields = hello.array();
     let proto = fields
         .chunks(2)
-        .find(|kv| kv[0] == Reply::Bulk(Some(b"proto".to_vec())))
+        .find(|kv| kv[0] == Reply::Bulk(Some(bytes::Bytes::from_static(b"proto"))))
         .map(|kv| kv[1].clone());
-    assert_eq!(proto, Some(Reply::Int(2)), "HELLO 2: {hello:?}");
+    assert_eq!(proto, Some(Reply::Integer(2)), "HELLO 2: {hello:?}");
     let info = Reply::parse(&c.cmd(&[b"INFO"]).await);
     assert!(
         String::from_utf8_lossy(info.bulk()).contains("redis_version:"),

@@ -5,7 +5,7 @@
 
 mod common;
 
-use common::{KvEntry, RawResp, Reply, StartOptions, TestNode, http_client, wait_until};
+use common::{KvEntry, RawResp, Reply, ReplyExt, StartOptions, TestNode, http_client, wait_until};
 use std::collections::BTreeMap;
 use std::sync::Arc;
 use std::sync::Mutex;
@@ -309,11 +309,12 @@ async fn recovery_from_snapshots_and_compacted_logs() {
     assert_eq!(resp.text().await.unwrap(), "true");
     let before = by_key(node.list("snap/").await);
     assert_eq!(before.len(), 499);
-    let applied_before: Vec<u64> = node.shards().await["shards"]
-        .as_array()
-        .unwrap()
+    let applied_before: Vec<u64> = node
+        .shards()
+        .await
+        .shards
         .iter()
-        .map(|s| s["applied_index"].as_u64().unwrap())
+        .map(|s| s.applied_index)
         .collect();
     assert!(
         applied_before.iter().all(|&a| a > 100),
@@ -339,16 +340,17 @@ async fn recovery_from_snapshots_and_compacted_logs() {
             Duration::from_millis(20),
             || async {
                 let shards = node.shards().await;
-                let applied = shards["shards"].as_array().unwrap().iter();
-                applied
+                shards
+                    .shards
+                    .iter()
                     .zip(&applied_before)
-                    .all(|(s, b)| s["applied_index"].as_u64().unwrap() >= *b)
+                    .all(|(s, b)| s.applied_index >= *b)
             },
         )
         .await;
         assert!(
             restored,
-            "round {round}: applied index went back: {} vs {applied_before:?}",
+            "round {round}: applied index went back: {:?} vs {applied_before:?}",
             node.shards().await
         );
     }

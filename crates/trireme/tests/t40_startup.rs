@@ -171,7 +171,7 @@ async fn a_data_dir_from_another_node_is_refused() {
 #[tokio::test]
 async fn the_shard_count_is_fixed_at_bootstrap() {
     let mut node = TestNode::start(StartOptions::default().shards(4)).await;
-    assert_eq!(node.shards().await["shard_count"], 4);
+    assert_eq!(node.shards().await.shard_count, 4);
     assert!(node.put("k", "v").await);
     node.terminate().await;
 
@@ -185,8 +185,8 @@ async fn the_shard_count_is_fixed_at_bootstrap() {
     node.options_mut().shards = None;
     node.restart().await;
     let shards = node.shards().await;
-    assert_eq!(shards["shard_count"], 4, "{shards}");
-    assert_eq!(shards["shards"].as_array().unwrap().len(), 4);
+    assert_eq!(shards.shard_count, 4, "{shards:?}");
+    assert_eq!(shards.shards.len(), 4);
     assert!(
         node.stdout_log().contains("shards=4"),
         "{}",
@@ -198,7 +198,7 @@ async fn the_shard_count_is_fixed_at_bootstrap() {
     node.terminate().await;
     node.options_mut().shards = Some(4);
     node.restart().await;
-    assert_eq!(node.shards().await["shard_count"], 4);
+    assert_eq!(node.shards().await.shard_count, 4);
 }
 
 #[tokio::test]

@@ -5,7 +5,7 @@
 mod common;
 
 use common::cluster::free_ports;
-use common::{RawResp, Reply, StartOptions, TestNode, run_expect_failure};
+use common::{RawResp, Reply, ReplyExt, StartOptions, TestNode, run_expect_failure};
 use std::time::Duration;
 
 #[tokio::test]
@@ -44,14 +44,14 @@ async fn host_names_bind_and_advertise_addresses_are_published() {
     );
 
     // The node row in the metadata group, as /v1/cluster/shards shows every replica.
-    let shards = node.shards().await;
-    let shards = shards["shards"].as_array().unwrap();
+    let shards = node.shards().await.shards;
     assert_eq!(shards.len(), 4);
-    for shard in shards {
-        for who in [&shard["leader"], &shard["replicas"][0]] {
-            assert_eq!(who["http"], http_advertised.as_str(), "{shard}");
-            assert_eq!(who["resp"], "redis.example.test:6390", "{shard}");
-            assert_eq!(who["peer"], peer_advertised.as_str(), "{shard}");
+    for shard in &shards {
+        let leader = shard.leader.as_ref().expect("a one-node cluster leads every shard");
+        for who in [leader, &shard.replicas[0]] {
+            assert_eq!(who.http, http_advertised, "{shard:?}");
+            assert_eq!(who.resp, "redis.example.test:6390", "{shard:?}");
+            assert_eq!(who.peer, peer_advertised, "{shard:?}");
         }
     }
 
@@ -134,17 +134,11 @@ async fn peers_named_by_host_name_form_a_cluster() {
         let read = nodes[(i + 1) % 2].get(key).await;
         assert_eq!(read.map(|e| e.value), Some(b"v".to_vec()), "{key}");
     }
-    let shards = nodes[0].shards().await;
-    for shard in shards["shards"].as_array().unwrap() {
-        let peers: Vec<&str> = shard["replicas"]
-            .as_array()
-            .unwrap()
-            .iter()
-            .map(|r| r["peer"].as_str().unwrap())
-            .collect();
-        assert_eq!(peers.len(), 2, "{shard}");
+    for shard in nodes[0].shards().await.shards {
+        let peers: Vec<&str> = shard.replicas.iter().map(|r| r.peer.as_str()).collect();
+        assert_eq!(peers.len(), 2, "{shard:?}");
         for p in peers {
-            assert!(p == peer(0) || p == peer(1), "{p} in {shard}");
+            assert!(p == peer(0) || p == peer(1), "{p} in {shard:?}");
         }
     }
 }

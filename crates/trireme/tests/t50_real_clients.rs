@@ -4,7 +4,7 @@
 
 mod common;
 
-use common::{RawResp, Reply, StartOptions, TestNode, run_program, run_program_async};
+use common::{RawResp, Reply, ReplyExt, StartOptions, TestNode, run_program, run_program_async};
 use std::path::PathBuf;
 use std::time::Duration;
 

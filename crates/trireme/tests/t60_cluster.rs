@@ -1,6 +1,6 @@
 //! Area 60: three real nodes on loopback: replication, forwarding to leaders, the
 //! three read modes, failover after `kill -9`, rejoining, whole-cluster restart, catching up
-//! from a snapshot, and peers that speak garbage.
+//! from a snapshot, peers that speak garbage, and a node that joins with `--join`.
 //!
 //! Each test starts its own cluster (3 nodes, 2–4 shards, heartbeat 50 ms, elections
 //! 300–600 ms); the harness runs one cluster at a time. Every wait polls under a deadline.
@@ -8,14 +8,14 @@
 mod common;
 
 use common::cluster::{
-    CLUSTER_DEADLINE, ClusterOptions, RaftTiming, TestCluster, key_slot, peer_addr, poll_until,
-    try_put_url,
+    CLUSTER_DEADLINE, ClusterOptions, RaftTiming, TestCluster, assert_acked_readable, key_slot,
+    peer_addr, poll_until, spawn_steady_writer, try_put_url, wait_for_acks,
 };
-use common::{RawResp, Reply, wait_until};
+use common::{RawResp, Reply, ReplyExt, wait_until};
 use std::collections::BTreeMap;
 use std::net::SocketAddr;
 use std::sync::Arc;
-use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpStream;
@@ -115,7 +115,7 @@ async fn writes_on_one_node_are_read_on_the_others_over_http_and_resp() {
                 let got = Reply::parse(&r.cmd(&[b"GET", key.as_bytes()]).await);
                 assert_eq!(
                     got,
-                    Reply::Bulk(Some(value.clone().into_bytes())),
+                    Reply::Bulk(Some(value.clone().into_bytes().into())),
                     "GET {key} on {} after SET on {}",
                     c.name(reader),
                     c.name(writer)
@@ -316,98 +316,6 @@ async fn write_every_shard(
         Ok(())
     } else {
         Err(errors.join("; "))
-    }
-}
-
-/// What a steady writer saw.
-#[derive(Debug, Default)]
-struct Steady {
-    /// Keys whose PUT was acknowledged (`true`); each key's value is the key itself.
-    acked: Vec<String>,
-    /// Failed or refused PUTs, with how long each took.
-    failures: Vec<String>,
-    /// Shared with the test while it runs: how many PUTs have been acknowledged so far.
-    count: Arc<AtomicUsize>,
-}
-
-/// Keeps writing `{prefix}{n}` = `{prefix}{n}` through the nodes `via` in turn until `stop`.
-fn spawn_steady_writer(
-    c: &TestCluster,
-    via: &[usize],
-    prefix: &'static str,
-    stop: Arc<AtomicBool>,
-) -> (Arc<AtomicUsize>, tokio::task::JoinHandle<Steady>) {
-    let urls: Vec<String> = via.iter().map(|&i| c.node(i).http_url()).collect();
-    let client = c.http.clone();
-    let count = Arc::new(AtomicUsize::new(0));
-    let out = Steady {
-        count: count.clone(),
-        ..Steady::default()
-    };
-    let task = tokio::spawn(async move {
-        let mut out = out;
-        let mut n = 0usize;
-        while !stop.load(Ordering::SeqCst) {
-            let key = format!("{prefix}{n:05}");
-            let url = format!("{}/v1/kv/{key}", urls[n % urls.len()]);
-            let started = Instant::now();
-            match try_put_url(&client, &url, &key).await {
-                Ok(true) => {
-                    out.acked.push(key);
-                    out.count.fetch_add(1, Ordering::SeqCst);
-                }
-                other => {
-                    out.failures
-                        .push(format!("{url} after {:?}: {other:?}", started.elapsed()));
-                    // Pacing, not synchronization: a dead node refuses at once, and the
-                    // writer should not spin on it.
-                    tokio::time::sleep(Duration::from_millis(10)).await;
-                }
-            }
-            n += 1;
-        }
-        out
-    });
-    (count, task)
-}
-
-/// Waits until a steady writer has `n` acknowledged writes.
-async fn wait_for_acks(count: &AtomicUsize, n: usize) {
-    let reached = wait_until(
-        Duration::from_secs(20),
-        Duration::from_millis(5),
-        || async { count.load(Ordering::SeqCst) >= n },
-    )
-    .await;
-    assert!(
-        reached,
-        "only {} writes acknowledged in 20 s",
-        count.load(Ordering::SeqCst)
-    );
-}
-
-/// Asserts that every key a steady writer had acknowledged reads back (`?consistent`,
-/// through node `via`) with its value.
-async fn assert_acked_readable(c: &TestCluster, via: usize, prefix: &str, steady: &Steady) {
-    let listed = c
-        .try_list(via, prefix, "&consistent")
-        .await
-        .unwrap_or_else(|e| panic!("{e}\n{}", c.logs()));
-    let lost: Vec<&String> = steady
-        .acked
-        .iter()
-        .filter(|k| listed.get(*k).map(|e| e.value.as_slice()) != Some(k.as_bytes()))
-        .collect();
-    assert!(
-        lost.is_empty(),
-        "{} of {} acknowledged writes under {prefix} lost or wrong: {lost:?}\n{}",
-        lost.len(),
-        steady.acked.len(),
-        c.logs()
-    );
-    // Unacknowledged writes may have landed or not, but nothing else can appear.
-    for (key, entry) in &listed {
-        assert_eq!(entry.value, key.as_bytes(), "{key}: torn or foreign value");
     }
 }
 
@@ -1262,7 +1170,61 @@ async fn a_write_without_a_quorum_is_answered_as_outcome_unknown() {
 }
 
 // ---------------------------------------------------------------------------------------
-// metrics of a replicated shard
+// 9. a node that joins a running cluster
+// ---------------------------------------------------------------------------------------
+
+/// Whether node `via` lists `peer` in `/v1/status/peers`.
+async fn lists_peer(c: &TestCluster, via: usize, peer: &str) -> bool {
+    let url = format!("{}/v1/status/peers", c.node(via).http_url());
+    let Ok(resp) = c.http.get(url).send().await else {
+        return false;
+    };
+    resp.json::<Vec<String>>()
+        .await
+        .is_ok_and(|peers| peers.iter().any(|p| p == peer))
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_node_added_with_join_becomes_a_member_and_restarts_from_its_data() {
+    let mut c = TestCluster::start(ClusterOptions::default().shards(2)).await;
+    let added = c.add_node().await;
+    bounded(Duration::from_secs(120), async {
+        assert_eq!(c.name(added), "n4");
+        let peer = peer_addr(c.node(added)).to_string();
+        let member = wait_until(CLUSTER_DEADLINE, Duration::from_millis(50), || {
+            lists_peer(&c, 0, &peer)
+        })
+        .await;
+        assert!(member, "n1 never listed n4 ({peer})\n{}", c.logs());
+
+        // Writes through the new node reach the cluster, and it reads what others wrote.
+        c.put(added, "join/from-n4", "4").await;
+        c.put(0, "join/from-n1", "1").await;
+        let value = |e: Option<common::KvEntry>| e.map(|e| e.value);
+        assert_eq!(
+            value(c.get(1, "join/from-n4", "?consistent").await),
+            Some(b"4".to_vec())
+        );
+        assert_eq!(
+            value(c.get(added, "join/from-n1", "?consistent").await),
+            Some(b"1".to_vec())
+        );
+
+        // Killed and restarted (with --join still on its command line), it comes back as the
+        // same member on the same ports.
+        c.kill9(added).await;
+        c.restart(added).await;
+        assert!(lists_peer(&c, 0, &peer).await, "{}", c.logs());
+        assert_eq!(
+            value(c.get(added, "join/from-n1", "?consistent").await),
+            Some(b"1".to_vec())
+        );
+    })
+    .await;
+}
+
+// ---------------------------------------------------------------------------------------
+// 10. metrics of a replicated shard
 // ---------------------------------------------------------------------------------------
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

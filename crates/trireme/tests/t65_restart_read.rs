@@ -26,7 +26,7 @@ mod common;
 use common::cluster::{
     CLUSTER_DEADLINE, ClusterOptions, RaftTiming, TestCluster, poll_until, try_put_url, utc_now,
 };
-use common::{KvEntry, RawResp, Reply, TestNode, encode_cmd};
+use common::{KvEntry, RawResp, Reply, ReplyExt, TestNode, encode_cmd};
 use std::net::SocketAddr;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
@@ -93,7 +93,7 @@ async fn resp_read(addr: SocketAddr, key: &str) -> Read {
         return Read::Retry(format!("RESP {addr}: no reply"));
     };
     match Reply::parse(&bytes) {
-        Reply::Bulk(value) => Read::Answer(value),
+        Reply::Bulk(value) => Read::Answer(value.map(|v| v.to_vec())),
         Reply::Error(e) if e.starts_with("TRYAGAIN") || e.starts_with("TIMEOUT") => {
             Read::Retry(format!("RESP {addr}: {e}"))
         }

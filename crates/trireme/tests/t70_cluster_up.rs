@@ -1,7 +1,9 @@
-//! Area 70: `trireme cluster up` and `trireme cluster status`. A real three-node cluster started
-//! by the binary is written to on one node and read on another, described by `status`,
-//! stopped by one SIGTERM to `cluster up`, and started again on its data; a port in use and an
-//! unreachable target are refused with messages that name them.
+//! Area 70: `trireme cluster up`, `cluster add` and `cluster status`. A real three-node cluster
+//! started by the binary is written to on one node and read on another, described by `status`,
+//! stopped by one SIGTERM to `cluster up`, and started again on its data; a node added with
+//! `cluster add` is stopped and restarted by `cluster up` with the others; a port in use, a
+//! directory without a running cluster and an unreachable target are refused with messages
+//! that name them.
 
 mod common;
 
@@ -15,8 +17,9 @@ use std::time::{Duration, Instant};
 /// How long `cluster up` may take to report a serving cluster: three debug servers
 /// bootstrapping on a couple of shared cores.
 const UP_DEADLINE: Duration = Duration::from_secs(120);
-/// Ports a test cluster may use from its base: three nodes take base..base+22.
-const PORT_SPAN: u16 = 30;
+/// Ports a test cluster may use from its base: up to five nodes (three, and two added),
+/// node i taking base+10(i-1) to base+10(i-1)+2.
+const PORT_SPAN: u16 = 50;
 
 /// A base port with the `PORT_SPAN` ports from it free on 127.0.0.1.
 fn free_base_port() -> u16 {
@@ -37,6 +40,7 @@ struct ListedNode {
     name: String,
     http: SocketAddr,
     resp: SocketAddr,
+    peer: SocketAddr,
     pid: u32,
 }
 
@@ -59,6 +63,7 @@ fn read_manifest(dir: &Path) -> Option<Manifest> {
                 name: n["name"].as_str()?.to_string(),
                 http: n["http"].as_str()?.parse().ok()?,
                 resp: n["resp"].as_str()?.parse().ok()?,
+                peer: n["peer"].as_str()?.parse().ok()?,
                 pid: u32::try_from(n["pid"].as_u64()?).ok()?,
             })
         })
@@ -487,4 +492,280 @@ fn status_of_an_unreachable_target_fails_naming_it() {
         stderr.contains(&target),
         "stderr names the target:\n{stderr}"
     );
+}
+
+/// Whether process `raw` runs: a node `cluster add` started is not this test's child, and
+/// once it exits it may stay a zombie until whoever adopted it reaps it.
+fn running(raw: u32) -> bool {
+    trireme_local::process_alive(raw)
+}
+
+#[tokio::test]
+async fn add_joins_a_running_cluster_and_up_stops_and_restarts_it() {
+    let tmp = tempfile::Builder::new()
+        .prefix("trireme-t70-add-")
+        .tempdir()
+        .expect("temp dir");
+    let dir = tmp.path().join("cluster");
+    let dir_arg = dir.display().to_string();
+    let base = free_base_port();
+    let base_arg = base.to_string();
+    let up_args = [
+        "--nodes",
+        "3",
+        "--shards",
+        "2",
+        "--base-port",
+        &base_arg,
+        "--timeout",
+        "100s",
+    ];
+    let mut up = ClusterUp::start(&dir, &up_args);
+    let before = up.wait_running().await;
+    assert_eq!(before.nodes.len(), 3);
+
+    let printed = run_ok(&["cluster", "add", "--dir", &dir_arg, "--timeout", "100s"]).await;
+    let manifest = read_manifest(&dir).expect("cluster.json");
+    assert_eq!(manifest.state, "running");
+    let names: Vec<&str> = manifest.nodes.iter().map(|n| n.name.as_str()).collect();
+    assert_eq!(names, ["n1", "n2", "n3", "n4"], "{printed}");
+    let n4 = &manifest.nodes[3];
+    assert_eq!(n4.http, SocketAddr::from(([127, 0, 0, 1], base + 30)));
+    assert_eq!(n4.resp.port(), base + 31);
+    assert!(
+        printed.contains(&n4.http.to_string()) && printed.contains(&n4.pid.to_string()),
+        "cluster add prints the new node's endpoints and pid:\n{printed}"
+    );
+    assert!(running(n4.pid), "n4 runs after cluster add exited");
+    let client = http_client();
+    for path in ["/v1/health", "/v1/status/leader"] {
+        let resp = client
+            .get(format!("http://{}{path}", n4.http))
+            .send()
+            .await
+            .unwrap_or_else(|e| panic!("GET {path} on n4: {e}"));
+        assert_eq!(resp.status(), 200, "GET {path} on n4");
+    }
+    // n4 is a member of the cluster, not a cluster of its own: n1 lists it among the peers,
+    // and both name the same metadata leader.
+    let n1 = &manifest.nodes[0];
+    let get = |node: &ListedNode, path: &str| {
+        let url = format!("http://{}{path}", node.http);
+        let client = client.clone();
+        async move {
+            let resp = client.get(&url).send().await.ok()?;
+            resp.json::<serde_json::Value>().await.ok()
+        }
+    };
+    let joined = common::wait_until(DEADLINE, Duration::from_millis(100), || async {
+        let peers = get(n1, "/v1/status/peers").await;
+        let listed = peers.as_ref().and_then(|p| p.as_array()).is_some_and(|p| {
+            p.iter()
+                .any(|a| a.as_str() == Some(n4.peer.to_string().as_str()))
+        });
+        let leaders = (
+            get(n1, "/v1/status/leader").await,
+            get(n4, "/v1/status/leader").await,
+        );
+        listed && leaders.0.is_some() && leaders.0 == leaders.1
+    })
+    .await;
+    assert!(
+        joined,
+        "n1 does not list n4 ({}) among its peers, or they name different leaders\n{}",
+        n4.peer,
+        std::fs::read_to_string(dir.join("n4.log")).unwrap_or_default()
+    );
+
+    // One SIGTERM to `cluster up` stops the added node too.
+    let exit = up.terminate().await;
+    assert!(
+        exit.success(),
+        "cluster up exited with {exit}\n{}",
+        up.output()
+    );
+    for node in &manifest.nodes {
+        assert!(
+            !running(node.pid),
+            "node {} (pid {}) outlived cluster up\n{}",
+            node.name,
+            node.pid,
+            up.output()
+        );
+    }
+    let stopped = read_manifest(&dir).expect("cluster.json");
+    assert_eq!(stopped.state, "stopped");
+    assert_eq!(stopped.nodes.len(), 4, "the added node stays listed");
+
+    // Started again with the same flags: the added node restarts with the others.
+    let mut again = ClusterUp::start(&dir, &up_args);
+    let restarted = again.wait_running().await;
+    let names: Vec<&str> = restarted.nodes.iter().map(|n| n.name.as_str()).collect();
+    assert_eq!(names, ["n1", "n2", "n3", "n4"]);
+    assert_ne!(restarted.nodes[3].pid, n4.pid, "n4 is a new process");
+    let exit = again.terminate().await;
+    assert!(exit.success(), "{}", again.output());
+    for node in &restarted.nodes {
+        assert!(!running(node.pid), "node {} outlived cluster up", node.name);
+    }
+}
+
+#[tokio::test]
+async fn add_without_a_running_cluster_or_with_a_port_in_use_fails_clearly() {
+    let tmp = tempfile::tempdir().expect("temp dir");
+    let dir = tmp.path().join("cluster");
+    let dir_arg = dir.display().to_string();
+
+    // Nothing in the directory.
+    std::fs::create_dir_all(&dir).expect("mkdir");
+    let (code, stderr) = run_expect_failure(&["cluster", "add", "--dir", &dir_arg], DEADLINE);
+    assert_ne!(code, 0);
+    assert!(
+        stderr.contains("no running cluster") && stderr.contains("trireme cluster up --dir"),
+        "stderr says there is no cluster and how to start one:\n{stderr}"
+    );
+
+    // A running one-node cluster, and the RESP port the next node would get is taken.
+    let base = free_base_port();
+    let mut up = ClusterUp::start(
+        &dir,
+        &[
+            "--nodes",
+            "1",
+            "--shards",
+            "1",
+            "--base-port",
+            &base.to_string(),
+            "--timeout",
+            "100s",
+        ],
+    );
+    let manifest = up.wait_running().await;
+    let taken = TcpListener::bind(("127.0.0.1", base + 11)).expect("bind");
+    let (code, stderr) = run_expect_failure(&["cluster", "add", "--dir", &dir_arg], DEADLINE);
+    drop(taken);
+    assert_ne!(code, 0);
+    assert!(
+        stderr.contains(&format!("port {} (RESP of node n2)", base + 11)),
+        "stderr names the port and its use:\n{stderr}"
+    );
+    assert!(!dir.join("n2").exists(), "no node was started");
+    assert_eq!(
+        read_manifest(&dir).expect("cluster.json").nodes.len(),
+        1,
+        "cluster.json is unchanged"
+    );
+
+    let exit = up.terminate().await;
+    assert!(exit.success(), "{}", up.output());
+    assert!(!alive(manifest.nodes[0].pid));
+    // Once `cluster up` has stopped, there is no running cluster to add to.
+    let (code, stderr) = run_expect_failure(&["cluster", "add", "--dir", &dir_arg], DEADLINE);
+    assert_ne!(code, 0);
+    assert!(stderr.contains("cluster.json says stopped"), "{stderr}");
+}
+
+/// Options for driving the supervisor `cluster up` is built on directly.
+fn supervisor_options(dir: &Path) -> trireme_local::ClusterOptions {
+    let mut opts = trireme_local::ClusterOptions::new(3, dir);
+    opts.base_port = free_base_port();
+    opts.flags.shards = Some(2);
+    opts.binary = Some(binary().into());
+    opts.start_timeout = UP_DEADLINE;
+    opts
+}
+
+/// `GET /v1/kv/<key>?consistent&raw` through the node at `http`.
+async fn raw_value(client: &reqwest::Client, http: &str, key: &str) -> String {
+    let url = format!("http://{http}/v1/kv/{key}?consistent&raw");
+    let resp = client.get(&url).send().await.expect("GET");
+    assert_eq!(resp.status(), 200, "GET {url}");
+    resp.text().await.expect("body")
+}
+
+#[tokio::test]
+async fn the_supervisor_restarts_one_node_on_its_data_and_stops_all() {
+    let tmp = tempfile::tempdir().expect("temp dir");
+    let dir = tmp.path().join("cluster");
+    let mut cluster = trireme_local::LocalCluster::start(supervisor_options(&dir))
+        .await
+        .expect("the cluster starts");
+    let nodes = cluster.nodes().to_vec();
+    let client = http_client();
+    let put = client
+        .put(format!("http://{}/v1/kv/t70/kept", nodes[0].http))
+        .body("kept")
+        .send()
+        .await
+        .expect("PUT");
+    assert_eq!(put.status(), 200);
+
+    let old = nodes[1].pid;
+    let n2 = cluster.process_mut(1).expect("n2");
+    let status = n2.kill().expect("n2 was running");
+    assert!(!status.success(), "{status}");
+    assert!(!alive(old));
+    n2.spawn().expect("n2 restarts");
+    cluster.refresh_pid(1);
+    cluster
+        .wait_ready(UP_DEADLINE)
+        .await
+        .expect("the cluster serves again");
+    let restarted = &cluster.nodes()[1];
+    assert_ne!(restarted.pid, old, "n2 is a new process");
+    assert_eq!(restarted.http, nodes[1].http, "on the same ports");
+    assert_eq!(
+        raw_value(&client, &restarted.http, "t70/kept").await,
+        "kept"
+    );
+
+    cluster.stop().await.expect("every node stops cleanly");
+    for node in cluster.nodes() {
+        assert!(!alive(node.pid), "{} outlived the stop", node.name);
+    }
+    assert_eq!(read_manifest(&dir).expect("cluster.json").state, "stopped");
+}
+
+#[tokio::test]
+async fn the_supervisor_adds_a_node_that_joins_and_stops_it_with_the_others() {
+    let tmp = tempfile::tempdir().expect("temp dir");
+    let dir = tmp.path().join("cluster");
+    let opts = supervisor_options(&dir);
+    let base = opts.base_port;
+    let mut cluster = trireme_local::LocalCluster::start(opts)
+        .await
+        .expect("the cluster starts");
+    let n4 = cluster
+        .add_node(UP_DEADLINE)
+        .await
+        .expect("n4 joins")
+        .clone();
+    assert_eq!(n4.name, "n4");
+    assert_eq!(n4.http, format!("127.0.0.1:{}", base + 30));
+    assert_eq!(n4.join.as_deref(), Some(cluster.nodes()[0].peer.as_str()));
+    let client = http_client();
+    let n1 = cluster.nodes()[0].http.clone();
+    let member = common::wait_until(DEADLINE, Duration::from_millis(100), || async {
+        let peers = client
+            .get(format!("http://{n1}/v1/status/peers"))
+            .send()
+            .await
+            .ok();
+        match peers {
+            Some(r) => r
+                .json::<Vec<String>>()
+                .await
+                .is_ok_and(|p| p.contains(&n4.peer)),
+            None => false,
+        }
+    })
+    .await;
+    assert!(member, "n1 never listed n4 ({}) among its peers", n4.peer);
+    let manifest = read_manifest(&dir).expect("cluster.json");
+    assert_eq!(manifest.nodes.len(), 4);
+
+    cluster.stop().await.expect("every node stops cleanly");
+    for node in cluster.nodes() {
+        assert!(!alive(node.pid), "{} outlived the stop", node.name);
+    }
 }

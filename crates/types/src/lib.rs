@@ -7,6 +7,7 @@
 #![deny(missing_docs)]
 #![deny(clippy::unwrap_used)]
 
+pub mod admin;
 pub mod cluster_status;
 pub mod command;
 pub mod error;

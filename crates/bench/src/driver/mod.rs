@@ -19,10 +19,11 @@ pub mod trireme;
 
 use std::time::Duration;
 
+pub use crate::reply::Reply;
 pub use etcd::EtcdDriver;
 pub use http::HttpDriver;
 pub use orchestrate::OrchestrateDriver;
-pub use resp::{Reply, RespDriver};
+pub use resp::RespDriver;
 pub use trireme::TriremeDriver;
 
 use crate::BenchRng;

@@ -1,7 +1,7 @@
 //! The RESP driver: Redis, Trireme's RESP listener, Dynomite, anything Redis-speaking.
 //!
 //! One TCP connection per driver, requests sent one at a time (no pipelining). Commands are
-//! RESP2 arrays of bulk strings; replies are parsed by [`parse_reply`]. After an I/O error,
+//! RESP2 arrays of bulk strings; replies are parsed by [`crate::reply::parse_reply`]. After an I/O error,
 //! a timeout or an unparsable reply the connection is dropped and the next request opens a
 //! new one, so a restarted server is picked up again.
 
@@ -12,119 +12,8 @@ use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpStream;
 
 use super::{DriverError, REQUEST_TIMEOUT};
+use crate::reply::{Reply, parse_reply};
 use crate::scenario::Operation;
-
-/// Nesting limit for array replies; deeper replies are treated as a protocol error.
-const MAX_DEPTH: usize = 32;
-
-/// A RESP2 reply.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub enum Reply {
-    /// `+OK`
-    Simple(String),
-    /// `-ERR message`
-    Error(String),
-    /// `:42`
-    Integer(i64),
-    /// `$n` followed by n bytes; `$-1` is `None`.
-    Bulk(Option<Bytes>),
-    /// `*n` followed by n replies; `*-1` is `None`.
-    Array(Option<Vec<Reply>>),
-}
-
-/// Parses one reply from the start of `buf`.
-///
-/// Returns `Ok(None)` when `buf` holds only part of a reply, or the reply and the number
-/// of bytes it took.
-pub fn parse_reply(buf: &[u8]) -> Result<Option<(Reply, usize)>, DriverError> {
-    parse_at(buf, 0, 0).map_err(DriverError::Protocol)
-}
-
-fn find_crlf(buf: &[u8], from: usize) -> Option<usize> {
-    buf.get(from..)?
-        .windows(2)
-        .position(|w| w == b"\r\n")
-        .map(|i| from + i)
-}
-
-fn parse_int(line: &[u8]) -> Result<i64, String> {
-    std::str::from_utf8(line)
-        .ok()
-        .and_then(|s| s.parse::<i64>().ok())
-        .ok_or_else(|| format!("bad integer {:?}", String::from_utf8_lossy(line)))
-}
-
-/// A length field: `-1` is `None`, other negatives are errors.
-fn parse_len(line: &[u8]) -> Result<Option<usize>, String> {
-    match parse_int(line)? {
-        -1 => Ok(None),
-        n => usize::try_from(n)
-            .map(Some)
-            .map_err(|_| format!("bad length {n}")),
-    }
-}
-
-fn parse_at(buf: &[u8], pos: usize, depth: usize) -> Result<Option<(Reply, usize)>, String> {
-    if depth > MAX_DEPTH {
-        return Err("reply nested too deeply".to_owned());
-    }
-    let Some(&tag) = buf.get(pos) else {
-        return Ok(None);
-    };
-    let Some(line_end) = find_crlf(buf, pos + 1) else {
-        return Ok(None);
-    };
-    let line = &buf[pos + 1..line_end];
-    let next = line_end + 2;
-    let reply = match tag {
-        b'+' => (
-            Reply::Simple(String::from_utf8_lossy(line).into_owned()),
-            next,
-        ),
-        b'-' => (
-            Reply::Error(String::from_utf8_lossy(line).into_owned()),
-            next,
-        ),
-        b':' => (Reply::Integer(parse_int(line)?), next),
-        b'$' => match parse_len(line)? {
-            None => (Reply::Bulk(None), next),
-            Some(n) => {
-                let end = next
-                    .checked_add(n)
-                    .ok_or_else(|| format!("bad length {n}"))?;
-                let Some(trailer) = buf.get(end..end + 2) else {
-                    return Ok(None);
-                };
-                if trailer != b"\r\n" {
-                    return Err("bulk string not terminated by CRLF".to_owned());
-                }
-                (
-                    Reply::Bulk(Some(Bytes::copy_from_slice(&buf[next..end]))),
-                    end + 2,
-                )
-            }
-        },
-        b'*' => match parse_len(line)? {
-            None => (Reply::Array(None), next),
-            Some(n) => {
-                let mut items = Vec::with_capacity(n.min(1024));
-                let mut at = next;
-                for _ in 0..n {
-                    match parse_at(buf, at, depth + 1)? {
-                        Some((item, after)) => {
-                            items.push(item);
-                            at = after;
-                        }
-                        None => return Ok(None),
-                    }
-                }
-                (Reply::Array(Some(items)), at)
-            }
-        },
-        other => return Err(format!("unknown reply type byte 0x{other:02x}")),
-    };
-    Ok(Some(reply))
-}
 
 /// Encodes a command as a RESP array of bulk strings.
 fn encode(args: &[&[u8]], out: &mut Vec<u8>) {
@@ -331,55 +220,6 @@ impl RespDriver {
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    fn parse_all(text: &[u8]) -> Reply {
-        let (reply, used) = parse_reply(text).unwrap().unwrap();
-        assert_eq!(used, text.len());
-        reply
-    }
-
-    #[test]
-    fn parses_every_reply_type() {
-        assert_eq!(parse_all(b"+OK\r\n"), Reply::Simple("OK".into()));
-        assert_eq!(
-            parse_all(b"-ERR wrong type\r\n"),
-            Reply::Error("ERR wrong type".into())
-        );
-        assert_eq!(parse_all(b":-42\r\n"), Reply::Integer(-42));
-        assert_eq!(
-            parse_all(b"$5\r\nh\r\nlo\r\n"),
-            Reply::Bulk(Some(Bytes::from_static(b"h\r\nlo")))
-        );
-        assert_eq!(parse_all(b"$0\r\n\r\n"), Reply::Bulk(Some(Bytes::new())));
-        assert_eq!(parse_all(b"$-1\r\n"), Reply::Bulk(None));
-        assert_eq!(parse_all(b"*-1\r\n"), Reply::Array(None));
-        assert_eq!(
-            parse_all(b"*3\r\n:1\r\n$1\r\na\r\n*1\r\n+x\r\n"),
-            Reply::Array(Some(vec![
-                Reply::Integer(1),
-                Reply::Bulk(Some(Bytes::from_static(b"a"))),
-                Reply::Array(Some(vec![Reply::Simple("x".into())])),
-            ]))
-        );
-    }
-
-    #[test]
-    fn partial_input_waits_for_more() {
-        let full = b"*2\r\n$3\r\nabc\r\n:7\r\n+next\r\n";
-        for cut in 0..full.len() - 7 {
-            assert_eq!(parse_reply(&full[..cut]).unwrap(), None, "cut {cut}");
-        }
-        let (_, used) = parse_reply(full).unwrap().unwrap();
-        assert_eq!(&full[used..], b"+next\r\n");
-    }
-
-    #[test]
-    fn malformed_input_is_a_protocol_error() {
-        for bad in [&b"?x\r\n"[..], b":abc\r\n", b"$-2\r\n", b"$1\r\nab\r\n"] {
-            let err = parse_reply(bad).unwrap_err();
-            assert_eq!(err.kind(), "protocol", "{bad:?}");
-        }
-    }
 
     #[test]
     fn encodes_commands_as_bulk_arrays() {

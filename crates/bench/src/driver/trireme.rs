@@ -7,6 +7,7 @@
 use super::{DriverError, HttpDriver};
 use crate::scenario::{Consistency, Operation};
 use std::collections::HashMap;
+use trireme_types::admin::ShardsDoc;
 
 /// One shard's slot range and the HTTP address (`host:port`) of its leader.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -95,28 +96,19 @@ impl TriremeDriver {
 
 /// Reads the slot ranges and leaders out of `/v1/cluster/shards`.
 fn parse_routes(body: &[u8]) -> Result<Vec<Route>, DriverError> {
-    let bad = |what: &str| DriverError::Protocol(format!("/v1/cluster/shards: {what}"));
-    let doc: serde_json::Value =
-        serde_json::from_slice(body).map_err(|e| bad(&format!("not JSON: {e}")))?;
-    let shards = doc["shards"].as_array().ok_or_else(|| bad("no shards"))?;
-    let mut routes = Vec::with_capacity(shards.len());
-    for shard in shards {
-        let slot = |i: usize| {
-            shard["slots"][i]
-                .as_u64()
-                .and_then(|s| u16::try_from(s).ok())
-                .ok_or_else(|| bad("bad slot range"))
-        };
-        let (first, last) = (slot(0)?, slot(1)?);
-        if let Some(leader) = shard["leader"]["http"].as_str() {
-            routes.push(Route {
-                first,
-                last,
-                leader: leader.to_string(),
-            });
-        }
-    }
-    Ok(routes)
+    let doc: ShardsDoc = serde_json::from_slice(body)
+        .map_err(|e| DriverError::Protocol(format!("/v1/cluster/shards: {e}")))?;
+    Ok(doc
+        .shards
+        .into_iter()
+        .filter_map(|shard| {
+            Some(Route {
+                first: shard.slots[0],
+                last: shard.slots[1],
+                leader: shard.leader?.http,
+            })
+        })
+        .collect())
 }
 
 #[cfg(test)]
@@ -125,9 +117,15 @@ mod tests {
 
     #[test]
     fn routes_come_from_the_shard_map_and_skip_leaderless_shards() {
-        let body = br#"{"shards":[
-            {"slots":[0,8191],"leader":{"http":"127.0.0.1:7700"}},
-            {"slots":[8192,16383],"leader":null}]}"#;
+        let n1 = r#"{"name":"n1","peer":"127.0.0.1:7702","http":"127.0.0.1:7700","resp":"127.0.0.1:7701"}"#;
+        let body = format!(
+            r#"{{"node":"n1","epoch":0,"shard_count":2,"shards":[
+            {{"shard":0,"slots":[0,8191],"leader":{n1},"replicas":[{n1}],"local_role":"Leader",
+              "term":1,"applied_index":3,"committed_index":3}},
+            {{"shard":1,"slots":[8192,16383],"leader":null,"replicas":[],"local_role":null,
+              "term":0,"applied_index":0,"committed_index":0}}]}}"#
+        );
+        let body = body.as_bytes();
         assert_eq!(
             parse_routes(body).unwrap(),
             vec![Route {
@@ -138,5 +136,9 @@ mod tests {
         );
         assert!(parse_routes(b"not json").is_err());
         assert!(parse_routes(br#"{"shards":[{"slots":[0],"leader":null}]}"#).is_err());
+        assert!(
+            parse_routes(br#"{"shards":[]}"#).is_err(),
+            "not a shard map"
+        );
     }
 }

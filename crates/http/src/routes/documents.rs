@@ -23,10 +23,8 @@ use percent_encoding::{AsciiSet, CONTROLS, percent_decode_str, utf8_percent_enco
 use serde::Serialize;
 use serde_json::Value;
 use std::ops::Bound;
-use trireme_cluster::ReadMode;
-use trireme_types::{
-    Command, CommandResult, ErrorCode, PutCondition, Record, TriremeError, TtlUpdate,
-};
+use trireme_cluster::{DeleteRequest, PutCondition, PutRequest, ReadMode};
+use trireme_types::{ErrorCode, Record, TriremeError};
 
 /// Results per page when `?limit` is not given, and the most a page may ask for.
 const DEFAULT_LIMIT: u64 = 10;
@@ -241,28 +239,12 @@ pub(crate) async fn put(
         Precondition::Exists => PutCondition::IfPresent,
         Precondition::Absent => PutCondition::IfAbsent,
     };
-    let command = Command::Put {
-        key: Bytes::from(key.clone()),
-        value: body,
-        // Flags are a Consul notion; a document write leaves whatever the key had.
-        flags: None,
-        condition,
-        ttl: TtlUpdate::Clear,
-    };
-    let result = state.node.write(key.as_bytes(), command).await?;
-    let CommandResult::Put {
-        written,
-        previous,
-        index,
-    } = result
-    else {
-        return Err(ApiError(TriremeError::new(
-            ErrorCode::Internal,
-            format!("unexpected write result {result:?}"),
-        )));
-    };
-    if !written {
-        let now = previous.map(|r| r.modify_index);
+    // Flags are a Consul notion; a document write leaves whatever the key had.
+    let request = PutRequest::new(key.clone(), body).condition(condition);
+    let outcome = state.node.put(request).await?;
+    let index = outcome.index;
+    if !outcome.written {
+        let now = outcome.previous.map(|r| r.modify_index);
         return Err(precondition_failed(match (when, now) {
             (Precondition::Absent, Some(r)) => format!("{key} already exists (ref \"{r}\")"),
             (_, None) => format!("{key} does not exist"),
@@ -323,12 +305,8 @@ pub(crate) async fn delete(
             ));
         }
     };
-    let command = Command::Delete {
-        keys: vec![Bytes::from(key.clone())],
-        cas,
-    };
-    let result = state.node.write(key.as_bytes(), command).await?;
-    let deleted = matches!(result, CommandResult::Deleted(1));
+    let request = DeleteRequest::new(key.clone()).if_modify_index(cas);
+    let deleted = state.node.delete(request).await?;
     if !deleted && when != Precondition::None {
         return Err(precondition_failed(match cas {
             Some(r) => format!("{key} does not exist or is not at ref \"{r}\""),

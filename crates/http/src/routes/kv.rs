@@ -11,10 +11,8 @@ use axum::http::{HeaderMap, HeaderValue, StatusCode, Uri, header};
 use axum::response::{IntoResponse, Response};
 use base64::Engine;
 use serde::Serialize;
-use trireme_cluster::{ReadMeta, ReadMode};
-use trireme_types::{
-    Command, CommandResult, ErrorCode, PutCondition, Record, TriremeError, TtlUpdate,
-};
+use trireme_cluster::{DeleteRequest, PutCondition, PutRequest, ReadMeta, ReadMode};
+use trireme_types::{ErrorCode, Record, TriremeError};
 
 /// The key is everything after `/v1/kv/`, percent-decoded; keys are bytes, not necessarily UTF-8.
 fn key_of(uri: &Uri) -> Vec<u8> {
@@ -205,18 +203,11 @@ pub(crate) async fn put(
         Some(0) => PutCondition::IfAbsent,
         Some(index) => PutCondition::IfModifyIndex(index),
     };
-    let command = Command::Put {
-        key: Bytes::from(key.clone()),
-        value: body,
-        flags: Some(query.u64("flags")?.unwrap_or(0)),
-        condition,
-        ttl: TtlUpdate::Clear,
-    };
-    let result = state.node.write(&key, command).await?;
-    Ok(bool_response(matches!(
-        result,
-        CommandResult::Put { written: true, .. }
-    )))
+    let request = PutRequest::new(key, body)
+        .flags(query.u64("flags")?.unwrap_or(0))
+        .condition(condition);
+    let outcome = state.node.put(request).await?;
+    Ok(bool_response(outcome.written))
 }
 
 /// `DELETE /v1/kv/<key>`.
@@ -232,12 +223,8 @@ pub(crate) async fn delete(State(state): State<AppState>, uri: Uri) -> Result<Re
         return Err(ApiError::invalid("Missing key name"));
     }
     let cas = query.u64("cas")?;
-    let command = Command::Delete {
-        keys: vec![Bytes::from(key.clone())],
-        cas,
-    };
-    let result = state.node.write(&key, command).await?;
-    let deleted = matches!(result, CommandResult::Deleted(1));
+    let request = DeleteRequest::new(key).if_modify_index(cas);
+    let deleted = state.node.delete(request).await?;
     Ok(bool_response(cas.is_none() || deleted))
 }
 

@@ -127,6 +127,8 @@ pub struct PeerTransport {
     inner: Arc<Inner>,
     /// Size of the chunks this node sends snapshots in.
     snapshot_chunk_bytes: usize,
+    /// The pace of each snapshot transfer in bytes per second (0: as fast as it goes).
+    snapshot_rate: u64,
 }
 
 /// Default size of a snapshot chunk: large enough that a chunk's round trip is cheap next to
@@ -161,7 +163,16 @@ impl PeerTransport {
                 stopped: AtomicBool::new(false),
             }),
             snapshot_chunk_bytes: DEFAULT_SNAPSHOT_CHUNK_BYTES,
+            snapshot_rate: 0,
         }
+    }
+
+    /// Paces every snapshot sent to `bytes_per_sec` (0: unpaced). A replica move sends a
+    /// whole shard; unpaced on a busy machine it competes with client requests for the disk,
+    /// the CPU and the link every group shares.
+    pub fn with_snapshot_rate(mut self, bytes_per_sec: u64) -> Self {
+        self.snapshot_rate = bytes_per_sec;
+        self
     }
 
     /// Sends snapshots in chunks of `bytes` instead of the default.
@@ -190,18 +201,11 @@ impl PeerTransport {
         let _ = self.inner.join.set(handler);
     }
 
-    /// Marks nodes as removed from the cluster: links from them are refused with a reason
-    /// they recognise, and they are no longer dialled.
+    /// Marks nodes as removed from the cluster: new links from them are refused with a reason
+    /// they recognise, and instead of being dialled they are told. A link that is up stays up,
+    /// so that a removed node still receives the metadata entry that removes it.
     pub fn set_removed(&self, ids: impl IntoIterator<Item = u64>) {
-        let ids: HashSet<u64> = ids.into_iter().collect();
-        let cut: Vec<Arc<Link>> = {
-            let links = lock(&self.inner.links);
-            ids.iter().filter_map(|id| links.get(id).cloned()).collect()
-        };
-        *write_lock(&self.inner.removed) = ids;
-        for link in cut {
-            link.close();
-        }
+        *write_lock(&self.inner.removed) = ids.into_iter().collect();
     }
 
     /// Whether a peer refused this node's link because this node was removed from the
@@ -605,6 +609,13 @@ async fn accept(inner: Arc<Inner>, mut stream: TcpStream) -> Result<(), String> 
     if let wire::Frame::Join { cluster, payload } = hello {
         return answer_join(&inner, stream, cluster, payload).await;
     }
+    if let wire::Frame::Refused { reason } = &hello {
+        if reason.ends_with(REMOVED_REASON) && reason.contains(&format!("{:016x}", inner.me)) {
+            tracing::warn!(%reason, "a peer says this node was removed from the cluster");
+            inner.told_removed.store(true, Ordering::Release);
+        }
+        return Ok(());
+    }
     let wire::Frame::Hello { cluster, from, to } = hello else {
         return refuse(stream, format!("expected a hello, got {hello:?}")).await;
     };
@@ -711,7 +722,14 @@ async fn dial_loop(inner: Arc<Inner>, peer: u64) {
             .read()
             .unwrap_or_else(std::sync::PoisonError::into_inner)
             .contains(&peer);
-        if inner.link(peer).is_none() && !removed {
+        if removed && inner.link(peer).is_none() {
+            // A removed node that is still running learns it here, if it missed the map
+            // entry that removed it: it stops instead of waiting for peers that never call.
+            tell_removed(&inner, peer).await;
+            tokio::time::sleep(REDIAL_MAX * 5).await;
+            continue;
+        }
+        if inner.link(peer).is_none() {
             match dial(&inner, peer).await {
                 Ok(()) => backoff = REDIAL_MIN,
                 Err(reason) => {
@@ -726,6 +744,20 @@ async fn dial_loop(inner: Arc<Inner>, peer: u64) {
         // and look again every second in case a link was closed from its writer side.
         let _ = tokio::time::timeout(REDIAL_MAX, down).await;
     }
+}
+
+/// Tells `peer`, on a connection of its own, that it was removed from the cluster.
+async fn tell_removed(inner: &Arc<Inner>, peer: u64) {
+    let Some(addr) = lock(&inner.addrs).get(&peer).cloned() else {
+        return;
+    };
+    let Ok(Ok(mut stream)) =
+        tokio::time::timeout(HANDSHAKE_TIMEOUT, TcpStream::connect(&addr)).await
+    else {
+        return;
+    };
+    let reason = format!("node {peer:016x} {REMOVED_REASON}");
+    let _ = send_frame(&mut stream, &wire::Frame::Refused { reason }).await;
 }
 
 async fn dial(inner: &Arc<Inner>, peer: u64) -> Result<(), String> {
@@ -824,8 +856,16 @@ impl GroupRouter<TypeConfig, u32> for PeerTransport {
     ) -> Result<SnapshotResponse<TypeConfig>, StreamingError<TypeConfig>> {
         let data = snapshot.snapshot.into_inner();
         let total = data.len() as u64;
+        let started = Instant::now();
         let send_all = async {
             for (offset, chunk) in snapshot::chunks(&data, self.snapshot_chunk_bytes) {
+                if self.snapshot_rate > 0 {
+                    // Not ahead of the pace: the bytes sent so far may have taken this long.
+                    let due = Duration::from_secs_f64(offset as f64 / self.snapshot_rate as f64);
+                    if let Some(early) = due.checked_sub(started.elapsed()) {
+                        tokio::time::sleep(early).await;
+                    }
+                }
                 let last = offset + chunk.len() as u64 == total;
                 let timeout = if last {
                     snapshot::install_timeout(option.hard_ttl(), total)

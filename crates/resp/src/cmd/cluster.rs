@@ -55,7 +55,8 @@ pub(crate) fn cluster(ctx: &mut Ctx<'_>, args: &mut Args) -> CmdResult {
                 .flat_map(|s| s.replicas.iter().map(|r| r.name.as_str()))
                 .collect();
             let state = if led == shards.len() { "ok" } else { "fail" };
-            let epoch = shards.iter().map(|s| s.term).max().unwrap_or(0);
+            // The cluster map's version: it changes whenever shards move between nodes.
+            let epoch = node.cluster_epoch();
             Ok(Reply::bulk(format!(
                 "cluster_enabled:1\r\ncluster_state:{state}\r\ncluster_slots_assigned:16384\r\ncluster_slots_ok:{}\r\ncluster_slots_pfail:0\r\ncluster_slots_fail:0\r\ncluster_known_nodes:{}\r\ncluster_size:{}\r\ncluster_current_epoch:{epoch}\r\ncluster_my_epoch:{epoch}\r\n",
                 shards
@@ -145,6 +146,7 @@ pub(crate) fn cluster(ctx: &mut Ctx<'_>, args: &mut Args) -> CmdResult {
                 }
             }
             let me = &node.me().name;
+            let epoch = node.cluster_epoch();
             let mut text = String::new();
             for (name, (addr, slots)) in lines {
                 let (host, port) = split_addr(&addr);
@@ -154,7 +156,7 @@ pub(crate) fn cluster(ctx: &mut Ctx<'_>, args: &mut Args) -> CmdResult {
                     "master"
                 };
                 text.push_str(&format!(
-                    "{} {host}:{port}@{port} {flags} - 0 0 0 connected {}\n",
+                    "{} {host}:{port}@{port} {flags} - 0 0 {epoch} connected {}\n",
                     redis_node_id(&name),
                     slots.join(" ")
                 ));

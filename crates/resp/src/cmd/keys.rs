@@ -1,11 +1,10 @@
 //! DEL, EXISTS, EXPIRE, PEXPIRE, TTL, PTTL, PERSIST, TYPE, SCAN, DBSIZE.
 
-use super::strings::unexpected;
 use super::{CmdError, CmdResult, Ctx, no_more};
 use crate::{ArgError, Args, Reply};
 use bytes::Bytes;
-use trireme_cluster::ReadMode;
-use trireme_types::{Command, CommandResult, ShardId, TtlUpdate};
+use trireme_cluster::{ReadMode, TtlUpdate};
+use trireme_types::ShardId;
 
 /// `DEL k [k ...]`: atomic per shard, not across shards.
 pub(crate) async fn del(ctx: &mut Ctx<'_>, args: &mut Args) -> CmdResult {
@@ -44,14 +43,9 @@ pub(crate) async fn expire(ctx: &mut Ctx<'_>, args: &mut Args) -> CmdResult {
         .checked_mul(unit)
         .and_then(|delta| (trireme_cluster::now_ms() as i64).checked_add(delta))
         .ok_or_else(invalid)?;
-    let command = Command::SetTtl {
-        key: key.clone(),
-        ttl: TtlUpdate::At(at.max(0) as u64),
-    };
-    match ctx.shared.node.write(&key, command).await? {
-        CommandResult::TtlSet(changed) => Ok(Reply::integer(i64::from(changed))),
-        other => Err(unexpected(other)),
-    }
+    let ttl = TtlUpdate::At(at.max(0) as u64);
+    let changed = ctx.shared.node.set_ttl(key, ttl).await?;
+    Ok(Reply::integer(i64::from(changed)))
 }
 
 pub(crate) async fn ttl(ctx: &mut Ctx<'_>, args: &mut Args) -> CmdResult {
@@ -75,21 +69,8 @@ pub(crate) async fn ttl(ctx: &mut Ctx<'_>, args: &mut Args) -> CmdResult {
 pub(crate) async fn persist(ctx: &mut Ctx<'_>, args: &mut Args) -> CmdResult {
     let key = args.next_bytes()?;
     no_more(args)?;
-    match ctx
-        .shared
-        .node
-        .write(
-            &key,
-            Command::SetTtl {
-                key: key.clone(),
-                ttl: TtlUpdate::Clear,
-            },
-        )
-        .await?
-    {
-        CommandResult::TtlSet(changed) => Ok(Reply::integer(i64::from(changed))),
-        other => Err(unexpected(other)),
-    }
+    let changed = ctx.shared.node.set_ttl(key, TtlUpdate::Clear).await?;
+    Ok(Reply::integer(i64::from(changed)))
 }
 
 pub(crate) async fn key_type(ctx: &mut Ctx<'_>, args: &mut Args) -> CmdResult {

@@ -2,8 +2,7 @@
 
 use super::{CmdError, CmdResult, Ctx};
 use crate::{ArgError, Args, Reply};
-use trireme_cluster::ReadMode;
-use trireme_types::{Command, CommandResult, ErrorCode, PutCondition, TtlUpdate};
+use trireme_cluster::{IncrOutcome, PutCondition, PutRequest, ReadMode, TtlUpdate};
 
 /// Reads from RESP use the default mode: leader lease, falling back to ReadIndex.
 const READ_MODE: ReadMode = ReadMode::Default;
@@ -76,29 +75,17 @@ pub(crate) async fn set(ctx: &mut Ctx<'_>, args: &mut Args) -> CmdResult {
             _ => return Err(ArgError::Syntax.into()),
         }
     }
-    let command = Command::Put {
-        key: key.clone(),
-        value,
-        flags: None,
-        condition,
-        ttl,
-    };
-    match ctx.shared.node.write(&key, command).await? {
-        CommandResult::Put {
-            written, previous, ..
-        } => Ok(if return_old {
-            previous.map_or(Reply::Null, |r| Reply::Bulk(r.value))
-        } else if written {
-            Reply::ok()
-        } else {
-            Reply::Null
-        }),
-        other => Err(unexpected(other)),
-    }
-}
-
-pub(crate) fn unexpected(result: CommandResult) -> CmdError {
-    CmdError::Reply(format!("ERR internal: unexpected result {result:?}"))
+    let request = PutRequest::new(key, value).condition(condition).ttl(ttl);
+    let outcome = ctx.shared.node.put(request).await?;
+    Ok(if return_old {
+        outcome
+            .previous
+            .map_or(Reply::Null, |r| Reply::Bulk(r.value))
+    } else if outcome.written {
+        Reply::ok()
+    } else {
+        Reply::Null
+    })
 }
 
 pub(crate) async fn mget(ctx: &mut Ctx<'_>, args: &mut Args) -> CmdResult {
@@ -143,24 +130,11 @@ pub(crate) async fn incr(ctx: &mut Ctx<'_>, args: &mut Args) -> CmdResult {
     if args.remaining() > 0 {
         return Err(args.wrong_arity().into());
     }
-    match ctx
-        .shared
-        .node
-        .write(
-            &key,
-            Command::Incr {
-                key: key.clone(),
-                delta,
-            },
-        )
-        .await?
-    {
-        CommandResult::Incr(Ok(n)) => Ok(Reply::integer(n)),
-        CommandResult::Incr(Err(ErrorCode::NotInteger)) => Err(ArgError::NotInteger.into()),
-        CommandResult::Incr(Err(ErrorCode::Overflow)) => Err(CmdError::Reply(
+    match ctx.shared.node.incr(key, delta).await? {
+        IncrOutcome::Value(n) => Ok(Reply::integer(n)),
+        IncrOutcome::NotInteger => Err(ArgError::NotInteger.into()),
+        IncrOutcome::Overflow => Err(CmdError::Reply(
             "ERR increment or decrement would overflow".into(),
         )),
-        CommandResult::Incr(Err(code)) => Err(CmdError::Reply(format!("ERR {code}"))),
-        other => Err(unexpected(other)),
     }
 }

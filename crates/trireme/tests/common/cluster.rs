@@ -4,16 +4,21 @@
 //! holds has a leader, so they must come up together) on ports chosen before the first one
 //! starts, with short Raft timing from a config file. It kills nodes with SIGKILL by PID,
 //! restarts them on the same ports and data directories, and reads `/v1/cluster/shards` to
-//! find leaders. Every wait polls under a deadline.
+//! find leaders. [`TestCluster::add_node`] starts one more node that enters the running
+//! cluster with `--join`. Every wait polls under a deadline; the processes themselves are
+//! handled by `trireme_local` through [`TestNode`].
 //!
 //! Multi-node tests are CPU-heavy and their timing assertions assume the machine is not
 //! shared with another cluster, so only one `TestCluster` exists at a time per test binary:
 //! [`TestCluster::start`] waits for the previous one to be dropped.
 
-use super::{DEADLINE, KvEntry, StartOptions, TestNode, http_client};
+use super::{DEADLINE, KvEntry, StartOptions, TestNode, http_client, wait_until};
 use std::collections::BTreeMap;
 use std::net::{SocketAddr, TcpListener};
-use std::time::Duration;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::time::{Duration, Instant};
+use trireme_types::admin::{ShardDoc, ShardsDoc};
 
 /// Serializes clusters within a test binary (see the module documentation).
 static ONE_CLUSTER_AT_A_TIME: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(());
@@ -95,6 +100,16 @@ impl Default for ClusterOptions {
 }
 
 impl ClusterOptions {
+    /// The nodes' config file.
+    pub fn config_toml(&self) -> String {
+        // Top-level keys go before the `[raft]` table.
+        format!(
+            "balance_leaders = {}\n{}",
+            self.balance_leaders,
+            self.timing.toml()
+        )
+    }
+
     #[must_use]
     pub fn shards(mut self, n: u32) -> Self {
         self.shards = n;
@@ -118,25 +133,18 @@ pub struct ShardView {
 }
 
 impl ShardView {
-    fn from_json(v: &serde_json::Value) -> Option<ShardView> {
-        let slots = v["slots"].as_array()?;
-        Some(ShardView {
-            shard: u32::try_from(v["shard"].as_u64()?).ok()?,
-            slots: (
-                u16::try_from(slots.first()?.as_u64()?).ok()?,
-                u16::try_from(slots.get(1)?.as_u64()?).ok()?,
-            ),
-            leader: v["leader"]["name"].as_str().map(str::to_string),
-            replicas: v["replicas"]
-                .as_array()?
-                .iter()
-                .filter_map(|r| r["name"].as_str().map(str::to_string))
-                .collect(),
-            role: v["local_role"].as_str().map(str::to_string),
-            term: v["term"].as_u64()?,
-            applied: v["applied_index"].as_u64()?,
-            committed: v["committed_index"].as_u64()?,
-        })
+    /// The names and numbers of the server's own shard document that the tests look at.
+    fn from_doc(doc: ShardDoc) -> ShardView {
+        ShardView {
+            shard: doc.shard,
+            slots: (doc.slots[0], doc.slots[1]),
+            leader: doc.leader.map(|l| l.name),
+            replicas: doc.replicas.into_iter().map(|r| r.name).collect(),
+            role: doc.local_role,
+            term: doc.term,
+            applied: doc.applied_index,
+            committed: doc.committed_index,
+        }
     }
 
     pub fn is_leader(&self) -> bool {
@@ -267,12 +275,7 @@ impl TestCluster {
             .map(|(i, n)| format!("{n}={}", peer(i)))
             .collect();
         let initial = initial.join(",");
-        // Top-level keys go before the `[raft]` table.
-        let config = format!(
-            "balance_leaders = {}\n{}",
-            opts.balance_leaders,
-            opts.timing.toml()
-        );
+        let config = opts.config_toml();
         let starts: Vec<StartOptions> = names
             .iter()
             .enumerate()
@@ -391,12 +394,8 @@ impl TestCluster {
         if resp.status() != 200 {
             return None;
         }
-        let v: serde_json::Value = resp.json().await.ok()?;
-        v["shards"]
-            .as_array()?
-            .iter()
-            .map(ShardView::from_json)
-            .collect()
+        let doc: ShardsDoc = resp.json().await.ok()?;
+        Some(doc.shards.into_iter().map(ShardView::from_doc).collect())
     }
 
     /// Every running node's view, by node index.
@@ -473,6 +472,33 @@ impl TestCluster {
             counts[l.node] += 1;
         }
         counts
+    }
+
+    /// Starts one more node, `n<k>` (k = the node count + 1), that joins the running cluster
+    /// with `--join` through a running member's peer address, on ports of its own and with
+    /// the cluster's config; waits until it serves. Returns its index: it is killed and
+    /// restarted like the others, and a restart keeps `--join`, which the server ignores on a
+    /// data directory that has joined.
+    pub async fn add_node(&mut self) -> usize {
+        let via = self
+            .running()
+            .first()
+            .map(|&i| peer_addr(&self.nodes[i]))
+            .expect("a running node to join through");
+        let ports = free_ports(3);
+        let opts = StartOptions {
+            node_id: format!("n{}", self.nodes.len() + 1),
+            shards: Some(self.opts.shards),
+            config_toml: Some(self.opts.config_toml()),
+            log: self.opts.log.clone(),
+            http_addr: Some(format!("127.0.0.1:{}", ports[0])),
+            resp_addr: Some(format!("127.0.0.1:{}", ports[1])),
+            peer_addr: Some(format!("127.0.0.1:{}", ports[2])),
+            join: Some(via.to_string()),
+            ..StartOptions::default()
+        };
+        self.nodes.push(TestNode::start(opts).await);
+        self.nodes.len() - 1
     }
 
     /// SIGKILLs node `i` by PID and reaps it.
@@ -745,3 +771,97 @@ pub fn peer_addr(node: &TestNode) -> SocketAddr {
 
 /// A generous bound for waits that only depend on the cluster making progress.
 pub const CLUSTER_DEADLINE: Duration = DEADLINE;
+
+// ---- steady writers: writes that go on while a test changes the cluster ----
+
+/// What a steady writer saw.
+#[derive(Debug, Default)]
+pub struct Steady {
+    /// Keys whose PUT was acknowledged (`true`); each key's value is the key itself.
+    pub acked: Vec<String>,
+    /// Failed or refused PUTs, with how long each took.
+    pub failures: Vec<String>,
+    /// Shared with the test while it runs: how many PUTs have been acknowledged so far.
+    pub count: Arc<AtomicUsize>,
+}
+
+/// Keeps writing `{prefix}{n}` = `{prefix}{n}` through the nodes `via` in turn until `stop`.
+pub fn spawn_steady_writer(
+    c: &TestCluster,
+    via: &[usize],
+    prefix: &'static str,
+    stop: Arc<AtomicBool>,
+) -> (Arc<AtomicUsize>, tokio::task::JoinHandle<Steady>) {
+    let urls: Vec<String> = via.iter().map(|&i| c.node(i).http_url()).collect();
+    let client = c.http.clone();
+    let count = Arc::new(AtomicUsize::new(0));
+    let out = Steady {
+        count: count.clone(),
+        ..Steady::default()
+    };
+    let task = tokio::spawn(async move {
+        let mut out = out;
+        let mut n = 0usize;
+        while !stop.load(Ordering::SeqCst) {
+            let key = format!("{prefix}{n:05}");
+            let url = format!("{}/v1/kv/{key}", urls[n % urls.len()]);
+            let started = Instant::now();
+            match try_put_url(&client, &url, &key).await {
+                Ok(true) => {
+                    out.acked.push(key);
+                    out.count.fetch_add(1, Ordering::SeqCst);
+                }
+                other => {
+                    out.failures
+                        .push(format!("{url} after {:?}: {other:?}", started.elapsed()));
+                    // Pacing, not synchronization: a dead node refuses at once, and the
+                    // writer should not spin on it.
+                    tokio::time::sleep(Duration::from_millis(10)).await;
+                }
+            }
+            n += 1;
+        }
+        out
+    });
+    (count, task)
+}
+
+/// Waits until a steady writer has `n` acknowledged writes.
+pub async fn wait_for_acks(count: &AtomicUsize, n: usize) {
+    let reached = wait_until(
+        Duration::from_secs(20),
+        Duration::from_millis(5),
+        || async { count.load(Ordering::SeqCst) >= n },
+    )
+    .await;
+    assert!(
+        reached,
+        "only {} writes acknowledged in 20 s",
+        count.load(Ordering::SeqCst)
+    );
+}
+
+/// Asserts that every key a steady writer had acknowledged reads back (`?consistent`,
+/// through node `via`) with its value.
+pub async fn assert_acked_readable(c: &TestCluster, via: usize, prefix: &str, steady: &Steady) {
+    let listed = c
+        .try_list(via, prefix, "&consistent")
+        .await
+        .unwrap_or_else(|e| panic!("{e}\n{}", c.logs()));
+    let lost: Vec<&String> = steady
+        .acked
+        .iter()
+        .filter(|k| listed.get(*k).map(|e| e.value.as_slice()) != Some(k.as_bytes()))
+        .collect();
+    assert!(
+        lost.is_empty(),
+        "{} of {} acknowledged writes under {prefix} lost or wrong: {lost:?}\n{}",
+        lost.len(),
+        steady.acked.len(),
+        c.logs()
+    );
+    // Unacknowledged writes may have landed or not, but nothing else can appear.
+    for (key, entry) in &listed {
+        assert_eq!(entry.value, key.as_bytes(), "{key}: torn or foreign value");
+    }
+}

@@ -1,8 +1,9 @@
 //! Test harness: real `trireme server` processes on loopback ports.
 //!
-//! A [`TestNode`] owns one child process, its data directory and the files its stdout and
-//! stderr go to, so a failing test can print what the server said. Everything waits by
-//! polling a condition under a deadline; nothing sleeps in place of synchronization.
+//! A [`TestNode`] owns one server process (a `trireme_local::ServerProcess`, the supervisor
+//! `trireme cluster up` and the chaos runner use too), its data directory and the files its
+//! stdout and stderr go to, so a failing test can print what the server said. Everything
+//! waits by polling a condition under a deadline; nothing sleeps in place of synchronization.
 
 #![allow(dead_code)]
 
@@ -10,11 +11,13 @@ pub mod cluster;
 
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
-use std::process::{Child, Command, ExitStatus, Stdio};
+use std::process::{Command, ExitStatus, Stdio};
 use std::time::{Duration, Instant};
 
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpStream;
+pub use trireme_bench::reply::Reply;
+use trireme_bench::reply::parse_reply;
 
 /// Runs a program to completion with a deadline; returns (success, stdout, stderr).
 pub fn run_program(program: &str, args: &[String], limit: Duration) -> (bool, String, String) {
@@ -121,6 +124,9 @@ pub struct StartOptions {
     pub peer_addr: Option<String>,
     /// `--initial-cluster` (`n1=127.0.0.1:P1,...`).
     pub initial_cluster: Option<String>,
+    /// `--join HOST:PEER_PORT`: enter a running cluster through that member (excludes
+    /// `initial_cluster`).
+    pub join: Option<String>,
 }
 
 impl Default for StartOptions {
@@ -136,6 +142,7 @@ impl Default for StartOptions {
             resp_addr: None,
             peer_addr: None,
             initial_cluster: None,
+            join: None,
         }
     }
 }
@@ -164,23 +171,24 @@ pub struct Endpoints {
     pub pid: u32,
 }
 
-fn read_endpoints(path: &Path) -> Option<Endpoints> {
-    let text = std::fs::read_to_string(path).ok()?;
-    let v: serde_json::Value = serde_json::from_str(&text).ok()?;
-    Some(Endpoints {
-        node: v["node"].as_str()?.to_string(),
-        http: v["http"].as_str()?.parse().ok()?,
-        resp: v["resp"].as_str()?.parse().ok()?,
-        peer: v["peer"].as_str()?.parse().ok()?,
-        pid: u32::try_from(v["pid"].as_u64()?).ok()?,
-    })
+impl Endpoints {
+    fn parse(e: &trireme_local::Endpoints) -> Option<Endpoints> {
+        Some(Endpoints {
+            node: e.node.clone(),
+            http: e.http.parse().ok()?,
+            resp: e.resp.parse().ok()?,
+            peer: e.peer.parse().ok()?,
+            pid: e.pid,
+        })
+    }
 }
 
 /// One running `trireme server` process. Dropping it SIGKILLs that process (and only it).
 pub struct TestNode {
     opts: StartOptions,
     dir: tempfile::TempDir,
-    child: Option<Child>,
+    /// The current (or last) run's process; rebuilt at each start from the options.
+    process: Option<trireme_local::ServerProcess>,
     endpoints: Option<Endpoints>,
     /// Counts starts, so each run's stdout/stderr go to their own files.
     generation: u32,
@@ -197,7 +205,7 @@ impl TestNode {
         let mut node = TestNode {
             opts,
             dir,
-            child: None,
+            process: None,
             endpoints: None,
             generation: 0,
             http: http_client(),
@@ -250,7 +258,9 @@ impl TestNode {
 
     /// Whether a process started by this node is (as far as the harness knows) running.
     pub fn is_running(&self) -> bool {
-        self.child.is_some()
+        self.process
+            .as_ref()
+            .is_some_and(trireme_local::ServerProcess::is_running)
     }
 
     /// The options the node was started with.
@@ -273,103 +283,70 @@ impl TestNode {
         self.stdout_log()
     }
 
-    /// The arguments of `trireme server` for this node (port 0 unless the options name one).
-    pub fn server_args(&self) -> Vec<String> {
+    /// The `trireme server` command for this node (port 0 unless the options name one).
+    pub fn server_command(&self) -> trireme_local::ServerCommand {
+        use trireme_local::Membership;
+        let mut cmd =
+            trireme_local::ServerCommand::new(binary(), &self.opts.node_id, self.data_dir());
         let addr = |a: &Option<String>| a.clone().unwrap_or_else(|| "127.0.0.1:0".into());
-        let mut args: Vec<String> = vec![
-            "server".into(),
-            "--node-id".into(),
-            self.opts.node_id.clone(),
-            "--data-dir".into(),
-            self.data_dir().display().to_string(),
-            "--http".into(),
-            addr(&self.opts.http_addr),
-            "--resp".into(),
-            addr(&self.opts.resp_addr),
-            "--peer".into(),
-            addr(&self.opts.peer_addr),
-            "--log".into(),
-            self.opts.log.clone(),
-        ];
-        if let Some(initial) = &self.opts.initial_cluster {
-            args.extend(["--initial-cluster".into(), initial.clone()]);
-        }
-        if let Some(n) = self.opts.shards {
-            args.extend(["--shards".into(), n.to_string()]);
-        }
-        if let Some(name) = &self.opts.cluster_name {
-            args.extend(["--cluster-name".into(), name.clone()]);
-        }
+        cmd.http = addr(&self.opts.http_addr);
+        cmd.resp = addr(&self.opts.resp_addr);
+        cmd.peer = addr(&self.opts.peer_addr);
+        cmd.membership = match (&self.opts.initial_cluster, &self.opts.join) {
+            (Some(initial), _) => Membership::Bootstrap(initial.clone()),
+            (None, Some(peer)) => Membership::Join(peer.clone()),
+            (None, None) => Membership::Alone,
+        };
+        cmd.shards = self.opts.shards;
+        cmd.cluster_name.clone_from(&self.opts.cluster_name);
+        cmd.log = Some(self.opts.log.clone());
         if let Some(toml) = &self.opts.config_toml {
             let path = self.dir.path().join("config.toml");
             std::fs::write(&path, toml).expect("write config.toml");
-            args.extend(["--config".into(), path.display().to_string()]);
+            cmd.config = Some(path);
         }
-        args.extend(self.opts.extra_args.iter().cloned());
-        args
+        cmd.extra.clone_from(&self.opts.extra_args);
+        cmd
+    }
+
+    /// The arguments of `trireme server` for this node.
+    pub fn server_args(&self) -> Vec<String> {
+        self.server_command()
+            .server_args()
+            .iter()
+            .map(|a| a.to_string_lossy().into_owned())
+            .collect()
     }
 
     async fn spawn_and_wait(&mut self) {
-        assert!(self.child.is_none(), "a process is already running");
+        assert!(!self.is_running(), "a process is already running");
         self.generation += 1;
-        let stdout = std::fs::File::create(self.stdout_path()).expect("create stdout log");
-        let stderr = std::fs::File::create(self.stderr_path()).expect("create stderr log");
-        let child = Command::new(binary())
-            .args(self.server_args())
-            .stdin(Stdio::null())
-            .stdout(stdout)
-            .stderr(stderr)
-            .spawn()
-            .expect("spawn trireme server");
-        let pid = child.id();
-        self.child = Some(child);
+        let output = trireme_local::Output::Split {
+            stdout: self.stdout_path(),
+            stderr: self.stderr_path(),
+        };
+        let process = self.process.insert(trireme_local::ServerProcess::new(
+            self.server_command(),
+            output,
+        ));
+        process.spawn().expect("spawn trireme server");
         self.endpoints = None;
-
-        let path = self.data_dir().join("endpoints.json");
-        let deadline = Instant::now() + DEADLINE;
-        let endpoints = loop {
-            if let Some(e) = read_endpoints(&path).filter(|e| e.pid == pid) {
-                break e;
-            }
-            if let Some(status) = self.child_exited() {
-                panic!(
-                    "trireme server exited early with {status} before writing endpoints.json\n--- stderr ---\n{}",
-                    self.stderr_log()
-                );
-            }
-            if Instant::now() >= deadline {
-                panic!(
-                    "no endpoints.json with pid {pid} after {DEADLINE:?}\n--- stderr ---\n{}",
-                    self.stderr_log()
-                );
-            }
-            tokio::time::sleep(Duration::from_millis(20)).await;
+        let endpoints = match process.wait_serving(&self.http, DEADLINE).await {
+            Ok(e) => Endpoints::parse(&e).expect("endpoints.json holds socket addresses"),
+            Err(e) => panic!("{e}\n--- stderr ---\n{}", self.stderr_log()),
         };
         assert_eq!(
             endpoints.node, self.opts.node_id,
             "endpoints.json names another node"
         );
         self.endpoints = Some(endpoints);
-
-        let url = format!("{}/v1/health", self.http_url());
-        let client = self.http.clone();
-        let healthy = wait_until(DEADLINE, Duration::from_millis(25), || {
-            let client = client.clone();
-            let url = url.clone();
-            async move { matches!(client.get(&url).send().await, Ok(r) if r.status() == 200) }
-        })
-        .await;
-        assert!(
-            healthy,
-            "node never reported /v1/health 200 within {DEADLINE:?}\n--- stderr ---\n{}",
-            self.stderr_log()
-        );
     }
 
-    fn child_exited(&mut self) -> Option<ExitStatus> {
-        self.child
+    fn running_process(&mut self) -> &mut trireme_local::ServerProcess {
+        self.process
             .as_mut()
-            .and_then(|c| c.try_wait().expect("try_wait on child"))
+            .filter(|p| p.is_running())
+            .expect("node is not running")
     }
 
     /// The endpoints of the running process.
@@ -394,14 +371,15 @@ impl TestNode {
 
     /// The process id of the running server.
     pub fn pid(&self) -> u32 {
-        self.child.as_ref().expect("node is not running").id()
+        self.process
+            .as_ref()
+            .and_then(trireme_local::ServerProcess::pid)
+            .expect("node is not running")
     }
 
     /// SIGKILLs the server and reaps it.
     pub async fn kill9(&mut self) {
-        let mut child = self.child.take().expect("node is not running");
-        child.kill().expect("SIGKILL the server");
-        let status = wait_child(&mut child).await;
+        let status = self.running_process().kill().expect("a running server");
         assert!(
             !status.success(),
             "a SIGKILLed server cannot exit cleanly: {status}"
@@ -414,16 +392,28 @@ impl TestNode {
         self.stop_with("TERM").await
     }
 
-    /// Sends `kill -<signal>` to the server's PID and waits for it to exit.
+    /// Sends `kill -<signal>` (`TERM`, `INT`, `HUP`, `QUIT`, `KILL`) to the server's PID and
+    /// waits for it to exit.
     pub async fn stop_with(&mut self, signal: &str) -> ExitStatus {
-        let mut child = self.child.take().expect("node is not running");
-        let pid = child.id().to_string();
-        let ok = Command::new("kill")
-            .args([format!("-{signal}").as_str(), &pid])
-            .status()
-            .expect("run kill");
-        assert!(ok.success(), "kill -{signal} {pid} failed");
-        let status = wait_child(&mut child).await;
+        use trireme_local::Signal;
+        let sig = match signal {
+            "TERM" => Signal::TERM,
+            "INT" => Signal::INT,
+            "HUP" => Signal::HUP,
+            "QUIT" => Signal::QUIT,
+            "KILL" => Signal::KILL,
+            other => panic!("no signal {other} in the harness"),
+        };
+        let process = self.running_process();
+        let pid = process.pid().unwrap_or_default();
+        process.signal(sig).expect("signal the server");
+        let status = match process.wait_exit(DEADLINE).await {
+            Some(status) => status,
+            None => {
+                let _ = process.kill();
+                panic!("process {pid} did not exit within {DEADLINE:?} of SIG{signal}");
+            }
+        };
         self.endpoints = None;
         status
     }
@@ -498,8 +488,8 @@ impl TestNode {
             .collect()
     }
 
-    /// `/v1/cluster/shards` as JSON.
-    pub async fn shards(&self) -> serde_json::Value {
+    /// `/v1/cluster/shards`, in the server's own type.
+    pub async fn shards(&self) -> trireme_types::admin::ShardsDoc {
         let resp = self
             .http
             .get(format!("{}/v1/cluster/shards", self.http_url()))
@@ -513,26 +503,8 @@ impl TestNode {
 
 impl Drop for TestNode {
     fn drop(&mut self) {
-        if let Some(mut child) = self.child.take() {
-            let _ = child.kill();
-            let _ = child.wait();
-        }
-    }
-}
-
-/// Waits (bounded) for a child to exit.
-async fn wait_child(child: &mut Child) -> ExitStatus {
-    let deadline = Instant::now() + DEADLINE;
-    loop {
-        if let Some(status) = child.try_wait().expect("try_wait on child") {
-            return status;
-        }
-        if Instant::now() >= deadline {
-            let _ = child.kill();
-            let _ = child.wait();
-            panic!("process {} did not exit within {DEADLINE:?}", child.id());
-        }
-        tokio::time::sleep(Duration::from_millis(10)).await;
+        // Before the temp dir goes: SIGKILL by PID (the process drops so), and reap.
+        self.process = None;
     }
 }
 
@@ -645,7 +617,7 @@ impl RawResp {
     /// Like `read_reply`, but `None` when the connection ends or fails first.
     pub async fn try_read_reply(&mut self) -> Option<Vec<u8>> {
         loop {
-            if let Some(len) = reply_len(&self.buf, 0) {
+            if let Some(len) = reply_len(&self.buf) {
                 return Some(self.buf.drain(..len).collect());
             }
             let mut chunk = [0u8; 16 * 1024];
@@ -700,7 +672,7 @@ impl RawResp {
     /// Reads one complete reply (any RESP2 type, arrays nested) and returns its raw bytes.
     pub async fn read_reply(&mut self) -> Vec<u8> {
         loop {
-            if let Some(len) = reply_len(&self.buf, 0) {
+            if let Some(len) = reply_len(&self.buf) {
                 return self.buf.drain(..len).collect();
             }
             if self.fill().await == 0 {
@@ -741,111 +713,41 @@ pub fn encode_cmd(args: &[&[u8]]) -> Vec<u8> {
     out
 }
 
-fn line_end(buf: &[u8], from: usize) -> Option<usize> {
-    buf.get(from..)?
-        .windows(2)
-        .position(|w| w == b"\r\n")
-        .map(|p| from + p)
-}
-
-/// The length of the complete reply starting at `at`, or `None` if more bytes are needed.
-fn reply_len(buf: &[u8], at: usize) -> Option<usize> {
-    let kind = *buf.get(at)?;
-    let end = line_end(buf, at + 1)?;
-    let header = std::str::from_utf8(&buf[at + 1..end]).ok();
-    let after = end + 2;
-    match kind {
-        b'+' | b'-' | b':' => Some(after - at),
-        b'$' => {
-            let n: i64 = header?.parse().ok()?;
-            if n < 0 {
-                return Some(after - at);
-            }
-            let total = after + usize::try_from(n).ok()? + 2;
-            (buf.len() >= total).then_some(total - at)
-        }
-        b'*' => {
-            let n: i64 = header?.parse().ok()?;
-            let mut pos = after;
-            for _ in 0..n.max(0) {
-                pos += reply_len(buf, pos)?;
-            }
-            Some(pos - at)
-        }
-        other => panic!("unexpected RESP type byte {:?}", other as char),
+/// The length of the complete reply at the start of `buf`, or `None` if more bytes are needed.
+fn reply_len(buf: &[u8]) -> Option<usize> {
+    match parse_reply(buf) {
+        Ok(found) => found.map(|(_, used)| used),
+        Err(e) => panic!("not RESP: {e}: {:?}", String::from_utf8_lossy(buf)),
     }
 }
 
-/// Parses a complete RESP reply into a small tree (for replies whose exact bytes vary).
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub enum Reply {
-    Simple(String),
-    Error(String),
-    Int(i64),
-    Bulk(Option<Vec<u8>>),
-    Array(Option<Vec<Reply>>),
+/// What the tests ask of a reply, failing the test when it is of another kind.
+pub trait ReplyExt {
+    /// Parses exactly one complete reply.
+    fn parse(bytes: &[u8]) -> Reply;
+    fn int(&self) -> i64;
+    fn array(&self) -> &[Reply];
+    fn bulk(&self) -> &[u8];
 }
 
-impl Reply {
-    pub fn parse(bytes: &[u8]) -> Reply {
-        let (reply, used) = parse_at(bytes, 0);
-        assert_eq!(used, bytes.len(), "trailing bytes after the reply");
-        reply
+impl ReplyExt for Reply {
+    fn parse(bytes: &[u8]) -> Reply {
+        Reply::parse_one(bytes)
+            .unwrap_or_else(|e| panic!("{e}: {:?}", String::from_utf8_lossy(bytes)))
     }
 
-    pub fn int(&self) -> i64 {
-        match self {
-            Reply::Int(n) => *n,
-            other => panic!("expected an integer reply, got {other:?}"),
-        }
+    fn int(&self) -> i64 {
+        self.as_integer()
+            .unwrap_or_else(|| panic!("expected an integer reply, got {self:?}"))
     }
 
-    pub fn array(&self) -> &[Reply] {
-        match self {
-            Reply::Array(Some(a)) => a,
-            other => panic!("expected an array reply, got {other:?}"),
-        }
+    fn array(&self) -> &[Reply] {
+        self.as_array()
+            .unwrap_or_else(|| panic!("expected an array reply, got {self:?}"))
     }
 
-    pub fn bulk(&self) -> &[u8] {
-        match self {
-            Reply::Bulk(Some(b)) => b,
-            other => panic!("expected a bulk reply, got {other:?}"),
-        }
-    }
-}
-
-fn parse_at(buf: &[u8], at: usize) -> (Reply, usize) {
-    let end = line_end(buf, at + 1).expect("complete reply line");
-    let text = String::from_utf8_lossy(&buf[at + 1..end]).to_string();
-    let after = end + 2;
-    match buf[at] {
-        b'+' => (Reply::Simple(text), after - at),
-        b'-' => (Reply::Error(text), after - at),
-        b':' => (Reply::Int(text.parse().expect("integer")), after - at),
-        b'$' => {
-            let n: i64 = text.parse().expect("bulk length");
-            if n < 0 {
-                return (Reply::Bulk(None), after - at);
-            }
-            let n = usize::try_from(n).expect("bulk length");
-            let data = buf[after..after + n].to_vec();
-            (Reply::Bulk(Some(data)), after + n + 2 - at)
-        }
-        b'*' => {
-            let n: i64 = text.parse().expect("array length");
-            if n < 0 {
-                return (Reply::Array(None), after - at);
-            }
-            let mut pos = after;
-            let mut items = Vec::new();
-            for _ in 0..n {
-                let (item, used) = parse_at(buf, pos);
-                items.push(item);
-                pos += used;
-            }
-            (Reply::Array(Some(items)), pos - at)
-        }
-        other => panic!("unexpected RESP type byte {:?}", other as char),
+    fn bulk(&self) -> &[u8] {
+        self.as_bulk()
+            .unwrap_or_else(|| panic!("expected a bulk reply, got {self:?}"))
     }
 }

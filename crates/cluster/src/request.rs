@@ -1,0 +1,279 @@
+//! The typed requests and outcomes of the writes a front end asks of a [`Node`]: what to
+//! change, and what came of it, with no log command or applied result in between.
+//!
+//! A write goes through a shard's log as a [`Command`] and comes back as a
+//! [`CommandResult`]; both stay inside this crate. Each outcome type reads its result in
+//! [`FromApplied`], the one place a result becomes an outcome; a result of another shape is
+//! a [`ClusterError::Internal`], never a guess.
+//!
+//! [`Node`]: crate::Node
+
+use crate::ClusterError;
+use bytes::Bytes;
+use trireme_types::{Command, CommandResult, ErrorCode, PutCondition, Record, TtlUpdate};
+
+/// Writes one key (Consul `PUT`, Redis `SET`, a document `PUT`), possibly on a condition.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct PutRequest {
+    /// The key.
+    pub key: Bytes,
+    /// The new value.
+    pub value: Bytes,
+    /// Client flags (Consul's `Flags`); `None` keeps the key's flags (0 for a new key).
+    pub flags: Option<u64>,
+    /// When the write may happen (check-and-set, `NX`, `XX`, `If-Match`).
+    pub condition: PutCondition,
+    /// What happens to the key's expiry.
+    pub ttl: TtlUpdate,
+}
+
+impl PutRequest {
+    /// An unconditional write that keeps the key's flags and clears its expiry: a plain
+    /// `SET`. The other fields are set with the methods below.
+    pub fn new(key: impl Into<Bytes>, value: impl Into<Bytes>) -> Self {
+        Self {
+            key: key.into(),
+            value: value.into(),
+            flags: None,
+            condition: PutCondition::Always,
+            ttl: TtlUpdate::Clear,
+        }
+    }
+
+    /// Sets the key's flags to `flags`.
+    #[must_use]
+    pub fn flags(mut self, flags: u64) -> Self {
+        self.flags = Some(flags);
+        self
+    }
+
+    /// Writes only when `condition` holds.
+    #[must_use]
+    pub fn condition(mut self, condition: PutCondition) -> Self {
+        self.condition = condition;
+        self
+    }
+
+    /// Changes the expiry as `ttl` says.
+    #[must_use]
+    pub fn ttl(mut self, ttl: TtlUpdate) -> Self {
+        self.ttl = ttl;
+        self
+    }
+
+    pub(crate) fn into_command(self) -> Command {
+        Command::Put {
+            key: self.key,
+            value: self.value,
+            flags: self.flags,
+            condition: self.condition,
+            ttl: self.ttl,
+        }
+    }
+}
+
+/// What came of a [`PutRequest`].
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct PutOutcome {
+    /// False when the condition did not hold (nothing changed).
+    pub written: bool,
+    /// The live record the key held before, if any (`SET ... GET`, why a condition failed).
+    pub previous: Option<Record>,
+    /// The log index the write got: the key's new `ModifyIndex`, a document's new ref.
+    pub index: u64,
+}
+
+/// Deletes one key, possibly only at a given `ModifyIndex` (Consul `?cas=N`, `If-Match`).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct DeleteRequest {
+    /// The key.
+    pub key: Bytes,
+    /// Delete only if the key's `ModifyIndex` is this.
+    pub if_modify_index: Option<u64>,
+}
+
+impl DeleteRequest {
+    /// An unconditional delete.
+    pub fn new(key: impl Into<Bytes>) -> Self {
+        Self {
+            key: key.into(),
+            if_modify_index: None,
+        }
+    }
+
+    /// Deletes only if the key is at `ModifyIndex` `index`; `None` deletes whatever it is.
+    #[must_use]
+    pub fn if_modify_index(mut self, index: Option<u64>) -> Self {
+        self.if_modify_index = index;
+        self
+    }
+}
+
+/// What came of an [`incr`](crate::Node::incr): the new value, or why there is none (the key
+/// is left as it was).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum IncrOutcome {
+    /// The value after the increment.
+    Value(i64),
+    /// The key holds something that is not a 64-bit integer.
+    NotInteger,
+    /// The result would not fit in 64 bits.
+    Overflow,
+}
+
+/// Keys removed by a delete.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct Deleted(pub u64);
+
+/// Whether an expiry change found its key.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct TtlChanged(pub bool);
+
+/// A write that reports nothing (`MSET`, a reap).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct Done;
+
+/// How an outcome is read from the result of applying its command; the only place a
+/// [`CommandResult`] is looked at outside the state machine.
+pub(crate) trait FromApplied: Sized {
+    /// What the write was, for the error when the result does not fit.
+    const WHAT: &'static str;
+
+    /// The outcome, or `None` when `result` is not of this write's shape.
+    fn from_applied(result: CommandResult) -> Option<Self>;
+
+    /// The outcome, or an internal error naming the write and the result.
+    fn read(result: CommandResult) -> Result<Self, ClusterError> {
+        let shown = format!("{result:?}");
+        Self::from_applied(result)
+            .ok_or_else(|| ClusterError::Internal(format!("{} answered with {shown}", Self::WHAT)))
+    }
+}
+
+impl FromApplied for PutOutcome {
+    const WHAT: &'static str = "a put";
+
+    fn from_applied(result: CommandResult) -> Option<Self> {
+        match result {
+            CommandResult::Put {
+                written,
+                previous,
+                index,
+            } => Some(PutOutcome {
+                written,
+                previous,
+                index,
+            }),
+            _ => None,
+        }
+    }
+}
+
+impl FromApplied for Deleted {
+    const WHAT: &'static str = "a delete";
+
+    fn from_applied(result: CommandResult) -> Option<Self> {
+        match result {
+            CommandResult::Deleted(n) => Some(Deleted(n)),
+            _ => None,
+        }
+    }
+}
+
+impl FromApplied for IncrOutcome {
+    const WHAT: &'static str = "an increment";
+
+    fn from_applied(result: CommandResult) -> Option<Self> {
+        match result {
+            CommandResult::Incr(Ok(n)) => Some(IncrOutcome::Value(n)),
+            CommandResult::Incr(Err(ErrorCode::NotInteger)) => Some(IncrOutcome::NotInteger),
+            CommandResult::Incr(Err(ErrorCode::Overflow)) => Some(IncrOutcome::Overflow),
+            _ => None,
+        }
+    }
+}
+
+impl FromApplied for TtlChanged {
+    const WHAT: &'static str = "an expiry change";
+
+    fn from_applied(result: CommandResult) -> Option<Self> {
+        match result {
+            CommandResult::TtlSet(changed) => Some(TtlChanged(changed)),
+            _ => None,
+        }
+    }
+}
+
+impl FromApplied for Done {
+    const WHAT: &'static str = "a write without a result";
+
+    fn from_applied(result: CommandResult) -> Option<Self> {
+        match result {
+            CommandResult::Done => Some(Done),
+            _ => None,
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn results_of_the_wrong_shape_are_internal_errors() {
+        let put = PutOutcome::read(CommandResult::Put {
+            written: true,
+            previous: None,
+            index: 4,
+        })
+        .unwrap();
+        assert_eq!(put.index, 4);
+        let err = PutOutcome::read(CommandResult::Deleted(1)).unwrap_err();
+        assert!(matches!(err, ClusterError::Internal(_)), "{err:?}");
+        assert_eq!(err.to_client().code, ErrorCode::Internal);
+        assert!(
+            err.to_string().contains("a put answered with Deleted(1)"),
+            "{err}"
+        );
+        assert!(Deleted::read(CommandResult::Done).is_err());
+        assert!(TtlChanged::read(CommandResult::Incr(Ok(1))).is_err());
+        assert!(Done::read(CommandResult::TtlSet(true)).is_err());
+    }
+
+    #[test]
+    fn increments_report_only_the_failures_they_can_have() {
+        let read = |r| IncrOutcome::read(CommandResult::Incr(r));
+        assert_eq!(read(Ok(5)).unwrap(), IncrOutcome::Value(5));
+        assert_eq!(
+            read(Err(ErrorCode::NotInteger)).unwrap(),
+            IncrOutcome::NotInteger
+        );
+        assert_eq!(
+            read(Err(ErrorCode::Overflow)).unwrap(),
+            IncrOutcome::Overflow
+        );
+        assert!(read(Err(ErrorCode::NotFound)).is_err());
+    }
+
+    #[test]
+    fn a_put_request_defaults_to_a_plain_set() {
+        let put = PutRequest::new(Bytes::from_static(b"k"), Bytes::from_static(b"v"));
+        assert_eq!(put.flags, None);
+        assert_eq!(put.condition, PutCondition::Always);
+        assert_eq!(put.ttl, TtlUpdate::Clear);
+        let put = put
+            .flags(3)
+            .condition(PutCondition::IfAbsent)
+            .ttl(TtlUpdate::Keep);
+        assert_eq!(
+            put.into_command(),
+            Command::Put {
+                key: Bytes::from_static(b"k"),
+                value: Bytes::from_static(b"v"),
+                flags: Some(3),
+                condition: PutCondition::IfAbsent,
+                ttl: TtlUpdate::Keep,
+            }
+        );
+    }
+}

@@ -1,0 +1,178 @@
+//! `trireme cluster remove` and the membership part of `trireme cluster status`: what an
+//! operator asks of a running cluster through any node's HTTP API.
+
+use crate::cluster::{http_client, normalize_target, root_cause};
+use anyhow::{anyhow, bail};
+use clap::Args;
+use std::fmt::Write as _;
+use std::time::Duration;
+use trireme_types::cluster_status::{ClusterStatus, RemoveResult};
+
+/// Flags of `trireme cluster remove`.
+#[derive(Args, Debug)]
+pub struct RemoveArgs {
+    /// The node to remove (its --node-id).
+    node: String,
+    /// The node is gone for good: remove it at once and rebuild its replicas from the
+    /// survivors (without it, the node is drained first and stops by itself).
+    #[arg(long)]
+    force: bool,
+    /// Any node's HTTP URL.
+    #[arg(long, default_value = "http://127.0.0.1:7700")]
+    target: String,
+}
+
+/// Asks the cluster to remove a node and prints what happens next.
+pub async fn remove(args: RemoveArgs) -> anyhow::Result<()> {
+    let target = normalize_target(&args.target)?;
+    let client = http_client(Duration::from_secs(30))?;
+    let mut url = format!("{target}/v1/cluster/nodes/{}/remove", args.node);
+    if args.force {
+        url.push_str("?force=true");
+    }
+    let response = client
+        .post(&url)
+        .send()
+        .await
+        .map_err(|e| anyhow!("POST {url}: {}", root_cause(&e)))?;
+    let status = response.status();
+    let body = response.text().await.unwrap_or_default();
+    if !status.is_success() {
+        let message = serde_json::from_str::<serde_json::Value>(&body)
+            .ok()
+            .and_then(|v| v.get("error").and_then(|e| e.as_str()).map(str::to_owned))
+            .unwrap_or(body);
+        bail!("{message} ({status})");
+    }
+    let result: RemoveResult = serde_json::from_str(&body)
+        .map_err(|e| anyhow!("POST {url}: unexpected answer {body:?}: {e}"))?;
+    println!("{}", result.message);
+    if !result.lost_quorum.is_empty() {
+        // Said, and the exit status says it too: the cluster is not whole.
+        bail!(
+            "shard(s) {:?} lost their quorum and cannot be repaired by moving replicas",
+            result.lost_quorum
+        );
+    }
+    Ok(())
+}
+
+/// The cluster's membership as `/v1/cluster/status` describes it.
+pub async fn fetch_status(target: &str) -> anyhow::Result<ClusterStatus> {
+    let target = normalize_target(target)?;
+    let client = http_client(Duration::from_secs(10))?;
+    let url = format!("{target}/v1/cluster/status");
+    let response = client
+        .get(&url)
+        .send()
+        .await
+        .map_err(|e| anyhow!("GET {url}: {}", root_cause(&e)))?;
+    if !response.status().is_success() {
+        bail!("GET {url} answered {}", response.status());
+    }
+    response
+        .json()
+        .await
+        .map_err(|e| anyhow!("GET {url}: unexpected answer: {}", root_cause(&e)))
+}
+
+/// Nodes with their lifecycle state, and the moves in progress, as text.
+pub fn render_membership(status: &ClusterStatus) -> String {
+    let mut out = String::new();
+    let _ = writeln!(
+        out,
+        "cluster map epoch {}, metadata leader {}, replication factor {}",
+        status.epoch,
+        status.meta_leader.as_deref().unwrap_or("(none)"),
+        status.replication_factor
+    );
+    let _ = writeln!(
+        out,
+        "{:<10} {:<9} {:>8} {:>10} {:<8} {:<6} PEER",
+        "NODE", "STATE", "REPLICAS", "PREFERRED", "META", "LINKED"
+    );
+    for node in &status.nodes {
+        let _ = writeln!(
+            out,
+            "{:<10} {:<9} {:>8} {:>10} {:<8} {:<6} {}",
+            node.name,
+            node.state,
+            node.replicas,
+            node.preferred_leaders,
+            node.meta,
+            if node.linked { "yes" } else { "no" },
+            node.peer
+        );
+    }
+    if status.moves.is_empty() {
+        let _ = writeln!(out, "no replica moves in progress");
+    } else {
+        let _ = writeln!(
+            out,
+            "replica moves in progress (at most {} at once):",
+            status.max_moves
+        );
+        for mv in &status.moves {
+            let progress = match mv.progress {
+                Some((last, Some(matched))) => format!("{matched}/{last} entries"),
+                Some((last, None)) => format!("waiting for a snapshot (leader at {last})"),
+                None => String::new(),
+            };
+            let _ = writeln!(
+                out,
+                "  shard {:<4} {} -> {}  {:<8} {}",
+                mv.shard,
+                mv.from.as_deref().unwrap_or("(new)"),
+                mv.to,
+                mv.phase,
+                progress
+            );
+        }
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use trireme_types::cluster_status::{MoveStatus, NodeStatus};
+
+    #[test]
+    fn membership_lists_states_and_moves() {
+        let node = |name: &str, state: &str| NodeStatus {
+            name: name.into(),
+            state: state.into(),
+            peer: format!("{name}:7702"),
+            http: String::new(),
+            resp: String::new(),
+            replicas: 3,
+            preferred_leaders: 1,
+            meta: "voter".into(),
+            linked: true,
+        };
+        let status = ClusterStatus {
+            epoch: 7,
+            node: "n1".into(),
+            meta_leader: Some("n1".into()),
+            replication_factor: 3,
+            max_moves: 2,
+            nodes: vec![node("n1", "active"), node("n4", "draining")],
+            shards: Vec::new(),
+            moves: vec![MoveStatus {
+                shard: 3,
+                from: Some("n4".into()),
+                to: "n1".into(),
+                phase: "learner".into(),
+                started_ms: 0,
+                progress: Some((120, Some(80))),
+            }],
+        };
+        let text = render_membership(&status);
+        assert!(text.contains("epoch 7"), "{text}");
+        assert!(text.contains("n4         draining"), "{text}");
+        assert!(
+            text.contains("shard 3    n4 -> n1  learner  80/120 entries"),
+            "{text}"
+        );
+    }
+}

@@ -1,0 +1,310 @@
+//! Area 61: a running cluster grows, shrinks and heals. A node joins and replicas move to it;
+//! a node is drained and removed, stops, and its data directory is refused; a dead node is
+//! removed by force and its replicas rebuilt; the whole cluster restarts in the middle of a
+//! move; bad membership commands change nothing. Writers run throughout, and every
+//! acknowledged write is read back at the end.
+//!
+//! Real processes on loopback, one cluster at a time, every wait under a deadline.
+
+mod common;
+
+use common::cluster::{
+    ClusterOptions, Steady, TestCluster, assert_acked_readable, free_ports, peer_addr,
+    spawn_steady_writer, wait_for_acks,
+};
+use common::wait_until;
+use std::collections::BTreeMap;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::Duration;
+use trireme_types::cluster_status::{ClusterStatus, RemoveResult};
+
+/// How long a cluster may take to settle after a membership change (moves run two at a time,
+/// each a snapshot and two membership changes, on a busy 2-core machine).
+const SETTLE: Duration = Duration::from_secs(120);
+
+async fn bounded<F: std::future::Future<Output = ()>>(limit: Duration, body: F) {
+    if tokio::time::timeout(limit, body).await.is_err() {
+        panic!("the test did not finish within {limit:?}");
+    }
+}
+
+/// `GET /v1/cluster/status` of node `via`.
+async fn status(c: &TestCluster, via: usize) -> Option<ClusterStatus> {
+    let url = format!("{}/v1/cluster/status", c.node(via).http_url());
+    c.http.get(&url).send().await.ok()?.json().await.ok()
+}
+
+/// Replicas per node in state `state`.
+fn replicas_in(status: &ClusterStatus, state: &str) -> BTreeMap<String, u32> {
+    status
+        .nodes
+        .iter()
+        .filter(|n| n.state == state)
+        .map(|n| (n.name.clone(), n.replicas))
+        .collect()
+}
+
+/// Polls node `via` until no move is in progress and `done` holds; returns that status.
+async fn settle(
+    c: &TestCluster,
+    via: usize,
+    what: &str,
+    done: impl Fn(&ClusterStatus) -> bool,
+) -> ClusterStatus {
+    let deadline = std::time::Instant::now() + SETTLE;
+    loop {
+        let seen = status(c, via).await;
+        if let Some(s) = seen.as_ref().filter(|s| s.moves.is_empty() && done(s)) {
+            return s.clone();
+        }
+        assert!(
+            std::time::Instant::now() < deadline,
+            "never {what}; last status {seen:#?}\n{}",
+            c.logs()
+        );
+        // Pacing between looks, not synchronization: the condition is checked each time.
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+}
+
+/// Every shard has `factor` voters, all on active nodes.
+fn at_replication_factor(status: &ClusterStatus, factor: usize) -> bool {
+    let active: Vec<&str> = status
+        .nodes
+        .iter()
+        .filter(|n| n.state == "active")
+        .map(|n| n.name.as_str())
+        .collect();
+    status.shards.iter().all(|s| {
+        s.replicas.len() == factor && s.replicas.iter().all(|r| active.contains(&r.as_str()))
+    })
+}
+
+/// Stops a steady writer and checks that it only ever failed with retryable answers.
+async fn finish_writer(stop: &AtomicBool, writer: tokio::task::JoinHandle<Steady>) -> Steady {
+    stop.store(true, Ordering::SeqCst);
+    let steady = writer.await.expect("steady writer");
+    assert!(!steady.acked.is_empty(), "no write was acknowledged");
+    let unexpected: Vec<&String> = steady
+        .failures
+        .iter()
+        .filter(|f| !f.contains("status 503"))
+        .collect();
+    assert!(
+        unexpected.is_empty(),
+        "writes failed with something other than a retryable 503: {unexpected:#?}"
+    );
+    steady
+}
+
+/// `POST /v1/cluster/nodes/{name}/remove[?force]` through node `via`: status and body.
+async fn remove(c: &TestCluster, via: usize, name: &str, force: bool) -> (u16, String) {
+    let mut url = format!("{}/v1/cluster/nodes/{name}/remove", c.node(via).http_url());
+    if force {
+        url.push_str("?force=true");
+    }
+    let resp = c.http.post(&url).send().await.expect("POST remove");
+    (
+        resp.status().as_u16(),
+        resp.text().await.unwrap_or_default(),
+    )
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_joining_node_gets_its_share_of_replicas_while_writes_go_on() {
+    let mut c = TestCluster::start(ClusterOptions::default().shards(8)).await;
+    let before = status(&c, 0).await.expect("status").epoch;
+    let stop = Arc::new(AtomicBool::new(false));
+    let (count, writer) = spawn_steady_writer(&c, &[0, 1, 2], "grow/", stop.clone());
+    wait_for_acks(&count, 20).await;
+    let n4 = c.add_node().await;
+    bounded(SETTLE * 2, async {
+        // 24 replicas over 4 nodes, and 8 preferred leaders two each.
+        let settled = settle(&c, 0, "moved 6 replicas to n4", |s| {
+            replicas_in(s, "active").values().all(|n| *n == 6)
+                && replicas_in(s, "active").len() == 4
+                && s.nodes.iter().all(|n| n.preferred_leaders == 2)
+        })
+        .await;
+        assert!(settled.epoch > before, "the map's epoch did not move");
+        assert!(at_replication_factor(&settled, 3));
+        // The new node reads everything written before, during and after its join.
+        wait_for_acks(&count, count.load(Ordering::SeqCst) + 20).await;
+        let steady = finish_writer(&stop, writer).await;
+        assert_acked_readable(&c, n4, "grow/", &steady).await;
+        // And the view is the same from the newcomer.
+        let from_n4 = status(&c, n4).await.expect("status from n4");
+        assert_eq!(from_n4.epoch, settled.epoch);
+    })
+    .await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_drained_node_hands_over_stops_and_its_data_directory_is_refused() {
+    let c = TestCluster::start(ClusterOptions {
+        nodes: 4,
+        ..ClusterOptions::default().shards(8)
+    })
+    .await;
+    let stop = Arc::new(AtomicBool::new(false));
+    let (count, writer) = spawn_steady_writer(&c, &[0, 1, 2], "drain/", stop.clone());
+    wait_for_acks(&count, 20).await;
+    bounded(SETTLE * 2, async {
+        let (code, body) = remove(&c, 0, "n4", false).await;
+        assert_eq!(code, 200, "{body}");
+        let answer: RemoveResult = serde_json::from_str(&body).expect("a RemoveResult");
+        assert_eq!(answer.state, "draining");
+        let settled = settle(&c, 0, "drained n4", |s| {
+            s.nodes
+                .iter()
+                .any(|n| n.name == "n4" && n.state == "removed")
+        })
+        .await;
+        assert!(at_replication_factor(&settled, 3), "{settled:#?}");
+        assert_eq!(replicas_in(&settled, "removed").get("n4"), Some(&0));
+        // The removed node stops by itself.
+        let stopped = wait_until(SETTLE, Duration::from_millis(100), || async {
+            !c.node(3).is_running()
+        })
+        .await;
+        assert!(stopped, "n4 kept running after its removal\n{}", c.logs());
+        assert!(
+            c.node(3)
+                .stderr_log()
+                .contains("was removed from the cluster"),
+            "n4 did not say why it stopped\n{}",
+            c.node(3).stderr_log()
+        );
+        let steady = finish_writer(&stop, writer).await;
+        assert_acked_readable(&c, 1, "drain/", &steady).await;
+
+        // Started again on its data directory, it is refused, saying why.
+        let output = tokio::process::Command::new(env!("CARGO_BIN_EXE_trireme"))
+            .args(c.node(3).server_args())
+            .output()
+            .await
+            .expect("run trireme server");
+        let stderr = String::from_utf8_lossy(&output.stderr);
+        assert!(!output.status.success(), "a removed node started again");
+        assert!(stderr.contains("was removed from cluster"), "{stderr}");
+    })
+    .await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_dead_node_removed_by_force_has_its_replicas_rebuilt() {
+    let mut c = TestCluster::start(ClusterOptions {
+        nodes: 4,
+        ..ClusterOptions::default().shards(8)
+    })
+    .await;
+    let stop = Arc::new(AtomicBool::new(false));
+    let (count, writer) = spawn_steady_writer(&c, &[0, 2, 3], "heal/", stop.clone());
+    wait_for_acks(&count, 20).await;
+    c.kill9(1).await;
+    bounded(SETTLE * 2, async {
+        let (code, body) = remove(&c, 0, "n2", true).await;
+        assert_eq!(code, 200, "{body}");
+        let answer: RemoveResult = serde_json::from_str(&body).expect("a RemoveResult");
+        assert_eq!(answer.state, "removed");
+        assert!(answer.lost_quorum.is_empty(), "{answer:?}");
+        let settled = settle(&c, 0, "rebuilt n2's replicas", |s| {
+            at_replication_factor(s, 3)
+        })
+        .await;
+        assert_eq!(replicas_in(&settled, "removed").get("n2"), Some(&0));
+        // Each survivor holds its share: 24 replicas over 3 nodes.
+        assert!(
+            replicas_in(&settled, "active").values().all(|n| *n == 8),
+            "{settled:#?}"
+        );
+        wait_for_acks(&count, count.load(Ordering::SeqCst) + 20).await;
+        let steady = finish_writer(&stop, writer).await;
+        assert_acked_readable(&c, 3, "heal/", &steady).await;
+    })
+    .await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_cluster_restarted_in_the_middle_of_a_move_finishes_it() {
+    let mut c = TestCluster::start(ClusterOptions::default().shards(8)).await;
+    let stop = Arc::new(AtomicBool::new(false));
+    let (count, writer) = spawn_steady_writer(&c, &[0, 1, 2], "restart/", stop.clone());
+    wait_for_acks(&count, 50).await;
+    let n4 = c.add_node().await;
+    let moving = wait_until(SETTLE, Duration::from_millis(20), || async {
+        status(&c, 0).await.is_some_and(|s| !s.moves.is_empty())
+    })
+    .await;
+    assert!(moving, "no move started after n4 joined\n{}", c.logs());
+    let steady = finish_writer(&stop, writer).await;
+    c.kill9_all().await;
+    c.restart_stopped().await;
+    bounded(SETTLE * 2, async {
+        let settled = settle(&c, 0, "finished the moves after the restart", |s| {
+            replicas_in(s, "active").len() == 4
+                && replicas_in(s, "active").values().all(|n| *n == 6)
+        })
+        .await;
+        assert!(at_replication_factor(&settled, 3), "{settled:#?}");
+        assert_acked_readable(&c, n4, "restart/", &steady).await;
+    })
+    .await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn bad_membership_commands_are_refused_and_change_nothing() {
+    let c = TestCluster::start(ClusterOptions::default().shards(2)).await;
+    bounded(SETTLE, async {
+        let before = status(&c, 0).await.expect("status");
+
+        let (code, body) = remove(&c, 1, "nx", false).await;
+        assert_eq!(code, 404, "{body}");
+        assert!(body.contains("no node named"), "{body}");
+
+        // Three nodes for three voters: draining one would leave shards short.
+        let (code, body) = remove(&c, 1, "n3", false).await;
+        assert_eq!(code, 409, "{body}");
+        assert!(body.contains("add a node first"), "{body}");
+
+        let url = format!(
+            "{}/v1/cluster/nodes/n3/remove?force=maybe",
+            c.node(0).http_url()
+        );
+        let resp = c.http.post(&url).send().await.expect("POST");
+        assert_eq!(resp.status().as_u16(), 400);
+
+        // A node of another cluster, and a node that takes a member's name, are refused.
+        let via = peer_addr(c.node(0)).to_string();
+        for (name, cluster, expect) in [
+            ("n9", "other", "belongs to cluster"),
+            ("n2", "trireme", "already a member"),
+        ] {
+            let dir = tempfile::tempdir().expect("temp dir");
+            let ports = free_ports(3);
+            let output = tokio::process::Command::new(env!("CARGO_BIN_EXE_trireme"))
+                .args(["server", "--node-id", name, "--cluster-name", cluster])
+                .arg("--data-dir")
+                .arg(dir.path())
+                .args(["--http", &format!("127.0.0.1:{}", ports[0])])
+                .args(["--resp", &format!("127.0.0.1:{}", ports[1])])
+                .args(["--peer", &format!("127.0.0.1:{}", ports[2])])
+                .args(["--join", &via])
+                .output()
+                .await
+                .expect("run trireme server");
+            let stderr = String::from_utf8_lossy(&output.stderr);
+            assert!(!output.status.success(), "{name} joined\n{stderr}");
+            assert!(stderr.contains(expect), "{name}: {stderr}");
+        }
+
+        let after = status(&c, 0).await.expect("status");
+        assert_eq!(
+            after.epoch, before.epoch,
+            "a refused command changed the map"
+        );
+        assert_eq!(after.nodes.len(), 3, "{after:#?}");
+    })
+    .await;
+}
