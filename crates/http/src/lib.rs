@@ -18,6 +18,8 @@ mod query;
 mod routes;
 mod server;
 mod state;
+mod timing;
+mod usage;
 
 pub use error::ApiError;
 /// Query-string parsing, public for the fuzz target `fuzz/fuzz_targets/http_query.rs`.

@@ -3,7 +3,7 @@
 
 use crate::AppState;
 use crate::routes::{admin, documents, kv, metrics, status};
-use crate::state::HttpMetrics;
+use crate::state::{HttpMetrics, OpenConnection};
 use axum::Router;
 use axum::extract::DefaultBodyLimit;
 use axum::response::Response;
@@ -25,6 +25,8 @@ pub struct HttpOptions {
     pub header_read_timeout: Duration,
     /// Most connections open at once; further ones wait to be accepted.
     pub max_connections: usize,
+    /// Where to count open connections (`/metrics`), usually the router state's counters.
+    pub metrics: Option<Arc<HttpMetrics>>,
 }
 
 impl Default for HttpOptions {
@@ -32,6 +34,7 @@ impl Default for HttpOptions {
         Self {
             header_read_timeout: Duration::from_secs(10),
             max_connections: 10_000,
+            metrics: None,
         }
     }
 }
@@ -86,6 +89,9 @@ pub fn router(state: AppState) -> Router {
                 response
             }
         }))
+        .layer(crate::timing::TimingLayer {
+            metrics: state.metrics.clone(),
+        })
         .with_state(state)
 }
 
@@ -128,8 +134,10 @@ pub async fn serve(
         let _ = stream.set_nodelay(true);
         let service = TowerToHyperService::new(router.clone());
         let builder = builder.clone();
+        let open = OpenConnection::new(options.metrics.clone());
         tokio::spawn(async move {
             let _permit = permit;
+            let _open = open;
             if let Err(e) = builder
                 .serve_connection(TokioIo::new(stream), service)
                 .await

@@ -145,6 +145,54 @@ pub struct ShardGroup {
         TypeConfig,
         openraft::RaftMetrics<TypeConfig>,
     >,
+    /// Leader changes and elections seen since the group was opened (`/metrics`).
+    events: Arc<GroupEvents>,
+}
+
+/// What a group has been through on this node since it was opened, counted by a task that
+/// watches every change of the group's Raft metrics (sampling at scrape time would miss a
+/// leader that came and went between two scrapes).
+#[derive(Debug, Default)]
+pub struct GroupEvents {
+    /// Times the known leader became a node other than the last one known.
+    pub leader_changes: std::sync::atomic::AtomicU64,
+    /// Elections held since the group was opened, counted as the terms the group advanced
+    /// by (every election, won or not, starts a new term; a term seen skipped still counts).
+    pub elections: std::sync::atomic::AtomicU64,
+}
+
+/// Counts leader changes and elections in `metrics` into `events` until the group stops.
+fn watch_events(
+    mut metrics: openraft::type_config::alias::WatchReceiverOf<
+        TypeConfig,
+        openraft::RaftMetrics<TypeConfig>,
+    >,
+    events: Arc<GroupEvents>,
+) {
+    use std::sync::atomic::Ordering::Relaxed;
+    // Terms count from the one the group opened at, read here rather than in the task, which
+    // may first run after an election. The first leader known counts as a change.
+    let mut term = metrics.borrow_watched().current_term;
+    tokio::spawn(async move {
+        let mut leader = None;
+        loop {
+            let (now_leader, now_term) = {
+                let m = metrics.borrow_watched();
+                (m.current_leader, m.current_term)
+            };
+            if now_leader.is_some() && now_leader != leader {
+                events.leader_changes.fetch_add(1, Relaxed);
+                leader = now_leader;
+            }
+            if now_term > term {
+                events.elections.fetch_add(now_term - term, Relaxed);
+                term = now_term;
+            }
+            if metrics.changed().await.is_err() {
+                return;
+            }
+        }
+    });
 }
 
 impl ShardGroup {
@@ -181,6 +229,8 @@ impl ShardGroup {
         ));
         let last_append = transport.register(group.0, raft.clone());
         let metrics = raft.metrics();
+        let events = Arc::new(GroupEvents::default());
+        watch_events(raft.metrics(), events.clone());
         let proposals = crate::batcher::spawn(raft.clone(), shard.0, proposal_metrics);
         Ok(Self {
             shard,
@@ -193,6 +243,7 @@ impl ShardGroup {
             timeout: timing.request_timeout,
             lease: timing.election_min,
             metrics,
+            events,
         })
     }
 
@@ -480,6 +531,28 @@ impl ShardGroup {
             m.last_log_index.unwrap_or(0),
             matched.as_ref().map(|l| l.index),
         ))
+    }
+
+    /// Leader changes and elections seen here since the group was opened.
+    pub fn events(&self) -> &GroupEvents {
+        &self.events
+    }
+
+    /// On a leader, how many log entries each follower (and learner) is behind: the leader's
+    /// last log index minus the follower's matched index. Empty on other replicas.
+    pub fn follower_lag(&self) -> Vec<(u64, u64)> {
+        let m = self.metrics.borrow_watched();
+        let last = m.last_log_index.unwrap_or(0);
+        m.replication.as_ref().map_or_else(Vec::new, |replication| {
+            replication
+                .iter()
+                .filter(|(id, _)| **id != m.id)
+                .map(|(id, matched)| {
+                    let matched = matched.as_ref().map_or(0, |l| l.index);
+                    (*id, last.saturating_sub(matched))
+                })
+                .collect()
+        })
     }
 
     /// Adds `id` as a learner without waiting for it to catch up; a no-op when it is a member

@@ -16,7 +16,7 @@ mod types;
 
 pub use batcher::ProposalMetrics;
 pub use error::RaftLayerError;
-pub use group::{GroupStatus, RaftTiming, ReadMode, ShardGroup};
+pub use group::{GroupEvents, GroupStatus, RaftTiming, ReadMode, ShardGroup};
 pub use log_store::LogStore;
 pub use peer::{
     DEFAULT_SNAPSHOT_CHUNK_BYTES, ForwardHandler, JoinHandler, MAX_SNAPSHOT_CHUNK_BYTES, PeerError,

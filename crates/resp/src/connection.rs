@@ -87,7 +87,10 @@ impl Connection {
 
     async fn execute(&mut self, request: Vec<bytes::Bytes>) -> Flow {
         self.shared.metrics.commands.fetch_add(1, Ordering::Relaxed);
+        let slot = crate::server::command_slot(request.first().map_or(&[][..], |name| name));
+        let start = std::time::Instant::now();
         let flow = cmd::execute(&self.shared, &mut self.client, Args::new(request)).await;
+        self.shared.metrics.record(slot, start.elapsed());
         let (Flow::Reply(reply) | Flow::Quit(reply)) = &flow;
         if reply.is_error() {
             self.shared.metrics.errors.fetch_add(1, Ordering::Relaxed);

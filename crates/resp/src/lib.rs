@@ -19,6 +19,7 @@ mod cmd;
 pub mod codec;
 mod connection;
 mod glob;
+mod memory;
 pub mod reply;
 mod server;
 

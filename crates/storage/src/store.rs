@@ -460,6 +460,19 @@ impl Storage {
     pub fn count_keys(&self, shard: u32) -> usize {
         self.data.prefix(shard.to_be_bytes()).count()
     }
+
+    /// Rows stored for `shard` (expired ones not yet removed included) and their bytes (keys
+    /// and encoded records). Reads every row of the shard, so callers run it off the request
+    /// path and cache the answer.
+    pub fn shard_usage(&self, shard: u32) -> Result<(u64, u64), StorageError> {
+        let (mut rows, mut bytes) = (0u64, 0u64);
+        for guard in self.data.prefix(shard.to_be_bytes()) {
+            let (key, value) = guard.into_inner()?;
+            rows += 1;
+            bytes += (key.len() + value.len()) as u64;
+        }
+        Ok((rows, bytes))
+    }
 }
 
 #[cfg(test)]

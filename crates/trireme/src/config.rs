@@ -20,15 +20,25 @@ pub struct ServerArgs {
     /// Data directory.
     #[arg(long)]
     pub data_dir: Option<PathBuf>,
-    /// Client HTTP listen address (Consul KV API).
+    /// Client HTTP listen address (Consul KV API), `HOST:PORT`.
     #[arg(long)]
     pub http: Option<String>,
-    /// Client RESP listen address (Redis protocol).
+    /// Client RESP listen address (Redis protocol), `HOST:PORT`.
     #[arg(long)]
     pub resp: Option<String>,
-    /// Peer listen address (Raft and forwarding).
+    /// Peer listen address (Raft and forwarding), `HOST:PORT`.
     #[arg(long)]
     pub peer: Option<String>,
+    /// HTTP address clients are told to use (default: the listen address).
+    #[arg(long)]
+    pub advertise_http: Option<String>,
+    /// RESP address clients are told to use, e.g. in `CLUSTER SLOTS` (default: the listen
+    /// address).
+    #[arg(long)]
+    pub advertise_resp: Option<String>,
+    /// Peer address other nodes dial (default: the listen address).
+    #[arg(long)]
+    pub advertise_peer: Option<String>,
     /// Initial members, `ID=PEER_ADDR,...` (multi-node bootstrap).
     #[arg(long)]
     pub initial_cluster: Option<String>,
@@ -64,6 +74,9 @@ pub struct FileConfig {
     http: Option<String>,
     resp: Option<String>,
     peer: Option<String>,
+    advertise_http: Option<String>,
+    advertise_resp: Option<String>,
+    advertise_peer: Option<String>,
     initial_cluster: Option<String>,
     join: Option<String>,
     shards: Option<u32>,
@@ -106,8 +119,126 @@ struct RaftSection {
 /// Everything `server::run` needs.
 #[derive(Debug)]
 pub struct ServerConfig {
+    /// The node's settings; its `http_addr`, `resp_addr` and `peer_addr` are what is
+    /// advertised, filled in by `server::run` once the listeners are bound.
     pub node: NodeConfig,
+    /// Where to listen, and what to advertise for each listener.
+    pub listen: Listen,
     pub log: String,
+}
+
+/// The three listeners of a node.
+#[derive(Debug)]
+pub struct Listen {
+    pub http: Endpoint,
+    pub resp: Endpoint,
+    pub peer: Endpoint,
+}
+
+/// One listener: the address bound, and the one others are told about when it differs (a
+/// node on `0.0.0.0`, or behind NAT or a container's port mapping).
+#[derive(Debug, Clone)]
+pub struct Endpoint {
+    /// The flag that sets it, for messages (`--http`).
+    pub flag: &'static str,
+    /// `HOST:PORT` to bind; a host name is resolved when binding.
+    pub bind: String,
+    /// `HOST:PORT` to advertise, if given.
+    pub advertise: Option<String>,
+}
+
+impl Endpoint {
+    fn new(
+        flag: &'static str,
+        bind: Option<String>,
+        default: &str,
+        advertise: Option<String>,
+    ) -> anyhow::Result<Self> {
+        let bind = bind.unwrap_or_else(|| default.to_string());
+        let name = flag.trim_start_matches('-');
+        let (host, port) =
+            split_host_port(&bind).with_context(|| format!("{flag} {bind:?} is not HOST:PORT"))?;
+        if let Some(advertise) = &advertise {
+            let (host, port) = split_host_port(advertise)
+                .with_context(|| format!("--advertise-{name} {advertise:?} is not HOST:PORT"))?;
+            if port == 0 || is_unspecified(host) {
+                bail!(
+                    "--advertise-{name} {advertise:?} cannot be dialled: give the host and port others connect to"
+                );
+            }
+        } else if is_unspecified(host) {
+            let example_port = if port == 0 {
+                "PORT".to_string()
+            } else {
+                port.to_string()
+            };
+            bail!(
+                "{flag} {bind:?} listens on every interface, which tells other nodes and clients nothing about where to connect: also pass --advertise-{name} HOST:PORT (`advertise_{name}` in the config file) with an address they can reach, e.g. db1.internal:{example_port}"
+            );
+        }
+        Ok(Self {
+            flag,
+            bind,
+            advertise,
+        })
+    }
+
+    /// What to advertise once the listener is bound at `local`: the advertise address if one
+    /// was given; else the listen address with port 0 replaced by the real port, keeping a
+    /// host name as written (it is what the operator chose to publish).
+    pub fn advertised(&self, local: std::net::SocketAddr) -> String {
+        if let Some(advertise) = &self.advertise {
+            return advertise.clone();
+        }
+        match split_host_port(&self.bind) {
+            Ok((host, _)) if host.parse::<std::net::IpAddr>().is_err() => {
+                format!("{host}:{}", local.port())
+            }
+            _ => local.to_string(),
+        }
+    }
+}
+
+/// Splits `HOST:PORT` (`127.0.0.1:7700`, `[::1]:7700`, `db1.internal:7700`) into the host,
+/// brackets removed, and the port. The host is checked for shape only; it is resolved when
+/// binding or dialling.
+pub fn split_host_port(text: &str) -> anyhow::Result<(&str, u16)> {
+    if let Ok(addr) = text.parse::<std::net::SocketAddr>() {
+        let host = text
+            .rsplit_once(':')
+            .map_or(text, |(host, _)| host)
+            .trim_start_matches('[')
+            .trim_end_matches(']');
+        return Ok((host, addr.port()));
+    }
+    let (host, port) = text
+        .rsplit_once(':')
+        .context("expected HOST:PORT, e.g. 127.0.0.1:7700 or db1.internal:7700")?;
+    let port: u16 = port
+        .parse()
+        .with_context(|| format!("port {port:?} is not a number from 0 to 65535"))?;
+    let label_ok = |label: &str| {
+        !label.is_empty()
+            && label.len() <= 63
+            && !label.starts_with('-')
+            && !label.ends_with('-')
+            && label
+                .chars()
+                .all(|c| c.is_ascii_alphanumeric() || c == '-' || c == '_')
+    };
+    if host.contains(':') {
+        bail!("an IPv6 address needs brackets: [{host}]:{port}");
+    }
+    if host.is_empty() || host.len() > 253 || !host.split('.').all(label_ok) {
+        bail!("{host:?} is neither an IP address nor a host name");
+    }
+    Ok((host, port))
+}
+
+/// Whether `host` is the any-address (`0.0.0.0`, `::`), which can be bound but not dialled.
+fn is_unspecified(host: &str) -> bool {
+    host.parse::<std::net::IpAddr>()
+        .is_ok_and(|ip| ip.is_unspecified())
 }
 
 impl ServerArgs {
@@ -129,23 +260,43 @@ impl ServerArgs {
             .or(file.data_dir)
             .unwrap_or_else(|| PathBuf::from("./trireme-data"));
         let mut node = NodeConfig::new(name.clone(), data_dir);
-        if let Some(http) = self.http.or(file.http) {
-            node.http_addr = http;
-        }
-        if let Some(resp) = self.resp.or(file.resp) {
-            node.resp_addr = resp;
-        }
-        if let Some(peer) = self.peer.or(file.peer) {
-            node.peer_addr = peer;
-        }
-        for (what, addr) in [
-            ("--http", &node.http_addr),
-            ("--resp", &node.resp_addr),
-            ("--peer", &node.peer_addr),
-        ] {
-            addr.parse::<std::net::SocketAddr>()
-                .with_context(|| format!("{what} {addr:?} is not an IP:port address"))?;
-        }
+        let listen = Listen {
+            http: Endpoint::new(
+                "--http",
+                self.http.or(file.http),
+                &node.http_addr,
+                self.advertise_http.or(file.advertise_http),
+            )?,
+            resp: Endpoint::new(
+                "--resp",
+                self.resp.or(file.resp),
+                &node.resp_addr,
+                self.advertise_resp.or(file.advertise_resp),
+            )?,
+            peer: Endpoint::new(
+                "--peer",
+                self.peer.or(file.peer),
+                &node.peer_addr,
+                self.advertise_peer.or(file.advertise_peer),
+            )?,
+        };
+        // Until the listeners are bound (and port 0 becomes a real port), the node is told
+        // the addresses as configured.
+        node.http_addr = listen
+            .http
+            .advertise
+            .clone()
+            .unwrap_or(listen.http.bind.clone());
+        node.resp_addr = listen
+            .resp
+            .advertise
+            .clone()
+            .unwrap_or(listen.resp.bind.clone());
+        node.peer_addr = listen
+            .peer
+            .advertise
+            .clone()
+            .unwrap_or(listen.peer.bind.clone());
         node.shards = self.shards.or(file.shards);
         if let Some(shards) = node.shards
             && !(1..=16384).contains(&shards)
@@ -190,6 +341,10 @@ impl ServerArgs {
                 "--join and --initial-cluster exclude each other: a new cluster is bootstrapped with --initial-cluster, a node is added to a running one with --join"
             );
         }
+        if let Some(member) = &join {
+            split_host_port(member)
+                .with_context(|| format!("--join {member:?} is not HOST:PORT"))?;
+        }
         node.join = join;
         if let Some(initial) = initial {
             let members = parse_initial_cluster(&initial)?;
@@ -208,6 +363,7 @@ impl ServerArgs {
         node.zone = self.zone.or(file.zone);
         Ok(ServerConfig {
             node,
+            listen,
             log: self
                 .log
                 .or(file.log)
@@ -228,7 +384,7 @@ fn validate_name(name: &str) -> anyhow::Result<()> {
     Ok(())
 }
 
-/// Parses `n1=127.0.0.1:7702,n2=...`.
+/// Parses `n1=127.0.0.1:7702,n2=db2.internal:7702,...`.
 pub fn parse_initial_cluster(text: &str) -> anyhow::Result<Vec<(String, String)>> {
     let mut members = Vec::new();
     for item in text.split(',').filter(|s| !s.is_empty()) {
@@ -236,8 +392,8 @@ pub fn parse_initial_cluster(text: &str) -> anyhow::Result<Vec<(String, String)>
             .split_once('=')
             .with_context(|| format!("--initial-cluster entry {item:?} is not ID=HOST:PORT"))?;
         validate_name(id)?;
-        addr.parse::<std::net::SocketAddr>().with_context(|| {
-            format!("--initial-cluster entry {item:?}: {addr:?} is not an IP:port address")
+        split_host_port(addr).with_context(|| {
+            format!("--initial-cluster entry {item:?}: {addr:?} is not HOST:PORT")
         })?;
         members.push((id.to_string(), addr.to_string()));
     }
@@ -371,8 +527,131 @@ mod tests {
     fn initial_cluster_parses_and_rejects_garbage() {
         let members = parse_initial_cluster("n1=127.0.0.1:7702,n2=127.0.0.1:7712").unwrap();
         assert_eq!(members[1], ("n2".to_string(), "127.0.0.1:7712".to_string()));
+        let members = parse_initial_cluster("n1=db1.internal:7702,n2=[::1]:7712").unwrap();
+        assert_eq!(members[0].1, "db1.internal:7702");
+        assert_eq!(members[1].1, "[::1]:7712");
         assert!(parse_initial_cluster("n1").is_err());
         assert!(parse_initial_cluster("n1=localhost").is_err());
+        assert!(parse_initial_cluster("n1=bad_host!:7702").is_err());
         assert!(parse_initial_cluster("").is_err());
+    }
+
+    #[test]
+    fn host_port_takes_ips_and_host_names_and_refuses_the_rest() {
+        assert_eq!(
+            split_host_port("127.0.0.1:7700").unwrap(),
+            ("127.0.0.1", 7700)
+        );
+        assert_eq!(split_host_port("[::1]:7700").unwrap(), ("::1", 7700));
+        assert_eq!(split_host_port("localhost:0").unwrap(), ("localhost", 0));
+        assert_eq!(
+            split_host_port("db1.internal:7702").unwrap(),
+            ("db1.internal", 7702)
+        );
+        for bad in [
+            "localhost",
+            ":7700",
+            "host:port",
+            "host:70000",
+            "::1:7700",
+            "a..b:1",
+            "-a:1",
+            "sp ace:1",
+        ] {
+            assert!(split_host_port(bad).is_err(), "{bad} must be refused");
+        }
+    }
+
+    #[test]
+    fn listen_and_advertise_addresses() {
+        let config = ServerArgs {
+            http: Some("localhost:7700".into()),
+            resp: Some("db1.internal:7701".into()),
+            join: Some("db2.internal:7702".into()),
+            ..Default::default()
+        }
+        .resolve()
+        .unwrap();
+        assert_eq!(config.listen.http.bind, "localhost:7700");
+        assert_eq!(config.node.http_addr, "localhost:7700");
+        assert_eq!(config.node.resp_addr, "db1.internal:7701");
+        assert_eq!(config.node.peer_addr, "127.0.0.1:7702");
+        assert_eq!(config.node.join.as_deref(), Some("db2.internal:7702"));
+        // Port 0 becomes the bound port; a host name is kept, an IP is the bound one.
+        let local: std::net::SocketAddr = "127.0.0.1:4242".parse().unwrap();
+        assert_eq!(config.listen.http.advertised(local), "localhost:4242");
+        assert_eq!(config.listen.peer.advertised(local), "127.0.0.1:4242");
+
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("t.toml");
+        let config = from_file(
+            &path,
+            "http = \"0.0.0.0:7700\"\nadvertise_http = \"10.1.2.3:17700\"\n",
+        )
+        .unwrap();
+        assert_eq!(config.listen.http.bind, "0.0.0.0:7700");
+        assert_eq!(config.node.http_addr, "10.1.2.3:17700");
+        let local: std::net::SocketAddr = "0.0.0.0:7700".parse().unwrap();
+        assert_eq!(config.listen.http.advertised(local), "10.1.2.3:17700");
+
+        // The flag wins over the file.
+        let config = ServerArgs {
+            config: Some(path.clone()),
+            advertise_http: Some("db1.internal:80".into()),
+            ..Default::default()
+        }
+        .resolve()
+        .unwrap();
+        assert_eq!(config.node.http_addr, "db1.internal:80");
+    }
+
+    #[test]
+    fn binding_every_interface_needs_an_advertise_address() {
+        for (args, flag) in [
+            (
+                ServerArgs {
+                    http: Some("0.0.0.0:7700".into()),
+                    ..Default::default()
+                },
+                "--advertise-http",
+            ),
+            (
+                ServerArgs {
+                    resp: Some("[::]:7701".into()),
+                    ..Default::default()
+                },
+                "--advertise-resp",
+            ),
+            (
+                ServerArgs {
+                    peer: Some("0.0.0.0:7702".into()),
+                    advertise_http: Some("10.0.0.1:7700".into()),
+                    ..Default::default()
+                },
+                "--advertise-peer",
+            ),
+        ] {
+            let err = args.resolve().unwrap_err().to_string();
+            assert!(err.contains(flag), "{err}");
+            assert!(err.contains("every interface"), "{err}");
+        }
+        // An advertise address must be one others can dial.
+        for bad in ["0.0.0.0:7700", "10.0.0.1:0", "nowhere"] {
+            let err = ServerArgs {
+                advertise_http: Some(bad.into()),
+                ..Default::default()
+            }
+            .resolve()
+            .unwrap_err();
+            assert!(err.to_string().contains("--advertise-http"), "{bad}: {err}");
+        }
+        let config = ServerArgs {
+            peer: Some("0.0.0.0:7702".into()),
+            advertise_peer: Some("db1.internal:7702".into()),
+            ..Default::default()
+        }
+        .resolve()
+        .unwrap();
+        assert_eq!(config.node.peer_addr, "db1.internal:7702");
     }
 }

@@ -30,7 +30,7 @@ struct Cli {
 #[derive(Subcommand, Debug)]
 enum Commands {
     /// Run a database node.
-    Server(config::ServerArgs),
+    Server(Box<config::ServerArgs>),
     /// Start a local multi-node cluster (up), add a node to it while it runs (add), or show a
     /// running one shard by shard (status).
     Cluster(cluster::ClusterArgs),
@@ -47,7 +47,7 @@ enum Commands {
 fn main() -> ExitCode {
     let cli = Cli::parse();
     let result = match cli.command {
-        Commands::Server(args) => server::run(args),
+        Commands::Server(args) => server::run(*args),
         Commands::Cluster(args) => cluster::run(args),
         // Its own exit status: 1 means a missing key or a failed check-and-set, 2 an error.
         Commands::Kv(args) => return kv::run(args),

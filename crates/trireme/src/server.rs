@@ -1,7 +1,7 @@
 //! `trireme server`: bind the listeners, start the node, serve HTTP and RESP until SIGINT or
 //! SIGTERM, then stop cleanly.
 
-use crate::config::{ServerArgs, ServerConfig};
+use crate::config::{Endpoint, ServerArgs, ServerConfig};
 use anyhow::Context;
 use std::net::SocketAddr;
 use std::sync::Arc;
@@ -31,24 +31,32 @@ fn init_logging(filter: &str) -> anyhow::Result<()> {
         .map_err(|e| anyhow::anyhow!("cannot set up logging: {e}"))
 }
 
-async fn bind(flag: &str, addr: &str) -> anyhow::Result<TcpListener> {
-    let addr: SocketAddr = addr
-        .parse()
-        .with_context(|| format!("{flag} {addr:?} is not an IP:port address"))?;
-    TcpListener::bind(addr)
+/// Binds `endpoint` (resolving a host name) and returns the listener, the address it got,
+/// and the address to advertise for it.
+async fn bind(endpoint: &Endpoint) -> anyhow::Result<(TcpListener, SocketAddr, String)> {
+    let flag = endpoint.flag;
+    let listener = TcpListener::bind(endpoint.bind.as_str())
         .await
-        .with_context(|| format!("cannot listen on {flag} {addr}"))
+        .with_context(|| format!("cannot listen on {flag} {}", endpoint.bind))?;
+    let local = listener.local_addr()?;
+    let advertised = endpoint.advertised(local);
+    Ok((listener, local, advertised))
 }
 
 async fn serve(mut config: ServerConfig) -> anyhow::Result<()> {
     // Bind first: a port in use is reported before anything touches the data directory, and
     // port 0 becomes the real port everyone is told about.
-    let http = bind("--http", &config.node.http_addr).await?;
-    let resp = bind("--resp", &config.node.resp_addr).await?;
-    let peer = bind("--peer", &config.node.peer_addr).await?;
-    config.node.http_addr = http.local_addr()?.to_string();
-    config.node.resp_addr = resp.local_addr()?.to_string();
-    config.node.peer_addr = peer.local_addr()?.to_string();
+    let (http, http_bound, http_advertised) = bind(&config.listen.http).await?;
+    let (resp, resp_bound, resp_advertised) = bind(&config.listen.resp).await?;
+    let (peer, peer_bound, peer_advertised) = bind(&config.listen.peer).await?;
+    config.node.http_addr = http_advertised;
+    config.node.resp_addr = resp_advertised;
+    config.node.peer_addr = peer_advertised;
+    let bound = Bound {
+        http: http_bound,
+        resp: resp_bound,
+        peer: peer_bound,
+    };
 
     let data_dir = config.node.data_dir.clone();
     // Signals are caught from here on: a node waiting for its peers at start-up must stop
@@ -80,6 +88,7 @@ async fn serve(mut config: ServerConfig) -> anyhow::Result<()> {
     let mut http_state = trireme_http::AppState::new(node.clone());
     let resp_metrics = resp_server.metrics();
     http_state.extra_metrics = Arc::new(move || resp_metrics.prometheus());
+    let http_metrics = http_state.metrics.clone();
     let http_task = tokio::spawn(trireme_http::serve(
         http,
         trireme_http::router(http_state),
@@ -87,13 +96,14 @@ async fn serve(mut config: ServerConfig) -> anyhow::Result<()> {
             header_read_timeout: std::time::Duration::from_millis(
                 config.node.limits.header_read_timeout_ms,
             ),
+            metrics: Some(http_metrics),
             ..Default::default()
         },
         stopped(stop_rx.clone()),
     ));
     let resp_task = tokio::spawn(resp_server.serve(resp, stopped(stop_rx.clone())));
 
-    write_endpoints(&node).await?;
+    write_endpoints(&node, &bound).await?;
     println!(
         "trireme node {} ready: http={} resp={} peer={} shards={}",
         node.me().name,
@@ -120,15 +130,28 @@ async fn serve(mut config: ServerConfig) -> anyhow::Result<()> {
     Ok(())
 }
 
-/// `<data dir>/endpoints.json`: where this node listens, for scripts and tests that started it
-/// with port 0.
-async fn write_endpoints(node: &Node) -> anyhow::Result<()> {
+/// The socket addresses the listeners were bound to.
+struct Bound {
+    http: SocketAddr,
+    resp: SocketAddr,
+    peer: SocketAddr,
+}
+
+/// `<data dir>/endpoints.json`: where this node listens (`http`, `resp`, `peer`: the bound
+/// socket addresses, for scripts and tests that started it with port 0) and what it tells
+/// others (`advertised`).
+async fn write_endpoints(node: &Node, bound: &Bound) -> anyhow::Result<()> {
     let me = node.me();
     let body = serde_json::json!({
         "node": me.name,
-        "http": me.http_addr,
-        "resp": me.resp_addr,
-        "peer": me.peer_addr,
+        "http": bound.http.to_string(),
+        "resp": bound.resp.to_string(),
+        "peer": bound.peer.to_string(),
+        "advertised": {
+            "http": me.http_addr,
+            "resp": me.resp_addr,
+            "peer": me.peer_addr,
+        },
         "pid": std::process::id(),
     });
     let path = node.config().data_dir.join("endpoints.json");

@@ -813,3 +813,160 @@ async fn slow_and_idle_clients_do_not_starve_others() {
     still_serves(&node, "after/slow").await;
     drop(idle);
 }
+
+/// The value of the sample `series` (name and labels exactly), if present.
+fn sample(text: &str, series: &str) -> Option<f64> {
+    text.lines()
+        .find_map(|l| l.strip_prefix(series)?.strip_prefix(' ')?.parse().ok())
+}
+
+/// Every sample of metric `name` (any labels).
+fn samples<'a>(text: &'a str, name: &'a str) -> impl Iterator<Item = (&'a str, f64)> + 'a {
+    text.lines().filter_map(move |l| {
+        let rest = l.strip_prefix(name)?;
+        let (labels, value) = rest.rsplit_once(' ')?;
+        (labels.is_empty() || labels.starts_with('{')).then_some(())?;
+        Some((labels, value.parse().ok()?))
+    })
+}
+
+#[tokio::test]
+async fn operator_metrics_move_with_requests() {
+    let node = TestNode::start(StartOptions::default().shards(4)).await;
+    let c = &node.http;
+    let url = format!("{}/metrics", node.http_url());
+    let scrape = || async {
+        let resp = c.get(&url).send().await.unwrap();
+        assert_eq!(resp.status(), 200);
+        resp.text().await.unwrap()
+    };
+
+    // Writes through both front ends before the first scrape, which counts keys per shard.
+    assert!(node.put("ops/a", "1").await);
+    assert!(node.put("ops/b", "22").await);
+    let mut r = RawResp::connect(node.resp_addr()).await;
+    assert_eq!(r.cmd(&[b"SET", b"ops/c", b"333"]).await, b"+OK\r\n");
+    for _ in 0..5 {
+        node.get("ops/a").await.unwrap();
+    }
+
+    let first = scrape().await;
+    let kv_get = "trireme_http_request_duration_seconds_count{route=\"kv\",method=\"GET\"}";
+    assert_eq!(sample(&first, kv_get), Some(5.0), "{first}");
+    assert_eq!(
+        sample(
+            &first,
+            "trireme_http_request_duration_seconds_bucket{route=\"kv\",method=\"GET\",le=\"+Inf\"}"
+        ),
+        Some(5.0)
+    );
+    assert!(
+        sample(
+            &first,
+            "trireme_http_request_duration_seconds_sum{route=\"kv\",method=\"GET\"}"
+        )
+        .is_some_and(|s| s > 0.0 && s < 5.0)
+    );
+    assert_eq!(
+        sample(
+            &first,
+            "trireme_http_request_duration_seconds_count{route=\"kv\",method=\"PUT\"}"
+        ),
+        Some(2.0)
+    );
+    assert!(first.contains("# TYPE trireme_http_request_duration_seconds histogram"));
+    // This scrape's own connection is open while it is answered.
+    assert!(sample(&first, "trireme_http_connections_open").is_some_and(|n| n >= 1.0));
+    assert_eq!(sample(&first, "trireme_resp_connections_open"), Some(1.0));
+    assert_eq!(
+        sample(
+            &first,
+            "trireme_resp_command_duration_seconds_count{command=\"set\"}"
+        ),
+        Some(1.0)
+    );
+
+    // Per shard held here: all four, led by this node, first leader counted.
+    let roles: Vec<_> = samples(&first, "trireme_replica_role").collect();
+    assert_eq!(roles.len(), 4, "{first}");
+    assert!(
+        roles
+            .iter()
+            .all(|(l, v)| l.contains("role=\"Leader\"") && *v == 1.0)
+    );
+    let changes: Vec<_> = samples(&first, "trireme_shard_leader_changes_total").collect();
+    assert_eq!(changes.len(), 4);
+    assert!(changes.iter().all(|(_, v)| *v >= 1.0), "{changes:?}");
+    // A fresh group opens at term 0; electing its first leader begins term 1.
+    let elections: Vec<_> = samples(&first, "trireme_shard_elections_total").collect();
+    assert_eq!(elections.len(), 4);
+    assert!(elections.iter().all(|(_, v)| *v >= 1.0), "{elections:?}");
+    assert_eq!(samples(&first, "trireme_shard_committed_index").count(), 4);
+    let keys: f64 = samples(&first, "trireme_shard_keys").map(|(_, v)| v).sum();
+    assert_eq!(keys, 3.0, "{first}");
+    let bytes: f64 = samples(&first, "trireme_shard_bytes").map(|(_, v)| v).sum();
+    assert!(bytes > 3.0 * 6.0, "keys and values are counted: {bytes}");
+    assert!(sample(&first, "trireme_shard_usage_age_seconds").is_some_and(|a| a < 30.0));
+    for name in [
+        "trireme_moves_started_total",
+        "trireme_moves_completed_total",
+        "trireme_moves_cancelled_total",
+        "trireme_snapshot_sent_bytes_total",
+        "trireme_snapshot_received_bytes_total",
+    ] {
+        assert_eq!(sample(&first, name), Some(0.0), "{name}");
+    }
+
+    // The histograms move with requests; the scrape itself is timed too.
+    for _ in 0..3 {
+        node.get("ops/b").await.unwrap();
+    }
+    assert_eq!(r.cmd(&[b"GET", b"ops/c"]).await, b"$3\r\n333\r\n");
+    let info = Reply::parse(&r.cmd(&[b"INFO"]).await);
+    let info = String::from_utf8_lossy(info.bulk()).to_string();
+    assert!(info.contains("connected_clients:1\r\n"), "{info}");
+    assert!(info.contains("db0:keys=3,"), "{info}");
+    let used: u64 = info
+        .lines()
+        .find_map(|l| l.strip_prefix("used_memory:"))
+        .and_then(|v| v.trim().parse().ok())
+        .unwrap_or_else(|| panic!("no used_memory in {info}"));
+    assert!(
+        used > 1 << 20,
+        "a running node uses more than 1 MiB: {used}"
+    );
+
+    let second = scrape().await;
+    assert_eq!(sample(&second, kv_get), Some(8.0));
+    assert!(
+        sample(
+            &second,
+            "trireme_http_request_duration_seconds_count{route=\"metrics\",method=\"GET\"}"
+        )
+        .is_some_and(|n| n >= 1.0)
+    );
+    assert_eq!(
+        sample(
+            &second,
+            "trireme_resp_command_duration_seconds_count{command=\"get\"}"
+        ),
+        Some(1.0)
+    );
+    assert_eq!(
+        sample(
+            &second,
+            "trireme_resp_command_duration_seconds_count{command=\"info\"}"
+        ),
+        Some(1.0)
+    );
+
+    // A closed RESP connection is no longer counted open.
+    drop(r);
+    let closed = wait_until(
+        Duration::from_secs(10),
+        Duration::from_millis(20),
+        || async { sample(&scrape().await, "trireme_resp_connections_open") == Some(0.0) },
+    )
+    .await;
+    assert!(closed, "trireme_resp_connections_open never fell back to 0");
+}

@@ -1222,3 +1222,60 @@ async fn a_node_added_with_join_becomes_a_member_and_restarts_from_its_data() {
     })
     .await;
 }
+
+// ---------------------------------------------------------------------------------------
+// 10. metrics of a replicated shard
+// ---------------------------------------------------------------------------------------
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn leaders_report_follower_lag_and_every_replica_its_role() {
+    let c = TestCluster::start(ClusterOptions::default().shards(2)).await;
+    bounded(Duration::from_secs(60), async {
+        c.expect_all_led(CLUSTER_DEADLINE).await;
+        for key in c.key_per_shard("lag") {
+            c.put(0, &key, "v").await;
+        }
+        let names: Vec<String> = (0..c.nodes.len()).map(|i| c.name(i)).collect();
+        // Each shard: one node says it leads, lists the two others' lag, and the lag reaches
+        // 0 once the writes are replicated; the other two say they follow.
+        let settled = wait_until(CLUSTER_DEADLINE, Duration::from_millis(50), || async {
+            let mut texts = Vec::new();
+            for i in 0..c.nodes.len() {
+                let url = format!("{}/metrics", c.node(i).http_url());
+                match c.node(i).http.get(&url).send().await {
+                    Ok(resp) => texts.push(resp.text().await.unwrap_or_default()),
+                    Err(_) => return false,
+                }
+            }
+            (0..c.shard_count()).all(|shard| {
+                let role = |text: &str, role: &str| {
+                    text.contains(&format!(
+                        "trireme_replica_role{{shard=\"{shard}\",role=\"{role}\"}} 1\n"
+                    ))
+                };
+                let leaders: Vec<usize> = (0..texts.len())
+                    .filter(|i| role(&texts[*i], "Leader"))
+                    .collect();
+                let [leader] = leaders[..] else { return false };
+                let followers_say_so = (0..texts.len())
+                    .filter(|i| *i != leader)
+                    .all(|i| role(&texts[i], "Follower"));
+                let lag_is_zero = names.iter().enumerate().filter(|(i, _)| *i != leader).all(
+                    |(_, name)| {
+                        texts[leader].contains(&format!(
+                            "trireme_shard_follower_lag_entries{{shard=\"{shard}\",follower=\"{name}\"}} 0\n"
+                        ))
+                    },
+                );
+                followers_say_so && lag_is_zero
+            })
+        })
+        .await;
+        assert!(
+            settled,
+            "leaders never showed both followers at lag 0:\n{}",
+            c.logs_tail(40)
+        );
+    })
+    .await;
+}

@@ -11,6 +11,7 @@ pub mod admin;
 pub mod cluster_status;
 pub mod command;
 pub mod error;
+pub mod histogram;
 pub mod ids;
 pub mod int;
 pub mod limits;
@@ -20,6 +21,7 @@ pub mod timed;
 
 pub use command::{Command, CommandResult, LogCommand, PutCondition, TtlUpdate};
 pub use error::{ErrorCode, TriremeError};
+pub use histogram::LatencyHistogram;
 pub use ids::{GroupId, NodeId, ShardId};
 pub use limits::Limits;
 pub use record::Record;

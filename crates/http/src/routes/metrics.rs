@@ -146,8 +146,198 @@ pub(crate) async fn metrics(State(state): State<AppState>) -> impl IntoResponse 
             s.shard.0, s.term
         );
     }
+    replicas(&mut out, &state).await;
+    elastic(&mut out, &state);
+    requests(&mut out, m);
     out.push_str(&(state.extra_metrics)());
     ([(header::CONTENT_TYPE, "text/plain; version=0.0.4")], out)
+}
+
+/// `# HELP` and `# TYPE` lines of a metric.
+fn header(out: &mut String, name: &str, kind: &str, help: &str) {
+    let _ = writeln!(out, "# HELP {name} {help}\n# TYPE {name} {kind}");
+}
+
+/// Request latency histograms and open connections of the HTTP front end.
+fn requests(out: &mut String, m: &crate::HttpMetrics) {
+    use crate::timing::{METHODS, ROUTES};
+    header(
+        out,
+        "trireme_http_connections_open",
+        "gauge",
+        "HTTP client connections open now.",
+    );
+    let _ = writeln!(
+        out,
+        "trireme_http_connections_open {}",
+        m.open_connections.load(Ordering::Relaxed)
+    );
+    let name = "trireme_http_request_duration_seconds";
+    header(
+        out,
+        name,
+        "histogram",
+        "Time from a request reaching the router to its response being ready, by route family (kv, document, collection, search, status, metrics, other) and method; a series appears with its first request.",
+    );
+    for (slot, histogram) in m.latency.iter().enumerate() {
+        if histogram.count() == 0 {
+            continue;
+        }
+        let labels = format!(
+            "route=\"{}\",method=\"{}\"",
+            ROUTES[slot / METHODS.len()],
+            METHODS[slot % METHODS.len()]
+        );
+        histogram.write_prometheus(out, name, &labels);
+    }
+}
+
+/// Per shard replica held here: role, indexes, leader changes, follower lag, keys and bytes.
+async fn replicas(out: &mut String, state: &AppState) {
+    let replicas = state.node.replica_stats();
+    header(
+        out,
+        "trireme_replica_role",
+        "gauge",
+        "1 for this node's role in each shard it holds a replica of (Leader, Follower, Candidate, Learner).",
+    );
+    for r in &replicas {
+        let _ = writeln!(
+            out,
+            "trireme_replica_role{{shard=\"{}\",role=\"{}\"}} 1",
+            r.shard.0, r.role
+        );
+    }
+    header(
+        out,
+        "trireme_shard_committed_index",
+        "gauge",
+        "Last log index known committed, per shard held here.",
+    );
+    for r in &replicas {
+        let _ = writeln!(
+            out,
+            "trireme_shard_committed_index{{shard=\"{}\"}} {}",
+            r.shard.0, r.committed_index
+        );
+    }
+    header(
+        out,
+        "trireme_shard_leader_changes_total",
+        "counter",
+        "Times this node saw the shard's leader change, since it opened its replica.",
+    );
+    for r in &replicas {
+        let _ = writeln!(
+            out,
+            "trireme_shard_leader_changes_total{{shard=\"{}\"}} {}",
+            r.shard.0, r.leader_changes
+        );
+    }
+    header(
+        out,
+        "trireme_shard_elections_total",
+        "counter",
+        "Elections of the shard seen by this node since it opened its replica, counted as the terms the shard advanced by (won or not).",
+    );
+    for r in &replicas {
+        let _ = writeln!(
+            out,
+            "trireme_shard_elections_total{{shard=\"{}\"}} {}",
+            r.shard.0, r.elections
+        );
+    }
+    header(
+        out,
+        "trireme_shard_follower_lag_entries",
+        "gauge",
+        "On a shard's leader: log entries each follower is behind (leader's last log index minus the follower's matched index).",
+    );
+    for r in &replicas {
+        for (follower, lag) in &r.follower_lag {
+            let _ = writeln!(
+                out,
+                "trireme_shard_follower_lag_entries{{shard=\"{}\",follower=\"{follower}\"}} {lag}",
+                r.shard.0
+            );
+        }
+    }
+
+    if let Some(mut usage) = state.usage.get(&state.node).await {
+        // A replica moved away since the count was made is no longer this node's to show.
+        usage
+            .shards
+            .retain(|(shard, _, _)| replicas.iter().any(|r| r.shard.0 == *shard));
+        header(
+            out,
+            "trireme_shard_keys",
+            "gauge",
+            "Rows stored for each shard held here (expired keys not yet removed included). A cached count: a scrape that finds it older than 30 s starts a new one in the background; trireme_shard_usage_age_seconds says how old it is.",
+        );
+        for (shard, rows, _) in &usage.shards {
+            let _ = writeln!(out, "trireme_shard_keys{{shard=\"{shard}\"}} {rows}");
+        }
+        header(
+            out,
+            "trireme_shard_bytes",
+            "gauge",
+            "Bytes of keys and encoded records stored for each shard held here, before compression; counted with trireme_shard_keys.",
+        );
+        for (shard, _, bytes) in &usage.shards {
+            let _ = writeln!(out, "trireme_shard_bytes{{shard=\"{shard}\"}} {bytes}");
+        }
+        header(
+            out,
+            "trireme_shard_usage_age_seconds",
+            "gauge",
+            "Age of the count behind trireme_shard_keys and trireme_shard_bytes.",
+        );
+        let _ = writeln!(
+            out,
+            "trireme_shard_usage_age_seconds {:.3}",
+            usage.at.elapsed().as_secs_f64()
+        );
+    }
+}
+
+/// Replica moves and snapshot transfer.
+fn elastic(out: &mut String, state: &AppState) {
+    let e = state.node.elastic_metrics();
+    for (name, help, value) in [
+        (
+            "trireme_moves_started_total",
+            "Replica moves this node planned as metadata leader.",
+            &e.moves_started,
+        ),
+        (
+            "trireme_moves_completed_total",
+            "Replica moves this node completed as metadata leader.",
+            &e.moves_completed,
+        ),
+        (
+            "trireme_moves_cancelled_total",
+            "Replica moves this node gave up as metadata leader.",
+            &e.moves_cancelled,
+        ),
+    ] {
+        header(out, name, "counter", help);
+        let _ = writeln!(out, "{name} {}", value.load(Ordering::Relaxed));
+    }
+    let (sent, received) = state.node.snapshot_bytes();
+    header(
+        out,
+        "trireme_snapshot_sent_bytes_total",
+        "counter",
+        "Snapshot bytes this node sent to peers (replica moves, lagging followers).",
+    );
+    let _ = writeln!(out, "trireme_snapshot_sent_bytes_total {sent}");
+    header(
+        out,
+        "trireme_snapshot_received_bytes_total",
+        "counter",
+        "Snapshot bytes this node received from peers.",
+    );
+    let _ = writeln!(out, "trireme_snapshot_received_bytes_total {received}");
 }
 
 /// A time kept in microseconds, as a Prometheus sample in seconds (exact to the microsecond).

@@ -2,6 +2,7 @@
 
 use super::{CmdError, CmdResult, Ctx};
 use crate::{Args, Reply};
+use std::sync::atomic::Ordering::Relaxed;
 
 /// The Redis version clients are told: the command set follows Redis 7.2's semantics.
 pub(crate) const REDIS_VERSION: &str = "7.2.0";
@@ -165,13 +166,20 @@ pub(crate) async fn info(ctx: &mut Ctx<'_>, args: &mut Args) -> CmdResult {
         ));
     }
     if want("clients") {
-        let connected = ctx
-            .shared
-            .metrics
-            .connections
-            .load(std::sync::atomic::Ordering::Relaxed);
+        let m = &ctx.shared.metrics;
+        let (open, total) = (
+            m.open_connections.load(Relaxed),
+            m.connections.load(Relaxed),
+        );
         text.push_str(&format!(
-            "# Clients\r\ntotal_connections_received:{connected}\r\n\r\n"
+            "# Clients\r\nconnected_clients:{open}\r\ntotal_connections_received:{total}\r\n\r\n"
+        ));
+    }
+    if want("memory") {
+        let rss = crate::memory::resident_bytes().unwrap_or(0);
+        let human = crate::memory::human(rss);
+        text.push_str(&format!(
+            "# Memory\r\nused_memory:{rss}\r\nused_memory_human:{human}\r\nused_memory_rss:{rss}\r\nused_memory_rss_human:{human}\r\n\r\n"
         ));
     }
     if want("cluster") {

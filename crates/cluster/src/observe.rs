@@ -1,0 +1,65 @@
+//! What `/metrics` shows of this node's shard replicas: role, term, indexes, leader changes,
+//! and on a leader how far each follower is behind. Read from each group's Raft metrics, so
+//! a scrape takes no lock on the request path and does no I/O.
+
+use crate::Node;
+use std::sync::atomic::Ordering;
+use trireme_types::ShardId;
+
+/// One shard replica on this node.
+#[derive(Debug, Clone)]
+pub struct ReplicaStats {
+    /// The shard.
+    pub shard: ShardId,
+    /// This node's role in the group (`Leader`, `Follower`, `Candidate`, `Learner`).
+    pub role: String,
+    /// Current term.
+    pub term: u64,
+    /// Last log index applied here.
+    pub applied_index: u64,
+    /// Last log index known committed.
+    pub committed_index: u64,
+    /// Times the known leader changed since this replica was opened.
+    pub leader_changes: u64,
+    /// Elections (terms begun) seen since this replica was opened.
+    pub elections: u64,
+    /// On a leader: each follower's name (or id, if unknown) and how many entries it is
+    /// behind the leader's log.
+    pub follower_lag: Vec<(String, u64)>,
+}
+
+impl Node {
+    /// Every shard replica held on this node, by shard.
+    pub fn replica_stats(&self) -> Vec<ReplicaStats> {
+        let mut out: Vec<ReplicaStats> = self
+            .local_groups()
+            .into_iter()
+            .map(|group| {
+                let status = group.status();
+                let events = group.events();
+                let follower_lag = group
+                    .follower_lag()
+                    .into_iter()
+                    .map(|(id, lag)| {
+                        let name = self
+                            .node_info(id)
+                            .map_or_else(|| id.to_string(), |n| n.name);
+                        (name, lag)
+                    })
+                    .collect();
+                ReplicaStats {
+                    shard: group.shard(),
+                    role: format!("{:?}", status.state),
+                    term: status.term,
+                    applied_index: status.applied_index,
+                    committed_index: status.committed_index,
+                    leader_changes: events.leader_changes.load(Ordering::Relaxed),
+                    elections: events.elections.load(Ordering::Relaxed),
+                    follower_lag,
+                }
+            })
+            .collect();
+        out.sort_by_key(|r| r.shard.0);
+        out
+    }
+}
