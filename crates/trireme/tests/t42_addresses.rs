@@ -47,7 +47,10 @@ async fn host_names_bind_and_advertise_addresses_are_published() {
     let shards = node.shards().await.shards;
     assert_eq!(shards.len(), 4);
     for shard in &shards {
-        let leader = shard.leader.as_ref().expect("a one-node cluster leads every shard");
+        let leader = shard
+            .leader
+            .as_ref()
+            .expect("a one-node cluster leads every shard");
         for who in [leader, &shard.replicas[0]] {
             assert_eq!(who.http, http_advertised, "{shard:?}");
             assert_eq!(who.resp, "redis.example.test:6390", "{shard:?}");
