@@ -80,7 +80,12 @@ impl TriremeDriver {
 
     /// Writes a key (the load phase).
     pub async fn put(&mut self, key: &str, value: &[u8]) -> Result<(), DriverError> {
-        self.node_for(key)?.put(key, value).await
+        match self.node_for(key)?.put(key, value).await {
+            Err(DriverError::Io(_)) if self.route_around(key) => {
+                self.node_for(key)?.put(key, value).await
+            }
+            other => other,
+        }
     }
 
     /// Performs `op` on `key` (`value` for writes).
@@ -90,7 +95,35 @@ impl TriremeDriver {
         key: &str,
         value: Option<&[u8]>,
     ) -> Result<(), DriverError> {
-        self.node_for(key)?.execute(op, key, value).await
+        match self.node_for(key)?.execute(op, key, value).await {
+            Err(DriverError::Io(_)) if self.route_around(key) => {
+                self.node_for(key)?.execute(op, key, value).await
+            }
+            other => other,
+        }
+    }
+
+    /// After the connection to the node serving `key` failed (it stopped, or left the
+    /// cluster): sends nothing there any more, and sends to another known node instead, which
+    /// forwards to the shard's leader. Returns whether another node is left to try; the
+    /// request is then tried there once.
+    fn route_around(&mut self, key: &str) -> bool {
+        let slot = trireme_types::key_slot(key.as_bytes());
+        let dead = self
+            .routes
+            .iter()
+            .find(|r| (r.first..=r.last).contains(&slot))
+            .map_or_else(|| self.fallback.clone(), |r| r.leader.clone());
+        self.routes.retain(|r| r.leader != dead);
+        self.nodes.remove(&dead);
+        if self.fallback == dead {
+            let other = self.routes.first().map(|r| r.leader.clone());
+            match other.or_else(|| self.nodes.keys().next().cloned()) {
+                Some(other) => self.fallback = other,
+                None => return false,
+            }
+        }
+        true
     }
 }
 
@@ -140,5 +173,34 @@ mod tests {
             parse_routes(br#"{"shards":[]}"#).is_err(),
             "not a shard map"
         );
+    }
+
+    #[test]
+    fn a_node_that_went_away_is_routed_around() {
+        let route = |first, last, leader: &str| Route {
+            first,
+            last,
+            leader: leader.into(),
+        };
+        let mut nodes = HashMap::new();
+        for addr in ["127.0.0.1:1", "127.0.0.1:2"] {
+            let driver = HttpDriver::new(&format!("http://{addr}"), Consistency::Default).unwrap();
+            nodes.insert(addr.to_string(), driver);
+        }
+        let mut driver = TriremeDriver {
+            consistency: Consistency::Default,
+            routes: vec![
+                route(0, 8191, "127.0.0.1:1"),
+                route(8192, 16383, "127.0.0.1:2"),
+            ],
+            fallback: "127.0.0.1:1".into(),
+            nodes,
+        };
+        // "bar" is in slot 5061: served by the first node, which went away.
+        assert!(driver.route_around("bar"));
+        assert_eq!(driver.routes, vec![route(8192, 16383, "127.0.0.1:2")]);
+        assert_eq!(driver.fallback, "127.0.0.1:2");
+        // With the last node gone too, nothing is left to try.
+        assert!(!driver.route_around("bar"));
     }
 }
