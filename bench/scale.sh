@@ -152,7 +152,7 @@ echo "pre-loading $KEYS keys of 1 KB" >&2
 scenario scale-preload 1s 0s "$KEYS" >"$work/preload.toml"
 # shellcheck disable=SC2046
 "$TRIREME" bench "$work/preload.toml" $(resp_targets) --quiet --out "$results/preload" \
-  >"$results/preload.txt" 2>&1
+  >"$results/preload.txt" 2>&1 || { cat "$results/preload.txt" >&2; exit 1; }
 
 scenario dynomite-80-20-scale "${STAGE_SECONDS}s" "$WARMUP" "" >"$work/stage.toml"
 for n in "${stages[@]}"; do
@@ -172,7 +172,7 @@ for n in "${stages[@]}"; do
   echo "   running the 80/20 load for ${STAGE_SECONDS}s on $n nodes" >&2
   # shellcheck disable=SC2046
   "$TRIREME" bench "$work/stage.toml" $(resp_targets) --quiet --out "$results/stage-$n" \
-    >"$results/stage-$n.txt" 2>&1
+    >"$results/stage-$n.txt" 2>&1 || { cat "$results/stage-$n.txt" >&2; exit 1; }
   "${REPORT[@]}" snapshot "$dir" "$work/after-$n.json"
   "${REPORT[@]}" stage "$n" "$work/before-$n.json" "$work/after-$n.json" \
     "$results/stage-$n" "$work/settle-$n.json" "$results/stage-$n.json" >&2
