@@ -292,15 +292,21 @@ mod tests {
         map.states.insert(node.id(), NodeState::Active);
     }
 
-    #[test]
-    fn a_new_node_gets_its_share_and_no_shard_loses_a_voter() {
-        let nodes: Vec<NodeInfo> = (1..=3)
+    /// 16 shards placed on n1-n3, and n4 just joined (active, no replica yet).
+    fn three_nodes_and_a_newcomer() -> (ClusterMap, BTreeMap<u64, NodeInfo>) {
+        let mut nodes: Vec<NodeInfo> = (1..=3)
             .map(|i| info(&format!("n{i}"), None, None))
             .collect();
         let mut map = place(&nodes, 16, 3);
         let n4 = info("n4", None, None);
         join(&mut map, &n4);
-        let all = infos(&[nodes.clone(), vec![n4.clone()]].concat());
+        nodes.push(n4);
+        (map, infos(&nodes))
+    }
+
+    #[test]
+    fn a_new_node_gets_its_share_and_no_shard_loses_a_voter() {
+        let (mut map, all) = three_nodes_and_a_newcomer();
         let moves = settle(&mut map, &all, 3);
         assert_eq!(
             moves, 12,
@@ -366,13 +372,7 @@ mod tests {
 
     #[test]
     fn the_budget_and_moves_in_progress_are_respected() {
-        let nodes: Vec<NodeInfo> = (1..=3)
-            .map(|i| info(&format!("n{i}"), None, None))
-            .collect();
-        let mut map = place(&nodes, 16, 3);
-        let n4 = info("n4", None, None);
-        join(&mut map, &n4);
-        let all = infos(&[nodes, vec![n4]].concat());
+        let (mut map, all) = three_nodes_and_a_newcomer();
         let first = plan(&map, &all, 2);
         assert_eq!(first.len(), 2);
         map.moves.extend(first.iter().cloned());
