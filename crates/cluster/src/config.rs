@@ -18,8 +18,8 @@ pub struct NodeConfig {
     pub resp_addr: String,
     /// Advertised peer address.
     pub peer_addr: String,
-    /// Number of shards, fixed when the cluster is bootstrapped; `None` takes the stored count
-    /// (or 16 on a fresh data directory).
+    /// Number of shards the cluster is bootstrapped with (splits add more later); `None` takes
+    /// the stored count (or 16 on a fresh data directory).
     pub shards: Option<u32>,
     /// Voters per shard (capped by the number of nodes).
     pub replication_factor: u32,
@@ -32,6 +32,14 @@ pub struct NodeConfig {
     /// Replica moves the metadata leader runs at once, cluster-wide: each sends a snapshot,
     /// which on a busy 2-core machine competes with client requests.
     pub max_moves: usize,
+    /// Automatic splits: a shard whose size passes this many bytes is split in two (0: never
+    /// by size).
+    pub split_bytes: u64,
+    /// Automatic splits: a shard whose log grows by more than this many entries a second,
+    /// sustained over a minute, is split in two (0: never by load).
+    pub split_writes_per_sec: u64,
+    /// No automatic split makes more shards than this.
+    pub max_shards: u32,
     /// Whether leaders hand shards to their preferred replicas (see `balance.rs`).
     pub balance_leaders: bool,
     /// Rack label, for placing replicas apart.
@@ -61,6 +69,9 @@ impl NodeConfig {
             initial_cluster: Vec::new(),
             join: None,
             max_moves: 2,
+            split_bytes: 256 << 20,
+            split_writes_per_sec: 0,
+            max_shards: 256,
             balance_leaders: true,
             rack: None,
             zone: None,

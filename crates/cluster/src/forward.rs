@@ -82,11 +82,28 @@ impl ShardRequest for Write {
     }
 }
 
-/// A read of one shard in a read mode: what it reads is the query `Q`.
+/// A read of one shard in a read mode: what it reads is the query `Q`, within the slots the
+/// sender's routing says the shard owns (`None`: the whole shard, for the node's own reads).
+/// A replica whose shard no longer owns all of them (split since) refuses with
+/// [`ErrorCode::Moved`]; one that still owns more (it has not applied the split yet) reads
+/// only those, so that rows already handed to the new shard are not read twice.
 #[derive(Debug, Clone)]
 pub(crate) struct Read<Q> {
     pub mode: ReadMode,
     pub query: Q,
+    pub slots: Option<(u16, u16)>,
+}
+
+impl<Q> Read<Q> {
+    /// A read of the whole shard, without a slot check (the metadata group, the node's own
+    /// bookkeeping).
+    pub(crate) fn whole(mode: ReadMode, query: Q) -> Self {
+        Read {
+            mode,
+            query,
+            slots: None,
+        }
+    }
 }
 
 /// What a read of one shard looks up, and how it runs on a replica's storage.
@@ -98,8 +115,14 @@ pub(crate) trait ReadQuery: Clone + Send + Sync + 'static {
     /// the blocking pool so as not to stall the other requests of their thread.
     fn is_cheap(&self) -> bool;
 
-    /// Runs it on this node's replica of `shard`.
-    fn run(&self, storage: &Storage, shard: u32, now: u64) -> Result<Self::Found, ClusterError>;
+    /// Runs it on this node's replica of `shard`, over the keys in `slots` only, if given.
+    fn run(
+        &self,
+        storage: &Storage,
+        shard: u32,
+        now: u64,
+        slots: Option<(u16, u16)>,
+    ) -> Result<Self::Found, ClusterError>;
 
     /// Its form on the peer link.
     fn to_wire(&self) -> WireQuery;
@@ -123,22 +146,24 @@ impl<Q: ReadQuery> ShardRequest for Read<Q> {
         {
             return None;
         }
-        Some(
+        let found = node.slots_to_read(shard, self.slots).and_then(|only| {
             self.query
-                .run(&node.storage, group.shard().0, crate::now_ms())
-                .map(|found| (found, freshness(&group))),
-        )
+                .run(&node.storage, group.shard().0, crate::now_ms(), only)
+        });
+        Some(found.map(|found| (found, freshness(&group))))
     }
 
     async fn serve(self, node: &Node, group: &ShardGroup) -> Result<Self::Answer, ClusterError> {
         group.read_barrier(self.mode).await?;
         let shard = group.shard().0;
+        let only = node.slots_to_read(group.shard(), self.slots)?;
         let found = if self.query.is_cheap() {
-            self.query.run(&node.storage, shard, crate::now_ms())?
+            self.query
+                .run(&node.storage, shard, crate::now_ms(), only)?
         } else {
             let storage = node.storage.clone();
             let query = self.query;
-            tokio::task::spawn_blocking(move || query.run(&storage, shard, crate::now_ms()))
+            tokio::task::spawn_blocking(move || query.run(&storage, shard, crate::now_ms(), only))
                 .await
                 .map_err(|e| ClusterError::Internal(format!("shard read task: {e}")))??
         };
@@ -146,7 +171,7 @@ impl<Q: ReadQuery> ShardRequest for Read<Q> {
     }
 
     fn to_wire(&self) -> WireOp {
-        WireOp::Read(self.mode.into(), self.query.to_wire())
+        WireOp::Read(self.mode.into(), self.slots, self.query.to_wire())
     }
 }
 
@@ -161,7 +186,14 @@ impl ReadQuery for GetKeys {
         true
     }
 
-    fn run(&self, storage: &Storage, shard: u32, now: u64) -> Result<Self::Found, ClusterError> {
+    fn run(
+        &self,
+        storage: &Storage,
+        shard: u32,
+        now: u64,
+        _: Option<(u16, u16)>,
+    ) -> Result<Self::Found, ClusterError> {
+        // The keys were routed by the same slots: no filter needed.
         Ok(self
             .0
             .iter()
@@ -194,13 +226,20 @@ impl ReadQuery for ScanRows {
         self.limit <= INLINE_SCAN_ROWS
     }
 
-    fn run(&self, storage: &Storage, shard: u32, now: u64) -> Result<Self::Found, ClusterError> {
+    fn run(
+        &self,
+        storage: &Storage,
+        shard: u32,
+        now: u64,
+        slots: Option<(u16, u16)>,
+    ) -> Result<Self::Found, ClusterError> {
         Ok(storage.scan(
             shard,
             &self.prefix,
             self.after.as_deref(),
             self.limit as usize,
             now,
+            slots,
         )?)
     }
 
@@ -220,8 +259,16 @@ impl ReadQuery for CountRows {
         false
     }
 
-    fn run(&self, storage: &Storage, shard: u32, now: u64) -> Result<u64, ClusterError> {
-        Ok(storage.scan_filtered(shard, b"", now, 0, |_| true)?.0)
+    fn run(
+        &self,
+        storage: &Storage,
+        shard: u32,
+        now: u64,
+        slots: Option<(u16, u16)>,
+    ) -> Result<u64, ClusterError> {
+        Ok(storage
+            .scan_filtered(shard, b"", now, 0, slots, |_| true)?
+            .0)
     }
 
     fn to_wire(&self) -> WireQuery {
@@ -247,10 +294,17 @@ impl ReadQuery for SearchRows {
         false
     }
 
-    fn run(&self, storage: &Storage, shard: u32, now: u64) -> Result<Self::Found, ClusterError> {
+    fn run(
+        &self,
+        storage: &Storage,
+        shard: u32,
+        now: u64,
+        slots: Option<(u16, u16)>,
+    ) -> Result<Self::Found, ClusterError> {
         let query = SearchQuery::parse(&self.query)?;
+        let limit = self.limit as usize;
         Ok(
-            storage.scan_filtered(shard, &self.prefix, now, self.limit as usize, |value| {
+            storage.scan_filtered(shard, &self.prefix, now, limit, slots, |value| {
                 // Only objects are documents; the first byte rules most other values out
                 // unparsed.
                 value.trim_ascii_start().first() == Some(&b'{') && query.matches_json(value)
@@ -310,7 +364,7 @@ pub(crate) enum WireQuery {
 /// A shard request on the peer link: a read carries its mode, a write none.
 #[derive(Debug, Serialize, Deserialize)]
 pub(crate) enum WireOp {
-    Read(WireMode, WireQuery),
+    Read(WireMode, Option<(u16, u16)>, WireQuery),
     Write(LogCommand),
 }
 
@@ -519,13 +573,21 @@ impl Node {
         let shard = ShardId(request.shard);
         match request.op {
             WireOp::Write(command) => self.serve_here(shard, Write(command)).await,
-            WireOp::Read(mode, query) => {
+            WireOp::Read(mode, slots, query) => {
                 let mode = ReadMode::from(mode);
                 match query {
-                    WireQuery::Get(query) => self.serve_here(shard, Read { mode, query }).await,
-                    WireQuery::Scan(query) => self.serve_here(shard, Read { mode, query }).await,
-                    WireQuery::Count(query) => self.serve_here(shard, Read { mode, query }).await,
-                    WireQuery::Search(query) => self.serve_here(shard, Read { mode, query }).await,
+                    WireQuery::Get(query) => {
+                        self.serve_here(shard, Read { mode, query, slots }).await
+                    }
+                    WireQuery::Scan(query) => {
+                        self.serve_here(shard, Read { mode, query, slots }).await
+                    }
+                    WireQuery::Count(query) => {
+                        self.serve_here(shard, Read { mode, query, slots }).await
+                    }
+                    WireQuery::Search(query) => {
+                        self.serve_here(shard, Read { mode, query, slots }).await
+                    }
                 }
             }
         }
@@ -563,6 +625,51 @@ fn freshness(group: &ShardGroup) -> Freshness {
         applied,
         last_contact_ms: group.last_contact_ms().unwrap_or(u64::MAX / 2),
     }
+}
+
+impl Node {
+    /// Which slots a read of `shard` that expects it to own `expected` must keep to: `None`
+    /// for all it holds. Refuses with [`ErrorCode::Moved`] when the shard here no longer owns
+    /// all of `expected` (the reader's routing is older than a split).
+    pub(crate) fn slots_to_read(
+        &self,
+        shard: ShardId,
+        expected: Option<(u16, u16)>,
+    ) -> Result<Option<(u16, u16)>, ClusterError> {
+        let Some(expected) = expected else {
+            return Ok(None);
+        };
+        let owned = match self.storage.slot_range(shard.0)? {
+            Some(owned) => Some(owned),
+            None => self.bootstrap_range(shard),
+        };
+        match owned {
+            Some(owned) if owned == expected => Ok(None),
+            Some(owned) if owned.0 <= expected.0 && expected.1 <= owned.1 => Ok(Some(expected)),
+            _ => Err(moved(shard)),
+        }
+    }
+
+    /// The slots `shard` owned when the cluster was bootstrapped (none for a shard made by a
+    /// split).
+    fn bootstrap_range(&self, shard: ShardId) -> Option<(u16, u16)> {
+        let count = u64::from(self.bootstrap_shards);
+        if u64::from(shard.0) >= count {
+            return None;
+        }
+        // At most SLOT_COUNT (16384), which fits.
+        let first = |s: u64| (s * u64::from(trireme_types::SLOT_COUNT) / count) as u16;
+        let shard = u64::from(shard.0);
+        Some((first(shard), first(shard + 1) - 1))
+    }
+}
+
+/// The error for a request whose keys a split moved to another shard since it was routed.
+pub(crate) fn moved(shard: ShardId) -> ClusterError {
+    ClusterError::Remote(TriremeError::new(
+        ErrorCode::Moved,
+        format!("shard {shard} was split and no longer owns these keys; route the request again"),
+    ))
 }
 
 fn no_leader(shard: ShardId) -> ClusterError {
@@ -626,10 +733,7 @@ mod tests {
 
     #[test]
     fn only_stale_reads_go_to_any_replica_and_only_writes_are_never_retried() {
-        let read = |mode| Read {
-            mode,
-            query: CountRows,
-        };
+        let read = |mode| Read::whole(mode, CountRows);
         assert!(read(ReadMode::Stale).any_replica());
         assert!(!read(ReadMode::Default).any_replica());
         assert!(!read(ReadMode::Consistent).any_replica());

@@ -141,7 +141,7 @@ impl Node {
             return Ok(self.join_answer(
                 map.is_some(),
                 map.and_then(|m| m.state(id)),
-                self.map.shard_count(),
+                self.bootstrap_shards,
             ));
         }
         let map = self

@@ -10,7 +10,7 @@ use std::collections::BTreeSet;
 use std::sync::{Arc, Weak};
 use std::time::Duration;
 use trireme_raft::{ForwardHandler, PeerNode};
-use trireme_types::{ErrorCode, ShardId, TriremeError};
+use trireme_types::{Command, ErrorCode, LogCommand, ShardId, TriremeError};
 
 /// How long one operation may take on the shard leader (a membership change commits twice).
 const OP_TIMEOUT: Duration = Duration::from_secs(10);
@@ -27,6 +27,15 @@ pub(crate) enum MembershipOp {
     SetVoters { voters: BTreeSet<u64> },
     /// Remove learner `node` (a move given up).
     RemoveLearner { node: u64 },
+    /// Split the shard: propose a [`Command::Split`] entry and answer once it is applied
+    /// here (committed). Done again it changes nothing: the shard's range no longer matches.
+    Split {
+        at_slot: u16,
+        child: u32,
+        range: (u16, u16),
+    },
+    /// How big the shard is and how far its log has come (for automatic splits).
+    Usage,
 }
 
 #[derive(Debug, Serialize, Deserialize)]
@@ -49,6 +58,10 @@ pub(crate) enum MembershipReply {
     NotLeader(Option<u64>),
     /// Not yet (leadership is being handed over first); ask again.
     Retry(String),
+    /// It cannot be done, now or later (a split of slots the shard no longer owns).
+    Refused(String),
+    /// The shard's approximate size (its last snapshot's) and the leader's applied index.
+    Usage { bytes: u64, applied: u64 },
     /// It failed, and why.
     Failed(String),
 }
@@ -111,44 +124,83 @@ impl Node {
         if !group.is_leader() {
             return MembershipReply::NotLeader(group.leader());
         }
-        let result = match op {
-            MembershipOp::AddLearner { node, member } => group.add_learner(node, member).await,
-            MembershipOp::Progress { node } => {
-                return match group.replication_progress(node) {
-                    Some((last_index, matched)) => MembershipReply::Progress {
-                        last_index,
-                        matched,
-                    },
-                    None => MembershipReply::Failed(format!(
-                        "node {node:016x} is not replicated to by this leader"
-                    )),
-                };
-            }
-            MembershipOp::SetVoters { voters } => {
-                if !voters.contains(&self.node_id) {
-                    // Hand leadership to a staying voter that holds every entry, then let the
-                    // new leader make the change: a leader removing itself would leave the
-                    // group leaderless until an election.
-                    let heir = voters
-                        .iter()
-                        .copied()
-                        .find(|v| self.is_linked(*v) && group.follower_caught_up(*v));
-                    return match heir {
-                        Some(heir) => match group.transfer_leader(heir).await {
-                            Ok(()) => MembershipReply::Retry(format!(
-                                "handing leadership of shard {shard} to {heir:016x} first"
-                            )),
-                            Err(e) => MembershipReply::Failed(e.to_string()),
+        let result =
+            match op {
+                MembershipOp::AddLearner { node, member } => group.add_learner(node, member).await,
+                MembershipOp::Progress { node } => {
+                    return match group.replication_progress(node) {
+                        Some((last_index, matched)) => MembershipReply::Progress {
+                            last_index,
+                            matched,
                         },
-                        None => MembershipReply::Retry(format!(
-                            "shard {shard}: no staying voter has caught up yet"
+                        None => MembershipReply::Failed(format!(
+                            "node {node:016x} is not replicated to by this leader"
                         )),
                     };
                 }
-                group.set_voters(voters, false).await
-            }
-            MembershipOp::RemoveLearner { node } => group.remove_learner(node).await,
-        };
+                MembershipOp::SetVoters { voters } => {
+                    if !voters.contains(&self.node_id) {
+                        // Hand leadership to a staying voter that holds every entry, then let the
+                        // new leader make the change: a leader removing itself would leave the
+                        // group leaderless until an election.
+                        let heir = voters
+                            .iter()
+                            .copied()
+                            .find(|v| self.is_linked(*v) && group.follower_caught_up(*v));
+                        return match heir {
+                            Some(heir) => match group.transfer_leader(heir).await {
+                                Ok(()) => MembershipReply::Retry(format!(
+                                    "handing leadership of shard {shard} to {heir:016x} first"
+                                )),
+                                Err(e) => MembershipReply::Failed(e.to_string()),
+                            },
+                            None => MembershipReply::Retry(format!(
+                                "shard {shard}: no staying voter has caught up yet"
+                            )),
+                        };
+                    }
+                    group.set_voters(voters, false).await
+                }
+                MembershipOp::RemoveLearner { node } => group.remove_learner(node).await,
+                MembershipOp::Usage => {
+                    return MembershipReply::Usage {
+                        bytes: group.snapshot_size(),
+                        applied: group.leader_and_applied().1,
+                    };
+                }
+                MembershipOp::Split {
+                    at_slot,
+                    child,
+                    range,
+                } => {
+                    let split = LogCommand {
+                        now_ms: crate::now_ms(),
+                        command: Command::Split {
+                            at_slot,
+                            child,
+                            range,
+                        },
+                    };
+                    match group.write(split).await {
+                        // Applied now, or by an earlier request: the shard's range shows which.
+                        Ok(_) => {
+                            let applied =
+                                self.storage.slot_range(shard.0).ok().flatten().is_some_and(
+                                    |(start, end)| start == range.0 && end + 1 == at_slot,
+                                );
+                            return if applied {
+                                MembershipReply::Done
+                            } else {
+                                MembershipReply::Refused(format!(
+                                    "shard {shard} does not own slots {}..={} any more",
+                                    range.0, range.1
+                                ))
+                            };
+                        }
+                        Err(e) => Err(e),
+                    }
+                }
+            };
         match result {
             Ok(()) => MembershipReply::Done,
             Err(trireme_raft::RaftLayerError::NotLeader { leader, .. }) => {

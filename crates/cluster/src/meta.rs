@@ -101,6 +101,21 @@ pub struct Move {
     pub started_ms: u64,
 }
 
+/// A split the metadata leader has decided and not yet finished: the shard's leader is asked
+/// to apply it (a [`trireme_types::Command::Split`] entry in the shard's log), then the map
+/// gives the upper slots to the new shard, placed on the shard's voters.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct PendingSplit {
+    /// The first slot the new shard owns.
+    pub at_slot: u16,
+    /// The new shard's id: the next free one when the split was decided.
+    pub child: u32,
+    /// The shard's slot range when the split was decided.
+    pub range: (u16, u16),
+    /// When it was decided, Unix ms.
+    pub started_ms: u64,
+}
+
 /// Where every shard's replicas live and what state every node is in: the one document the
 /// metadata leader changes, and every node follows.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
@@ -123,6 +138,17 @@ pub(crate) struct ClusterMap {
     /// Replica moves in progress, at most one per shard.
     #[serde(default)]
     pub moves: BTreeMap<u32, Move>,
+    /// Inclusive slot range of each shard, by shard id. Empty until the first split: the
+    /// shards then own equal ranges.
+    #[serde(default)]
+    pub slots: Vec<(u16, u16)>,
+    /// The split in progress, by the shard being split (one at a time in the cluster, so the
+    /// new shard's id is known when it is decided).
+    #[serde(default)]
+    pub splits: BTreeMap<u32, PendingSplit>,
+    /// Where each shard made by a split came from: its parent and the first slot it took.
+    #[serde(default)]
+    pub origins: BTreeMap<u32, (u32, u16)>,
 }
 
 impl ClusterMap {
@@ -185,6 +211,56 @@ impl ClusterMap {
             .iter()
             .filter(|r| r.first() == Some(&id))
             .count()
+    }
+
+    /// Every shard's inclusive slot range, by shard id.
+    pub fn slot_ranges(&self) -> Vec<(u16, u16)> {
+        if self.slots.len() == self.replicas.len() {
+            self.slots.clone()
+        } else {
+            trireme_types::even_ranges(self.replicas.len() as u32)
+        }
+    }
+
+    /// The routing this map describes; `None` if its ranges do not cover every slot once
+    /// (never written so; a map read from a damaged row).
+    pub fn shard_map(&self) -> Option<trireme_types::ShardMap> {
+        trireme_types::ShardMap::from_ranges(self.slot_ranges(), self.epoch)
+    }
+
+    /// How many shards there are.
+    pub fn shard_count(&self) -> u32 {
+        self.replicas.len() as u32
+    }
+
+    /// Completes the split of `parent` recorded in `splits`: the upper slots go to the new
+    /// shard, whose voters are the parent's (the replicas that seeded it, in the same order),
+    /// at generation 1, so no replica ever initializes it: its first state came from the
+    /// parent's log.
+    pub fn finish_split(&mut self, parent: ShardId) {
+        let Some(split) = self.splits.remove(&parent.0) else {
+            return;
+        };
+        let mut ranges = self.slot_ranges();
+        let voters = self
+            .replicas
+            .get(parent.0 as usize)
+            .cloned()
+            .unwrap_or_default();
+        if split.child as usize != self.replicas.len() {
+            return;
+        }
+        if let Some(range) = ranges.get_mut(parent.0 as usize) {
+            *range = (split.range.0, split.at_slot - 1);
+        }
+        ranges.push((split.at_slot, split.range.1));
+        self.slots = ranges;
+        self.replicas.push(voters);
+        if self.generations.len() < self.replicas.len() - 1 {
+            self.generations.resize(self.replicas.len() - 1, 0);
+        }
+        self.generations.push(1);
+        self.origins.insert(split.child, (parent.0, split.at_slot));
     }
 
     /// Completes a move: `to` replaces `from` in `shard`'s voters (at the same position, so a
@@ -268,6 +344,9 @@ pub(crate) fn place(nodes: &[NodeInfo], shards: u32, factor: usize) -> ClusterMa
         members: nodes.iter().map(|n| (n.id(), member(&n.node))).collect(),
         states: nodes.iter().map(|n| (n.id(), NodeState::Active)).collect(),
         moves: BTreeMap::new(),
+        slots: Vec::new(),
+        splits: BTreeMap::new(),
+        origins: BTreeMap::new(),
     }
 }
 

@@ -43,7 +43,11 @@ pub struct Node {
     pub(crate) storage: Arc<Storage>,
     /// What this node's groups have proposed, shared by all of them.
     proposal_metrics: Arc<ProposalMetrics>,
-    pub(crate) map: ShardMap,
+    /// Key → shard routing, from the cluster map this node follows (the bootstrap layout
+    /// until the map arrives); replaced whole when a split changes it.
+    routing: RwLock<Arc<ShardMap>>,
+    /// The shard count the cluster was bootstrapped with.
+    pub(crate) bootstrap_shards: u32,
     pub(crate) transport: PeerTransport,
     pub(crate) meta: ShardGroup,
     /// This node's replica of each shard, by shard index; `None` where it holds none.
@@ -60,6 +64,9 @@ pub struct Node {
     stopping: AtomicBool,
     /// Set once this node learns that it was removed from the cluster.
     removed: tokio::sync::watch::Sender<bool>,
+    /// Bumped at every change of the cluster map here: requests refused because a split moved
+    /// their keys wait on it before they are routed again.
+    map_changed: tokio::sync::watch::Sender<u64>,
     /// One reconciliation of local groups with the map at a time.
     reconciling: tokio::sync::Mutex<()>,
     /// The metadata leader's memory between rounds (see `rebalance.rs`).
@@ -209,6 +216,8 @@ impl Node {
         let (removed, _) = tokio::sync::watch::channel(false);
         let node = Arc::new(Node {
             groups: RwLock::new(vec![None; identity.shards as usize]),
+            routing: RwLock::new(Arc::new(map)),
+            bootstrap_shards: identity.shards,
             cluster_map: RwLock::new(None),
             directory: RwLock::new(BTreeMap::new()),
             meta_voters_hint,
@@ -217,13 +226,13 @@ impl Node {
             me,
             storage,
             proposal_metrics,
-            map,
             transport,
             meta,
             cluster_created_ms: identity.created_ms,
             started: Instant::now(),
             stopping: AtomicBool::new(false),
             removed,
+            map_changed: tokio::sync::watch::channel(0).0,
             reconciling: tokio::sync::Mutex::new(()),
             rebalance: std::sync::Mutex::default(),
             elastic_metrics: crate::rebalance::ElasticMetrics::default(),
@@ -298,11 +307,12 @@ impl Node {
         loop {
             self.refresh_map();
             if let Some(map) = self.cluster_map() {
-                if map.replicas.len() != self.map.shard_count() as usize {
+                // Once a shard has split the count grows; before, it must match.
+                if map.slots.is_empty() && map.shard_count() != self.bootstrap_shards {
                     return Err(ClusterError::Config(format!(
                         "the cluster was bootstrapped with {} shards, this node with {}",
                         map.replicas.len(),
-                        self.map.shard_count()
+                        self.bootstrap_shards
                     )));
                 }
                 return Ok(map);
@@ -364,8 +374,42 @@ impl Node {
             return false;
         }
         self.transport.set_removed(map.nodes_in(NodeState::Removed));
+        match map.shard_map() {
+            Some(routing) => {
+                *self
+                    .routing
+                    .write()
+                    .unwrap_or_else(std::sync::PoisonError::into_inner) = Arc::new(routing);
+            }
+            None => tracing::error!(
+                epoch = map.epoch,
+                "the cluster map's slot ranges do not cover every slot once; routing unchanged"
+            ),
+        }
         *current = Some(Arc::new(map));
+        self.map_changed.send_modify(|epoch| *epoch += 1);
         true
+    }
+
+    /// Key → shard routing as this node knows it now.
+    pub fn shard_map(&self) -> Arc<ShardMap> {
+        self.routing
+            .read()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .clone()
+    }
+
+    /// Waits until this node's cluster map changes, at most `wait`; whether it did.
+    pub(crate) async fn map_change(&self, seen: u64, wait: Duration) -> bool {
+        let mut changes = self.map_changed.subscribe();
+        tokio::time::timeout(wait, changes.wait_for(|epoch| *epoch != seen))
+            .await
+            .is_ok_and(|r| r.is_ok())
+    }
+
+    /// How many times this node's map has changed since start (see [`Node::map_change`]).
+    pub(crate) fn map_version(&self) -> u64 {
+        *self.map_changed.borrow()
     }
 
     /// The cluster map as this node last applied it.
@@ -440,9 +484,13 @@ impl Node {
     /// the voting ones to have a leader and to have replayed their logs.
     async fn open_shards(&self, map: &ClusterMap) -> Result<(), ClusterError> {
         let mut voting = Vec::new();
-        for shard in self.map.shards() {
+        for shard in (0..map.shard_count()).map(ShardId) {
             let on_disk = self.storage.has_group_state(GroupId::of_shard(shard).0)?;
             if !map.should_open(shard, self.node_id) && !on_disk {
+                continue;
+            }
+            if !on_disk && self.split_not_applied_here(shard, map)? {
+                // Its parent replays the split first; reconciliation opens it then.
                 continue;
             }
             let group = self.open_shard(shard, map).await?;
@@ -478,11 +526,43 @@ impl Node {
         if map.is_bootstrap_membership(shard) && map.hosts(shard, self.node_id) {
             group.initialize(map.membership(shard)).await?;
         }
-        self.groups
-            .write()
-            .unwrap_or_else(std::sync::PoisonError::into_inner)[shard.0 as usize] =
-            Some(group.clone());
+        {
+            let mut groups = self
+                .groups
+                .write()
+                .unwrap_or_else(std::sync::PoisonError::into_inner);
+            if groups.len() <= shard.0 as usize {
+                groups.resize(shard.0 as usize + 1, None);
+            }
+            groups[shard.0 as usize] = Some(group.clone());
+        }
         Ok(group)
+    }
+
+    /// Whether `shard` was made by a split that this node's replica of the parent has not
+    /// applied yet. Such a replica will apply it and write the new shard's first state here;
+    /// the new shard's group must not be opened (empty) before that, or the two would meet.
+    fn split_not_applied_here(
+        &self,
+        shard: ShardId,
+        map: &ClusterMap,
+    ) -> Result<bool, ClusterError> {
+        let Some(&(parent, at_slot)) = map.origins.get(&shard.0) else {
+            return Ok(false);
+        };
+        if !self
+            .storage
+            .has_group_state(GroupId::of_shard(ShardId(parent)).0)?
+        {
+            return Ok(false);
+        }
+        let end = match self.storage.slot_range(parent)? {
+            Some((_, end)) => end,
+            None => trireme_types::even_ranges(self.bootstrap_shards)
+                .get(parent as usize)
+                .map_or(u16::MAX, |r| r.1),
+        };
+        Ok(end >= at_slot)
     }
 
     /// Runs [`Node::reconcile`] in the background.
@@ -504,9 +584,13 @@ impl Node {
             return;
         };
         let mut confirmed: Option<Option<ClusterMap>> = None;
-        for shard in self.map.shards() {
+        let mut deferred = false;
+        for shard in (0..map.shard_count()).map(ShardId) {
             let want = map.should_open(shard, self.node_id);
             match (want, self.group(shard)) {
+                (true, None) if self.split_not_applied_here(shard, &map).unwrap_or(true) => {
+                    deferred = true;
+                }
                 (true, None) => match self.open_shard(shard, &map).await {
                     Ok(_) => tracing::info!(shard = shard.0, "opened a replica moving here"),
                     Err(e) => tracing::warn!(shard = shard.0, error = %e, "cannot open a replica"),
@@ -543,15 +627,25 @@ impl Node {
                 _ => {}
             }
         }
+        if deferred {
+            // A split not applied here yet: look again shortly.
+            let node = self.clone();
+            tokio::spawn(async move {
+                tokio::time::sleep(Duration::from_millis(200)).await;
+                if !node.is_stopping() {
+                    node.spawn_reconcile();
+                }
+            });
+        }
     }
 
     /// The cluster map as the metadata leader has it now (a consistent read), with its row's
     /// modify index.
     pub(crate) async fn read_map_with_index(&self) -> Result<(ClusterMap, u64), ClusterError> {
-        let read = crate::forward::Read {
-            mode: trireme_raft::ReadMode::Consistent,
-            query: crate::forward::GetKeys(vec![Bytes::from_static(meta::PLACEMENT_KEY)]),
-        };
+        let read = crate::forward::Read::whole(
+            trireme_raft::ReadMode::Consistent,
+            crate::forward::GetKeys(vec![Bytes::from_static(meta::PLACEMENT_KEY)]),
+        );
         let (mut found, _) = self.on_shard(META_SHARD, read).await?;
         let record = found.pop().flatten();
         let record =
@@ -574,6 +668,7 @@ impl Node {
             None,
             100_000,
             crate::now_ms(),
+            None,
         ) {
             Ok(rows) => rows,
             Err(e) => {
@@ -611,11 +706,6 @@ impl Node {
     /// This node's Raft id.
     pub fn node_id(&self) -> u64 {
         self.node_id
-    }
-
-    /// The shard map.
-    pub fn shard_map(&self) -> &ShardMap {
-        &self.map
     }
 
     /// The node's storage (metrics, tests).
@@ -664,11 +754,18 @@ impl Node {
 
     /// Whether this node's replica of `shard` may answer `stale` reads: a voter's may; a
     /// replica a move is still bringing here may hold nothing yet.
+    /// A replica of a shard made by a split holds nothing until its first state arrives
+    /// (seeded by its parent, or sent by its leader).
     pub(crate) fn serves_stale(&self, shard: ShardId) -> bool {
-        shard == META_SHARD
-            || self
-                .cluster_map()
-                .is_some_and(|m| m.hosts(shard, self.node_id))
+        if shard == META_SHARD {
+            return true;
+        }
+        let Some(map) = self.cluster_map() else {
+            return false;
+        };
+        map.hosts(shard, self.node_id)
+            && (!map.origins.contains_key(&shard.0)
+                || self.storage.slot_range(shard.0).ok().flatten().is_some())
     }
 
     /// Every shard replica on this node.
@@ -747,10 +844,11 @@ impl Node {
 
     /// Every shard as this node sees it.
     pub fn shards(&self) -> Vec<ShardInfo> {
-        self.map
+        let routing = self.shard_map();
+        routing
             .shards()
             .map(|shard| {
-                let slots = self.map.slots_of(shard);
+                let slots = routing.slots_of(shard);
                 let replicas: Vec<PeerNode> = self
                     .replicas_of(shard)
                     .into_iter()

@@ -5,11 +5,11 @@
 //! written with a compare-and-set: a bad or conflicting command changes nothing.
 
 use crate::membership::{MembershipOp, MembershipReply, refused};
-use crate::meta::{ClusterMap, MovePhase, NodeState};
+use crate::meta::{ClusterMap, MovePhase, NodeState, PendingSplit};
 use crate::{ClusterError, Node};
 use std::collections::BTreeSet;
 use trireme_types::cluster_status::{
-    ClusterStatus, MoveStatus, NodeStatus, RemoveResult, ShardPlacement,
+    ClusterStatus, MoveStatus, NodeStatus, RemoveResult, ShardPlacement, SplitResult,
 };
 use trireme_types::{ErrorCode, ShardId};
 
@@ -61,11 +61,11 @@ impl Node {
                 linked: self.is_linked(id),
             });
         }
-        let shards = self
-            .map
+        let routing = self.shard_map();
+        let shards = routing
             .shards()
             .map(|shard| {
-                let slots = self.map.slots_of(shard);
+                let slots = routing.slots_of(shard);
                 ShardPlacement {
                     shard: shard.0,
                     slots: [*slots.start(), *slots.end()],
@@ -74,6 +74,15 @@ impl Node {
                 }
             })
             .collect();
+        let splits = map
+            .as_ref()
+            .map(|m| {
+                m.splits
+                    .iter()
+                    .map(|(shard, split)| split_result(ShardId(*shard), split))
+                    .collect()
+            })
+            .unwrap_or_default();
         let mut moves = Vec::new();
         for (shard, mv) in map.as_ref().map(|m| m.moves.clone()).unwrap_or_default() {
             let progress = if mv.phase == MovePhase::Learner {
@@ -113,6 +122,7 @@ impl Node {
             nodes,
             shards,
             moves,
+            splits,
         }
     }
 
@@ -160,6 +170,103 @@ impl Node {
         .await?;
         answer.ok_or_else(|| refused(ErrorCode::Internal, "the removal was not decided"))
     }
+}
+
+impl Node {
+    /// Splits `shard` in two at `at_slot` (default: the middle of its range): the metadata
+    /// leader has the shard's leader apply the split, then gives the upper slots to a new
+    /// shard on the same voters, which the rebalancer moves like any other. Returns once the
+    /// split is decided; `cluster status` shows it until it is done (about a second).
+    pub async fn split_shard(
+        &self,
+        shard: u32,
+        at_slot: Option<u16>,
+    ) -> Result<SplitResult, ClusterError> {
+        plan_split(self, ShardId(shard), at_slot).await
+    }
+}
+
+/// Records a split of `shard` in the map, if `check_split` allows it.
+pub(crate) async fn plan_split(
+    node: &Node,
+    shard: ShardId,
+    at_slot: Option<u16>,
+) -> Result<SplitResult, ClusterError> {
+    let written = crate::rebalance::update_map(node, |map| {
+        let split = check_split(map, shard, at_slot, crate::now_ms())?;
+        let answer = split_result(shard, &split);
+        map.splits.insert(shard.0, split);
+        Ok(Some(answer))
+    })
+    .await?;
+    written
+        .map(|(_, answer)| answer)
+        .ok_or_else(|| refused(ErrorCode::Internal, "the split was not decided"))
+}
+
+fn split_result(shard: ShardId, split: &PendingSplit) -> SplitResult {
+    SplitResult {
+        shard: shard.0,
+        child: split.child,
+        at_slot: split.at_slot,
+        slots: [split.range.0, split.range.1],
+        started_ms: split.started_ms,
+    }
+}
+
+/// Checks a split of `shard` at `at_slot` (the middle of its range if `None`) against `map`.
+fn check_split(
+    map: &ClusterMap,
+    shard: ShardId,
+    at_slot: Option<u16>,
+    now_ms: u64,
+) -> Result<PendingSplit, ClusterError> {
+    let ranges = map.slot_ranges();
+    let Some(&(start, end)) = ranges.get(shard.0 as usize) else {
+        return Err(refused(
+            ErrorCode::NotFound,
+            format!(
+                "no shard {shard}: the cluster has shards 0 to {}",
+                ranges.len().saturating_sub(1)
+            ),
+        ));
+    };
+    if let Some((other, _)) = map.splits.iter().next() {
+        return Err(refused(
+            ErrorCode::Conflict,
+            format!("shard {other} is being split; one split at a time, try again in a moment"),
+        ));
+    }
+    if map.moves.contains_key(&shard.0) {
+        return Err(refused(
+            ErrorCode::Conflict,
+            format!(
+                "shard {shard} is moving a replica; split it once the move is done (cluster status shows moves)"
+            ),
+        ));
+    }
+    if start == end {
+        return Err(refused(
+            ErrorCode::InvalidArgument,
+            format!("shard {shard} owns a single slot ({start}) and cannot be split"),
+        ));
+    }
+    let at_slot = at_slot.unwrap_or(start + (end - start).div_ceil(2));
+    if at_slot <= start || at_slot > end {
+        return Err(refused(
+            ErrorCode::InvalidArgument,
+            format!(
+                "slot {at_slot} does not split shard {shard}: it owns slots {start}..={end}, so the new shard must start at a slot from {} to {end}",
+                start + 1
+            ),
+        ));
+    }
+    Ok(PendingSplit {
+        at_slot,
+        child: map.shard_count(),
+        range: (start, end),
+        started_ms: now_ms,
+    })
 }
 
 /// Checks a removal against `map`; the answer to give when it may go ahead.
@@ -296,6 +403,49 @@ mod tests {
         let ok = plan_removal(&map, infos[2].id(), "n3", true, 3, &only_n1).unwrap();
         assert_eq!(ok.lost_quorum, vec![0, 1, 2, 3]);
         assert!(ok.message.contains("cannot serve"), "{}", ok.message);
+    }
+
+    #[test]
+    fn splits_that_cannot_be_done_are_refused_and_the_rest_take_the_next_id() {
+        let infos = nodes(3);
+        let mut map = place(&infos, 4, 3);
+        let e = check_split(&map, ShardId(4), None, 1).unwrap_err();
+        assert_eq!(e.to_client().code, ErrorCode::NotFound);
+        let e = check_split(&map, ShardId(1), Some(4096), 1).unwrap_err();
+        assert_eq!(e.to_client().code, ErrorCode::InvalidArgument);
+        assert!(e.to_string().contains("4097"), "{e}");
+        let split = check_split(&map, ShardId(1), None, 1).unwrap();
+        assert_eq!(
+            (split.child, split.at_slot, split.range),
+            (4, 6144, (4096, 8191))
+        );
+        map.splits.insert(1, split);
+        let e = check_split(&map, ShardId(2), None, 1).unwrap_err();
+        assert_eq!(e.to_client().code, ErrorCode::Conflict);
+        map.finish_split(ShardId(1));
+        assert_eq!(map.shard_count(), 5);
+        assert_eq!(map.slot_ranges()[1], (4096, 6143));
+        assert_eq!(map.slot_ranges()[4], (6144, 8191));
+        assert_eq!(map.replicas[4], map.replicas[1]);
+        assert!(!map.is_bootstrap_membership(ShardId(4)));
+        assert_eq!(map.origins.get(&4), Some(&(1, 6144)));
+        let routing = map.shard_map().expect("a cover");
+        assert_eq!(routing.shard_of_slot(6144), ShardId(4));
+        map.moves.insert(
+            2,
+            crate::meta::Move {
+                from: None,
+                to: infos[0].id(),
+                phase: MovePhase::Learner,
+                started_ms: 0,
+            },
+        );
+        let e = check_split(&map, ShardId(2), None, 1).unwrap_err();
+        assert_eq!(e.to_client().code, ErrorCode::Conflict);
+        let mut single = place(&infos, 16384, 3);
+        single.slots = single.slot_ranges();
+        let e = check_split(&single, ShardId(0), None, 1).unwrap_err();
+        assert_eq!(e.to_client().code, ErrorCode::InvalidArgument);
     }
 
     #[test]

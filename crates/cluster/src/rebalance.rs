@@ -39,6 +39,10 @@ pub(crate) struct LeaderMemory {
     removed_seen: HashMap<u64, Instant>,
     /// Per moving shard: the learner's last matched index and when it last advanced.
     progress: HashMap<u32, (Option<u64>, Instant)>,
+    /// Per shard: its leader's applied index when first seen over a load window, and when.
+    load_seen: HashMap<u32, (u64, Instant)>,
+    /// When shard sizes and loads were last read.
+    usage_read: Option<Instant>,
 }
 
 /// Counters of the elastic cluster's work on this node, for `/metrics`.
@@ -50,6 +54,10 @@ pub struct ElasticMetrics {
     pub moves_completed: AtomicU64,
     /// Moves it gave up.
     pub moves_cancelled: AtomicU64,
+    /// Splits it completed (by hand or automatic).
+    pub splits_completed: AtomicU64,
+    /// Automatic splits it decided.
+    pub splits_automatic: AtomicU64,
 }
 
 /// Starts the metadata leader's jobs on `node` (idle while it does not lead).
@@ -68,11 +76,13 @@ pub(crate) async fn lead(node: &Arc<Node>) {
         write_first_map(node).await;
         return;
     };
-    let steps: [(&str, Result<(), ClusterError>); 4] = [
+    let steps: [(&str, Result<(), ClusterError>); 6] = [
         ("admitting nodes", admit_joined(node, &map).await),
         ("metadata voters", keep_meta_voters(node, &map).await),
+        ("splitting shards", drive_splits(node, &map).await),
         ("moving replicas", drive_moves(node, &map).await),
         ("planning", plan(node, &map).await),
+        ("automatic splits", split_when_due(node, &map).await),
     ];
     for (what, result) in steps {
         if let Err(e) = result {
@@ -100,9 +110,9 @@ async fn write_first_map(node: &Node) {
             "replication factor exceeds the node count; each shard gets one replica per node"
         );
     }
-    let map = meta::place(&infos, node.map.shard_count(), factor);
+    let map = meta::place(&infos, node.bootstrap_shards, factor);
     match write_map(node, &map, PutCondition::IfAbsent).await {
-        Ok(()) => tracing::info!(shards = node.map.shard_count(), "placed every shard"),
+        Ok(()) => tracing::info!(shards = node.bootstrap_shards, "placed every shard"),
         Err(e) => tracing::info!(error = %e, "placement not written yet"),
     }
 }
@@ -275,6 +285,132 @@ async fn keep_meta_voters(node: &Node, map: &ClusterMap) -> Result<(), ClusterEr
     }
     tracing::info!(from = ?status.voters, to = ?voters, "changing the metadata voters");
     node.meta.set_voters(voters, true).await?;
+    Ok(())
+}
+
+/// Finishes the split in progress: has the shard's leader apply it (again, harmlessly, if a
+/// previous metadata leader did), then gives the upper slots to the new shard in the map. A
+/// split the shard refuses (it no longer owns those slots) is forgotten.
+async fn drive_splits(node: &Node, map: &ClusterMap) -> Result<(), ClusterError> {
+    for (parent, split) in &map.splits {
+        let shard = ShardId(*parent);
+        let op = MembershipOp::Split {
+            at_slot: split.at_slot,
+            child: split.child,
+            range: split.range,
+        };
+        let finish = match node.on_shard_leader(shard, op).await? {
+            MembershipReply::Done => true,
+            MembershipReply::Refused(why) => {
+                tracing::warn!(shard = shard.0, %why, "split refused; forgetting it");
+                false
+            }
+            other => return Err(step_failed(shard, "splitting", other)),
+        };
+        let written = update_map(node, |map| {
+            if map.splits.get(parent) != Some(split) {
+                return Ok(None);
+            }
+            if finish {
+                map.finish_split(shard);
+            } else {
+                map.splits.remove(parent);
+            }
+            Ok(Some(()))
+        })
+        .await?;
+        if written.is_some() && finish {
+            node.elastic_metrics
+                .splits_completed
+                .fetch_add(1, Ordering::Relaxed);
+            tracing::info!(
+                shard = shard.0,
+                child = split.child,
+                at_slot = split.at_slot,
+                "shard split"
+            );
+        }
+    }
+    Ok(())
+}
+
+/// How often shard sizes and loads are read for automatic splits.
+const USAGE_INTERVAL: Duration = Duration::from_secs(10);
+/// How long a shard's write rate is averaged over before it can trigger a split.
+const LOAD_WINDOW: Duration = Duration::from_secs(60);
+
+/// Decides an automatic split when a shard has grown past `[cluster] split_bytes` or its log
+/// past `split_writes_per_sec` (averaged over a minute): the largest such shard, one at a
+/// time, and only while nothing else is in flight and the shard count is below
+/// `max_shards`. Reads each shard's size from its leader every ten seconds.
+async fn split_when_due(node: &Node, map: &ClusterMap) -> Result<(), ClusterError> {
+    let config = &node.config;
+    let off = config.split_bytes == 0 && config.split_writes_per_sec == 0;
+    if off
+        || !map.splits.is_empty()
+        || !map.moves.is_empty()
+        || map.shard_count() >= config.max_shards
+    {
+        return Ok(());
+    }
+    {
+        let mut memory = node.leader_memory();
+        if memory
+            .usage_read
+            .is_some_and(|at| at.elapsed() < USAGE_INTERVAL)
+        {
+            return Ok(());
+        }
+        memory.usage_read = Some(Instant::now());
+    }
+    let mut due: Option<(u64, ShardId, &'static str)> = None;
+    for shard in (0..map.shard_count()).map(ShardId) {
+        let MembershipReply::Usage { bytes, applied } =
+            node.on_shard_leader(shard, MembershipOp::Usage).await?
+        else {
+            continue;
+        };
+        let rate = {
+            let mut memory = node.leader_memory();
+            let seen = memory
+                .load_seen
+                .entry(shard.0)
+                .or_insert((applied, Instant::now()));
+            let elapsed = seen.1.elapsed();
+            if elapsed >= LOAD_WINDOW {
+                let rate = applied.saturating_sub(seen.0) / elapsed.as_secs().max(1);
+                *seen = (applied, Instant::now());
+                Some(rate)
+            } else {
+                None
+            }
+        };
+        let by_size = config.split_bytes > 0 && bytes > config.split_bytes;
+        let by_load = config.split_writes_per_sec > 0
+            && rate.is_some_and(|r| r > config.split_writes_per_sec);
+        if (by_size || by_load) && due.is_none_or(|(b, _, _)| bytes > b) {
+            due = Some((bytes, shard, if by_size { "size" } else { "load" }));
+        }
+    }
+    let Some((bytes, shard, why)) = due else {
+        return Ok(());
+    };
+    match crate::operator::plan_split(node, shard, None).await {
+        Ok(started) => {
+            node.elastic_metrics
+                .splits_automatic
+                .fetch_add(1, Ordering::Relaxed);
+            tracing::info!(
+                shard = shard.0,
+                bytes,
+                why,
+                child = started.child,
+                at_slot = started.at_slot,
+                "splitting a shard automatically"
+            );
+        }
+        Err(e) => tracing::info!(shard = shard.0, error = %e, "automatic split not started"),
+    }
     Ok(())
 }
 
@@ -457,6 +593,12 @@ async fn plan(node: &Node, map: &ClusterMap) -> Result<(), ClusterError> {
             factor,
         }
         .next_moves(budget, crate::now_ms());
+        // A shard being split keeps its voters until the split is done: they seed the new
+        // shard.
+        let planned: Vec<_> = planned
+            .into_iter()
+            .filter(|(shard, _)| !map.splits.contains_key(shard))
+            .collect();
         let mut started = planned.len();
         for (shard, mv) in planned {
             map.moves.insert(shard, mv);

@@ -18,9 +18,15 @@ use crate::{ClusterError, Node};
 use bytes::Bytes;
 use futures::future::try_join_all;
 use std::collections::BTreeMap;
+use std::future::Future;
 use std::ops::Bound;
+use std::sync::Arc;
+use std::time::Duration;
+use tokio::time::Instant;
 use trireme_raft::ReadMode;
-use trireme_types::{Command, LogCommand, Record, ShardId, TtlUpdate};
+use trireme_types::{
+    Command, CommandResult, ErrorCode, LogCommand, Record, ShardId, ShardMap, TtlUpdate,
+};
 
 /// What a reader learns about the freshness of what it read (Consul's `X-Consul-*` headers).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -53,6 +59,11 @@ pub struct ScanPage {
     pub next: Option<(ShardId, Option<Bytes>)>,
 }
 
+/// How long, in all, a request refused because a split moved its keys waits for this
+/// node's cluster map to show the split before it gives up; the map changes within a second
+/// of the split, unless this node is cut off from the metadata group.
+const REROUTE_WAIT: Duration = Duration::from_secs(5);
+
 impl Node {
     fn check_key(&self, key: &[u8]) -> Result<(), ClusterError> {
         Ok(self.config.limits.check_key(key)?)
@@ -60,7 +71,40 @@ impl Node {
 
     /// The shard that owns `key`.
     pub fn shard_of(&self, key: &[u8]) -> ShardId {
-        self.map.shard_of_key(key)
+        self.shard_map().shard_of_key(key)
+    }
+
+    /// Runs `op` with this node's current routing; when a shard refuses it because a split
+    /// moved the keys (the refusal guarantees nothing was done), waits for the map to change
+    /// and runs it again with the new routing.
+    async fn routed<T, F, Fut>(&self, mut op: F) -> Result<T, ClusterError>
+    where
+        F: FnMut(Arc<ShardMap>) -> Fut,
+        Fut: Future<Output = Result<T, ClusterError>>,
+    {
+        let deadline = Instant::now() + REROUTE_WAIT;
+        loop {
+            let seen = self.map_version();
+            match op(self.shard_map()).await {
+                Err(e) if is_moved(&e) => {
+                    let left = deadline.saturating_duration_since(Instant::now());
+                    if left.is_zero() || !self.map_change(seen, left).await {
+                        return Err(e);
+                    }
+                }
+                other => return other,
+            }
+        }
+    }
+
+    /// A read of `shard` within the slots `routing` gives it.
+    fn read_of<Q>(routing: &ShardMap, shard: ShardId, mode: ReadMode, query: Q) -> Read<Q> {
+        let slots = routing.slots_of(shard);
+        Read {
+            mode,
+            query,
+            slots: Some((*slots.start(), *slots.end())),
+        }
     }
 
     /// Reads one key.
@@ -70,11 +114,14 @@ impl Node {
         mode: ReadMode,
     ) -> Result<(Option<Record>, ReadMeta), ClusterError> {
         self.check_key(key)?;
-        let read = Read {
-            mode,
-            query: GetKeys(vec![Bytes::copy_from_slice(key)]),
-        };
-        let (mut found, fresh) = self.on_shard(self.shard_of(key), read).await?;
+        let key = Bytes::copy_from_slice(key);
+        let (mut found, fresh) = self
+            .routed(|routing| {
+                let shard = routing.shard_of_key(&key);
+                let read = Self::read_of(&routing, shard, mode, GetKeys(vec![key.clone()]));
+                self.on_shard(shard, read)
+            })
+            .await?;
         let record = found.pop().flatten();
         let meta = read_meta([fresh], record.as_ref().map(|r| r.modify_index));
         Ok((record, meta))
@@ -95,31 +142,34 @@ impl Node {
         keys: &[Bytes],
         mode: ReadMode,
     ) -> Result<Vec<Option<Record>>, ClusterError> {
-        let mut per_shard: BTreeMap<ShardId, (Vec<usize>, Vec<Bytes>)> = BTreeMap::new();
-        for (i, key) in keys.iter().enumerate() {
+        for key in keys {
             self.check_key(key)?;
-            let entry = per_shard.entry(self.shard_of(key)).or_default();
-            entry.0.push(i);
-            entry.1.push(key.clone());
         }
-        let answers = try_join_all(per_shard.into_iter().map(
-            |(shard, (slots, keys))| async move {
-                let read = Read {
-                    mode,
-                    query: GetKeys(keys),
-                };
-                let (found, _) = self.on_shard(shard, read).await?;
-                Ok::<_, ClusterError>((slots, found))
-            },
-        ))
-        .await?;
-        let mut out = vec![None; keys.len()];
-        for (slots, found) in answers {
-            for (i, record) in slots.into_iter().zip(found) {
-                out[i] = record;
+        self.routed(|routing| async move {
+            let mut per_shard: BTreeMap<ShardId, (Vec<usize>, Vec<Bytes>)> = BTreeMap::new();
+            for (i, key) in keys.iter().enumerate() {
+                let entry = per_shard.entry(routing.shard_of_key(key)).or_default();
+                entry.0.push(i);
+                entry.1.push(key.clone());
             }
-        }
-        Ok(out)
+            let routing = &routing;
+            let answers = try_join_all(per_shard.into_iter().map(
+                |(shard, (positions, keys))| async move {
+                    let read = Self::read_of(routing, shard, mode, GetKeys(keys));
+                    let (found, _) = self.on_shard(shard, read).await?;
+                    Ok::<_, ClusterError>((positions, found))
+                },
+            ))
+            .await?;
+            let mut out = vec![None; keys.len()];
+            for (positions, found) in answers {
+                for (i, record) in positions.into_iter().zip(found) {
+                    out[i] = record;
+                }
+            }
+            Ok(out)
+        })
+        .await
     }
 
     /// Live keys starting with `prefix`, merged across shards in key order, at most `limit`.
@@ -157,21 +207,37 @@ impl Node {
         }
         let prefix = Bytes::copy_from_slice(prefix);
         let limit32 = u32::try_from(limit).unwrap_or(u32::MAX);
-        let scans = try_join_all(self.map.shards().map(|shard| {
-            let query = ScanRows {
-                prefix: prefix.clone(),
-                after: after.clone(),
-                limit: limit32,
-            };
-            self.on_shard(shard, Read { mode, query })
-        }));
-        let first_key = async {
-            match &first {
-                Some(key) if key.starts_with(&prefix) => Ok(Some(self.get(key, mode).await?)),
-                _ => Ok::<_, ClusterError>(None),
-            }
-        };
-        let (answers, first_read) = futures::try_join!(scans, first_key)?;
+        let (answers, first_read) = self
+            .routed(|routing| {
+                let (prefix, after, first) = (prefix.clone(), after.clone(), first.clone());
+                async move {
+                    let scans = try_join_all(routing.shards().map(|shard| {
+                        let query = ScanRows {
+                            prefix: prefix.clone(),
+                            after: after.clone(),
+                            limit: limit32,
+                        };
+                        self.on_shard(shard, Self::read_of(&routing, shard, mode, query))
+                    }));
+                    let first_key = async {
+                        match &first {
+                            Some(key) if key.starts_with(&prefix) => {
+                                let shard = routing.shard_of_key(key);
+                                let read = Self::read_of(
+                                    &routing,
+                                    shard,
+                                    mode,
+                                    GetKeys(vec![key.clone()]),
+                                );
+                                Ok(Some(self.on_shard(shard, read).await?))
+                            }
+                            _ => Ok::<_, ClusterError>(None),
+                        }
+                    };
+                    futures::try_join!(scans, first_key)
+                }
+            })
+            .await?;
         let mut merged = Vec::new();
         let mut fresh = Vec::with_capacity(answers.len());
         for (rows, f) in answers {
@@ -179,9 +245,12 @@ impl Node {
             fresh.push(f);
         }
         merged.sort_by(|a, b| a.0.cmp(&b.0));
-        if let (Some(key), Some((Some(record), _))) = (first, first_read) {
-            // The start key sorts before everything scanned after it.
-            merged.insert(0, (key, record));
+        if let (Some(key), Some((mut found, f))) = (first, first_read) {
+            fresh.push(f);
+            if let Some(record) = found.pop().flatten() {
+                // The start key sorts before everything scanned after it.
+                merged.insert(0, (key, record));
+            }
         }
         merged.truncate(limit);
         let found = merged.iter().map(|(_, r)| r.modify_index).max();
@@ -205,15 +274,22 @@ impl Node {
         SearchQuery::parse(query)?;
         let prefix = Bytes::copy_from_slice(prefix);
         let want = u32::try_from(offset.saturating_add(limit)).unwrap_or(u32::MAX);
-        let answers = try_join_all(self.map.shards().map(|shard| {
-            let query = SearchRows {
-                prefix: prefix.clone(),
-                query: query.to_owned(),
-                limit: want,
-            };
-            self.on_shard(shard, Read { mode, query })
-        }))
-        .await?;
+        let answers = self
+            .routed(|routing| {
+                let prefix = prefix.clone();
+                async move {
+                    try_join_all(routing.shards().map(|shard| {
+                        let query = SearchRows {
+                            prefix: prefix.clone(),
+                            query: query.to_owned(),
+                            limit: want,
+                        };
+                        self.on_shard(shard, Self::read_of(&routing, shard, mode, query))
+                    }))
+                    .await
+                }
+            })
+            .await?;
         let mut total = 0;
         let mut merged = Vec::new();
         let mut fresh = Vec::with_capacity(answers.len());
@@ -228,7 +304,9 @@ impl Node {
         Ok((SearchPage { total, rows }, read_meta(fresh, found)))
     }
 
-    /// One page of a walk over every key, shard by shard (`SCAN`).
+    /// One page of a walk over every key, shard by shard in id order (`SCAN`). A split
+    /// gives its keys to a shard with a higher id than any before, so a walk that began
+    /// before the split still meets them (perhaps twice, which `SCAN` allows).
     pub async fn scan_page(
         &self,
         from: ShardId,
@@ -238,17 +316,26 @@ impl Node {
         let mut keys = Vec::new();
         let mut shard = from;
         let mut after = after.map(Bytes::copy_from_slice);
-        while shard.0 < self.map.shard_count() {
+        loop {
             let want = count.saturating_sub(keys.len()).max(1);
-            let read = Read {
-                mode: ReadMode::Default,
-                query: ScanRows {
-                    prefix: Bytes::new(),
-                    after: after.take(),
-                    limit: u32::try_from(want).unwrap_or(u32::MAX),
-                },
+            let query = ScanRows {
+                prefix: Bytes::new(),
+                after: after.take(),
+                limit: u32::try_from(want).unwrap_or(u32::MAX),
             };
-            let (found, _) = self.on_shard(shard, read).await?;
+            let answer = self
+                .routed(|routing| {
+                    let query = query.clone();
+                    async move {
+                        if shard.0 >= routing.shard_count() {
+                            return Ok(None);
+                        }
+                        let read = Self::read_of(&routing, shard, ReadMode::Default, query);
+                        Ok(Some(self.on_shard(shard, read).await?))
+                    }
+                })
+                .await?;
+            let Some((found, _)) = answer else { break };
             let full = found.len() >= want;
             let last = found.last().map(|(k, _)| k.clone());
             keys.extend(found.into_iter().map(|(k, _)| k));
@@ -265,21 +352,24 @@ impl Node {
 
     /// Number of live keys in the cluster (`DBSIZE`); counts every row, so it is O(keys).
     pub async fn key_count(&self) -> Result<u64, ClusterError> {
-        let answers = try_join_all(self.map.shards().map(|shard| {
-            let read = Read {
-                mode: ReadMode::Default,
-                query: CountRows,
-            };
-            self.on_shard(shard, read)
-        }))
-        .await?;
+        let answers = self
+            .routed(|routing| async move {
+                try_join_all(routing.shards().map(|shard| {
+                    let read = Self::read_of(&routing, shard, ReadMode::Default, CountRows);
+                    self.on_shard(shard, read)
+                }))
+                .await
+            })
+            .await?;
         Ok(answers.into_iter().map(|(n, _)| n).sum())
     }
 
     /// Proposes `command` to `shard`'s group, waits for it to be applied, and reads what
     /// applying it returned as the outcome `O`: the one path every write takes. Client limits
     /// are checked by the callers that take client requests, not here: the node's own
-    /// writes (its row in the metadata group, reaps) are not bound by them.
+    /// writes (its row in the metadata group, reaps) are not bound by them. A shard that no
+    /// longer owns a key of the command (split since it was routed) refuses it unapplied,
+    /// with [`ErrorCode::Moved`](trireme_types::ErrorCode::Moved).
     pub(crate) async fn write_shard<O: FromApplied>(
         &self,
         shard: ShardId,
@@ -289,17 +379,21 @@ impl Node {
             now_ms: crate::now_ms(),
             command,
         };
-        O::read(self.on_shard(shard, Write(log)).await?)
+        match self.on_shard(shard, Write(log)).await? {
+            CommandResult::Moved => Err(crate::forward::moved(shard)),
+            result => O::read(result),
+        }
     }
 
-    /// Proposes a single-key command, routed by `key`.
+    /// Proposes a single-key command, routed by `key` (again, if a split moves the key).
     async fn write_key<O: FromApplied>(
         &self,
         key: &[u8],
         command: Command,
     ) -> Result<O, ClusterError> {
         self.check_key(key)?;
-        self.write_shard(self.shard_of(key), command).await
+        self.routed(|routing| self.write_shard(routing.shard_of_key(key), command.clone()))
+            .await
     }
 
     /// Writes one key, on the request's condition: Consul `PUT` (`?cas`, `?flags`), Redis
@@ -342,46 +436,92 @@ impl Node {
         Ok(changed)
     }
 
-    /// Writes several keys (`MSET`): one command per shard, atomic within each shard.
+    /// Writes several keys (`MSET`): one command per shard, atomic within each shard. A
+    /// shard that refuses its part after a split gets it again, routed anew (writing the
+    /// same values twice is harmless).
     pub async fn put_many(&self, pairs: Vec<(Bytes, Bytes)>) -> Result<(), ClusterError> {
-        let mut per_shard: BTreeMap<ShardId, Vec<(Bytes, Bytes)>> = BTreeMap::new();
-        for (key, value) in pairs {
-            self.check_key(&key)?;
-            self.config.limits.check_value(&value)?;
-            per_shard
-                .entry(self.shard_of(&key))
-                .or_default()
-                .push((key, value));
+        for (key, value) in &pairs {
+            self.check_key(key)?;
+            self.config.limits.check_value(value)?;
         }
-        try_join_all(
-            per_shard
-                .into_iter()
-                .map(|(shard, pairs)| self.write_shard::<Done>(shard, Command::PutMany { pairs })),
-        )
-        .await?;
-        Ok(())
+        self.routed(|routing| {
+            let mut per_shard: BTreeMap<ShardId, Vec<(Bytes, Bytes)>> = BTreeMap::new();
+            for (key, value) in &pairs {
+                per_shard
+                    .entry(routing.shard_of_key(key))
+                    .or_default()
+                    .push((key.clone(), value.clone()));
+            }
+            async move {
+                try_join_all(per_shard.into_iter().map(|(shard, pairs)| {
+                    self.write_shard::<Done>(shard, Command::PutMany { pairs })
+                }))
+                .await
+                .map(drop)
+            }
+        })
+        .await
     }
 
-    /// Deletes keys (`DEL`): one command per shard; returns how many existed.
+    /// Deletes keys (`DEL`): one command per shard; returns how many existed. Each shard's
+    /// part is routed again on its own if a split refuses it, so the count stays exact.
     pub async fn delete_many(&self, keys: Vec<Bytes>) -> Result<u64, ClusterError> {
-        let mut per_shard: BTreeMap<ShardId, Vec<Bytes>> = BTreeMap::new();
-        for key in keys {
-            self.check_key(&key)?;
-            per_shard.entry(self.shard_of(&key)).or_default().push(key);
+        for key in &keys {
+            self.check_key(key)?;
         }
-        let deleted = try_join_all(per_shard.into_iter().map(|(shard, keys)| {
-            self.write_shard::<Deleted>(shard, Command::Delete { keys, cas: None })
+        let mut per_shard: BTreeMap<ShardId, Vec<Bytes>> = BTreeMap::new();
+        let routing = self.shard_map();
+        for key in keys {
+            per_shard
+                .entry(routing.shard_of_key(&key))
+                .or_default()
+                .push(key);
+        }
+        let deleted = try_join_all(per_shard.into_values().map(|keys| async move {
+            // All in one shard under the first routing; possibly two after a split.
+            let mut total = 0;
+            let mut left = keys;
+            let deadline = Instant::now() + REROUTE_WAIT;
+            while !left.is_empty() {
+                let seen = self.map_version();
+                let routing = self.shard_map();
+                let shard = routing.shard_of_key(&left[0]);
+                let (here, rest): (Vec<Bytes>, Vec<Bytes>) = left
+                    .into_iter()
+                    .partition(|k| routing.shard_of_key(k) == shard);
+                let command = Command::Delete {
+                    keys: here.clone(),
+                    cas: None,
+                };
+                match self.write_shard::<Deleted>(shard, command).await {
+                    Ok(Deleted(n)) => {
+                        total += n;
+                        left = rest;
+                    }
+                    Err(e) if is_moved(&e) => {
+                        let wait = deadline.saturating_duration_since(Instant::now());
+                        if wait.is_zero() || !self.map_change(seen, wait).await {
+                            return Err(e);
+                        }
+                        left = here.into_iter().chain(rest).collect();
+                    }
+                    Err(e) => return Err(e),
+                }
+            }
+            Ok::<_, ClusterError>(total)
         }))
         .await?;
-        Ok(deleted.into_iter().map(|Deleted(n)| n).sum())
+        Ok(deleted.into_iter().sum())
     }
 
     /// Deletes every key starting with `prefix` in every shard; returns how many existed.
-    /// Atomic within each shard, not across shards.
+    /// Atomic within each shard, not across shards. A split that lands while it runs can
+    /// leave the keys it hands over untouched (the new shard is not asked until this node's
+    /// map shows it).
     pub async fn delete_prefix(&self, prefix: &[u8]) -> Result<u64, ClusterError> {
         self.check_key(prefix)?;
         let prefix = Bytes::copy_from_slice(prefix);
-        let deleted = try_join_all(self.map.shards().map(|shard| {
+        let deleted = try_join_all(self.shard_map().shards().map(|shard| {
             let command = Command::DeletePrefix {
                 prefix: prefix.clone(),
             };
@@ -390,6 +530,11 @@ impl Node {
         .await?;
         Ok(deleted.into_iter().map(|Deleted(n)| n).sum())
     }
+}
+
+/// Whether `error` is a shard's refusal of keys a split moved away.
+fn is_moved(error: &ClusterError) -> bool {
+    matches!(error, ClusterError::Remote(e) | ClusterError::Request(e) if e.code == ErrorCode::Moved)
 }
 
 /// Combines the freshness of the shards a read touched into Consul's headers.

@@ -75,6 +75,7 @@ pub fn router(state: AppState) -> Router {
         .route("/v1/cluster/shards", get(status::shards))
         .route("/v1/cluster/status", get(admin::status))
         .route("/v1/cluster/nodes/{name}/remove", post(admin::remove_node))
+        .route("/v1/cluster/shards/{shard}/split", post(admin::split_shard))
         .route("/v1/health", get(status::health))
         .route("/metrics", get(metrics::metrics))
         .layer(DefaultBodyLimit::max(body_limit))

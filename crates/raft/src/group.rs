@@ -217,7 +217,9 @@ impl ShardGroup {
             config,
             GroupNetworkFactory::new(transport.clone(), group.0),
             LogStore::new(storage.clone(), group.0).with_budget(budget.clone()),
-            ShardStateMachine::new(storage.clone(), shard.0).with_budget(budget),
+            ShardStateMachine::new(storage.clone(), shard.0)
+                .on_node(node_id)
+                .with_budget(budget),
         )
         .await
         .map_err(|e| RaftLayerError::from_fatal(shard.0, e))?;
@@ -602,6 +604,14 @@ impl ShardGroup {
             .await
             .map(drop)
             .map_err(|e| RaftLayerError::from_write(self.shard.0, e))
+    }
+
+    /// The size of this replica's last snapshot file, bytes (0 before its first): about the
+    /// size of the shard, read without touching its rows. A shard snapshots whenever its log
+    /// has grown by a fraction of its size, so this trails the truth by that much at most.
+    pub fn snapshot_size(&self) -> u64 {
+        let path = crate::state_machine::snapshot_path(self.storage.dir(), self.shard.0);
+        std::fs::metadata(path).map_or(0, |m| m.len())
     }
 
     /// Stops the group and deletes this replica's data: log, Raft state, rows and snapshot

@@ -7,19 +7,25 @@
 //! snapshot's data exactly as it travels to a follower, so serving it is one read of the file,
 //! with the data checked against its checksum but not decoded.
 
+use crate::PeerNode;
 use crate::TypeConfig;
 use crate::compaction::LogBudget;
 use crate::log_store::{decode, encode};
 use futures::{Stream, TryStreamExt};
 use openraft::entry::RaftEntry;
 use openraft::storage::{EntryResponder, RaftStateMachine};
-use openraft::type_config::alias::{LogIdOf, SnapshotMetaOf, SnapshotOf, StoredMembershipOf};
+use openraft::type_config::alias::{
+    LeaderIdOf, LogIdOf, SnapshotMetaOf, SnapshotOf, StoredMembershipOf,
+};
+use openraft::vote::RaftLeaderId;
 use openraft::{EntryPayload, OptionalSend, RaftSnapshotBuilder};
 use serde::Deserialize;
+use std::collections::{BTreeMap, BTreeSet};
 use std::io::{self, Cursor};
 use std::path::PathBuf;
 use std::sync::{Arc, Mutex};
-use trireme_storage::{ApplyEntry, ShardExport, ShardView, Storage};
+use trireme_storage::{ApplyEntry, ShardExport, ShardSplit, ShardView, Storage};
+use trireme_types::{Command, CommandResult, GroupId, LogCommand, ShardId};
 use xxhash_rust::xxh3::Xxh3;
 
 const APPLIED: &str = "applied";
@@ -30,6 +36,9 @@ const MEMBERSHIP: &str = "membership";
 pub struct ShardStateMachine {
     storage: Arc<Storage>,
     shard: u32,
+    /// The node this replica is on: a split seeds the new shard here only if this node was
+    /// one of the shard's voters.
+    node: Option<u64>,
     budget: Option<Arc<LogBudget>>,
     /// The newest snapshot this process saved to the file, shared with the builders (clones):
     /// openraft builds snapshots on a task of their own, so a build can finish after a newer
@@ -86,6 +95,35 @@ fn parse_snapshot_file(
     Ok((meta, bytes))
 }
 
+/// First bytes of a snapshot's data when it carries state-machine rows besides the applied
+/// id and membership (a split shard's `slots`): never the start of a row count, which is a
+/// varint of at most ten bytes and whose tenth byte is below 0x80.
+const EXTRA_META_MARK: [u8; 10] = [0xFF; 10];
+
+/// The state-machine rows a snapshot carries besides the applied id and membership (which
+/// travel in its meta).
+fn extra_meta(meta: Vec<(String, Vec<u8>)>) -> Vec<(String, Vec<u8>)> {
+    meta.into_iter()
+        .filter(|(name, _)| name != APPLIED && name != MEMBERSHIP)
+        .collect()
+}
+
+/// State-machine rows by name, and records by key: what a snapshot's data holds.
+type MetaRows = Vec<(String, Vec<u8>)>;
+type Records = Vec<(Vec<u8>, Vec<u8>)>;
+
+/// Splits a snapshot's data into its extra state-machine rows and its records.
+fn decode_snapshot_data(data: &[u8]) -> Result<(MetaRows, Records), io::Error> {
+    match data.strip_prefix(EXTRA_META_MARK.as_slice()) {
+        Some(rest) => {
+            let (meta, records): (Vec<(String, Vec<u8>)>, _) =
+                postcard::take_from_bytes(rest).map_err(io::Error::other)?;
+            Ok((meta, decode(records)?))
+        }
+        None => Ok((Vec::new(), decode(data)?)),
+    }
+}
+
 /// Room kept for the row count at the front of a snapshot's data: the longest varint of a u64.
 const COUNT_ROOM: usize = 10;
 
@@ -94,9 +132,20 @@ const COUNT_ROOM: usize = 10;
 /// comes first, is only known at the end: it is written into room left for it. Collecting the
 /// rows first held the shard twice, with two allocations per row. `size_hint` (the last
 /// snapshot's size) spares the buffer most of its growing.
-fn encode_records(view: &ShardView<'_>, size_hint: usize) -> Result<Vec<u8>, io::Error> {
-    let mut data = Vec::with_capacity(COUNT_ROOM + size_hint);
-    data.resize(COUNT_ROOM, 0);
+fn encode_records(
+    view: &ShardView<'_>,
+    extra: &[(String, Vec<u8>)],
+    size_hint: usize,
+) -> Result<Vec<u8>, io::Error> {
+    let mut head = Vec::new();
+    if !extra.is_empty() {
+        head.extend_from_slice(&EXTRA_META_MARK);
+        head.extend_from_slice(&encode(&extra)?);
+    }
+    let mut data = Vec::with_capacity(head.len() + COUNT_ROOM + size_hint);
+    data.extend_from_slice(&head);
+    let room = head.len();
+    data.resize(room + COUNT_ROOM, 0);
     let mut rows = 0u64;
     view.for_each_record(|key, value| {
         put_varint(&mut data, key.len() as u64);
@@ -108,9 +157,9 @@ fn encode_records(view: &ShardView<'_>, size_hint: usize) -> Result<Vec<u8>, io:
     .map_err(io::Error::other)?;
     let mut count = Vec::with_capacity(COUNT_ROOM);
     put_varint(&mut count, rows);
-    let start = COUNT_ROOM - count.len();
-    data[start..COUNT_ROOM].copy_from_slice(&count);
-    data.drain(..start);
+    let start = room + COUNT_ROOM - count.len();
+    data[start..room + COUNT_ROOM].copy_from_slice(&count);
+    data.drain(room..start);
     Ok(data)
 }
 
@@ -152,9 +201,16 @@ impl ShardStateMachine {
         Self {
             storage,
             shard,
+            node: None,
             budget: None,
             saved: Arc::default(),
         }
+    }
+
+    /// Tells the state machine which node it runs on (see [`ShardStateMachine::node`]).
+    pub(crate) fn on_node(mut self, node: u64) -> Self {
+        self.node = Some(node);
+        self
     }
 
     /// Reports snapshots to `budget`: a larger shard is snapshotted less often, and the log
@@ -199,6 +255,113 @@ impl ShardStateMachine {
             None => StoredMembershipOf::<TypeConfig>::default(),
         };
         Ok((applied, membership))
+    }
+
+    /// Applies a run of entries with no split among them, in one storage batch.
+    fn apply_run(&self, batch: Vec<EntryResponder<TypeConfig>>) -> Result<(), io::Error> {
+        let Some((last, _)) = batch.last() else {
+            return Ok(());
+        };
+        let mut meta = vec![(APPLIED, encode(&Some(last.log_id()))?)];
+        if let Some((entry, _)) = batch
+            .iter()
+            .rev()
+            .find(|(e, _)| matches!(e.payload, EntryPayload::Membership(_)))
+            && let EntryPayload::Membership(m) = &entry.payload
+        {
+            let stored = StoredMembershipOf::<TypeConfig>::new(Some(entry.log_id()), m.clone());
+            meta.push((MEMBERSHIP, encode(&stored)?));
+        }
+        let apply: Vec<ApplyEntry<'_>> = batch
+            .iter()
+            .map(|(entry, _)| ApplyEntry {
+                index: entry.index(),
+                command: match &entry.payload {
+                    EntryPayload::Normal(command) => Some(command),
+                    _ => None,
+                },
+            })
+            .collect();
+        // Inline, not on a blocking thread: the batch goes to fjall's memtable and journal
+        // buffer (no sync), and a thread hop per batch cost more than the write itself.
+        let results = self
+            .storage
+            .apply(self.shard, &apply, &meta)
+            .map_err(io::Error::other)?;
+        drop(apply);
+        for ((_, responder), result) in batch.into_iter().zip(results) {
+            if let Some(responder) = responder {
+                responder.send(result);
+            }
+        }
+        Ok(())
+    }
+
+    /// Applies a split entry at `log_id`. The upper rows leave this shard on every replica.
+    /// On a replica of a node that votes in this shard they become the new shard's first
+    /// state: applied at index 0 with this shard's voters as its membership, as if a group of
+    /// those voters had been initialized and compacted. Every such replica derives the same
+    /// state from the same entry; a voter that skipped the entry (it installed a later
+    /// snapshot of this shard) has no state for the new shard, and its leader sends it a
+    /// snapshot, since no log precedes the state. A node that already has state for the new
+    /// shard (a replica that came later and replays this entry) keeps it.
+    fn apply_split(
+        &self,
+        log_id: LogIdOf<TypeConfig>,
+        split: &ShardSplit,
+    ) -> Result<CommandResult, io::Error> {
+        let (_, membership) = Self::read_applied(&self.storage, self.shard)?;
+        let voters: BTreeSet<u64> = membership.membership().voter_ids().collect();
+        let child_group = GroupId::of_shard(ShardId(split.child)).0;
+        let fresh = !self
+            .storage
+            .has_shard_state(split.child)
+            .map_err(io::Error::other)?
+            && !self
+                .storage
+                .has_group_state(child_group)
+                .map_err(io::Error::other)?;
+        let seed = match self.node {
+            Some(me) if voters.contains(&me) && fresh => {
+                let first = voters.first().copied().unwrap_or_default();
+                let leader = LeaderIdOf::<TypeConfig>::new(0, first).to_committed();
+                let start = Some(LogIdOf::<TypeConfig>::new(leader, 0));
+                let nodes: BTreeMap<u64, PeerNode> = membership
+                    .membership()
+                    .nodes()
+                    .filter(|(id, _)| voters.contains(id))
+                    .map(|(id, node)| (*id, node.clone()))
+                    .collect();
+                let membership = openraft::Membership::new(vec![voters.clone()], nodes)
+                    .map_err(io::Error::other)?;
+                let first_membership =
+                    StoredMembershipOf::<TypeConfig>::new(start, membership);
+                Some(vec![
+                    (APPLIED, encode(&start)?),
+                    (MEMBERSHIP, encode(&first_membership)?),
+                ])
+            }
+            _ => None,
+        };
+        let parent_meta = [(APPLIED, encode(&Some(log_id))?)];
+        let moved = self
+            .storage
+            .split_shard(split, &parent_meta, seed.as_deref())
+            .map_err(io::Error::other)?;
+        match moved {
+            Some(rows) => {
+                tracing::info!(
+                    shard = self.shard,
+                    child = split.child,
+                    at_slot = split.at_slot,
+                    rows,
+                    seeded = seed.is_some(),
+                    "split the shard"
+                );
+                Ok(CommandResult::Done)
+            }
+            None => Ok(CommandResult::Moved),
+        }
     }
 
     /// Writes the snapshot file atomically (temp file, fsync, rename, fsync of the folder) and
@@ -262,7 +425,12 @@ impl RaftSnapshotBuilder<TypeConfig> for ShardStateMachine {
             };
             // The shard is about the size it was at the last snapshot.
             let size_hint = std::fs::metadata(&path).map_or(0, |m| m.len() as usize);
-            Ok::<_, io::Error>((encode_records(&view, size_hint)?, applied, membership))
+            let extra = extra_meta(meta);
+            Ok::<_, io::Error>((
+                encode_records(&view, &extra, size_hint)?,
+                applied,
+                membership,
+            ))
         })
         .await
         .map_err(io::Error::other)??;
@@ -297,46 +465,35 @@ impl RaftStateMachine<TypeConfig> for ShardStateMachine {
     where
         Strm: Stream<Item = Result<EntryResponder<TypeConfig>, io::Error>> + Unpin + OptionalSend,
     {
-        let mut batch = Vec::new();
+        let mut run = Vec::new();
         while let Some(item) = entries.try_next().await? {
-            batch.push(item);
-        }
-        let Some((last, _)) = batch.last() else {
-            return Ok(());
-        };
-        let mut meta = vec![(APPLIED, encode(&Some(last.log_id()))?)];
-        if let Some((entry, _)) = batch
-            .iter()
-            .rev()
-            .find(|(e, _)| matches!(e.payload, EntryPayload::Membership(_)))
-            && let EntryPayload::Membership(m) = &entry.payload
-        {
-            let stored = StoredMembershipOf::<TypeConfig>::new(Some(entry.log_id()), m.clone());
-            meta.push((MEMBERSHIP, encode(&stored)?));
-        }
-        let apply: Vec<ApplyEntry<'_>> = batch
-            .iter()
-            .map(|(entry, _)| ApplyEntry {
-                index: entry.index(),
-                command: match &entry.payload {
-                    EntryPayload::Normal(command) => Some(command),
-                    _ => None,
-                },
-            })
-            .collect();
-        // Inline, not on a blocking thread: the batch goes to fjall's memtable and journal
-        // buffer (no sync), and a thread hop per batch cost more than the write itself.
-        let results = self
-            .storage
-            .apply(self.shard, &apply, &meta)
-            .map_err(io::Error::other)?;
-        drop(apply);
-        for ((_, responder), result) in batch.into_iter().zip(results) {
-            if let Some(responder) = responder {
-                responder.send(result);
+            // A split is applied on its own, after what came before it.
+            if let EntryPayload::Normal(LogCommand {
+                command:
+                    Command::Split {
+                        at_slot,
+                        child,
+                        range,
+                    },
+                ..
+            }) = &item.0.payload
+            {
+                let split = ShardSplit {
+                    parent: self.shard,
+                    child: *child,
+                    at_slot: *at_slot,
+                    range: *range,
+                };
+                self.apply_run(std::mem::take(&mut run))?;
+                let result = self.apply_split(item.0.log_id(), &split)?;
+                if let Some(responder) = item.1 {
+                    responder.send(result);
+                }
+                continue;
             }
+            run.push(item);
         }
-        Ok(())
+        self.apply_run(run)
     }
 
     async fn get_snapshot_builder(&mut self) -> Self::SnapshotBuilder {
@@ -350,12 +507,14 @@ impl RaftStateMachine<TypeConfig> for ShardStateMachine {
     ) -> Result<(), io::Error> {
         let data = snapshot.into_inner();
         self.snapshot_installed(data.len());
-        let records: Vec<(Vec<u8>, Vec<u8>)> = decode(&data)?;
+        let (extra, records) = decode_snapshot_data(&data)?;
+        let mut rows = vec![
+            (APPLIED.to_string(), encode(&meta.last_log_id)?),
+            (MEMBERSHIP.to_string(), encode(&meta.last_membership)?),
+        ];
+        rows.extend(extra_meta(extra));
         let export = ShardExport {
-            meta: vec![
-                (APPLIED.to_string(), encode(&meta.last_log_id)?),
-                (MEMBERSHIP.to_string(), encode(&meta.last_membership)?),
-            ],
+            meta: rows,
             records,
         };
         let storage = self.storage.clone();
@@ -491,6 +650,36 @@ mod tests {
         assert_serves(&mut follower, &built).await;
     }
 
+    #[tokio::test]
+    async fn a_split_shard_keeps_its_slot_range_through_a_snapshot() {
+        let (from, to) = (TempDir::new().expect("dir"), TempDir::new().expect("dir"));
+        let mut leader = state_machine_with_two_keys(&from);
+        let split = ShardSplit {
+            parent: SHARD,
+            child: SHARD + 1,
+            at_slot: 8192,
+            range: (0, 16383),
+        };
+        leader
+            .storage
+            .split_shard(&split, &[], None)
+            .expect("split")
+            .expect("applied");
+        let built = leader.build_snapshot().await.expect("build");
+        assert!(built.snapshot.get_ref().starts_with(&EXTRA_META_MARK));
+        let storage = Storage::open(to.path(), &StorageOptions::default()).expect("storage");
+        let mut follower = ShardStateMachine::new(storage.clone(), SHARD);
+        follower
+            .install_snapshot(&built.meta, built.snapshot.clone())
+            .await
+            .expect("install");
+        assert_eq!(storage.slot_range(SHARD).expect("range"), Some((0, 8191)));
+        // "a" (slot 15495) left with the split; "b" (slot 3300) stayed.
+        assert!(storage.get_raw(SHARD, b"a").expect("read").is_none());
+        assert!(storage.get_raw(SHARD, b"b").expect("read").is_some());
+        assert_serves(&mut follower, &built).await;
+    }
+
     /// How snapshot files were written before the data was kept as sent.
     #[derive(Serialize)]
     struct EarlierLayout {
@@ -545,7 +734,7 @@ mod tests {
         view.for_each_record(|key, value| rows.push((key.to_vec(), value.to_vec())))
             .expect("rows");
         let expected = encode(&rows).expect("encode");
-        let streamed = encode_records(&view, expected.len()).expect("stream");
+        let streamed = encode_records(&view, &[], expected.len()).expect("stream");
         assert_eq!(streamed, expected);
         assert_eq!(
             streamed.capacity(),
@@ -553,11 +742,11 @@ mod tests {
             "a hint of the data's size is enough: the buffer never grew"
         );
         assert_eq!(
-            encode_records(&view, 0).expect("stream"),
+            encode_records(&view, &[], 0).expect("stream"),
             expected,
             "no hint"
         );
-        let empty = encode_records(&storage.shard_view(SHARD + 1), 0).expect("stream");
+        let empty = encode_records(&storage.shard_view(SHARD + 1), &[], 0).expect("stream");
         assert_eq!(
             empty,
             encode(&Vec::<(Vec<u8>, Vec<u8>)>::new()).expect("encode")

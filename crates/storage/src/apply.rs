@@ -1,6 +1,7 @@
 //! Applying committed commands to a shard's data, atomically with the applied-state metadata.
 
 use crate::keys::{expiry_key, owned_key};
+use crate::store::SLOTS_ROW;
 use crate::{Storage, StorageError};
 use bytes::Bytes;
 use std::collections::HashMap;
@@ -74,6 +75,9 @@ impl ShardView<'_> {
 struct Pending<'s> {
     storage: &'s Storage,
     shard: u32,
+    /// The slots the shard owns, once a split has touched it: commands for keys outside are
+    /// refused, whoever proposed them before the split.
+    owned: Option<(u16, u16)>,
     changes: HashMap<Bytes, Option<Record>>,
     order: Vec<Bytes>,
     /// Expiry of each touched key as stored before this batch, to keep the expiry index right.
@@ -129,6 +133,24 @@ impl<'s> Pending<'s> {
         Ok(())
     }
 
+    /// Whether every key `command` names is in a slot this shard owns. A batch's commands
+    /// are checked one by one (they come from different clients); a prefix delete names no
+    /// key and removes only what the shard holds.
+    fn owns_keys_of(&self, command: &Command) -> bool {
+        let Some(owned) = self.owned else {
+            return true;
+        };
+        let inside = |key: &Bytes| crate::store::in_slots(key, Some(owned));
+        match command {
+            Command::Put { key, .. } | Command::Incr { key, .. } | Command::SetTtl { key, .. } => {
+                inside(key)
+            }
+            Command::PutMany { pairs } => pairs.iter().all(|(key, _)| inside(key)),
+            Command::Delete { keys, .. } | Command::Reap { keys } => keys.iter().all(inside),
+            Command::DeletePrefix { .. } | Command::Batch(_) | Command::Split { .. } => true,
+        }
+    }
+
     fn apply(&mut self, index: u64, log: &LogCommand) -> Result<CommandResult, StorageError> {
         self.apply_command(index, log.now_ms, &log.command)
     }
@@ -139,6 +161,9 @@ impl<'s> Pending<'s> {
         now: u64,
         command: &Command,
     ) -> Result<CommandResult, StorageError> {
+        if !self.owns_keys_of(command) {
+            return Ok(CommandResult::Moved);
+        }
         Ok(match command {
             Command::Batch(commands) => CommandResult::Batch(
                 commands
@@ -255,6 +280,9 @@ impl<'s> Pending<'s> {
                 }
                 None => CommandResult::TtlSet(false),
             },
+            // Applied by the raft layer through `Storage::split_shard`, which needs what only
+            // it knows (the new group's first state); never part of a batch.
+            Command::Split { .. } => CommandResult::Moved,
             Command::Reap { keys } => {
                 for key in keys {
                     if self.raw(key)?.is_some_and(|r| r.is_expired(now)) {
@@ -283,6 +311,7 @@ impl Storage {
         let mut pending = Pending {
             storage: self,
             shard,
+            owned: self.slot_range(shard)?,
             changes: HashMap::new(),
             order: Vec::new(),
             stored_expiry: HashMap::new(),
@@ -374,8 +403,109 @@ impl Storage {
             );
         }
         batch.commit()?;
+        self.forget_slot_range(shard);
         Ok(())
     }
+
+    /// Applies a split of `parent` at `at_slot` into the new shard `child`, in one atomic
+    /// batch: the parent's rows in slots `at_slot..=range.1` leave it, its `slots` row becomes
+    /// the lower part, and `parent_meta` (the applied log id) is written. With `seed`, those
+    /// rows become the child's, with the child's `slots` row and `seed` (the new group's first
+    /// applied state); without, they are dropped (this replica will receive the child from
+    /// its leader). `range` is the parent's range as the split's proposer knew it; a parent
+    /// whose recorded range differs (the split was applied before, or raced another one) is
+    /// left alone. Returns how many rows moved, or `None` when it was left alone.
+    pub fn split_shard(
+        &self,
+        split: &ShardSplit,
+        parent_meta: &[(&str, Vec<u8>)],
+        seed: Option<&[(&str, Vec<u8>)]>,
+    ) -> Result<Option<u64>, StorageError> {
+        self.check_writable()?;
+        let ShardSplit {
+            parent,
+            child,
+            at_slot,
+            range,
+        } = *split;
+        let stored = self.slot_range(parent)?;
+        let mut batch = self.db.batch();
+        for (name, value) in parent_meta {
+            batch.insert(
+                &self.data_meta,
+                owned_key(parent, name.as_bytes()),
+                value.clone(),
+            );
+        }
+        let valid = range.0 < at_slot && at_slot <= range.1;
+        if !valid || stored.is_some_and(|s| s != range) {
+            batch.commit()?;
+            return Ok(None);
+        }
+        let upper = (at_slot, range.1);
+        let mut moved = 0u64;
+        for guard in self.data.prefix(parent.to_be_bytes()) {
+            let (key, value) = guard.into_inner()?;
+            let user_key = &key[4..];
+            if !crate::store::in_slots(user_key, Some(upper)) {
+                continue;
+            }
+            moved += 1;
+            batch.remove(&self.data, key.clone());
+            let expires = Record::peek_expiry(&value);
+            if let Some(at) = expires {
+                batch.remove(&self.expiry, expiry_key(parent, at, user_key));
+            }
+            if seed.is_some() {
+                if let Some(at) = expires {
+                    batch.insert(&self.expiry, expiry_key(child, at, user_key), b"".to_vec());
+                }
+                batch.insert(&self.data, owned_key(child, user_key), value.to_vec());
+            }
+        }
+        batch.insert(
+            &self.data_meta,
+            owned_key(parent, SLOTS_ROW.as_bytes()),
+            crate::store::encode_slots((range.0, at_slot - 1)),
+        );
+        if let Some(seed) = seed {
+            batch.insert(
+                &self.data_meta,
+                owned_key(child, SLOTS_ROW.as_bytes()),
+                crate::store::encode_slots(upper),
+            );
+            for (name, value) in seed {
+                batch.insert(
+                    &self.data_meta,
+                    owned_key(child, name.as_bytes()),
+                    value.clone(),
+                );
+            }
+        }
+        batch.commit()?;
+        self.forget_slot_range(parent);
+        self.forget_slot_range(child);
+        Ok(Some(moved))
+    }
+
+    /// Whether `shard` has any state-machine state here (rows or an applied log id).
+    pub fn has_shard_state(&self, shard: u32) -> Result<bool, StorageError> {
+        Ok(self.data_meta.prefix(shard.to_be_bytes()).next().is_some()
+            || self.data.prefix(shard.to_be_bytes()).next().is_some())
+    }
+}
+
+/// One split of a shard, as [`Storage::split_shard`] applies it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct ShardSplit {
+    /// The shard split.
+    pub parent: u32,
+    /// The new shard.
+    pub child: u32,
+    /// The first slot the new shard owns.
+    pub at_slot: u16,
+    /// The parent's inclusive slot range before the split.
+    pub range: (u16, u16),
 }
 
 #[cfg(test)]
@@ -597,9 +727,14 @@ mod tests {
         assert_eq!(results[1], CommandResult::Deleted(3));
         assert_eq!(results[2], CommandResult::Deleted(0));
         assert_eq!(results[3], CommandResult::Deleted(1));
-        assert!(storage.scan(0, b"dir/", None, 100, 1).unwrap().is_empty());
+        assert!(
+            storage
+                .scan(0, b"dir/", None, 100, 1, None)
+                .unwrap()
+                .is_empty()
+        );
         let rest: Vec<_> = storage
-            .scan(0, b"", None, 100, 1)
+            .scan(0, b"", None, 100, 1, None)
             .unwrap()
             .into_iter()
             .map(|(k, _)| k)
@@ -609,7 +744,7 @@ mod tests {
             vec![Bytes::from_static(b"max"), Bytes::from_static(b"s")]
         );
         let after: Vec<_> = storage
-            .scan(0, b"", Some(b"max"), 100, 1)
+            .scan(0, b"", Some(b"max"), 100, 1, None)
             .unwrap()
             .into_iter()
             .map(|(k, _)| k)
@@ -637,7 +772,9 @@ mod tests {
             ],
         );
         let keep_x = |v: &[u8]| v.starts_with(b"x");
-        let (kept, first) = storage.scan_filtered(0, b"doc/", 10, 1, keep_x).unwrap();
+        let (kept, first) = storage
+            .scan_filtered(0, b"doc/", 10, 1, None, keep_x)
+            .unwrap();
         assert_eq!(
             kept, 2,
             "doc/a and doc/c; doc/d has expired, docs/a is another prefix"
@@ -646,7 +783,9 @@ mod tests {
         assert_eq!(first[0].0, Bytes::from_static(b"doc/a"));
         assert_eq!(first[0].1.value, Bytes::from_static(b"x1"));
         assert_eq!(first[0].1.modify_index, 2);
-        let (kept, all) = storage.scan_filtered(0, b"doc/", 1, 10, keep_x).unwrap();
+        let (kept, all) = storage
+            .scan_filtered(0, b"doc/", 1, 10, None, keep_x)
+            .unwrap();
         assert_eq!((kept, all.len()), (3, 3), "doc/d is live before its expiry");
     }
 
@@ -724,7 +863,7 @@ mod tests {
             .unwrap();
         other.import_shard(0, &export).unwrap();
         let keys: Vec<_> = other
-            .scan(0, b"", None, 10, 1)
+            .scan(0, b"", None, 10, 1, None)
             .unwrap()
             .into_iter()
             .map(|(k, _)| k)
@@ -737,5 +876,136 @@ mod tests {
             other.data_meta(0, "applied").unwrap().as_deref(),
             Some(&b"x"[..])
         );
+    }
+
+    #[test]
+    fn a_split_moves_the_upper_slots_and_the_parent_refuses_them_after() {
+        let dir = tempfile::tempdir().unwrap();
+        let storage = Storage::open(dir.path(), &StorageOptions::default()).unwrap();
+        let keys: Vec<String> = (0..200).map(|i| format!("k{i}")).collect();
+        let puts: Vec<LogCommand> = keys
+            .iter()
+            .map(|k| cmd(1, put(k, "v", PutCondition::Always, TtlUpdate::At(1_000))))
+            .collect();
+        run(&storage, 1, &puts);
+        let split = ShardSplit {
+            parent: 0,
+            child: 5,
+            at_slot: 8192,
+            range: (0, 16383),
+        };
+        let seed = [("applied", b"child".to_vec())];
+        let moved = storage
+            .split_shard(&split, &[("applied", b"s".to_vec())], Some(&seed))
+            .unwrap()
+            .expect("applied");
+        let upper: Vec<&String> = keys
+            .iter()
+            .filter(|k| trireme_types::key_slot(k.as_bytes()) >= 8192)
+            .collect();
+        assert_eq!(moved, upper.len() as u64);
+        assert!(moved > 50 && moved < 150, "about half move: {moved}");
+        assert_eq!(storage.slot_range(0).unwrap(), Some((0, 8191)));
+        assert_eq!(storage.slot_range(5).unwrap(), Some((8192, 16383)));
+        for key in &keys {
+            let upper_key = trireme_types::key_slot(key.as_bytes()) >= 8192;
+            assert_eq!(
+                storage.get_raw(0, key.as_bytes()).unwrap().is_some(),
+                !upper_key
+            );
+            assert_eq!(
+                storage.get_raw(5, key.as_bytes()).unwrap().is_some(),
+                upper_key
+            );
+        }
+        // Expiry entries follow their rows.
+        assert_eq!(
+            storage.expired_keys(5, 2_000, 1_000).unwrap().len() as u64,
+            moved
+        );
+        assert_eq!(
+            storage.expired_keys(0, 2_000, 1_000).unwrap().len(),
+            keys.len() - upper.len()
+        );
+        // The parent refuses its former keys, and still takes its own.
+        let lower = (0..)
+            .map(|i| format!("new{i}"))
+            .find(|k| trireme_types::key_slot(k.as_bytes()) < 8192)
+            .unwrap();
+        let results = run(
+            &storage,
+            300,
+            &[
+                cmd(
+                    1,
+                    put(upper[0], "late", PutCondition::Always, TtlUpdate::Clear),
+                ),
+                cmd(
+                    1,
+                    Command::Batch(vec![
+                        put(upper[1], "late", PutCondition::Always, TtlUpdate::Clear),
+                        put(&lower, "ok", PutCondition::Always, TtlUpdate::Clear),
+                    ]),
+                ),
+            ],
+        );
+        assert_eq!(results[0], CommandResult::Moved);
+        let CommandResult::Batch(inner) = &results[1] else {
+            panic!("a batch result: {results:?}");
+        };
+        assert_eq!(inner[0], CommandResult::Moved);
+        assert!(matches!(inner[1], CommandResult::Put { written: true, .. }));
+        assert!(storage.get_raw(0, upper[0].as_bytes()).unwrap().is_none());
+        // The same split again (a replayed entry) changes nothing.
+        assert_eq!(
+            storage
+                .split_shard(&split, &[("applied", b"t".to_vec())], Some(&seed))
+                .unwrap(),
+            None
+        );
+        // A scan limited to the parent's slots sees only the parent's keys.
+        let scanned = storage
+            .scan(5, b"", None, 1_000, 1, Some((8192, 12000)))
+            .unwrap();
+        assert!(scanned.len() < upper.len());
+        assert!(
+            scanned
+                .iter()
+                .all(|(k, _)| trireme_types::key_slot(k) <= 12000)
+        );
+    }
+
+    #[test]
+    fn a_replica_that_does_not_seed_drops_the_upper_rows() {
+        let dir = tempfile::tempdir().unwrap();
+        let storage = Storage::open(dir.path(), &StorageOptions::default()).unwrap();
+        let puts: Vec<LogCommand> = (0..50)
+            .map(|i| {
+                cmd(
+                    1,
+                    put(
+                        &format!("k{i}"),
+                        "v",
+                        PutCondition::Always,
+                        TtlUpdate::Clear,
+                    ),
+                )
+            })
+            .collect();
+        run(&storage, 1, &puts);
+        let split = ShardSplit {
+            parent: 0,
+            child: 1,
+            at_slot: 100,
+            range: (0, 16383),
+        };
+        storage
+            .split_shard(&split, &[], None)
+            .unwrap()
+            .expect("applied");
+        assert!(!storage.has_shard_state(1).unwrap());
+        assert_eq!(storage.slot_range(1).unwrap(), None);
+        let left = storage.scan(0, b"", None, 1_000, 1, None).unwrap();
+        assert!(left.iter().all(|(k, _)| trireme_types::key_slot(k) < 100));
     }
 }

@@ -26,7 +26,7 @@ mod group_commit;
 mod keys;
 mod store;
 
-pub use apply::{ApplyEntry, ShardExport, ShardView};
+pub use apply::{ApplyEntry, ShardExport, ShardSplit, ShardView};
 pub use error::StorageError;
 pub use group_commit::SyncCallback;
 pub use store::{Storage, StorageMetrics, StorageOptions};

@@ -132,7 +132,13 @@ pub struct Storage {
     poisoned: Arc<AtomicBool>,
     metrics: Arc<StorageMetrics>,
     dir: PathBuf,
+    /// Each shard's slot range as its `slots` row says (`None`: no row, the shard has never
+    /// been split nor was made by a split), read once: every applied batch checks it.
+    slot_ranges: std::sync::Mutex<std::collections::HashMap<u32, Option<(u16, u16)>>>,
 }
+
+/// Name of the `data_meta` row that holds a shard's slot range once a split has touched it.
+pub(crate) const SLOTS_ROW: &str = "slots";
 
 impl std::fmt::Debug for Storage {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
@@ -172,6 +178,7 @@ impl Storage {
             poisoned,
             metrics,
             dir: dir.to_path_buf(),
+            slot_ranges: std::sync::Mutex::default(),
         }))
     }
 
@@ -316,6 +323,7 @@ impl Storage {
     pub fn drop_replica(&self, group: u32, shard: u32) -> Result<u64, StorageError> {
         const BATCH_ROWS: usize = 10_000;
         self.check_writable()?;
+        self.forget_slot_range(shard);
         let mut deleted = 0u64;
         let owners = [
             (&self.raft_log, group),
@@ -343,6 +351,7 @@ impl Storage {
                 }
             }
         }
+        self.forget_slot_range(shard);
         Ok(deleted)
     }
 
@@ -351,6 +360,32 @@ impl Storage {
     /// Reads a state-machine metadata value of `shard` (applied log id, membership).
     pub fn data_meta(&self, shard: u32, name: &str) -> Result<Option<fjall::Slice>, StorageError> {
         Ok(self.data_meta.get(owned_key(shard, name.as_bytes()))?)
+    }
+
+    /// The slot range `shard` owns as its replicated state says: `None` until a split has
+    /// touched the shard (it then owns the range it was bootstrapped with).
+    pub fn slot_range(&self, shard: u32) -> Result<Option<(u16, u16)>, StorageError> {
+        let mut cache = self
+            .slot_ranges
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        if let Some(range) = cache.get(&shard) {
+            return Ok(*range);
+        }
+        let range = match self.data_meta(shard, SLOTS_ROW)? {
+            Some(bytes) => Some(decode_slots(&bytes)?),
+            None => None,
+        };
+        cache.insert(shard, range);
+        Ok(range)
+    }
+
+    /// Forgets the cached slot range of `shard` (its `slots` row was just written or removed).
+    pub(crate) fn forget_slot_range(&self, shard: u32) {
+        self.slot_ranges
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .remove(&shard);
     }
 
     /// Reads a key as stored, expired or not.
@@ -370,6 +405,9 @@ impl Storage {
 
     /// Live keys of `shard` starting with `prefix` and greater than `after` (exclusive, if
     /// given), in key order, at most `limit` of them.
+    ///
+    /// With `slots`, only keys in that inclusive slot range count: a replica that has not yet
+    /// applied a split of its shard still holds rows the reader routes to the new shard.
     pub fn scan(
         &self,
         shard: u32,
@@ -377,6 +415,7 @@ impl Storage {
         after: Option<&[u8]>,
         limit: usize,
         now_ms: u64,
+        slots: Option<(u16, u16)>,
     ) -> Result<Vec<(bytes::Bytes, Record)>, StorageError> {
         let mut out = Vec::new();
         let full_prefix = owned_key(shard, prefix);
@@ -396,7 +435,9 @@ impl Storage {
                 break;
             }
             let (key, value) = guard.into_inner()?;
-            if Record::peek_expiry(&value).is_some_and(|at| at <= now_ms) {
+            if Record::peek_expiry(&value).is_some_and(|at| at <= now_ms)
+                || !in_slots(&key[4..], slots)
+            {
                 continue;
             }
             let record = Record::decode(&value)?;
@@ -408,20 +449,23 @@ impl Storage {
     /// Walks every live row of `shard` under `prefix` in key order, handing `keep` each value
     /// borrowed (no copy); returns how many it kept and the first `limit` of those, decoded.
     /// For filters that read many rows and keep few (document search): only kept rows are
-    /// copied out of the store.
+    /// copied out of the store. `slots` limits the walk as in [`Storage::scan`].
     pub fn scan_filtered(
         &self,
         shard: u32,
         prefix: &[u8],
         now_ms: u64,
         limit: usize,
+        slots: Option<(u16, u16)>,
         mut keep: impl FnMut(&[u8]) -> bool,
     ) -> Result<(u64, Vec<(bytes::Bytes, Record)>), StorageError> {
         let mut kept = 0u64;
         let mut out = Vec::new();
         for guard in self.data.prefix(owned_key(shard, prefix)) {
             let (key, value) = guard.into_inner()?;
-            if Record::peek_expiry(&value).is_some_and(|at| at <= now_ms) {
+            if Record::peek_expiry(&value).is_some_and(|at| at <= now_ms)
+                || !in_slots(&key[4..], slots)
+            {
                 continue;
             }
             let stored = Record::peek_value(&value)
@@ -472,6 +516,29 @@ impl Storage {
             bytes += (key.len() + value.len()) as u64;
         }
         Ok((rows, bytes))
+    }
+}
+
+/// Whether `key` is in the inclusive slot range `slots` (every key is when there is none).
+pub(crate) fn in_slots(key: &[u8], slots: Option<(u16, u16)>) -> bool {
+    slots.is_none_or(|(start, end)| (start..=end).contains(&trireme_types::key_slot(key)))
+}
+
+/// A `slots` row: first and last slot, big-endian.
+pub(crate) fn encode_slots((start, end): (u16, u16)) -> Vec<u8> {
+    let mut out = Vec::with_capacity(4);
+    out.extend_from_slice(&start.to_be_bytes());
+    out.extend_from_slice(&end.to_be_bytes());
+    out
+}
+
+fn decode_slots(bytes: &[u8]) -> Result<(u16, u16), StorageError> {
+    match bytes {
+        [a, b, c, d] => Ok((u16::from_be_bytes([*a, *b]), u16::from_be_bytes([*c, *d]))),
+        _ => Err(StorageError::Corrupt(format!(
+            "a slots row of {} bytes",
+            bytes.len()
+        ))),
     }
 }
 

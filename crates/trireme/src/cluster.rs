@@ -66,6 +66,13 @@ enum ClusterCommand {
     /// Exits non-zero when the removal is refused (an unknown node, or too few nodes would be
     /// left for the replication factor without --force), and when shards lost their quorum.
     Remove(crate::cluster_admin::RemoveArgs),
+    /// Split a shard in two: the new shard takes the upper part of its slots (from --at, by
+    /// default the middle), starting on the same replicas; the rebalancer then spreads it.
+    ///
+    /// Waits until the new shard is in the cluster map. Exits non-zero when the split is
+    /// refused (an unknown shard, a slot outside it, a shard moving a replica, another split
+    /// in progress).
+    Split(crate::cluster_admin::SplitArgs),
 }
 
 /// Flags of `trireme cluster up`.
@@ -131,6 +138,7 @@ pub fn run(args: ClusterArgs) -> anyhow::Result<()> {
         ClusterCommand::Add(args) => runtime.block_on(add(args)),
         ClusterCommand::Status(args) => runtime.block_on(status(args)),
         ClusterCommand::Remove(args) => runtime.block_on(crate::cluster_admin::remove(args)),
+        ClusterCommand::Split(args) => runtime.block_on(crate::cluster_admin::split(args)),
     }
 }
 

@@ -1,12 +1,12 @@
-//! `trireme cluster remove` and the membership part of `trireme cluster status`: what an
-//! operator asks of a running cluster through any node's HTTP API.
+//! `trireme cluster remove`, `trireme cluster split` and the membership part of `trireme
+//! cluster status`: what an operator asks of a running cluster through any node's HTTP API.
 
 use crate::cluster::{http_client, normalize_target, root_cause};
 use anyhow::{anyhow, bail};
 use clap::Args;
 use std::fmt::Write as _;
 use std::time::Duration;
-use trireme_types::cluster_status::{ClusterStatus, RemoveResult};
+use trireme_types::cluster_status::{ClusterStatus, RemoveResult, SplitResult};
 
 /// Flags of `trireme cluster remove`.
 #[derive(Args, Debug)]
@@ -22,16 +22,12 @@ pub struct RemoveArgs {
     target: String,
 }
 
-/// Asks the cluster to remove a node and prints what happens next.
-pub async fn remove(args: RemoveArgs) -> anyhow::Result<()> {
-    let target = normalize_target(&args.target)?;
+/// Sends `POST url` and reads the JSON answer; a refusal becomes an error with the server's
+/// message.
+async fn post<T: serde::de::DeserializeOwned>(url: &str) -> anyhow::Result<T> {
     let client = http_client(Duration::from_secs(30))?;
-    let mut url = format!("{target}/v1/cluster/nodes/{}/remove", args.node);
-    if args.force {
-        url.push_str("?force=true");
-    }
     let response = client
-        .post(&url)
+        .post(url)
         .send()
         .await
         .map_err(|e| anyhow!("POST {url}: {}", root_cause(&e)))?;
@@ -44,8 +40,73 @@ pub async fn remove(args: RemoveArgs) -> anyhow::Result<()> {
             .unwrap_or(body);
         bail!("{message} ({status})");
     }
-    let result: RemoveResult = serde_json::from_str(&body)
-        .map_err(|e| anyhow!("POST {url}: unexpected answer {body:?}: {e}"))?;
+    serde_json::from_str(&body).map_err(|e| anyhow!("POST {url}: unexpected answer {body:?}: {e}"))
+}
+
+/// Flags of `trireme cluster split`.
+#[derive(Args, Debug)]
+pub struct SplitArgs {
+    /// The shard to split (its number, as `cluster status` lists them).
+    shard: u32,
+    /// The first slot the new shard takes (default: the middle of the shard's range).
+    #[arg(long)]
+    at: Option<u16>,
+    /// Any node's HTTP URL.
+    #[arg(long, default_value = "http://127.0.0.1:7700")]
+    target: String,
+}
+
+/// How long `cluster split` waits for the new shard to show in the map.
+const SPLIT_WAIT: Duration = Duration::from_secs(30);
+
+/// Asks the cluster to split a shard, waits until the new shard is in the map, and says
+/// which slots each shard owns now.
+pub async fn split(args: SplitArgs) -> anyhow::Result<()> {
+    let target = normalize_target(&args.target)?;
+    let mut url = format!("{target}/v1/cluster/shards/{}/split", args.shard);
+    if let Some(at) = args.at {
+        url.push_str(&format!("?at={at}"));
+    }
+    let started: SplitResult = post(&url).await?;
+    let deadline = std::time::Instant::now() + SPLIT_WAIT;
+    loop {
+        let status = fetch_status(&target).await?;
+        if status.shards.iter().any(|s| s.shard == started.child) {
+            println!(
+                "shard {} split: it owns slots {}..={}, and the new shard {} owns {}..={} on the same replicas (the rebalancer moves them from here)",
+                started.shard,
+                started.slots[0],
+                started.at_slot - 1,
+                started.child,
+                started.at_slot,
+                started.slots[1]
+            );
+            return Ok(());
+        }
+        if status.splits.is_empty() {
+            bail!(
+                "the split of shard {} was given up (see the metadata leader's log)",
+                started.shard
+            );
+        }
+        if std::time::Instant::now() > deadline {
+            bail!(
+                "the split of shard {} was decided but is not done after {SPLIT_WAIT:?}; `trireme cluster status` shows it",
+                started.shard
+            );
+        }
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+}
+
+/// Asks the cluster to remove a node and prints what happens next.
+pub async fn remove(args: RemoveArgs) -> anyhow::Result<()> {
+    let target = normalize_target(&args.target)?;
+    let mut url = format!("{target}/v1/cluster/nodes/{}/remove", args.node);
+    if args.force {
+        url.push_str("?force=true");
+    }
+    let result: RemoveResult = post(&url).await?;
     println!("{}", result.message);
     if !result.lost_quorum.is_empty() {
         // Said, and the exit status says it too: the cluster is not whole.
@@ -102,6 +163,13 @@ pub fn render_membership(status: &ClusterStatus) -> String {
             node.meta,
             if node.linked { "yes" } else { "no" },
             node.peer
+        );
+    }
+    for split in &status.splits {
+        let _ = writeln!(
+            out,
+            "splitting shard {} at slot {}: shard {} takes slots {}..={}",
+            split.shard, split.at_slot, split.child, split.at_slot, split.slots[1]
         );
     }
     if status.moves.is_empty() {
@@ -166,9 +234,20 @@ mod tests {
                 started_ms: 0,
                 progress: Some((120, Some(80))),
             }],
+            splits: vec![SplitResult {
+                shard: 2,
+                child: 16,
+                at_slot: 3072,
+                slots: [2048, 4095],
+                started_ms: 0,
+            }],
         };
         let text = render_membership(&status);
         assert!(text.contains("epoch 7"), "{text}");
+        assert!(
+            text.contains("splitting shard 2 at slot 3072: shard 16 takes slots 3072..=4095"),
+            "{text}"
+        );
         assert!(text.contains("n4         draining"), "{text}");
         assert!(
             text.contains("shard 3    n4 -> n1  learner  80/120 entries"),

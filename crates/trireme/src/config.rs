@@ -98,6 +98,14 @@ pub struct FileConfig {
 struct ClusterSection {
     /// Replica moves at once, cluster-wide (default 2).
     max_moves: Option<usize>,
+    /// Split a shard automatically once it holds more than this many bytes (default 256 MiB;
+    /// 0 turns splits by size off).
+    split_bytes: Option<u64>,
+    /// Split a shard automatically once its log grows faster than this many entries a second
+    /// over a minute (default 0: off).
+    split_writes_per_sec: Option<u64>,
+    /// No automatic split makes more shards than this (default 256).
+    max_shards: Option<u32>,
 }
 
 /// `[raft]`: timing in milliseconds.
@@ -328,11 +336,29 @@ impl ServerArgs {
         if let Some(raft) = file.raft {
             node.timing = raft_timing(raft)?;
         }
-        if let Some(max_moves) = file.cluster.and_then(|c| c.max_moves) {
+        let cluster = file.cluster.unwrap_or_default();
+        if let Some(max_moves) = cluster.max_moves {
             if !(1..=64).contains(&max_moves) {
                 bail!("[cluster] max_moves must be between 1 and 64, got {max_moves}");
             }
             node.max_moves = max_moves;
+        }
+        if let Some(bytes) = cluster.split_bytes {
+            if bytes != 0 && bytes < 1 << 20 {
+                bail!(
+                    "[cluster] split_bytes must be 0 (off) or at least 1048576 (1 MiB), got {bytes}"
+                );
+            }
+            node.split_bytes = bytes;
+        }
+        if let Some(rate) = cluster.split_writes_per_sec {
+            node.split_writes_per_sec = rate;
+        }
+        if let Some(max_shards) = cluster.max_shards {
+            if !(1..=16384).contains(&max_shards) {
+                bail!("[cluster] max_shards must be between 1 and 16384, got {max_shards}");
+            }
+            node.max_shards = max_shards;
         }
         let join = self.join.or(file.join);
         let initial = self.initial_cluster.or(file.initial_cluster);

@@ -1,7 +1,8 @@
 //! Area 61: a running cluster grows, shrinks and heals. A node joins and replicas move to it;
 //! a node is drained and removed, stops, and its data directory is refused; a dead node is
 //! removed by force and its replicas rebuilt; the whole cluster restarts in the middle of a
-//! move; bad membership commands change nothing. Writers run throughout, and every
+//! move; a shard splits under load and `redis-cli -c` follows; bad membership commands
+//! change nothing. Writers run throughout, and every
 //! acknowledged write is read back at the end.
 //!
 //! Real processes on loopback, one cluster at a time, every wait under a deadline.
@@ -12,12 +13,12 @@ use common::cluster::{
     ClusterOptions, Steady, TestCluster, assert_acked_readable, free_ports, peer_addr,
     spawn_steady_writer, wait_for_acks,
 };
-use common::wait_until;
+use common::{run_program_async, wait_until};
 use std::collections::BTreeMap;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
-use trireme_types::cluster_status::{ClusterStatus, RemoveResult};
+use trireme_types::cluster_status::{ClusterStatus, RemoveResult, SplitResult};
 
 /// How long a cluster may take to settle after a membership change (moves run two at a time,
 /// each a snapshot and two membership changes, on a busy 2-core machine).
@@ -254,6 +255,111 @@ async fn a_cluster_restarted_in_the_middle_of_a_move_finishes_it() {
     .await;
 }
 
+/// `POST /v1/cluster/shards/{shard}/split[?at=...]` through node `via`: status and body.
+async fn split(c: &TestCluster, via: usize, shard: &str, at: Option<&str>) -> (u16, String) {
+    let mut url = format!("{}/v1/cluster/shards/{shard}/split", c.node(via).http_url());
+    if let Some(at) = at {
+        url.push_str(&format!("?at={at}"));
+    }
+    let resp = c.http.post(&url).send().await.expect("POST split");
+    (
+        resp.status().as_u16(),
+        resp.text().await.unwrap_or_default(),
+    )
+}
+
+/// `redis-cli -c` (it follows MOVED answers like a cluster client) against node `via`.
+async fn redis_cli(c: &TestCluster, via: usize, args: &[&str]) -> String {
+    let port = c.node(via).resp_addr().port().to_string();
+    let mut all = vec!["-c", "-h", "127.0.0.1", "-p", &port];
+    all.extend_from_slice(args);
+    let (ok, stdout, stderr) = run_program_async("redis-cli", &all, Duration::from_secs(30)).await;
+    assert!(ok, "redis-cli {args:?} failed: {stdout}\n{stderr}");
+    stdout
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_shard_split_under_load_hands_over_its_keys_and_loses_nothing() {
+    let mut c = TestCluster::start(ClusterOptions::default().shards(4)).await;
+    let stop = Arc::new(AtomicBool::new(false));
+    let (count, writer) = spawn_steady_writer(&c, &[0, 1, 2], "split/", stop.clone());
+    wait_for_acks(&count, 100).await;
+    // Keys of shard 1 written through RESP before the split, read back after it.
+    let tagged: Vec<String> = (0..40)
+        .map(|i| format!("resp{i}"))
+        .filter(|k| c.shard_of(k) == 1)
+        .collect();
+    assert!(tagged.len() >= 5, "some keys fall in shard 1: {tagged:?}");
+    for key in &tagged {
+        assert_eq!(redis_cli(&c, 0, &["SET", key, key]).await.trim(), "OK");
+    }
+    bounded(SETTLE * 2, async {
+        let before = status(&c, 0).await.expect("status");
+        let (code, body) = split(&c, 1, "1", None).await;
+        assert_eq!(code, 200, "{body}");
+        let started: SplitResult = serde_json::from_str(&body).expect("a split");
+        assert_eq!(
+            (started.shard, started.child, started.at_slot),
+            (1, 4, 6144),
+            "{body}"
+        );
+        let settled = settle(&c, 2, "split shard 1", |s| {
+            s.splits.is_empty() && s.shards.len() == 5
+        })
+        .await;
+        assert!(settled.epoch > before.epoch);
+        let slots: BTreeMap<u32, [u16; 2]> =
+            settled.shards.iter().map(|s| (s.shard, s.slots)).collect();
+        assert_eq!(slots[&1], [4096, 6143]);
+        assert_eq!(slots[&4], [6144, 8191]);
+        assert_eq!(settled.shards[4].replicas.len(), 3);
+        c.expect_all_led(SETTLE).await;
+
+        // Writes go on through the split and after it, into both halves.
+        wait_for_acks(&count, count.load(Ordering::SeqCst) + 100).await;
+        let steady = finish_writer(&stop, writer).await;
+        let upper = steady
+            .acked
+            .iter()
+            .filter(|k| trireme_types::key_slot(k.as_bytes()) >= 6144)
+            .filter(|k| trireme_types::key_slot(k.as_bytes()) <= 8191)
+            .count();
+        assert!(upper > 10, "writes reached the new shard's slots: {upper}");
+        for via in 0..3 {
+            assert_acked_readable(&c, via, "split/", &steady).await;
+        }
+        // The redis-cli cluster client finds the new shard and every key where it is.
+        let nodes = redis_cli(&c, 0, &["CLUSTER", "SHARDS"]).await;
+        assert!(
+            nodes.contains("6144"),
+            "CLUSTER SHARDS shows the new range: {nodes}"
+        );
+        for key in &tagged {
+            assert_eq!(redis_cli(&c, 2, &["GET", key]).await.trim(), key.as_str());
+        }
+        let moved = tagged
+            .iter()
+            .find(|k| trireme_types::key_slot(k.as_bytes()) >= 6144)
+            .or(tagged.first())
+            .expect("a key");
+        assert_eq!(
+            redis_cli(&c, 1, &["SET", moved, "after"]).await.trim(),
+            "OK"
+        );
+        assert_eq!(redis_cli(&c, 0, &["GET", moved]).await.trim(), "after");
+
+        // The new shard's state survives a restart of the whole cluster.
+        c.kill9_all().await;
+        c.restart_stopped().await;
+        c.expect_all_led(SETTLE).await;
+        assert_acked_readable(&c, 1, "split/", &steady).await;
+        assert_eq!(redis_cli(&c, 2, &["GET", moved]).await.trim(), "after");
+        let again = status(&c, 0).await.expect("status");
+        assert_eq!(again.shards.len(), 5);
+    })
+    .await;
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn bad_membership_commands_are_refused_and_change_nothing() {
     let c = TestCluster::start(ClusterOptions::default().shards(2)).await;
@@ -275,6 +381,20 @@ async fn bad_membership_commands_are_refused_and_change_nothing() {
         );
         let resp = c.http.post(&url).send().await.expect("POST");
         assert_eq!(resp.status().as_u16(), 400);
+
+        // Splits of a shard that does not exist, at a slot outside the shard, or of no shard.
+        let (code, body) = split(&c, 0, "7", None).await;
+        assert_eq!(code, 404, "{body}");
+        assert!(body.contains("no shard 7"), "{body}");
+        let (code, body) = split(&c, 0, "1", Some("100")).await;
+        assert_eq!(code, 400, "{body}");
+        assert!(body.contains("owns slots 8192..=16383"), "{body}");
+        for bad in ["x", "-1"] {
+            let (code, body) = split(&c, 0, bad, None).await;
+            assert_eq!(code, 400, "{bad}: {body}");
+        }
+        let (code, body) = split(&c, 0, "0", Some("99999")).await;
+        assert_eq!(code, 400, "{body}");
 
         // A node of another cluster, and a node that takes a member's name, are refused.
         let via = peer_addr(c.node(0)).to_string();

@@ -23,6 +23,9 @@ pub struct ClusterStatus {
     pub shards: Vec<ShardPlacement>,
     /// Moves in progress.
     pub moves: Vec<MoveStatus>,
+    /// The split in progress, if any.
+    #[serde(default)]
+    pub splits: Vec<SplitResult>,
 }
 
 /// One node.
@@ -90,4 +93,20 @@ pub struct RemoveResult {
     pub lost_quorum: Vec<u32>,
     /// What happens next, in words.
     pub message: String,
+}
+
+/// A shard split: the answer to `POST /v1/cluster/shards/{id}/split`, and a split in progress
+/// in [`ClusterStatus`].
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct SplitResult {
+    /// The shard being split.
+    pub shard: u32,
+    /// The new shard, which takes the upper slots.
+    pub child: u32,
+    /// The first slot the new shard owns.
+    pub at_slot: u16,
+    /// The shard's slot range before the split.
+    pub slots: [u16; 2],
+    /// When it was decided, Unix ms.
+    pub started_ms: u64,
 }

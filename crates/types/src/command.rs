@@ -105,6 +105,19 @@ pub enum Command {
     /// only batches commands that touch different keys, so every change of a key still gets
     /// its own `ModifyIndex`.
     Batch(Vec<Command>),
+    /// Give the slots from `at_slot` to the end of this shard's range to the new shard
+    /// `child`. Applying it moves those rows out of this shard on every replica (a replica
+    /// that voted in this shard when it was split keeps them as the new shard's first state)
+    /// and from then on refuses commands for those slots with [`CommandResult::Moved`].
+    Split {
+        /// The first slot the new shard owns.
+        at_slot: u16,
+        /// The new shard's id.
+        child: u32,
+        /// This shard's inclusive slot range before the split, as the proposer knew it: a
+        /// replica whose shard owns another range by then (split already) ignores the entry.
+        range: (u16, u16),
+    },
 }
 
 impl Command {
@@ -119,13 +132,17 @@ impl Command {
             Command::SetTtl { .. } => "set_ttl",
             Command::Reap { .. } => "reap",
             Command::Batch(_) => "batch",
+            Command::Split { .. } => "split",
         }
     }
 
     /// Whether the command names every key it writes, so it can share a log entry with
     /// others; a prefix delete (whose keys are known only when applied) or a batch cannot.
     pub fn can_share_an_entry(&self) -> bool {
-        !matches!(self, Command::DeletePrefix { .. } | Command::Batch(_))
+        !matches!(
+            self,
+            Command::DeletePrefix { .. } | Command::Batch(_) | Command::Split { .. }
+        )
     }
 }
 
@@ -151,4 +168,7 @@ pub enum CommandResult {
     Done,
     /// One result per command of a [`Command::Batch`], in order.
     Batch(Vec<CommandResult>),
+    /// Not applied: a key of the command is in a slot this shard no longer owns (it was split
+    /// off). The command changed nothing; the sender routes it again with a newer map.
+    Moved,
 }

@@ -37,6 +37,9 @@ pub enum ErrorCode {
     /// The request conflicts with the cluster's state or with a change made meanwhile (an
     /// operator command that would break the cluster, or raced with another); nothing changed.
     Conflict,
+    /// The key's slots moved to another shard (a split) and this node's routing has not caught
+    /// up yet; nothing changed, and the request can be sent again.
+    Moved,
 }
 
 impl ErrorCode {
@@ -48,7 +51,10 @@ impl ErrorCode {
             | ErrorCode::NotInteger
             | ErrorCode::Overflow => 400,
             ErrorCode::ValueTooLarge | ErrorCode::RequestTooLarge => 413,
-            ErrorCode::NoLeader | ErrorCode::Unavailable | ErrorCode::StorageFailure => 503,
+            ErrorCode::NoLeader
+            | ErrorCode::Unavailable
+            | ErrorCode::StorageFailure
+            | ErrorCode::Moved => 503,
             ErrorCode::Timeout => 504,
             ErrorCode::Internal => 500,
             ErrorCode::NotFound => 404,
@@ -64,7 +70,7 @@ impl ErrorCode {
     /// pass to the caller, so that an `INCR` is not silently applied twice.
     pub fn resp_prefix(self) -> &'static str {
         match self {
-            ErrorCode::NoLeader | ErrorCode::Unavailable => "TRYAGAIN",
+            ErrorCode::NoLeader | ErrorCode::Unavailable | ErrorCode::Moved => "TRYAGAIN",
             ErrorCode::Timeout => "TIMEOUT",
             ErrorCode::StorageFailure => "IOERR",
             _ => "ERR",
@@ -88,6 +94,7 @@ impl ErrorCode {
             ErrorCode::NotFound => "not_found",
             ErrorCode::PreconditionFailed => "precondition_failed",
             ErrorCode::Conflict => "conflict",
+            ErrorCode::Moved => "moved",
         }
     }
 }

@@ -2,7 +2,6 @@
 //! can route by themselves.
 
 use crate::ids::ShardId;
-use serde::{Deserialize, Serialize};
 use std::ops::RangeInclusive;
 
 /// Number of hash slots; fixed forever, as in Redis Cluster.
@@ -43,43 +42,72 @@ pub fn key_slot(key: &[u8]) -> u16 {
     crc16(hash_tag(key)) % SLOT_COUNT
 }
 
-/// Which shard owns which slots. Shards own contiguous, equal-sized slot ranges; the count is
-/// fixed when the cluster is bootstrapped.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+/// Which shard owns which slots: every shard owns one contiguous slot range, and every slot
+/// has exactly one owner. A cluster starts with equal ranges; a split gives the upper part of
+/// a shard's range to a new shard, whose id is the next free one, so ids stay dense but are
+/// not in slot order. The epoch is the cluster map's version this routing was read from.
+#[derive(Debug, Clone, PartialEq, Eq)]
 pub struct ShardMap {
-    shard_count: u32,
+    /// Inclusive slot range of each shard, by shard id.
+    ranges: Vec<(u16, u16)>,
+    /// The owner of every slot, by slot: one lookup per key.
+    owners: Vec<u32>,
+    epoch: u64,
 }
 
 impl ShardMap {
-    /// A map of `shard_count` shards; `None` if the count is 0 or more than there are slots.
+    /// A map of `shard_count` equal shards; `None` if the count is 0 or more than there are
+    /// slots.
     pub fn new(shard_count: u32) -> Option<Self> {
-        (1..=u32::from(SLOT_COUNT))
-            .contains(&shard_count)
-            .then_some(Self { shard_count })
+        if !(1..=u32::from(SLOT_COUNT)).contains(&shard_count) {
+            return None;
+        }
+        Self::from_ranges(even_ranges(shard_count), 0)
     }
 
-    /// How many shards there are.
+    /// A map from each shard's inclusive slot range, by shard id; `None` unless the ranges
+    /// cover every slot exactly once.
+    pub fn from_ranges(ranges: Vec<(u16, u16)>, epoch: u64) -> Option<Self> {
+        let mut owners = vec![u32::MAX; usize::from(SLOT_COUNT)];
+        for (shard, &(start, end)) in ranges.iter().enumerate() {
+            if start > end || end >= SLOT_COUNT {
+                return None;
+            }
+            for owner in &mut owners[usize::from(start)..=usize::from(end)] {
+                if *owner != u32::MAX {
+                    return None;
+                }
+                *owner = shard as u32;
+            }
+        }
+        if owners.contains(&u32::MAX) {
+            return None;
+        }
+        Some(Self {
+            ranges,
+            owners,
+            epoch,
+        })
+    }
+
+    /// How many shards there are; shard ids run from 0 to this, exclusive.
     pub fn shard_count(&self) -> u32 {
-        self.shard_count
+        self.ranges.len() as u32
     }
 
-    /// Every shard id, in slot order.
+    /// Every shard id, in id order.
     pub fn shards(&self) -> impl Iterator<Item = ShardId> + use<> {
-        (0..self.shard_count).map(ShardId)
+        (0..self.shard_count()).map(ShardId)
+    }
+
+    /// The version of the cluster map this was read from (0 for a map made from a count).
+    pub fn epoch(&self) -> u64 {
+        self.epoch
     }
 
     /// The shard that owns `slot`.
     pub fn shard_of_slot(&self, slot: u16) -> ShardId {
-        // Inverse of `slots_of`: the largest shard whose first slot is <= slot.
-        let shard = (u64::from(slot) * u64::from(self.shard_count) + u64::from(self.shard_count)
-            - 1)
-            / u64::from(SLOT_COUNT);
-        let shard = shard as u32;
-        if self.first_slot(shard) > u32::from(slot) {
-            ShardId(shard - 1)
-        } else {
-            ShardId(shard)
-        }
+        ShardId(self.owners[usize::from(slot % SLOT_COUNT)])
     }
 
     /// The shard that owns `key`.
@@ -87,16 +115,29 @@ impl ShardMap {
         self.shard_of_slot(key_slot(key))
     }
 
-    fn first_slot(&self, shard: u32) -> u32 {
-        (u64::from(shard) * u64::from(SLOT_COUNT) / u64::from(self.shard_count)) as u32
+    /// The inclusive slot range a shard owns (empty for a shard the map does not have).
+    pub fn slots_of(&self, shard: ShardId) -> RangeInclusive<u16> {
+        match self.ranges.get(shard.0 as usize) {
+            Some(&(start, end)) => start..=end,
+            #[allow(clippy::reversed_empty_ranges)]
+            None => 1..=0,
+        }
     }
 
-    /// The inclusive slot range a shard owns.
-    pub fn slots_of(&self, shard: ShardId) -> RangeInclusive<u16> {
-        let start = self.first_slot(shard.0) as u16;
-        let end = (self.first_slot(shard.0 + 1) - 1) as u16;
-        start..=end
+    /// Every shard's inclusive slot range, by shard id.
+    pub fn ranges(&self) -> &[(u16, u16)] {
+        &self.ranges
     }
+}
+
+/// `count` contiguous ranges of (nearly) equal size covering every slot: the layout a cluster
+/// is bootstrapped with.
+pub fn even_ranges(count: u32) -> Vec<(u16, u16)> {
+    let count = count.clamp(1, u32::from(SLOT_COUNT));
+    let first = |shard: u32| (u64::from(shard) * u64::from(SLOT_COUNT) / u64::from(count)) as u32;
+    (0..count)
+        .map(|shard| (first(shard) as u16, (first(shard + 1) - 1) as u16))
+        .collect()
 }
 
 #[cfg(test)]
@@ -153,5 +194,30 @@ mod tests {
     fn shard_count_is_bounded() {
         assert!(ShardMap::new(0).is_none());
         assert!(ShardMap::new(16385).is_none());
+    }
+
+    #[test]
+    fn ranges_after_a_split_route_the_upper_slots_to_the_new_shard() {
+        let mut ranges = even_ranges(2);
+        assert_eq!(ranges, vec![(0, 8191), (8192, 16383)]);
+        ranges[0] = (0, 4095);
+        ranges.push((4096, 8191));
+        let map = ShardMap::from_ranges(ranges, 7).expect("a cover");
+        assert_eq!(map.epoch(), 7);
+        assert_eq!(map.shard_count(), 3);
+        assert_eq!(map.shard_of_slot(4095), ShardId(0));
+        assert_eq!(map.shard_of_slot(4096), ShardId(2));
+        assert_eq!(map.shard_of_slot(8192), ShardId(1));
+        assert_eq!(map.slots_of(ShardId(2)), 4096..=8191);
+        assert!(map.slots_of(ShardId(3)).is_empty());
+    }
+
+    #[test]
+    fn ranges_that_overlap_or_leave_a_gap_are_refused() {
+        assert!(ShardMap::from_ranges(vec![(0, 100), (100, 16383)], 1).is_none());
+        assert!(ShardMap::from_ranges(vec![(0, 100), (102, 16383)], 1).is_none());
+        assert!(ShardMap::from_ranges(vec![(0, 16384)], 1).is_none());
+        assert!(ShardMap::from_ranges(vec![(5, 4), (0, 16383)], 1).is_none());
+        assert!(ShardMap::from_ranges(Vec::new(), 1).is_none());
     }
 }

@@ -1,12 +1,12 @@
 //! Cluster administration: the cluster's status (nodes with their lifecycle state, shards,
-//! replica moves in progress) and removing a node. Any node answers; a change is decided
+//! replica moves in progress), removing a node, and splitting a shard. Any node answers; a change is decided
 //! against the metadata leader's map.
 
 use crate::{ApiError, AppState};
 use axum::Json;
 use axum::extract::{Path, Query, State};
 use serde::Deserialize;
-use trireme_types::cluster_status::{ClusterStatus, RemoveResult};
+use trireme_types::cluster_status::{ClusterStatus, RemoveResult, SplitResult};
 
 /// `GET /v1/cluster/status`.
 pub(crate) async fn status(State(state): State<AppState>) -> Json<ClusterStatus> {
@@ -39,4 +39,38 @@ pub(crate) async fn remove_node(
         }
     };
     Ok(Json(state.node.remove_node(&name, force).await?))
+}
+
+/// Query of `POST /v1/cluster/shards/{id}/split`.
+#[derive(Debug, Deserialize)]
+pub(crate) struct SplitQuery {
+    /// The first slot the new shard takes (default: the middle of the shard's range).
+    #[serde(default)]
+    at: Option<String>,
+}
+
+/// `POST /v1/cluster/shards/{id}/split[?at=SLOT]`: splits the shard in two; the new shard
+/// takes the slots from `at` to the end of the range. 404 for an unknown shard, 400 for a slot
+/// outside it (or a one-slot shard), 409 while the shard moves a replica or another split
+/// runs. Answers once the split is decided; `GET /v1/cluster/status` shows it until done.
+pub(crate) async fn split_shard(
+    State(state): State<AppState>,
+    Path(shard): Path<String>,
+    Query(query): Query<SplitQuery>,
+) -> Result<Json<SplitResult>, ApiError> {
+    let shard: u32 = shard
+        .parse()
+        .map_err(|_| ApiError::invalid(format!("a shard is a number, got {shard:?}")))?;
+    let at = match query.at.as_deref() {
+        None | Some("") => None,
+        Some(text) => Some(
+            text.parse::<u16>()
+                .ok()
+                .filter(|s| *s < trireme_types::SLOT_COUNT)
+                .ok_or_else(|| {
+                    ApiError::invalid(format!("at must be a slot from 0 to 16383, got {text:?}"))
+                })?,
+        ),
+    };
+    Ok(Json(state.node.split_shard(shard, at).await?))
 }

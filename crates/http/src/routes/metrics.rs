@@ -300,7 +300,7 @@ async fn replicas(out: &mut String, state: &AppState) {
     }
 }
 
-/// Replica moves and snapshot transfer.
+/// Replica moves, shard splits and snapshot transfer.
 fn elastic(out: &mut String, state: &AppState) {
     let e = state.node.elastic_metrics();
     for (name, help, value) in [
@@ -318,6 +318,16 @@ fn elastic(out: &mut String, state: &AppState) {
             "trireme_moves_cancelled_total",
             "Replica moves this node gave up as metadata leader.",
             &e.moves_cancelled,
+        ),
+        (
+            "trireme_splits_completed_total",
+            "Shard splits this node completed as metadata leader (by hand or automatic).",
+            &e.splits_completed,
+        ),
+        (
+            "trireme_splits_automatic_total",
+            "Shard splits this node decided by itself as metadata leader (size or load).",
+            &e.splits_automatic,
         ),
     ] {
         header(out, name, "counter", help);

@@ -409,13 +409,21 @@ impl TestCluster {
 
     /// Each shard's leader, when one running node reports itself leader and every running
     /// node names it; `None` for a shard without such a leader.
+    /// Shards made by splits count once any node shows them.
     pub async fn leaderships(&self) -> Vec<Option<Leadership>> {
         let views = self.views().await;
-        (0..self.shard_count() as usize)
+        let shards = views
+            .values()
+            .flatten()
+            .map(Vec::len)
+            .max()
+            .unwrap_or(0)
+            .max(self.shard_count() as usize);
+        (0..shards)
             .map(|s| {
                 let mut leader: Option<Leadership> = None;
                 for (&i, view) in &views {
-                    let shard = &view.as_ref()?[s];
+                    let shard = view.as_ref()?.get(s)?;
                     if shard.is_leader() && leader.as_ref().is_none_or(|l| shard.term > l.term) {
                         leader = Some(Leadership {
                             node: i,
@@ -429,7 +437,8 @@ impl TestCluster {
                     .values()
                     .all(|v| {
                         v.as_ref()
-                            .is_some_and(|v| v[s].leader.as_deref() == Some(&name))
+                            .and_then(|v| v.get(s))
+                            .is_some_and(|v| v.leader.as_deref() == Some(&name))
                     })
                     .then_some(leader)
             })
