@@ -592,6 +592,17 @@ impl Node {
                     deferred = true;
                 }
                 (true, None) => match self.open_shard(shard, &map).await {
+                    Ok(group) if map.origins.contains_key(&shard.0) => {
+                        tracing::info!(shard = shard.0, "opened a shard made by a split");
+                        // Its preferred leader stands at once: its keys wait for a leader.
+                        let preferred = map.replicas.get(shard.0 as usize).and_then(|r| r.first());
+                        if preferred == Some(&self.node_id)
+                            && group.leader().is_none()
+                            && let Err(e) = group.campaign().await
+                        {
+                            tracing::info!(shard = shard.0, error = %e, "cannot stand for election");
+                        }
+                    }
                     Ok(_) => tracing::info!(shard = shard.0, "opened a replica moving here"),
                     Err(e) => tracing::warn!(shard = shard.0, error = %e, "cannot open a replica"),
                 },

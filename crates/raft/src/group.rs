@@ -302,6 +302,17 @@ impl ShardGroup {
             .map_err(|e| RaftLayerError::from_fatal(self.shard.0, e))
     }
 
+    /// Starts an election now instead of waiting for the election timeout: for a group whose
+    /// replicas all start at once with the same state (a new shard made by a split), where
+    /// nobody else would stand for a second or two.
+    pub async fn campaign(&self) -> Result<(), RaftLayerError> {
+        self.raft
+            .trigger()
+            .elect(false)
+            .await
+            .map_err(|e| RaftLayerError::from_fatal(self.shard.0, e))
+    }
+
     /// Waits until this replica has applied past `index`, or `timeout` passes.
     pub async fn await_applied_beyond(&self, index: u64, timeout: Duration) {
         let mut metrics = self.metrics.clone();

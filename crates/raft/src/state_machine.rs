@@ -334,8 +334,7 @@ impl ShardStateMachine {
                     .collect();
                 let membership = openraft::Membership::new(vec![voters.clone()], nodes)
                     .map_err(io::Error::other)?;
-                let first_membership =
-                    StoredMembershipOf::<TypeConfig>::new(start, membership);
+                let first_membership = StoredMembershipOf::<TypeConfig>::new(start, membership);
                 Some(vec![
                     (APPLIED, encode(&start)?),
                     (MEMBERSHIP, encode(&first_membership)?),
