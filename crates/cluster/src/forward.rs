@@ -28,6 +28,10 @@ use trireme_types::{CommandResult, ErrorCode, LogCommand, NodeId, Record, ShardI
 /// timeout bounds them too.
 const MAX_ATTEMPTS: usize = 12;
 
+/// How long a request waits, per attempt, for a replica this node is about to open (the map
+/// places it here, and reconciliation opens it within moments).
+const OPENING_PAUSE: Duration = Duration::from_millis(50);
+
 /// One request to one shard, as [`Node::on_shard`] runs it: a read ([`Read`]) or a write
 /// ([`Write`]). Each kind says what it answers, so a caller gets the answer's own type and
 /// never has to check the shape of what came back, locally or over the peer link.
@@ -511,15 +515,22 @@ impl Node {
             }
         }
         // Not a replica here (or a metadata learner not yet added): ask the hinted leader, or
-        // each replica in turn.
-        if let Some(leader) = hint {
+        // each other replica in turn. Never this node itself: the map may already place a
+        // replica here (a new shard, a move) whose group is not open yet; then wait a moment
+        // for it instead.
+        if let Some(leader) = hint.filter(|l| *l != me) {
             return Some(Target::Remote(leader));
         }
-        let replicas = self.replicas_of(shard);
-        if replicas.is_empty() {
+        let others: Vec<u64> = self
+            .replicas_of(shard)
+            .into_iter()
+            .filter(|r| *r != me)
+            .collect();
+        if hint == Some(me) || others.is_empty() {
+            tokio::time::sleep(OPENING_PAUSE.min(left)).await;
             return None;
         }
-        Some(Target::Remote(replicas[attempt % replicas.len()]))
+        Some(Target::Remote(others[attempt % others.len()]))
     }
 
     /// After a local group refused as not leader: wait for the leader it named to be known.

@@ -200,7 +200,10 @@ pub(crate) async fn plan_split(
     })
     .await?;
     written
-        .map(|(_, answer)| answer)
+        .map(|(map, answer)| SplitResult {
+            epoch: map.epoch,
+            ..answer
+        })
         .ok_or_else(|| refused(ErrorCode::Internal, "the split was not decided"))
 }
 
@@ -211,6 +214,7 @@ fn split_result(shard: ShardId, split: &PendingSplit) -> SplitResult {
         at_slot: split.at_slot,
         slots: [split.range.0, split.range.1],
         started_ms: split.started_ms,
+        epoch: 0,
     }
 }
 

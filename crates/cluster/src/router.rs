@@ -77,18 +77,26 @@ impl Node {
     /// Runs `op` with this node's current routing; when a shard refuses it because a split
     /// moved the keys (the refusal guarantees nothing was done), waits for the map to change
     /// and runs it again with the new routing.
+    ///
+    /// The attempt is boxed: a request's future nests every layer from the front end down to
+    /// the peer link, and one more generic layer here put it past the compiler's depth limit.
     async fn routed<T, F, Fut>(&self, mut op: F) -> Result<T, ClusterError>
     where
         F: FnMut(Arc<ShardMap>) -> Fut,
-        Fut: Future<Output = Result<T, ClusterError>>,
+        Fut: Future<Output = Result<T, ClusterError>> + Send,
     {
         let deadline = Instant::now() + REROUTE_WAIT;
         loop {
             let seen = self.map_version();
-            match op(self.shard_map()).await {
+            let attempt: std::pin::Pin<
+                Box<dyn Future<Output = Result<T, ClusterError>> + Send + '_>,
+            > = Box::pin(op(self.shard_map()));
+            match attempt.await {
                 Err(e) if is_moved(&e) => {
                     let left = deadline.saturating_duration_since(Instant::now());
+                    tracing::debug!(error = %e, seen, "a split moved the keys; waiting for the map");
                     if left.is_zero() || !self.map_change(seen, left).await {
+                        tracing::warn!(error = %e, seen, now = self.map_version(), "the map did not change after a split moved the keys");
                         return Err(e);
                     }
                 }

@@ -295,6 +295,42 @@ async fn a_shard_split_under_load_hands_over_its_keys_and_loses_nothing() {
     }
     bounded(SETTLE * 2, async {
         let before = status(&c, 0).await.expect("status");
+        // A burst of writes to the slots the new shard takes, through the node that will be
+        // its preferred leader, from just before the split until it is done.
+        let preferred = c
+            .index_of(&before.shards[1].replicas[0])
+            .expect("a node of the cluster");
+        let url = c.node(preferred).http_url();
+        let burst_stop = Arc::new(AtomicBool::new(false));
+        let bursts: Vec<_> = (0..16)
+            .map(|t| {
+                let (client, url, stop) = (c.http.clone(), url.clone(), burst_stop.clone());
+                tokio::spawn(async move {
+                    let mut slowest = Duration::ZERO;
+                    let mut n = 0;
+                    while !stop.load(Ordering::SeqCst) {
+                        let key = format!("burst{t}-{n}");
+                        n += 1;
+                        if !(6144..=8191).contains(&trireme_types::key_slot(key.as_bytes())) {
+                            continue;
+                        }
+                        let started = std::time::Instant::now();
+                        let put = common::cluster::try_put_url(
+                            &client,
+                            &format!("{url}/v1/kv/{key}"),
+                            &key,
+                        )
+                        .await;
+                        slowest = slowest.max(started.elapsed());
+                        assert!(
+                            put.is_ok() || slowest < Duration::from_secs(5),
+                            "{key}: {put:?} after {slowest:?}"
+                        );
+                    }
+                    slowest
+                })
+            })
+            .collect();
         let (code, body) = split(&c, 1, "1", None).await;
         assert_eq!(code, 200, "{body}");
         let started: SplitResult = serde_json::from_str(&body).expect("a split");
@@ -314,10 +350,26 @@ async fn a_shard_split_under_load_hands_over_its_keys_and_loses_nothing() {
         assert_eq!(slots[&4], [6144, 8191]);
         assert_eq!(settled.shards[4].replicas.len(), 3);
         c.expect_all_led(SETTLE).await;
+        burst_stop.store(true, Ordering::SeqCst);
+        for burst in bursts {
+            let slowest = burst.await.expect("burst writer");
+            assert!(
+                slowest < Duration::from_secs(5),
+                "a write to the new shard's slots took {slowest:?} during the split"
+            );
+        }
 
         // Writes go on through the split and after it, into both halves.
         wait_for_acks(&count, count.load(Ordering::SeqCst) + 100).await;
         let steady = finish_writer(&stop, writer).await;
+        // Requests for the keys handed over wait for the new shard, but not for long (a
+        // request that cannot be served gives up after the 10 s request timeout).
+        assert!(
+            steady.slowest < Duration::from_secs(5),
+            "a write took {:?} during the split; failures: {:?}",
+            steady.slowest,
+            steady.failures
+        );
         let upper = steady
             .acked
             .iter()

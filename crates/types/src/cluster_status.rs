@@ -109,4 +109,7 @@ pub struct SplitResult {
     pub slots: [u16; 2],
     /// When it was decided, Unix ms.
     pub started_ms: u64,
+    /// The cluster map's epoch that recorded the split (0 in a status listing).
+    #[serde(default)]
+    pub epoch: u64,
 }

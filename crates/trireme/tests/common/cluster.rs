@@ -792,6 +792,8 @@ pub struct Steady {
     pub failures: Vec<String>,
     /// Shared with the test while it runs: how many PUTs have been acknowledged so far.
     pub count: Arc<AtomicUsize>,
+    /// The longest any PUT took, answered or not.
+    pub slowest: Duration,
 }
 
 /// Keeps writing `{prefix}{n}` = `{prefix}{n}` through the nodes `via` in turn until `stop`.
@@ -815,7 +817,9 @@ pub fn spawn_steady_writer(
             let key = format!("{prefix}{n:05}");
             let url = format!("{}/v1/kv/{key}", urls[n % urls.len()]);
             let started = Instant::now();
-            match try_put_url(&client, &url, &key).await {
+            let result = try_put_url(&client, &url, &key).await;
+            out.slowest = out.slowest.max(started.elapsed());
+            match result {
                 Ok(true) => {
                     out.acked.push(key);
                     out.count.fetch_add(1, Ordering::SeqCst);
