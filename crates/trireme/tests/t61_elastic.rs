@@ -413,6 +413,66 @@ async fn a_shard_split_under_load_hands_over_its_keys_and_loses_nothing() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_shard_past_the_size_threshold_splits_by_itself() {
+    let c = TestCluster::start(ClusterOptions {
+        timing: common::cluster::RaftTiming {
+            snapshot_every: Some(100),
+            ..Default::default()
+        },
+        cluster: "split_bytes = 1048576\nmax_shards = 3".into(),
+        ..ClusterOptions::default().shards(2)
+    })
+    .await;
+    bounded(SETTLE, async {
+        // About 2.5 MB into shard 0 only; shard 1 stays small.
+        let value = "v".repeat(10_000);
+        let mut written = Vec::new();
+        for n in 0.. {
+            let key = format!("big{n}");
+            if c.shard_of(&key) != 0 {
+                continue;
+            }
+            c.put(n % 3, &key, &value).await;
+            written.push(key);
+            if written.len() == 250 {
+                break;
+            }
+        }
+        let settled = settle(&c, 1, "split shard 0 by itself", |s| {
+            s.shards.len() == 3 && s.splits.is_empty()
+        })
+        .await;
+        let slots: BTreeMap<u32, [u16; 2]> =
+            settled.shards.iter().map(|s| (s.shard, s.slots)).collect();
+        assert_eq!(slots[&0], [0, 4095], "{settled:#?}");
+        assert_eq!(slots[&2], [4096, 8191], "{settled:#?}");
+        let mut automatic = 0.0;
+        for i in 0..3 {
+            let metrics = c
+                .http
+                .get(format!("{}/metrics", c.node(i).http_url()))
+                .send()
+                .await
+                .expect("metrics")
+                .text()
+                .await
+                .expect("metrics body");
+            automatic += metrics
+                .lines()
+                .find_map(|l| l.strip_prefix("trireme_splits_automatic_total "))
+                .and_then(|v| v.trim().parse::<f64>().ok())
+                .unwrap_or(0.0);
+        }
+        assert!(automatic >= 1.0, "no automatic split counted");
+        for key in &written {
+            let entry = c.get(2, key, "").await.expect("the key reads back");
+            assert_eq!(entry.value.len(), value.len());
+        }
+    })
+    .await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn bad_membership_commands_are_refused_and_change_nothing() {
     let c = TestCluster::start(ClusterOptions::default().shards(2)).await;
     bounded(SETTLE, async {

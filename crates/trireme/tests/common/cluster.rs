@@ -83,6 +83,8 @@ pub struct ClusterOptions {
     pub log: String,
     /// `balance_leaders` in the nodes' config: off where a test needs leaders to stay put.
     pub balance_leaders: bool,
+    /// Lines of the `[cluster]` table of the nodes' config (automatic splits), if any.
+    pub cluster: String,
 }
 
 impl Default for ClusterOptions {
@@ -95,6 +97,7 @@ impl Default for ClusterOptions {
             // an election did when a test fails.
             log: "info,openraft=error,openraft::raft::api::protocol=info".into(),
             balance_leaders: true,
+            cluster: String::new(),
         }
     }
 }
@@ -103,11 +106,15 @@ impl ClusterOptions {
     /// The nodes' config file.
     pub fn config_toml(&self) -> String {
         // Top-level keys go before the `[raft]` table.
-        format!(
+        let mut toml = format!(
             "balance_leaders = {}\n{}",
             self.balance_leaders,
             self.timing.toml()
-        )
+        );
+        if !self.cluster.is_empty() {
+            toml.push_str(&format!("[cluster]\n{}\n", self.cluster));
+        }
+        toml
     }
 
     #[must_use]
