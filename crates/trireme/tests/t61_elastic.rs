@@ -211,16 +211,13 @@ async fn a_dead_node_removed_by_force_has_its_replicas_rebuilt() {
         let answer: RemoveResult = serde_json::from_str(&body).expect("a RemoveResult");
         assert_eq!(answer.state, "removed");
         assert!(answer.lost_quorum.is_empty(), "{answer:?}");
+        // Each survivor ends with its share: 24 replicas over 3 nodes (between two moves
+        // the counts may be uneven for a moment).
         let settled = settle(&c, 0, "rebuilt n2's replicas", |s| {
-            at_replication_factor(s, 3)
+            at_replication_factor(s, 3) && replicas_in(s, "active").values().all(|n| *n == 8)
         })
         .await;
         assert_eq!(replicas_in(&settled, "removed").get("n2"), Some(&0));
-        // Each survivor holds its share: 24 replicas over 3 nodes.
-        assert!(
-            replicas_in(&settled, "active").values().all(|n| *n == 8),
-            "{settled:#?}"
-        );
         wait_for_acks(&count, count.load(Ordering::SeqCst) + 20).await;
         let steady = finish_writer(&stop, writer).await;
         assert_acked_readable(&c, 3, "heal/", &steady).await;
