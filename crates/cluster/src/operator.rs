@@ -61,7 +61,10 @@ impl Node {
                 linked: self.is_linked(id),
             });
         }
-        let routing = self.shard_map();
+        let routing = map
+            .as_ref()
+            .and_then(|m| m.shard_map())
+            .map_or_else(|| self.shard_map(), std::sync::Arc::new);
         let shards = routing
             .shards()
             .map(|shard| {
@@ -69,7 +72,15 @@ impl Node {
                 ShardPlacement {
                     shard: shard.0,
                     slots: [*slots.start(), *slots.end()],
-                    replicas: self.replicas_of(shard).into_iter().map(name).collect(),
+                    // From the same copy of the map as the nodes above, so one status never
+                    // mixes two versions of it.
+                    replicas: map
+                        .as_ref()
+                        .and_then(|m| m.replicas.get(shard.0 as usize))
+                        .into_iter()
+                        .flatten()
+                        .map(|id| name(*id))
+                        .collect(),
                     leader: self.group(shard).and_then(|g| g.leader()).map(name),
                 }
             })

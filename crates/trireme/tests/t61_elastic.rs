@@ -217,7 +217,11 @@ async fn a_dead_node_removed_by_force_has_its_replicas_rebuilt() {
             at_replication_factor(s, 3) && replicas_in(s, "active").values().all(|n| *n == 8)
         })
         .await;
-        assert_eq!(replicas_in(&settled, "removed").get("n2"), Some(&0));
+        assert_eq!(
+            replicas_in(&settled, "removed").get("n2"),
+            Some(&0),
+            "{settled:#?}"
+        );
         wait_for_acks(&count, count.load(Ordering::SeqCst) + 20).await;
         let steady = finish_writer(&stop, writer).await;
         assert_acked_readable(&c, 3, "heal/", &steady).await;
