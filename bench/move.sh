@@ -33,7 +33,7 @@ EOF
 "$TRIREME" cluster up --nodes 4 --shards 1 --dir "$WORK/cluster" --base-port "$BASE" \
   >"$WORK/up.log" 2>&1 &
 UP=$!
-trap 'kill -TERM $UP 2>/dev/null || true; wait $UP 2>/dev/null || true; rm -rf "$WORK"' EXIT
+trap 'kill -TERM $UP 2>/dev/null || true; wait $UP 2>/dev/null || true; cp "$WORK"/cluster/*.log "$OUT"/ 2>/dev/null || true; rm -rf "$WORK"' EXIT
 state() { python3 -c 'import json,sys; print(json.load(open(sys.argv[1]))["state"])' \
   "$WORK/cluster/cluster.json" 2>/dev/null || true; }
 for _ in $(seq 1 300); do [ "$(state)" = running ] && break; sleep 0.2; done

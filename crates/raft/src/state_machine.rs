@@ -409,6 +409,7 @@ impl RaftSnapshotBuilder<TypeConfig> for ShardStateMachine {
         let storage = self.storage.clone();
         let shard = self.shard;
         let path = self.snapshot_path();
+        let started = std::time::Instant::now();
         let (data, applied, membership) = tokio::task::spawn_blocking(move || {
             let view = storage.shard_view(shard);
             let meta = view.meta().map_err(io::Error::other)?;
@@ -443,6 +444,13 @@ impl RaftSnapshotBuilder<TypeConfig> for ShardStateMachine {
         if saved {
             self.snapshot_built(data.len(), meta.last_log_id.as_ref().map(|id| id.index()));
         }
+        tracing::info!(
+            shard,
+            bytes = data.len(),
+            ms = started.elapsed().as_millis() as u64,
+            saved,
+            "built a snapshot"
+        );
         Ok(SnapshotOf::<TypeConfig, Self::SnapshotData> {
             meta,
             snapshot: Cursor::new(data),
@@ -506,7 +514,9 @@ impl RaftStateMachine<TypeConfig> for ShardStateMachine {
     ) -> Result<(), io::Error> {
         let data = snapshot.into_inner();
         self.snapshot_installed(data.len());
+        let started = std::time::Instant::now();
         let (extra, records) = decode_snapshot_data(&data)?;
+        let decoded = started.elapsed();
         let mut rows = vec![
             (APPLIED.to_string(), encode(&meta.last_log_id)?),
             (MEMBERSHIP.to_string(), encode(&meta.last_membership)?),
@@ -522,10 +532,22 @@ impl RaftStateMachine<TypeConfig> for ShardStateMachine {
             .await
             .map_err(io::Error::other)?
             .map_err(io::Error::other)?;
+        let imported = started.elapsed();
         // The installed rows replace the log up to the snapshot: make them durable now.
         self.storage.sync_async().await.map_err(io::Error::other)?;
+        let synced = started.elapsed();
         // The file keeps the data as it arrived: it is what this node sends on.
+        let bytes = data.len();
         self.save_snapshot_file(meta, data).await?;
+        tracing::info!(
+            shard,
+            bytes,
+            decode_ms = decoded.as_millis() as u64,
+            import_ms = (imported - decoded).as_millis() as u64,
+            sync_ms = (synced - imported).as_millis() as u64,
+            save_ms = (started.elapsed() - synced).as_millis() as u64,
+            "installed a snapshot"
+        );
         Ok(())
     }
 

@@ -24,6 +24,9 @@ pub struct TriremeDriver {
     /// The target given, for keys whose shard has no known leader.
     fallback: String,
     nodes: HashMap<String, HttpDriver>,
+    /// Every node the shard map named (leaders and replicas), to fall back on when the
+    /// node in use goes away: any node forwards to the leader.
+    known: Vec<String>,
 }
 
 impl TriremeDriver {
@@ -38,6 +41,10 @@ impl TriremeDriver {
         }
         let routes = parse_routes(&body)?;
         let fallback = super::host_port(target, "http")?;
+        let mut known = parse_nodes(&body)?;
+        if !known.contains(&fallback) {
+            known.push(fallback.clone());
+        }
         let mut nodes = HashMap::new();
         nodes.insert(fallback.clone(), first);
         for route in &routes {
@@ -52,6 +59,7 @@ impl TriremeDriver {
             routes,
             fallback,
             nodes,
+            known,
         })
     }
 
@@ -104,9 +112,9 @@ impl TriremeDriver {
     }
 
     /// After the connection to the node serving `key` failed (it stopped, or left the
-    /// cluster): sends nothing there any more, and sends to another known node instead, which
-    /// forwards to the shard's leader. Returns whether another node is left to try; the
-    /// request is then tried there once.
+    /// cluster): sends nothing there any more, and sends to another node the shard map named
+    /// instead, which forwards to the shard's leader. Returns whether another node is left
+    /// to try; the request is then tried there once.
     fn route_around(&mut self, key: &str) -> bool {
         let slot = trireme_types::key_slot(key.as_bytes());
         let dead = self
@@ -116,15 +124,30 @@ impl TriremeDriver {
             .map_or_else(|| self.fallback.clone(), |r| r.leader.clone());
         self.routes.retain(|r| r.leader != dead);
         self.nodes.remove(&dead);
+        self.known.retain(|n| *n != dead);
         if self.fallback == dead {
-            let other = self.routes.first().map(|r| r.leader.clone());
-            match other.or_else(|| self.nodes.keys().next().cloned()) {
-                Some(other) => self.fallback = other,
+            match self.known.first() {
+                Some(other) => self.fallback = other.clone(),
                 None => return false,
             }
         }
         true
     }
+}
+
+/// The HTTP address (`host:port`) of every node `/v1/cluster/shards` names, in order.
+fn parse_nodes(body: &[u8]) -> Result<Vec<String>, DriverError> {
+    let doc: ShardsDoc = serde_json::from_slice(body)
+        .map_err(|e| DriverError::Protocol(format!("/v1/cluster/shards: {e}")))?;
+    let mut nodes: Vec<String> = Vec::new();
+    for shard in doc.shards {
+        for node in shard.leader.into_iter().chain(shard.replicas) {
+            if !node.http.is_empty() && !nodes.contains(&node.http) {
+                nodes.push(node.http);
+            }
+        }
+    }
+    Ok(nodes)
 }
 
 /// Reads the slot ranges and leaders out of `/v1/cluster/shards`.
@@ -195,6 +218,7 @@ mod tests {
             ],
             fallback: "127.0.0.1:1".into(),
             nodes,
+            known: vec!["127.0.0.1:1".into(), "127.0.0.1:2".into()],
         };
         // "bar" is in slot 5061: served by the first node, which went away.
         assert!(driver.route_around("bar"));
@@ -202,5 +226,39 @@ mod tests {
         assert_eq!(driver.fallback, "127.0.0.1:2");
         // With the last node gone too, nothing is left to try.
         assert!(!driver.route_around("bar"));
+    }
+
+    #[test]
+    fn a_worker_whose_only_node_went_away_falls_back_on_a_replica() {
+        // One shard led by the worker's own target, which stops: the routes and the
+        // connections knew only that node; the replicas in the map are the way out.
+        let n =
+            |i: u16| format!(r#"{{"name":"n{i}","peer":"p","http":"127.0.0.1:{i}","resp":"r"}}"#);
+        let body = format!(
+            r#"{{"node":"n1","epoch":0,"shard_count":1,"shards":[
+            {{"shard":0,"slots":[0,16383],"leader":{},"replicas":[{},{},{}],"local_role":"Leader",
+              "term":1,"applied_index":3,"committed_index":3}}]}}"#,
+            n(1),
+            n(1),
+            n(2),
+            n(3)
+        );
+        let known = parse_nodes(body.as_bytes()).unwrap();
+        assert_eq!(known, ["127.0.0.1:1", "127.0.0.1:2", "127.0.0.1:3"]);
+        let mut nodes = HashMap::new();
+        let only = HttpDriver::new("http://127.0.0.1:1", Consistency::Default).unwrap();
+        nodes.insert("127.0.0.1:1".to_string(), only);
+        let mut driver = TriremeDriver {
+            consistency: Consistency::Default,
+            routes: parse_routes(body.as_bytes()).unwrap(),
+            fallback: "127.0.0.1:1".into(),
+            nodes,
+            known,
+        };
+        assert!(driver.route_around("bar"));
+        assert_eq!(driver.fallback, "127.0.0.1:2");
+        assert!(driver.routes.is_empty());
+        assert!(driver.route_around("bar"));
+        assert_eq!(driver.fallback, "127.0.0.1:3");
     }
 }
