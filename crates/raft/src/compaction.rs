@@ -47,6 +47,8 @@ const SNAPSHOT_TAKEN_UP: Duration = Duration::from_secs(10);
 pub(crate) struct LogBudget {
     /// Log bytes that call for a snapshot (at least).
     every: u64,
+    /// Percent added to every threshold on this replica (see [`stagger_percent`]).
+    stagger: u64,
     /// Bytes appended since the group opened.
     appended: AtomicU64,
     /// `appended` when the last snapshot was asked for.
@@ -74,6 +76,7 @@ impl LogBudget {
         let (built, built_rx) = watch::channel(None);
         let budget = Self {
             every,
+            stagger: 0,
             appended: AtomicU64::new(0),
             asked_at: AtomicU64::new(0),
             snapshot_bytes: AtomicU64::new(0),
@@ -86,6 +89,12 @@ impl LogBudget {
             built: built_rx,
         };
         (budget, events)
+    }
+
+    /// Raises every threshold of this replica by `percent` (see [`stagger_percent`]).
+    pub(crate) fn staggered(mut self, percent: u64) -> Self {
+        self.stagger = percent;
+        self
     }
 
     fn marks(&self) -> std::sync::MutexGuard<'_, Marks> {
@@ -105,7 +114,8 @@ impl LogBudget {
         }
         let appended = self.appended.fetch_add(bytes, Ordering::Relaxed) + bytes;
         let since = appended - self.asked_at.load(Ordering::Relaxed);
-        if since >= self.every.max(self.snapshot_bytes.load(Ordering::Relaxed)) {
+        let threshold = self.every.max(self.snapshot_bytes.load(Ordering::Relaxed));
+        if since >= threshold + threshold / 100 * self.stagger {
             self.asked_at.store(appended, Ordering::Relaxed);
             // Full: a request is already waiting, which will do.
             let _ = self.due.try_send(());
@@ -139,6 +149,16 @@ impl LogBudget {
     pub(crate) fn purge_point(&self, snapshot: u64, keep_bytes: u64) -> Option<u64> {
         self.marks().purge_point(snapshot, keep_bytes)
     }
+}
+
+/// How much later than the configured thresholds (percent, 0 to 40) node `node_id` snapshots
+/// its replicas. Every replica of a shard sees the same log, so without it all of them built
+/// their snapshot at the same entry: three builds of a 200 MB shard (about 3 s of CPU each)
+/// at once on the same two cores stalled every request for seconds (measured by
+/// `bench/move.sh` on 2026-11-24, in the run without a move).
+pub(crate) fn stagger_percent(node_id: u64) -> u64 {
+    // The id is a hash of the node's name: its bits are spread enough.
+    (node_id ^ (node_id >> 29)) % 41
 }
 
 /// The sizes of a group's entries not yet purged.
@@ -342,5 +362,27 @@ mod tests {
         assert_eq!(marks.entries.front(), Some(&(3, 1)));
         let newest = MAX_MARKS as u64 + 2;
         assert_eq!(marks.purge_point(newest, 10), Some(newest - 10));
+    }
+
+    #[test]
+    fn a_staggered_replica_asks_later_and_nodes_spread_over_the_range() {
+        let (plain, mut plain_events) = LogBudget::new(100);
+        let (late, mut late_events) = LogBudget::new(100);
+        let late = late.staggered(40);
+        plain.appended([(1, 110)]);
+        late.appended([(1, 110)]);
+        assert!(plain_events.requests.try_recv().is_ok());
+        assert!(late_events.requests.try_recv().is_err(), "110 < 140");
+        late.appended([(2, 40)]);
+        assert!(late_events.requests.try_recv().is_ok());
+        let spread: std::collections::BTreeSet<u64> = ["n1", "n2", "n3", "n4", "n5"]
+            .iter()
+            .map(|n| stagger_percent(trireme_types::NodeId::from_name(n).0))
+            .collect();
+        assert!(spread.iter().all(|p| *p <= 40));
+        assert!(
+            spread.len() >= 3,
+            "five nodes, few distinct staggers: {spread:?}"
+        );
     }
 }

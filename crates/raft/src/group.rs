@@ -63,13 +63,16 @@ impl Default for RaftTiming {
 const SNAPSHOT_CHUNK_TIMEOUT: Duration = Duration::from_secs(10);
 
 impl RaftTiming {
-    fn config(&self) -> Result<Config, RaftLayerError> {
+    /// openraft's config for a group on node `node_id` (whose snapshots are staggered).
+    fn config(&self, node_id: u64) -> Result<Config, RaftLayerError> {
+        let every = self.snapshot_every;
+        let every = every + every / 100 * crate::compaction::stagger_percent(node_id);
         let config = Config {
             cluster_name: "trireme".into(),
             heartbeat_interval: self.heartbeat.as_millis() as u64,
             election_timeout_min: self.election_min.as_millis() as u64,
             election_timeout_max: self.election_max.as_millis() as u64,
-            snapshot_policy: SnapshotPolicy::LogsSinceLast(self.snapshot_every),
+            snapshot_policy: SnapshotPolicy::LogsSinceLast(every),
             max_in_snapshot_log_to_keep: self.keep_after_snapshot,
             enable_pre_vote: Some(true),
             // Each snapshot chunk must be answered within this (the last one gets more: see
@@ -208,8 +211,9 @@ impl ShardGroup {
         transport: &PeerTransport,
         proposal_metrics: Arc<ProposalMetrics>,
     ) -> Result<Self, RaftLayerError> {
-        let config = Arc::new(timing.config()?);
+        let config = Arc::new(timing.config(node_id)?);
         let (budget, compaction_events) = LogBudget::new(timing.snapshot_log_bytes);
+        let budget = budget.staggered(crate::compaction::stagger_percent(node_id));
         let budget = Arc::new(budget);
         let budget_seen_by_compaction = Arc::downgrade(&budget);
         let raft = Raft::new(
@@ -663,7 +667,7 @@ mod tests {
 
     #[test]
     fn a_restarted_leader_must_be_elected_again() {
-        let config = RaftTiming::default().config().unwrap();
+        let config = RaftTiming::default().config(0).unwrap();
         assert_eq!(config.enable_leader_restore, Some(false));
         assert_eq!(config.enable_pre_vote, Some(true));
     }
