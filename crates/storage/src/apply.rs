@@ -407,6 +407,50 @@ impl Storage {
         Ok(())
     }
 
+    /// Writes `rows` (stored key without the shard prefix, encoded record) into `shard`, with
+    /// their expiry entries, in one batch: a piece of a snapshot being installed into a
+    /// replica that holds nothing yet ([`Storage::import_shard`] does it in one batch when
+    /// the replica has state to replace).
+    pub fn import_rows(&self, shard: u32, rows: &[(&[u8], &[u8])]) -> Result<(), StorageError> {
+        self.check_writable()?;
+        let mut batch = self.db.batch();
+        for (key, value) in rows {
+            if let Some(at) = Record::peek_expiry(value) {
+                batch.insert(&self.expiry, expiry_key(shard, at, key), b"".to_vec());
+            }
+            batch.insert(&self.data, owned_key(shard, key), value.to_vec());
+        }
+        batch.commit()?;
+        Ok(())
+    }
+
+    /// Replaces every `data_meta` row of `shard` with `meta`, in one batch: the last step of
+    /// an install by pieces, which makes the installed rows the shard's state.
+    pub fn replace_shard_meta(
+        &self,
+        shard: u32,
+        meta: &[(String, Vec<u8>)],
+    ) -> Result<(), StorageError> {
+        self.check_writable()?;
+        let mut batch = self.db.batch();
+        for guard in self.data_meta.prefix(shard.to_be_bytes()) {
+            let key = guard.key()?;
+            if !meta.iter().any(|(name, _)| name.as_bytes() == &key[4..]) {
+                batch.remove(&self.data_meta, key);
+            }
+        }
+        for (name, value) in meta {
+            batch.insert(
+                &self.data_meta,
+                owned_key(shard, name.as_bytes()),
+                value.clone(),
+            );
+        }
+        batch.commit()?;
+        self.forget_slot_range(shard);
+        Ok(())
+    }
+
     /// Applies a split of `parent` at `at_slot` into the new shard `child`, in one atomic
     /// batch: the parent's rows in slots `at_slot..=range.1` leave it, its `slots` row becomes
     /// the lower part, and `parent_meta` (the applied log id) is written. With `seed`, those
