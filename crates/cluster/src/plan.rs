@@ -185,6 +185,14 @@ fn push_move(
 /// Rotates shards' voters so every active node is the preferred (first) voter of about as
 /// many shards as the others, and no leaving node is preferred. Returns whether the map
 /// changed.
+///
+/// A preference can only go to another voter of the same shard, so the node preferred most
+/// and the one preferred least may share no shard. The spreading therefore follows chains: the
+/// busiest node hands a shard to one of its voters, which hands another shard to one of its
+/// own, and so on until a node preferred at least two fewer times than the busiest takes one
+/// (a shortest such chain, found breadth-first). Every chain lowers the busiest node's count
+/// by one and raises no count above it, so the counts end as even as the placement allows;
+/// a shortest chain moves as few leaderships as possible.
 pub(crate) fn spread_preferred(map: &mut ClusterMap) -> bool {
     let active = map.nodes_in(NodeState::Active);
     let mut changed = false;
@@ -204,38 +212,71 @@ pub(crate) fn spread_preferred(map: &mut ClusterMap) -> bool {
             }
         }
     }
-    for _ in 0..map.replicas.len() {
+    // Each chain lowers the sum of squared counts, so this ends; the bound is a safeguard.
+    for _ in 0..map.replicas.len() * 4 {
         let counts: BTreeMap<u64, usize> = active
             .iter()
             .map(|id| (*id, map.preferred_count(*id)))
             .collect();
-        let Some((&most, &high)) = counts.iter().max_by_key(|(id, n)| (**n, **id)) else {
-            break;
-        };
-        // The least-preferred node that shares a shard preferred by `most`.
-        let counts = &counts;
-        let swap = map
-            .replicas
+        let mut busiest: Vec<(usize, u64)> = counts.iter().map(|(id, n)| (*n, *id)).collect();
+        busiest.sort_by(|a, b| b.cmp(a));
+        let chain = busiest
             .iter()
-            .enumerate()
-            .filter(|(_, voters)| voters.first() == Some(&most))
-            .flat_map(|(shard, voters)| {
-                voters
-                    .iter()
-                    .enumerate()
-                    .skip(1)
-                    .filter_map(move |(i, v)| counts.get(v).map(|n| (*n, *v, shard, i)))
-            })
-            .min();
-        match swap {
-            Some((low, _, shard, i)) if high > low + 1 => {
-                map.replicas[shard].swap(0, i);
+            .find_map(|&(high, from)| handover_chain(map, &active, &counts, from, high));
+        match chain {
+            Some(chain) => {
+                for (shard, to) in chain {
+                    let voters = &mut map.replicas[shard];
+                    if let Some(i) = voters.iter().position(|v| *v == to) {
+                        voters.swap(0, i);
+                    }
+                }
                 changed = true;
             }
-            _ => break,
+            None => break,
         }
     }
     changed
+}
+
+/// The shortest chain of hand-overs from node `from` (preferred `high` times) to a node
+/// preferred at most `high - 2` times: each step is a shard the current node is preferred for
+/// and the active voter of it that takes the preference.
+fn handover_chain(
+    map: &ClusterMap,
+    active: &BTreeSet<u64>,
+    counts: &BTreeMap<u64, usize>,
+    from: u64,
+    high: usize,
+) -> Option<Vec<(usize, u64)>> {
+    // Breadth-first over nodes; `came` records the step that reached each node.
+    let mut came: BTreeMap<u64, Option<(usize, u64)>> = BTreeMap::from([(from, None)]);
+    let mut queue = std::collections::VecDeque::from([from]);
+    while let Some(node) = queue.pop_front() {
+        for (shard, voters) in map.replicas.iter().enumerate() {
+            if voters.first() != Some(&node) {
+                continue;
+            }
+            for &next in voters.iter().skip(1) {
+                if !active.contains(&next) || came.contains_key(&next) {
+                    continue;
+                }
+                came.insert(next, Some((shard, node)));
+                if counts.get(&next).is_some_and(|n| n + 2 <= high) {
+                    // Walk back to `from`; the steps apply from the end of the chain.
+                    let mut chain = Vec::new();
+                    let mut at = next;
+                    while let Some(Some((shard, previous))) = came.get(&at) {
+                        chain.push((*shard, at));
+                        at = *previous;
+                    }
+                    return Some(chain);
+                }
+                queue.push_back(next);
+            }
+        }
+    }
+    None
 }
 
 #[cfg(test)]
@@ -378,5 +419,69 @@ mod tests {
         map.moves.extend(first.iter().cloned());
         let second = plan(&map, &all, 2);
         assert!(second.iter().all(|(s, _)| !map.moves.contains_key(s)));
+    }
+
+    /// Node ids of `n1`..`nN`, in name order.
+    fn ids(n: usize) -> Vec<u64> {
+        (1..=n)
+            .map(|i| info(&format!("n{i}"), None, None).id())
+            .collect()
+    }
+
+    #[test]
+    fn preferences_travel_along_chains_when_no_single_swap_helps() {
+        // Four nodes; n1 is preferred twice, n4 never, and they share no shard: only a chain
+        // n1 -> n2 -> n3 -> n4 evens the counts.
+        let nodes: Vec<NodeInfo> = (1..=4)
+            .map(|i| info(&format!("n{i}"), None, None))
+            .collect();
+        let mut map = place(&nodes, 4, 2);
+        let [n1, n2, n3, n4] = ids(4)[..] else {
+            unreachable!()
+        };
+        map.replicas = vec![vec![n1, n2], vec![n1, n2], vec![n2, n3], vec![n3, n4]];
+        assert!(spread_preferred(&mut map));
+        for id in [n1, n2, n3, n4] {
+            assert_eq!(map.preferred_count(id), 1, "{:?}", map.replicas);
+        }
+        // The voters of each shard are unchanged, only their order.
+        let sets: Vec<BTreeSet<u64>> = map
+            .replicas
+            .iter()
+            .map(|v| v.iter().copied().collect())
+            .collect();
+        assert_eq!(sets[3], BTreeSet::from([n3, n4]));
+        assert!(!spread_preferred(&mut map), "once even, nothing changes");
+    }
+
+    #[test]
+    fn growing_to_twelve_nodes_spreads_leaders_as_evenly_as_the_shards_allow() {
+        for shards in [16u32, 24, 48] {
+            let mut nodes: Vec<NodeInfo> = (1..=3)
+                .map(|i| info(&format!("n{i}"), None, None))
+                .collect();
+            let mut map = place(&nodes, shards, 3);
+            for stage in [6usize, 12] {
+                while nodes.len() < stage {
+                    let node = info(&format!("n{}", nodes.len() + 1), None, None);
+                    join(&mut map, &node);
+                    nodes.push(node);
+                }
+                let all = infos(&nodes);
+                settle(&mut map, &all, 3);
+                spread_preferred(&mut map);
+                let counts: Vec<usize> = all.keys().map(|id| map.preferred_count(*id)).collect();
+                let most = counts.iter().max().copied().unwrap_or(0);
+                let least = counts.iter().min().copied().unwrap_or(0);
+                let ceiling = (shards as usize).div_ceil(stage);
+                assert!(
+                    most == ceiling && most - least <= 1,
+                    "{shards} shards on {stage} nodes: preferred counts {counts:?}"
+                );
+                let replicas: Vec<usize> = all.keys().map(|id| map.replica_count(*id)).collect();
+                let spread = replicas.iter().max().unwrap() - replicas.iter().min().unwrap();
+                assert!(spread <= 1, "replicas {replicas:?}");
+            }
+        }
     }
 }
