@@ -3,7 +3,9 @@
 //!
 //! In order of urgency: replicas on nodes that are leaving (draining, or removed because they
 //! died) are moved first; then shards below their replication factor get a replica; then the
-//! busiest node gives a replica to the idlest while their counts differ by more than one.
+//! busiest node gives a replica to the idlest while their counts differ by more than one;
+//! then, with counts even and nothing moving, a node far above the mean in bytes trades a big
+//! shard for a small one of a node below it.
 //! Targets are chosen so a shard's voters stay spread over zones first, then racks, then by
 //! how many replicas each node holds. Preferred leaders (each shard's first voter) are
 //! spread the same way, without moving any data.
@@ -17,7 +19,15 @@ pub(crate) struct Planner<'a> {
     pub infos: &'a BTreeMap<u64, NodeInfo>,
     /// Voters per shard wanted (capped by the active nodes).
     pub factor: usize,
+    /// Approximate bytes of each shard, by shard id (empty: unknown, counts only).
+    pub shard_bytes: &'a BTreeMap<u32, u64>,
+    /// Bytes a node must hold above the mean before shards are traded for bytes: moving
+    /// replicas costs snapshots, worth it only for real imbalance ([`MIN_BYTES_GAP`]).
+    pub min_bytes_gap: u64,
 }
+
+/// [`Planner::min_bytes_gap`] of the metadata leader.
+pub(crate) const MIN_BYTES_GAP: u64 = 64 << 20;
 
 impl Planner<'_> {
     fn active(&self) -> BTreeSet<u64> {
@@ -154,7 +164,82 @@ impl Planner<'_> {
                 None => break,
             }
         }
+
+        // 3. Even out bytes, once counts are even and nothing moves: a pair of moves that
+        //    keeps every count.
+        if planned.is_empty()
+            && self.map.moves.is_empty()
+            && budget >= 2
+            && let Some([(big, heavy), (small, light)]) = self.bytes_exchange(&active)
+        {
+            push_move(&mut planned, &mut load, big, Some(heavy), light, now_ms);
+            push_move(&mut planned, &mut load, small, Some(light), heavy, now_ms);
+        }
         planned
+    }
+
+    /// Bytes each active node holds, by the shards it is a voter of.
+    fn node_bytes(&self, active: &BTreeSet<u64>) -> BTreeMap<u64, u64> {
+        let mut bytes: BTreeMap<u64, u64> = active.iter().map(|id| (*id, 0)).collect();
+        for (shard, voters) in self.map.replicas.iter().enumerate() {
+            let size = self.shard_bytes.get(&(shard as u32)).copied().unwrap_or(0);
+            for voter in voters {
+                if let Some(total) = bytes.get_mut(voter) {
+                    *total += size;
+                }
+            }
+        }
+        bytes
+    }
+
+    /// When a node holds more than 1.25x the mean bytes: a bigger shard of it to trade with a
+    /// smaller shard of a node below the mean, the pair that brings the two closest together
+    /// (each trade lowers the sum of squared node sizes, so trading ends). Returns
+    /// `[(big shard, heavy node), (small shard, light node)]`.
+    fn bytes_exchange(&self, active: &BTreeSet<u64>) -> Option<[(u32, u64); 2]> {
+        let bytes = self.node_bytes(active);
+        let total: u64 = bytes.values().sum();
+        let mean = total / bytes.len().max(1) as u64;
+        if total == 0 {
+            return None;
+        }
+        let size = |shard: usize| self.shard_bytes.get(&(shard as u32)).copied().unwrap_or(0);
+        let keeps_spread = |voters: &[u64], out: u64, inn: u64| {
+            let after = voters.iter().map(|v| if *v == out { inn } else { *v });
+            self.spread(after) >= self.spread(voters.iter().copied())
+        };
+        let mut best: Option<(u64, u32, u64, u32, u64)> = None;
+        let heavy_enough = |b: u64| b * 4 > mean * 5 && b - mean >= self.min_bytes_gap;
+        for (&heavy, &high) in bytes.iter().filter(|(_, b)| heavy_enough(**b)) {
+            for (&light, &low) in bytes.iter().filter(|(_, b)| **b < mean) {
+                for (big, big_voters) in self.map.replicas.iter().enumerate() {
+                    if !big_voters.contains(&heavy)
+                        || big_voters.contains(&light)
+                        || !keeps_spread(big_voters, heavy, light)
+                    {
+                        continue;
+                    }
+                    for (small, small_voters) in self.map.replicas.iter().enumerate() {
+                        if !small_voters.contains(&light)
+                            || small_voters.contains(&heavy)
+                            || size(small) >= size(big)
+                            || !keeps_spread(small_voters, light, heavy)
+                        {
+                            continue;
+                        }
+                        let delta = size(big) - size(small);
+                        if delta >= high - low {
+                            continue;
+                        }
+                        let gap = (high - delta).abs_diff(low + delta);
+                        if best.is_none_or(|(g, ..)| gap < g) {
+                            best = Some((gap, big as u32, heavy, small as u32, light));
+                        }
+                    }
+                }
+            }
+        }
+        best.map(|(_, big, heavy, small, light)| [(big, heavy), (small, light)])
     }
 }
 
@@ -305,7 +390,14 @@ mod tests {
     fn settle(map: &mut ClusterMap, infos: &BTreeMap<u64, NodeInfo>, factor: usize) -> usize {
         let mut moves = 0;
         for _ in 0..1000 {
-            let planned = Planner { map, infos, factor }.next_moves(4, 0);
+            let planned = Planner {
+                map,
+                infos,
+                factor,
+                shard_bytes: &BTreeMap::new(),
+                min_bytes_gap: 0,
+            }
+            .next_moves(4, 0);
             if planned.is_empty() {
                 return moves;
             }
@@ -325,6 +417,8 @@ mod tests {
             map,
             infos,
             factor: 3,
+            shard_bytes: &BTreeMap::new(),
+            min_bytes_gap: 0,
         }
         .next_moves(budget, 0)
     }
@@ -483,5 +577,69 @@ mod tests {
                 assert!(spread <= 1, "replicas {replicas:?}");
             }
         }
+    }
+
+    #[test]
+    fn a_node_heavy_in_bytes_trades_a_big_shard_for_a_small_one_until_even() {
+        // Six shards of three voters on six nodes (three replicas each); shard 0 is huge.
+        let nodes: Vec<NodeInfo> = (1..=6)
+            .map(|i| info(&format!("n{i}"), None, None))
+            .collect();
+        let all = infos(&nodes);
+        let mut map = place(&nodes, 6, 3);
+        let mut sizes: BTreeMap<u32, u64> = (0..6).map(|s| (s, 10)).collect();
+        sizes.insert(0, 100);
+        sizes.insert(3, 1);
+        let mut rounds = 0;
+        loop {
+            let planned = Planner {
+                map: &map,
+                infos: &all,
+                factor: 3,
+                shard_bytes: &sizes,
+                min_bytes_gap: 0,
+            }
+            .next_moves(2, 0);
+            if planned.is_empty() {
+                break;
+            }
+            assert_eq!(planned.len(), 2, "trades come in pairs: {planned:?}");
+            for (shard, mv) in planned {
+                map.finish_move(trireme_types::ShardId(shard), &mv);
+            }
+            rounds += 1;
+            assert!(rounds < 20, "bytes trading never ends");
+        }
+        for id in all.keys() {
+            assert_eq!(map.replica_count(*id), 3, "counts unchanged");
+        }
+        let planner = Planner {
+            map: &map,
+            infos: &all,
+            factor: 3,
+            shard_bytes: &sizes,
+            min_bytes_gap: 0,
+        };
+        let active = map.nodes_in(NodeState::Active);
+        let bytes = planner.node_bytes(&active);
+        assert!(
+            rounds >= 1,
+            "a node with the 100-byte shard is far above the mean"
+        );
+        // Whoever holds shard 0 holds the smallest shard (3) and one other with it.
+        for (id, total) in &bytes {
+            if map.hosts(trireme_types::ShardId(0), *id) {
+                assert!(*total <= 100 + 10 + 1, "{id}: {total} ({bytes:?})");
+            }
+        }
+        // Without sizes, nothing is traded.
+        let plain = Planner {
+            map: &map,
+            infos: &all,
+            factor: 3,
+            shard_bytes: &BTreeMap::new(),
+            min_bytes_gap: 0,
+        };
+        assert!(plain.next_moves(2, 0).is_empty());
     }
 }

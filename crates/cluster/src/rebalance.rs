@@ -14,7 +14,7 @@ use crate::meta::{self, ClusterMap, META_SHARD, Move, MovePhase, NodeInfo, NodeS
 use crate::plan::{Planner, spread_preferred};
 use crate::{ClusterError, Node};
 use bytes::Bytes;
-use std::collections::{BTreeSet, HashMap};
+use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, Instant};
@@ -43,6 +43,8 @@ pub(crate) struct LeaderMemory {
     load_seen: HashMap<u32, (u64, Instant)>,
     /// When shard sizes and loads were last read.
     usage_read: Option<Instant>,
+    /// Each shard's size as last read (its leader's last snapshot), for balancing by bytes.
+    shard_bytes: BTreeMap<u32, u64>,
 }
 
 /// Counters of the elastic cluster's work on this node, for `/metrics`.
@@ -339,18 +341,13 @@ const USAGE_INTERVAL: Duration = Duration::from_secs(10);
 /// How long a shard's write rate is averaged over before it can trigger a split.
 const LOAD_WINDOW: Duration = Duration::from_secs(60);
 
-/// Decides an automatic split when a shard has grown past `[cluster] split_bytes` or its log
-/// past `split_writes_per_sec` (averaged over a minute): the largest such shard, one at a
-/// time, and only while nothing else is in flight and the shard count is below
-/// `max_shards`. Reads each shard's size from its leader every ten seconds.
+/// Reads each shard's size from its leader every ten seconds while nothing moves (kept for
+/// balancing by bytes), and decides an automatic split when a shard has grown past `[cluster]
+/// split_bytes` or its log past `split_writes_per_sec` (averaged over a minute): the largest
+/// such shard, one at a time, while the shard count is below `max_shards`.
 async fn split_when_due(node: &Node, map: &ClusterMap) -> Result<(), ClusterError> {
     let config = &node.config;
-    let off = config.split_bytes == 0 && config.split_writes_per_sec == 0;
-    if off
-        || !map.splits.is_empty()
-        || !map.moves.is_empty()
-        || map.shard_count() >= config.max_shards
-    {
+    if !map.splits.is_empty() || !map.moves.is_empty() {
         return Ok(());
     }
     {
@@ -385,6 +382,7 @@ async fn split_when_due(node: &Node, map: &ClusterMap) -> Result<(), ClusterErro
                 None
             }
         };
+        node.leader_memory().shard_bytes.insert(shard.0, bytes);
         let by_size = config.split_bytes > 0 && bytes > config.split_bytes;
         let by_load = config.split_writes_per_sec > 0
             && rate.is_some_and(|r| r > config.split_writes_per_sec);
@@ -392,7 +390,9 @@ async fn split_when_due(node: &Node, map: &ClusterMap) -> Result<(), ClusterErro
             due = Some((bytes, shard, if by_size { "size" } else { "load" }));
         }
     }
-    let Some((bytes, shard, why)) = due else {
+    let off = config.split_bytes == 0 && config.split_writes_per_sec == 0;
+    let Some((bytes, shard, why)) = due.filter(|_| !off && map.shard_count() < config.max_shards)
+    else {
         return Ok(());
     };
     match crate::operator::plan_split(node, shard, None).await {
@@ -586,11 +586,14 @@ async fn plan(node: &Node, map: &ClusterMap) -> Result<(), ClusterError> {
     let factor = node.config.replication_factor as usize;
     let budget = node.config.max_moves.saturating_sub(map.moves.len());
     let meta_voters = node.meta.status().voters;
+    let shard_bytes = node.leader_memory().shard_bytes.clone();
     let work = |map: &mut ClusterMap| {
         let planned = Planner {
             map,
             infos: &infos,
             factor,
+            shard_bytes: &shard_bytes,
+            min_bytes_gap: crate::plan::MIN_BYTES_GAP,
         }
         .next_moves(budget, crate::now_ms());
         // A shard being split keeps its voters until the split is done: they seed the new
