@@ -41,6 +41,10 @@ pub struct ChaosConfig {
     /// Exactly this many faults (the workload then lasts until they are done, and at least
     /// `duration`); None: as many as fit in `duration`.
     pub fault_count: Option<usize>,
+    /// Shard splits to make while the faults run, one at the start of each fault until done
+    /// (a split refused because of the fault is tried again at the next one, then in the
+    /// calm after the last). On five nodes each split also sets replicas moving.
+    pub splits: u32,
     /// Records `?stale` reads as default ones (a planted bug: the check must then fail).
     pub stale_as_default: bool,
     /// Where the history, logs, summary and checker output go.
@@ -89,6 +93,14 @@ pub struct RunSummary {
     pub max_recovery_ms: Option<u64>,
     /// Keys whose replicas disagree after healing (must be empty).
     pub divergent_keys: Vec<Divergence>,
+    /// Shard splits made during the run (asked for in `splits`).
+    pub splits_done: u32,
+    /// Replica moves completed and splits completed, summed over the nodes' `/metrics`
+    /// (each counted by the metadata leader that made it).
+    pub moves_completed: u64,
+    /// Whether, after healing, the cluster map had no move or split in progress and every
+    /// shard its replication factor in voters on active nodes (the membership check).
+    pub membership_settled: bool,
     /// The checker's verdict.
     pub checker: Verdict,
     /// True when the history is linearizable, no stale read went backwards, every shard
@@ -162,7 +174,7 @@ pub fn run(config: &ChaosConfig) -> Result<RunSummary, ChaosError> {
     drop(servers);
     drop(delay);
     drop(lab);
-    let (mut events, faults, divergent_keys) = driven?;
+    let (mut events, faults, divergent_keys, elastic) = driven?;
     let history_path = config.out.join("history.jsonl");
     history::write(&history_path, &mut events)?;
     let checker = verify::check(&config.checker, &history_path, &config.out)?;
@@ -195,7 +207,14 @@ pub fn run(config: &ChaosConfig) -> Result<RunSummary, ChaosError> {
         max_recovery_after_partition_ms: max_recovery(&["partition", "one-way"]),
         max_recovery_ms: max_recovery(&FaultKind::ALL.map(FaultKind::name)),
         faults,
-        passed: checker.exit_code == 0 && divergent_keys.is_empty() && all_recovered,
+        splits_done: elastic.splits_done,
+        moves_completed: elastic.moves_completed,
+        membership_settled: elastic.settled,
+        passed: checker.exit_code == 0
+            && divergent_keys.is_empty()
+            && all_recovered
+            && elastic.settled
+            && elastic.splits_done == config.splits,
         divergent_keys,
         checker,
         out: config.out.clone(),
@@ -207,7 +226,15 @@ pub fn run(config: &ChaosConfig) -> Result<RunSummary, ChaosError> {
     Ok(summary)
 }
 
-type Driven = (Vec<Event>, Vec<FaultRecord>, Vec<Divergence>);
+type Driven = (Vec<Event>, Vec<FaultRecord>, Vec<Divergence>, Elastic);
+
+/// What the run did to the cluster's shape.
+#[derive(Debug, Default)]
+struct Elastic {
+    splits_done: u32,
+    moves_completed: u64,
+    settled: bool,
+}
 
 fn endpoints(servers: &[NodeProcess]) -> Vec<Endpoint> {
     servers
@@ -252,6 +279,7 @@ async fn drive(
         .collect();
 
     let mut records = Vec::new();
+    let mut elastic = Elastic::default();
     // A fault starts at its planned offset, but never less than a second after the cluster
     // recovered from the previous one, so the clients always see some calm between faults.
     let mut calm_from = start;
@@ -264,6 +292,9 @@ async fn drive(
             clock,
             format!("fault: {fault} for {:.1}s", step.hold.as_secs_f64()),
         );
+        if elastic.splits_done < config.splits {
+            try_split(&client, &all, config.seed, &mut elastic, clock).await;
+        }
         tokio::time::sleep(step.hold).await;
         heal(lab, delay, servers)?;
         let recovery = verify::time_to_writable(&client, &all, &probe_keys, RECOVERY_LIMIT).await;
@@ -292,6 +323,13 @@ async fn drive(
     if !plan.is_empty() {
         end = end.max(Instant::now() + TAIL);
     }
+    // Splits the faults kept from happening, while the clients still run.
+    let calm_splits = Instant::now() + Duration::from_secs(30);
+    while elastic.splits_done < config.splits && Instant::now() < calm_splits {
+        if !try_split(&client, &all, config.seed, &mut elastic, clock).await {
+            tokio::time::sleep(Duration::from_millis(500)).await;
+        }
+    }
     tokio::time::sleep_until(end.into()).await;
     work.stop.store(true, Ordering::Relaxed);
     let mut events = Vec::new();
@@ -305,6 +343,20 @@ async fn drive(
 
     heal(lab, delay, servers)?;
     verify::wait_healthy(&client, &all, Duration::from_secs(60)).await?;
+    if config.splits > 0 {
+        elastic.settled = verify::wait_settled(&client, &all, SETTLE_LIMIT).await;
+        elastic.moves_completed = verify::moves_completed(&client, &all).await;
+        log(
+            clock,
+            format!(
+                "{} split(s), {} move(s) completed; every shard at its replication factor: {}",
+                elastic.splits_done, elastic.moves_completed, elastic.settled
+            ),
+        );
+        verify::wait_healthy(&client, &all, Duration::from_secs(60)).await?;
+    } else {
+        elastic.settled = true;
+    }
     verify::wait_converged(&client, &all, Duration::from_secs(60)).await?;
     let (mut finals, divergent) =
         verify::final_reads(&client, &all, config.keys, clock, FINAL_CLIENT).await;
@@ -317,7 +369,40 @@ async fn drive(
         ),
     );
     events.append(&mut finals);
-    Ok((events, records, divergent))
+    Ok((events, records, divergent, elastic))
+}
+
+/// How long the cluster may take after healing to finish its splits and moves.
+const SETTLE_LIMIT: Duration = Duration::from_secs(120);
+
+/// Asks one reachable node to split a shard (which one: from the seed and the splits done so
+/// far); returns whether a split was started. Refusals (no leader during a fault, another
+/// split or a move on that shard) are expected: the next try picks up.
+async fn try_split(
+    client: &reqwest::Client,
+    all: &[Endpoint],
+    seed: u64,
+    elastic: &mut Elastic,
+    clock: Instant,
+) -> bool {
+    let Some(shards) = verify::shard_count(client, all).await else {
+        return false;
+    };
+    let shard = (seed + u64::from(elastic.splits_done) * 7) % u64::from(shards.max(1));
+    for node in all {
+        let url = format!("{}/v1/cluster/shards/{shard}/split", node.http_base);
+        let answer = tokio::time::timeout(Duration::from_secs(5), client.post(&url).send()).await;
+        match answer {
+            Ok(Ok(r)) if r.status().is_success() => {
+                elastic.splits_done += 1;
+                log(clock, format!("split shard {shard} (asked {})", node.name));
+                return true;
+            }
+            Ok(Ok(r)) if r.status().as_u16() == 409 => return false,
+            _ => continue,
+        }
+    }
+    false
 }
 
 /// Applies `fault`; returns its description with the nodes resolved.

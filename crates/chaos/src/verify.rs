@@ -8,6 +8,7 @@ use std::process::Command;
 use std::time::{Duration, Instant};
 
 use trireme_types::admin::ShardsDoc;
+use trireme_types::cluster_status::ClusterStatus;
 
 use crate::ChaosError;
 use crate::history::{Event, OpKind, Status};
@@ -16,6 +17,78 @@ use crate::workload::{Endpoint, Outcome, http_read, http_write, since};
 async fn shards_of(client: &reqwest::Client, node: &Endpoint) -> Option<ShardsDoc> {
     let url = format!("{}/v1/cluster/shards", node.http_base);
     client.get(url).send().await.ok()?.json().await.ok()
+}
+
+/// How many shards the cluster has, as the first node that answers says.
+pub async fn shard_count(client: &reqwest::Client, nodes: &[Endpoint]) -> Option<u32> {
+    for node in nodes {
+        let answer = tokio::time::timeout(Duration::from_secs(2), shards_of(client, node)).await;
+        if let Ok(Some(view)) = answer {
+            return Some(view.shards.len() as u32);
+        }
+    }
+    None
+}
+
+/// Waits until a node's `/v1/cluster/status` shows no move or split in progress and every
+/// shard with its replication factor (3, or every node when fewer) in voters, all on active
+/// nodes; whether that happened within `limit`.
+pub async fn wait_settled(client: &reqwest::Client, nodes: &[Endpoint], limit: Duration) -> bool {
+    let deadline = Instant::now() + limit;
+    while Instant::now() < deadline {
+        for node in nodes {
+            let url = format!("{}/v1/cluster/status", node.http_base);
+            let Ok(Ok(response)) =
+                tokio::time::timeout(Duration::from_secs(2), client.get(&url).send()).await
+            else {
+                continue;
+            };
+            let Ok(status) = response.json::<ClusterStatus>().await else {
+                continue;
+            };
+            let active: Vec<&str> = status
+                .nodes
+                .iter()
+                .filter(|n| n.state == "active")
+                .map(|n| n.name.as_str())
+                .collect();
+            let factor = (status.replication_factor as usize).min(active.len());
+            let settled = status.moves.is_empty()
+                && status.splits.is_empty()
+                && status.shards.iter().all(|s| {
+                    s.replicas.len() == factor
+                        && s.replicas.iter().all(|r| active.contains(&r.as_str()))
+                });
+            if settled {
+                return true;
+            }
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(500)).await;
+    }
+    false
+}
+
+/// Replica moves and splits completed, summed over every node's `/metrics` (each is counted
+/// by the metadata leader that made it).
+pub async fn moves_completed(client: &reqwest::Client, nodes: &[Endpoint]) -> u64 {
+    let mut total = 0;
+    for node in nodes {
+        let url = format!("{}/metrics", node.http_base);
+        let Ok(Ok(response)) =
+            tokio::time::timeout(Duration::from_secs(2), client.get(&url).send()).await
+        else {
+            continue;
+        };
+        let text = response.text().await.unwrap_or_default();
+        total += text
+            .lines()
+            .filter_map(|l| l.strip_prefix("trireme_moves_completed_total "))
+            .filter_map(|v| v.trim().parse::<f64>().ok())
+            .map(|v| v as u64)
+            .sum::<u64>();
+    }
+    total
 }
 
 /// Waits until every node in `nodes` answers `/v1/health` with 200 (all shards led).

@@ -42,6 +42,11 @@ pub struct ChaosArgs {
     /// --duration); default: as many as fit in --duration.
     #[arg(long)]
     pub fault_count: Option<usize>,
+    /// Shard splits to make during each seed, one at the start of each fault until done (on
+    /// five nodes each split also sets replicas moving); the run then checks that every
+    /// shard ends at its replication factor on live nodes.
+    #[arg(long, default_value_t = 0)]
+    pub splits: u32,
     /// Output directory; each seed writes to OUT/seed-<seed>/ (default: chaos-results/<time>).
     #[arg(long)]
     pub out: Option<PathBuf>,
@@ -109,6 +114,7 @@ pub fn run(args: ChaosArgs) -> anyhow::Result<()> {
             rate: args.rate,
             faults: faults.clone(),
             fault_count: args.fault_count,
+            splits: args.splits,
             stale_as_default: args.self_test_stale_as_default,
             out: out.join(format!("seed-{seed}")),
             checker: checker.clone(),
@@ -130,6 +136,15 @@ pub fn run(args: ChaosArgs) -> anyhow::Result<()> {
                 .max_recovery_after_partition_ms
                 .map_or("-".into(), |ms| format!("{ms} ms")),
         );
+        if args.splits > 0 {
+            println!(
+                "seed {seed}: {} of {} splits made under faults, {} replica moves completed, every shard at its replication factor after healing: {}",
+                summary.splits_done,
+                args.splits,
+                summary.moves_completed,
+                summary.membership_settled
+            );
+        }
         ops += summary.ops;
         acknowledged += summary.acknowledged_writes;
         faults_injected += summary.faults.len();
