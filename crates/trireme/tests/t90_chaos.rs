@@ -1,6 +1,8 @@
 //! Area 90: chaos, the CI slice. Real clusters in network namespaces under partitions,
-//! one-way drops, packet loss, kill -9 (one, a majority, all) and SIGSTOP pauses; histories
-//! checked for linearizability by the Go checker; every replica compared after healing.
+//! one-way drops, packet loss, kill -9 (one, a majority, all) and SIGSTOP pauses, with shards
+//! split (and so replicas moved) while the faults run; histories checked for linearizability
+//! by the Go checker; every replica compared after healing, and every shard back at its
+//! replication factor.
 //! A planted bug (stale reads recorded as default reads) must make the check fail, which shows
 //! the pipeline can see a violation at all. Needs root, iproute2, iptables and Go (the test
 //! script installs the Debian packages).
@@ -112,6 +114,31 @@ fn mixed_faults_on_five_nodes_keep_every_promise() {
     );
     assert!(run.status.success(), "seed 11 failed");
     assert_clean(&summary(out.path(), 11));
+}
+
+#[test]
+fn shards_split_under_faults_and_every_shard_ends_at_its_replication_factor() {
+    let _one = ONE_AT_A_TIME.lock().unwrap_or_else(|p| p.into_inner());
+    let out = tempfile::tempdir().expect("tempdir");
+    let run = chaos(
+        out.path(),
+        &[
+            "--seed",
+            "31",
+            "--nodes",
+            "5",
+            "--splits",
+            "2",
+            "--duration",
+            "30s",
+        ],
+    );
+    assert!(run.status.success(), "seed 31 failed");
+    let s = summary(out.path(), 31);
+    assert_clean(&s);
+    assert_eq!(s["splits_done"], 2, "{s:#}");
+    assert_eq!(s["membership_settled"], true, "{s:#}");
+    assert!(!s["faults"].as_array().expect("faults").is_empty());
 }
 
 #[test]
