@@ -27,10 +27,11 @@ if [ ${#need[@]} -gt 0 ]; then
   $SUDO apt-get install -y -qq --no-install-recommends $(printf '%s\n' "${need[@]}" | sort -u) >/dev/null
 fi
 
-# Real client libraries the integration tests drive: Consul's Python client (py-consul),
-# in a virtualenv of the project's own under target/.
+# Real client libraries the integration tests drive: Consul's Python client (py-consul) and
+# redis-py 8 (which speaks RESP3 by default), in a virtualenv of the project's own under
+# target/.
 venv="$(cd "$(dirname "$0")/.." && pwd)/target/test-venv"
-if ! "$venv/bin/python" -c 'import consul' >/dev/null 2>&1; then
+if ! "$venv/bin/python" -c 'import consul, redis; assert redis.__version__ == "8.1.0"' >/dev/null 2>&1; then
   python3 -m venv "$venv"
-  "$venv/bin/pip" install --quiet --disable-pip-version-check 'py-consul==1.8.0'
+  "$venv/bin/pip" install --quiet --disable-pip-version-check 'py-consul==1.8.0' 'redis==8.1.0'
 fi

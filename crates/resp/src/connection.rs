@@ -18,6 +18,8 @@ use tokio_util::codec::Decoder;
 pub(crate) struct ClientState {
     pub(crate) id: u64,
     pub(crate) name: Option<bytes::Bytes>,
+    /// RESP2 until the client sends `HELLO 3`.
+    pub(crate) protocol: crate::Protocol,
 }
 
 pub(crate) struct Connection {
@@ -38,7 +40,11 @@ impl Connection {
             codec: RespCodec::default(),
             input: BytesMut::with_capacity(16 * 1024),
             output: BytesMut::with_capacity(16 * 1024),
-            client: ClientState { id, name: None },
+            client: ClientState {
+                id,
+                name: None,
+                protocol: crate::Protocol::Resp2,
+            },
         }
     }
 
@@ -99,7 +105,7 @@ impl Connection {
     }
 
     fn push(&mut self, reply: &Reply) {
-        reply.encode(&mut self.output);
+        reply.encode_for(&mut self.output, self.client.protocol);
     }
 
     async fn flush(&mut self) -> std::io::Result<()> {

@@ -25,5 +25,5 @@ mod server;
 
 pub use args::{ArgError, Args};
 pub use codec::{CodecLimits, ProtocolError, RespCodec};
-pub use reply::Reply;
+pub use reply::{Protocol, Reply};
 pub use server::{RespMetrics, RespServer};

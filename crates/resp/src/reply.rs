@@ -1,7 +1,9 @@
-//! Replies to Redis clients, encoded as RESP2 straight into the output buffer.
+//! Replies to Redis clients, encoded as RESP2 (or, for a connection that sent `HELLO 3`,
+//! RESP3) straight into the output buffer.
 //!
-//! A command answers with a [`Reply`]; the connection encodes it with [`Reply::encode`]
-//! (or through [`crate::RespCodec`]'s `Encoder` impl). Integers and lengths are written
+//! A command answers with a [`Reply`]; the connection encodes it with [`Reply::encode_for`]
+//! in its protocol (or through [`crate::RespCodec`]'s `Encoder` impl, RESP2). The two differ
+//! only where RESP3 has a type of its own that a reply uses: nulls are `_`, maps are `%`. Integers and lengths are written
 //! without heap allocation, and status and error texts can never break the framing.
 
 use std::borrow::Cow;
@@ -11,7 +13,17 @@ use tokio_util::codec::Encoder;
 
 use crate::codec::{ProtocolError, RespCodec};
 
-/// One RESP2 reply.
+/// The protocol a connection speaks: RESP2 until it sends `HELLO 3`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum Protocol {
+    /// RESP2, what every Redis client speaks without `HELLO`.
+    #[default]
+    Resp2,
+    /// RESP3.
+    Resp3,
+}
+
+/// One reply.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Reply {
     /// A status reply: `+OK\r\n`.
@@ -28,6 +40,9 @@ pub enum Reply {
     NullArray,
     /// An array of replies: `*2\r\n...`.
     Array(Vec<Reply>),
+    /// Field-value pairs: a RESP3 map (`%2\r\n...`), a flat array of twice as many items in
+    /// RESP2.
+    Map(Vec<(Reply, Reply)>),
 }
 
 impl Reply {
@@ -73,6 +88,46 @@ impl Reply {
 
     /// Appends this reply's RESP2 encoding to `out`.
     pub fn encode(&self, out: &mut BytesMut) {
+        self.encode_for(out, Protocol::Resp2);
+    }
+
+    /// Appends this reply's encoding in `protocol` to `out`.
+    pub fn encode_for(&self, out: &mut BytesMut, protocol: Protocol) {
+        match self {
+            Reply::Null | Reply::NullArray if protocol == Protocol::Resp3 => {
+                out.put_slice(b"_\r\n");
+            }
+            Reply::Map(pairs) => {
+                out.reserve(24);
+                let len = len_u64(pairs.len());
+                if protocol == Protocol::Resp3 {
+                    out.put_u8(b'%');
+                    put_u64(out, len);
+                } else {
+                    out.put_u8(b'*');
+                    put_u64(out, len.saturating_mul(2));
+                }
+                out.put_slice(b"\r\n");
+                for (field, value) in pairs {
+                    field.encode_for(out, protocol);
+                    value.encode_for(out, protocol);
+                }
+            }
+            Reply::Array(items) => {
+                out.reserve(24);
+                out.put_u8(b'*');
+                put_u64(out, len_u64(items.len()));
+                out.put_slice(b"\r\n");
+                for item in items {
+                    item.encode_for(out, protocol);
+                }
+            }
+            other => other.encode_scalar(out),
+        }
+    }
+
+    /// The encodings RESP2 and RESP3 share.
+    fn encode_scalar(&self, out: &mut BytesMut) {
         match self {
             Reply::Simple(text) => put_text_line(out, b'+', text),
             Reply::Error(text) => put_text_line(out, b'-', text),
@@ -92,15 +147,7 @@ impl Reply {
             }
             Reply::Null => out.put_slice(b"$-1\r\n"),
             Reply::NullArray => out.put_slice(b"*-1\r\n"),
-            Reply::Array(items) => {
-                out.reserve(24);
-                out.put_u8(b'*');
-                put_u64(out, len_u64(items.len()));
-                out.put_slice(b"\r\n");
-                for item in items {
-                    item.encode(out);
-                }
-            }
+            Reply::Array(_) | Reply::Map(_) => self.encode_for(out, Protocol::Resp2),
         }
     }
 
@@ -192,6 +239,37 @@ mod tests {
 
     fn encoded(reply: &Reply) -> Vec<u8> {
         reply.to_bytes().to_vec()
+    }
+
+    fn encoded3(reply: &Reply) -> Vec<u8> {
+        let mut out = BytesMut::new();
+        reply.encode_for(&mut out, Protocol::Resp3);
+        out.to_vec()
+    }
+
+    #[test]
+    fn resp3_has_its_own_null_and_map_and_resp2_keeps_its_bytes() {
+        assert_eq!(encoded3(&Reply::Null), b"_\r\n");
+        assert_eq!(encoded3(&Reply::NullArray), b"_\r\n");
+        assert_eq!(encoded(&Reply::Null), b"$-1\r\n");
+        assert_eq!(encoded(&Reply::NullArray), b"*-1\r\n");
+        let map = Reply::Map(vec![
+            (Reply::bulk("proto"), Reply::integer(3)),
+            (Reply::bulk("x"), Reply::Null),
+        ]);
+        assert_eq!(
+            encoded3(&map),
+            b"%2\r\n$5\r\nproto\r\n:3\r\n$1\r\nx\r\n_\r\n"
+        );
+        assert_eq!(
+            encoded(&map),
+            b"*4\r\n$5\r\nproto\r\n:3\r\n$1\r\nx\r\n$-1\r\n"
+        );
+        // Nested in an array, each item follows the protocol.
+        let nested = Reply::array(vec![Reply::Null, map]);
+        assert!(encoded3(&nested).starts_with(b"*2\r\n_\r\n%2\r\n"));
+        assert_eq!(encoded3(&Reply::integer(7)), b":7\r\n");
+        assert_eq!(encoded3(&Reply::bulk("a")), b"$1\r\na\r\n");
     }
 
     #[test]

@@ -105,6 +105,29 @@ async fn replies_are_byte_exact() {
         .find(|kv| kv[0] == Reply::Bulk(Some(bytes::Bytes::from_static(b"proto"))))
         .map(|kv| kv[1].clone());
     assert_eq!(proto, Some(Reply::Integer(2)), "HELLO 2: {hello:?}");
+    // HELLO 3 answers a RESP3 map and switches the connection: a missing key is `_`; HELLO 2
+    // switches back; other versions are refused and change nothing.
+    let hello3 = format!(
+        "%8\r\n$6\r\nserver\r\n$5\r\nredis\r\n$7\r\nversion\r\n$5\r\n7.2.0\r\n$5\r\nproto\r\n:3\r\n$2\r\nid\r\n:{id}\r\n$4\r\nmode\r\n$7\r\ncluster\r\n$4\r\nrole\r\n$6\r\nmaster\r\n$7\r\nmodules\r\n*0\r\n$12\r\ntrireme-node\r\n$2\r\nn1\r\n"
+    );
+    c.send_cmd(&[b"HELLO", b"3"]).await;
+    assert_eq!(
+        String::from_utf8_lossy(&c.read_bytes(hello3.len()).await),
+        hello3
+    );
+    c.send_cmd(&[b"GET", b"no-such-key"]).await;
+    assert_eq!(c.read_bytes(3).await, b"_\r\n");
+    exact(
+        &mut c,
+        &[b"HELLO", b"4"],
+        b"-NOPROTO sorry, this protocol version is not supported\r\n",
+    )
+    .await;
+    c.send_cmd(&[b"GET", b"no-such-key"]).await;
+    assert_eq!(c.read_bytes(3).await, b"_\r\n");
+    let back = c.cmd(&[b"HELLO", b"2"]).await;
+    assert!(back.starts_with(b"*16\r\n"), "{back:?}");
+    exact(&mut c, &[b"GET", b"no-such-key"], b"$-1\r\n").await;
     let info = Reply::parse(&c.cmd(&[b"INFO"]).await);
     assert!(
         String::from_utf8_lossy(info.bulk()).contains("redis_version:"),

@@ -414,6 +414,67 @@ async fn a_shard_split_under_load_hands_over_its_keys_and_loses_nothing() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn redis_py_cluster_with_its_defaults_keeps_working_across_a_split() {
+    let c = TestCluster::start(ClusterOptions::default().shards(4)).await;
+    let python = concat!(
+        env!("CARGO_MANIFEST_DIR"),
+        "/../../target/test-venv/bin/python"
+    );
+    let script = concat!(
+        env!("CARGO_MANIFEST_DIR"),
+        "/tests/clients/redis_cluster_split.py"
+    );
+    let folder = tempfile::tempdir().expect("temp dir");
+    let port = c.node(0).resp_addr().port().to_string();
+    let client = tokio::process::Command::new(python)
+        .args([script, "127.0.0.1", &port])
+        .arg(folder.path())
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .kill_on_drop(true)
+        .spawn()
+        .expect("run redis-py (scripts/install-test-deps.sh installs it)");
+    bounded(SETTLE, async {
+        let started = folder.path().join("started");
+        let writing = wait_until(
+            Duration::from_secs(60),
+            Duration::from_millis(20),
+            || async { started.exists() },
+        )
+        .await;
+        assert!(writing, "redis-py never acknowledged 100 writes");
+        let (code, body) = split(&c, 1, "1", None).await;
+        assert_eq!(code, 200, "{body}");
+        settle(&c, 0, "split shard 1", |s| {
+            s.splits.is_empty() && s.shards.len() == 5
+        })
+        .await;
+        std::fs::write(folder.path().join("stop"), b"").expect("stop file");
+        let output = client.wait_with_output().await.expect("redis-py ran");
+        let stdout = String::from_utf8_lossy(&output.stdout);
+        assert!(
+            output.status.success(),
+            "redis-py lost or misread writes across the split: {stdout}\n{}",
+            String::from_utf8_lossy(&output.stderr)
+        );
+        let seen: serde_json::Value = serde_json::from_str(stdout.trim()).expect("a JSON line");
+        assert_eq!(seen["protocol"], 3, "redis-py's default is RESP3: {seen}");
+        assert!(seen["acked"].as_u64() > Some(200), "{seen}");
+        let ranges = seen["ranges"].as_array().expect("ranges");
+        assert_eq!(
+            ranges.len(),
+            5,
+            "CLUSTER SHARDS shows the new shard: {seen}"
+        );
+        assert!(
+            ranges.iter().any(|r| r[0] == 6144 && r[1] == 8191),
+            "{seen}"
+        );
+    })
+    .await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_shard_past_the_size_threshold_splits_by_itself() {
     let c = TestCluster::start(ClusterOptions {
         timing: common::cluster::RaftTiming {

@@ -96,36 +96,40 @@ pub(crate) fn cluster(ctx: &mut Ctx<'_>, args: &mut Args) -> CmdResult {
                     .into_iter()
                     .map(|(replica, is_leader)| {
                         let (host, port) = split_addr(&replica.resp_addr);
-                        Reply::array(vec![
-                            Reply::bulk("id"),
-                            Reply::bulk(redis_node_id(&replica.name)),
-                            Reply::bulk("port"),
-                            Reply::integer(port),
-                            Reply::bulk("ip"),
-                            Reply::bulk(host.clone()),
-                            Reply::bulk("endpoint"),
-                            Reply::bulk(host),
-                            Reply::bulk("role"),
-                            Reply::bulk(if is_leader { "master" } else { "replica" }),
-                            Reply::bulk("replication-offset"),
-                            Reply::integer(shard.applied_index as i64),
-                            Reply::bulk("health"),
-                            Reply::bulk(if shard.leader.is_some() {
-                                "online"
-                            } else {
-                                "loading"
-                            }),
+                        // A map in RESP3 (as Redis answers), a flat list of pairs in RESP2.
+                        Reply::Map(vec![
+                            (Reply::bulk("id"), Reply::bulk(redis_node_id(&replica.name))),
+                            (Reply::bulk("port"), Reply::integer(port)),
+                            (Reply::bulk("ip"), Reply::bulk(host.clone())),
+                            (Reply::bulk("endpoint"), Reply::bulk(host)),
+                            (
+                                Reply::bulk("role"),
+                                Reply::bulk(if is_leader { "master" } else { "replica" }),
+                            ),
+                            (
+                                Reply::bulk("replication-offset"),
+                                Reply::integer(shard.applied_index as i64),
+                            ),
+                            (
+                                Reply::bulk("health"),
+                                Reply::bulk(if shard.leader.is_some() {
+                                    "online"
+                                } else {
+                                    "loading"
+                                }),
+                            ),
                         ])
                     })
                     .collect();
-                out.push(Reply::array(vec![
-                    Reply::bulk("slots"),
-                    Reply::array(vec![
-                        Reply::integer(i64::from(shard.slots.0)),
-                        Reply::integer(i64::from(shard.slots.1)),
-                    ]),
-                    Reply::bulk("nodes"),
-                    Reply::array(nodes),
+                out.push(Reply::Map(vec![
+                    (
+                        Reply::bulk("slots"),
+                        Reply::array(vec![
+                            Reply::integer(i64::from(shard.slots.0)),
+                            Reply::integer(i64::from(shard.slots.1)),
+                        ]),
+                    ),
+                    (Reply::bulk("nodes"), Reply::array(nodes)),
                 ]));
             }
             Ok(Reply::array(out))

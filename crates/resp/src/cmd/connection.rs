@@ -19,17 +19,25 @@ pub(crate) fn echo(args: &mut Args) -> CmdResult {
     Ok(Reply::Bulk(message))
 }
 
-/// `HELLO [2 [AUTH u p] [SETNAME n]]`: only protocol 2 is spoken.
+/// `HELLO [protover [AUTH u p] [SETNAME n]]`: protocol 2 or 3 for the rest of the
+/// connection, answered with the server's description (a map in RESP3). RESP3 here means its
+/// null (`_`) and map (`%`) types where replies have them; other RESP3 types (doubles,
+/// booleans, sets, verbatim strings, pushes) are not used by any command yet.
 pub(crate) fn hello(ctx: &mut Ctx<'_>, args: &mut Args) -> CmdResult {
+    let mut protocol = ctx.client.protocol;
     if args.remaining() > 0 {
         let version = args.next_i64().map_err(|_| {
             CmdError::Reply("ERR Protocol version is not an integer or out of range".into())
         })?;
-        if version != 2 {
-            return Err(CmdError::Reply(
-                "NOPROTO sorry, this protocol version is not supported".into(),
-            ));
-        }
+        protocol = match version {
+            2 => crate::Protocol::Resp2,
+            3 => crate::Protocol::Resp3,
+            _ => {
+                return Err(CmdError::Reply(
+                    "NOPROTO sorry, this protocol version is not supported".into(),
+                ));
+            }
+        };
         while args.remaining() > 0 {
             if args.next_keyword("setname") {
                 ctx.client.name = Some(args.next_bytes()?);
@@ -42,24 +50,28 @@ pub(crate) fn hello(ctx: &mut Ctx<'_>, args: &mut Args) -> CmdResult {
             }
         }
     }
+    // The answer already comes in the protocol asked for.
+    ctx.client.protocol = protocol;
     let node = &ctx.shared.node;
-    Ok(Reply::array(vec![
-        Reply::bulk("server"),
-        Reply::bulk("redis"),
-        Reply::bulk("version"),
-        Reply::bulk(crate::cmd::server::REDIS_VERSION),
-        Reply::bulk("proto"),
-        Reply::integer(2),
-        Reply::bulk("id"),
-        Reply::integer(ctx.client.id as i64),
-        Reply::bulk("mode"),
-        Reply::bulk("cluster"),
-        Reply::bulk("role"),
-        Reply::bulk("master"),
-        Reply::bulk("modules"),
-        Reply::array(vec![]),
-        Reply::bulk("trireme-node"),
-        Reply::bulk(node.me().name.clone()),
+    let proto = match protocol {
+        crate::Protocol::Resp2 => 2,
+        crate::Protocol::Resp3 => 3,
+    };
+    Ok(Reply::Map(vec![
+        (Reply::bulk("server"), Reply::bulk("redis")),
+        (
+            Reply::bulk("version"),
+            Reply::bulk(crate::cmd::server::REDIS_VERSION),
+        ),
+        (Reply::bulk("proto"), Reply::integer(proto)),
+        (Reply::bulk("id"), Reply::integer(ctx.client.id as i64)),
+        (Reply::bulk("mode"), Reply::bulk("cluster")),
+        (Reply::bulk("role"), Reply::bulk("master")),
+        (Reply::bulk("modules"), Reply::array(vec![])),
+        (
+            Reply::bulk("trireme-node"),
+            Reply::bulk(node.me().name.clone()),
+        ),
     ]))
 }
 

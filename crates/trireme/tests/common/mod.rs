@@ -684,6 +684,19 @@ impl RawResp {
         }
     }
 
+    /// Reads exactly `n` bytes (for replies of RESP3 types the RESP2 parser does not know).
+    pub async fn read_bytes(&mut self, n: usize) -> Vec<u8> {
+        while self.buf.len() < n {
+            if self.fill().await == 0 {
+                panic!(
+                    "connection closed after {:?}",
+                    String::from_utf8_lossy(&self.buf)
+                );
+            }
+        }
+        self.buf.drain(..n).collect()
+    }
+
     /// Reads until the server closes the connection; returns everything left.
     /// Panics if the server keeps it open past the timeout.
     pub async fn read_to_close(&mut self) -> Vec<u8> {
