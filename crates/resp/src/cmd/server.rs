@@ -130,12 +130,12 @@ pub(crate) fn config(args: &mut Args) -> CmdResult {
             ("maxclients", "10000"),
         ] {
             if crate::glob::matches(&pattern.to_ascii_lowercase(), name.as_bytes()) {
-                out.push(Reply::bulk(name));
-                out.push(Reply::bulk(value));
+                out.push((Reply::bulk(name), Reply::bulk(value)));
             }
         }
     }
-    Ok(Reply::array(out))
+    // A map in RESP3, pairs in a flat array in RESP2, as Redis answers.
+    Ok(Reply::Map(out))
 }
 
 /// `INFO [section ...]`: server, clients, keyspace, cluster.
