@@ -18,6 +18,11 @@
 # the targets), leaders held, replicas, and keys and bytes (trireme_shard_keys/_bytes when
 # /metrics has them).
 #
+# While the cluster grows between stages a steady background load (BACKGROUND_RATE ops/s of
+# the same mix) keeps running, so joins and moves happen under load; a watcher samples the
+# whole test once a second (commands served per second, joins, moves and splits), and
+# timeline.svg draws it with the measured stages shaded and the cluster events marked.
+#
 # Tables and a summary go to stdout and results/scale-<UTC time>/summary.txt, the same
 # figures to scale.json there, each stage's bench run to stage-<N>/. The cluster is stopped
 # by SIGTERM to the `cluster up` process started here, and its directory removed, on any
@@ -25,7 +30,8 @@
 #
 # Environment: KEYS (20000), CONCURRENT (48 connections: divisible by 3, 6, 12, 24 and 48),
 # WARMUP (2s), SHARDS (48), SETTLE_TIMEOUT (180 s for the replicas, per stage),
-# LEADER_TIMEOUT (60 s more for the leaders), BASE_PORT (default: a free range).
+# LEADER_TIMEOUT (60 s more for the leaders), BACKGROUND_RATE (1000 ops/s while growing),
+# BASE_PORT (default: a free range).
 set -euo pipefail
 
 cd "$(dirname "$0")/.."
@@ -37,6 +43,7 @@ WARMUP="${WARMUP:-2s}"
 SHARDS="${SHARDS:-48}"
 SETTLE_TIMEOUT="${SETTLE_TIMEOUT:-180}"
 LEADER_TIMEOUT="${LEADER_TIMEOUT:-60}"
+BACKGROUND_RATE="${BACKGROUND_RATE:-1000}"
 
 read -r -a stages <<<"$STAGES"
 prev=0
@@ -79,8 +86,13 @@ mkdir -p "$results"
 work="$(mktemp -d -t trireme-scale.XXXXXX)"
 dir="$work/cluster"
 up_pid=""
+watch_pid=""
+background_pid=""
 cleanup() {
   local status=$?
+  for pid in "$background_pid" "$watch_pid"; do
+    if [ -n "$pid" ]; then kill -TERM "$pid" 2>/dev/null || true; fi
+  done
   if [ -n "$up_pid" ] && kill -0 "$up_pid" 2>/dev/null; then
     kill -TERM "$up_pid" 2>/dev/null || true
     # `cluster up` stops every node, added ones too; a second SIGTERM kills them.
@@ -121,10 +133,10 @@ for n in json.load(open(sys.argv[1]))["nodes"]:
 
 # The load, as a scenario file: the dynomite-80-20 preset with the key space scaled to KEYS,
 # and a load phase only for the pre-load.
-scenario() { # NAME DURATION WARMUP LOAD_KEYS
+scenario() { # NAME DURATION WARMUP LOAD_KEYS [MODE-LINE]
   cat <<EOF
 name = "$1"
-mode = "max"
+${5:-mode = "max"}
 duration = "$2"
 warmup = "$3"
 concurrent = $CONCURRENT
@@ -155,9 +167,18 @@ scenario scale-preload 1s 0s "$KEYS" >"$work/preload.toml"
   >"$results/preload.txt" 2>&1 || { cat "$results/preload.txt" >&2; exit 1; }
 
 scenario dynomite-80-20-scale "${STAGE_SECONDS}s" "$WARMUP" "" >"$work/stage.toml"
+scenario dynomite-80-20-background 3600s 0s "" "rate = $BACKGROUND_RATE" >"$work/background.toml"
+"${REPORT[@]}" watch "$dir" "$results/timeline.jsonl" &
+watch_pid=$!
 for n in "${stages[@]}"; do
   have="$(python3 -c 'import json,sys; print(len(json.load(open(sys.argv[1]))["nodes"]))' \
     "$dir/cluster.json")"
+  if [ "$have" -lt "$n" ]; then
+    # shellcheck disable=SC2046
+    "$TRIREME" bench "$work/background.toml" $(resp_targets) --quiet --out "$work/background-$n" \
+      >"$work/background-$n.txt" 2>&1 &
+    background_pid=$!
+  fi
   while [ "$have" -lt "$n" ]; do
     "$TRIREME" cluster add --dir "$dir" >>"$work/add.log" 2>&1 || {
       cat "$work/add.log" >&2
@@ -168,16 +189,28 @@ for n in "${stages[@]}"; do
   echo "== stage $n nodes: waiting for the replicas and leaders to settle" >&2
   "${REPORT[@]}" settle "$dir" "$n" "$SETTLE_TIMEOUT" "$LEADER_TIMEOUT" \
     >"$work/settle-$n.json" || echo "   did not settle in time: $(cat "$work/settle-$n.json")" >&2
+  if [ -n "$background_pid" ]; then
+    kill -TERM "$background_pid" 2>/dev/null || true
+    wait "$background_pid" 2>/dev/null || true
+    background_pid=""
+  fi
   "${REPORT[@]}" snapshot "$dir" "$work/before-$n.json"
   echo "   running the 80/20 load for ${STAGE_SECONDS}s on $n nodes" >&2
+  stage_start="$(date +%s.%N)"
   # shellcheck disable=SC2046
   "$TRIREME" bench "$work/stage.toml" $(resp_targets) --quiet --out "$results/stage-$n" \
     >"$results/stage-$n.txt" 2>&1 || { cat "$results/stage-$n.txt" >&2; exit 1; }
+  printf '{"nodes": %s, "start": %s, "end": %s}\n' "$n" "$stage_start" "$(date +%s.%N)" \
+    >>"$results/marks.jsonl"
   "${REPORT[@]}" snapshot "$dir" "$work/after-$n.json"
   "${REPORT[@]}" stage "$n" "$work/before-$n.json" "$work/after-$n.json" \
     "$results/stage-$n" "$work/settle-$n.json" "$results/stage-$n.json" >&2
 done
 
+kill -TERM "$watch_pid" 2>/dev/null || true
+wait "$watch_pid" 2>/dev/null || true
+watch_pid=""
+"${REPORT[@]}" timeline "$results/timeline.jsonl" "$results/marks.jsonl" "$results/timeline.svg"
 echo >&2
 "${REPORT[@]}" report "$results" "bench/scale.sh \"$STAGES\" $STAGE_SECONDS (KEYS=$KEYS CONCURRENT=$CONCURRENT)"
 echo "results in $results" >&2

@@ -1,12 +1,16 @@
 #!/usr/bin/env python3
 """The JSON side of bench/scale.sh: asks a local cluster's nodes for their state, decides
 when a grown cluster has settled, and turns counters taken before and after each stage into
-the per-node tables and the summary.
+the per-node tables and the summary. `watch` samples the whole test once a second (commands
+served per second, and the cluster's joins, moves and splits as events), and `timeline`
+draws it as one SVG with the events marked.
 
     scale_report.py settle CLUSTER_DIR NODES TIMEOUT_S LEADER_TIMEOUT_S
     scale_report.py snapshot CLUSTER_DIR OUT.json
     scale_report.py stage NODES BEFORE.json AFTER.json RUN_DIR SETTLE.json OUT.json
     scale_report.py report RESULTS_DIR COMMAND
+    scale_report.py watch CLUSTER_DIR OUT.jsonl      (until killed)
+    scale_report.py timeline OUT.jsonl MARKS.jsonl OUT.svg
 
 Only the standard library; every request goes straight to 127.0.0.1, never through a proxy.
 """
@@ -256,6 +260,14 @@ def cmd_report(results_dir, command):
             "yes" if ok else "no"]))
     if stages and stages[0]["balance"]["bytes_max_over_mean"] is None:
         out.append("(bytes: /metrics has no trireme_shard_bytes here; replicas instead)")
+    timeline = os.path.join(results_dir, "timeline.jsonl")
+    if os.path.exists(timeline):
+        counts = {}
+        for line in open(timeline):
+            for kind, _ in json.loads(line).get("events", []) if line.strip() else []:
+                counts[kind] = counts.get(kind, 0) + 1
+        out.append("cluster events over the test (timeline.svg): "
+                   + (", ".join(f"{k} {v}" for k, v in sorted(counts.items())) or "none"))
     text = "\n".join(out) + "\n"
     with open(os.path.join(results_dir, "summary.txt"), "w") as f:
         f.write(text)
@@ -263,6 +275,120 @@ def cmd_report(results_dir, command):
         json.dump({"command": command, "host": os.uname().nodename,
                    "cores": os.cpu_count(), "stages": stages}, f, indent=2)
     print(text, end="")
+
+
+def event_diff(before, after):
+    """The cluster events between two `/v1/cluster/status` documents, as short texts by kind:
+    nodes that became active, moves that started or finished, splits that started or
+    finished. Leader changes are not events (there are too many)."""
+    events = []
+    if before is None:
+        return events
+    states = {n["name"]: n["state"] for n in before["nodes"]}
+    for n in after["nodes"]:
+        was = states.get(n["name"])
+        if n["state"] != was and n["state"] in ("active", "draining", "removed"):
+            kind = {"active": "join", "draining": "drain", "removed": "remove"}[n["state"]]
+            events.append((kind, f"{n['name']} {n['state']}"))
+    moves = lambda s: {(m["shard"], m["to"]): m for m in s["moves"]}
+    old, new = moves(before), moves(after)
+    for key in new.keys() - old.keys():
+        m = new[key]
+        events.append(("move", f"shard {m['shard']}: {m.get('from') or 'new'} -> {m['to']}"))
+    for key in old.keys() - new.keys():
+        events.append(("moved", f"shard {key[0]} now on {key[1]}"))
+    shards = lambda s: {x["shard"] for x in s["shards"]}
+    for shard in sorted(shards(after) - shards(before)):
+        events.append(("split", f"shard {shard} split off"))
+    return events
+
+
+def cmd_watch(cluster_dir, out_path):
+    """Once a second: RESP commands served per second over every node, active nodes, and
+    the cluster events since the last look; one JSON line each, until killed."""
+    previous_status, previous_total, previous_time = None, None, None
+    start = time.time()
+    with open(out_path, "a") as out:
+        while True:
+            now = time.time()
+            line = {"t": round(now - start, 2), "unix": round(now, 3)}
+            try:
+                status = cluster_status(cluster_dir)
+                total = 0
+                for n in status["nodes"]:
+                    if n["state"] in ("active", "draining"):
+                        try:
+                            total += metrics(n["http"])["resp_commands"]
+                        except OSError:
+                            pass
+                if previous_total is not None and total >= previous_total:
+                    line["ops_per_sec"] = round((total - previous_total) / (now - previous_time))
+                previous_total, previous_time = total, now
+                line["active"] = sum(1 for n in status["nodes"] if n["state"] == "active")
+                line["moves"] = len(status["moves"])
+                line["shards"] = len(status["shards"])
+                line["events"] = event_diff(previous_status, status)
+                previous_status = status
+            except (OSError, ValueError, RuntimeError) as e:
+                line["error"] = str(e)
+            out.write(json.dumps(line) + "\n")
+            out.flush()
+            time.sleep(max(0.0, 1.0 - (time.time() - now)))
+
+
+COLORS = {"join": "#1f77b4", "drain": "#8c564b", "remove": "#7f7f7f", "move": "#ff7f0e",
+          "moved": "#2ca02c", "split": "#9467bd"}
+
+
+def cmd_timeline(samples_path, marks_path, svg_path):
+    """Commands per second over the whole test, stage load windows shaded, and a marker per
+    second in which cluster events happened (coloured by kind, with a count), as SVG."""
+    samples = [json.loads(l) for l in open(samples_path) if l.strip()]
+    marks = [json.loads(l) for l in open(marks_path) if l.strip()] if os.path.exists(marks_path) else []
+    if not samples:
+        return
+    t0 = samples[0]["unix"] - samples[0]["t"]
+    width, height, left, top, bottom = 1000, 360, 60, 20, 60
+    span = max(s["t"] for s in samples) or 1.0
+    peak = max([s.get("ops_per_sec", 0) for s in samples] + [1])
+    x = lambda t: left + (width - left - 20) * t / span
+    y = lambda v: top + (height - top - bottom) * (1 - v / peak)
+    out = [f'<svg xmlns="http://www.w3.org/2000/svg" width="{width}" height="{height}" '
+           f'font-family="sans-serif" font-size="11">',
+           f'<text x="{left}" y="14">commands/s over every node; shaded: measured stages; '
+           f'ticks: cluster events</text>']
+    for m in marks:
+        a, b = m["start"] - t0, m["end"] - t0
+        out.append(f'<rect x="{x(a):.1f}" y="{top}" width="{max(1.0, x(b) - x(a)):.1f}" '
+                   f'height="{height - top - bottom}" fill="#eeeeee"/>')
+        out.append(f'<text x="{x(a):.1f}" y="{height - bottom + 28}">{m["nodes"]} nodes</text>')
+    points = " ".join(f"{x(s['t']):.1f},{y(s['ops_per_sec']):.1f}"
+                      for s in samples if "ops_per_sec" in s)
+    out.append(f'<polyline fill="none" stroke="#333" stroke-width="1.2" points="{points}"/>')
+    counts = {}
+    for s in samples:
+        kinds = {}
+        for kind, _ in s.get("events", []):
+            kinds[kind] = kinds.get(kind, 0) + 1
+            counts[kind] = counts.get(kind, 0) + 1
+        for i, (kind, n) in enumerate(sorted(kinds.items())):
+            px = x(s["t"])
+            out.append(f'<line x1="{px:.1f}" x2="{px:.1f}" y1="{top}" y2="{height - bottom}" '
+                       f'stroke="{COLORS.get(kind, "#000")}" stroke-width="1" opacity="0.6"/>')
+            out.append(f'<text x="{px + 2:.1f}" y="{top + 12 + 12 * i}" '
+                       f'fill="{COLORS.get(kind, "#000")}">{kind}{"" if n == 1 else f" x{n}"}</text>')
+    out.append(f'<line x1="{left}" x2="{width - 20}" y1="{height - bottom}" '
+               f'y2="{height - bottom}" stroke="#000"/>')
+    for v in (0, peak / 2, peak):
+        out.append(f'<text x="4" y="{y(v) + 4:.1f}">{v:.0f}</text>')
+    for t in range(0, int(span) + 1, max(1, int(span) // 10 or 1)):
+        out.append(f'<text x="{x(t):.1f}" y="{height - bottom + 14}">{t}s</text>')
+    legend = ", ".join(f"{k}: {v}" for k, v in sorted(counts.items())) or "no events"
+    out.append(f'<text x="{left}" y="{height - 8}">events: {legend}</text>')
+    out.append("</svg>")
+    with open(svg_path, "w") as f:
+        f.write("\n".join(out) + "\n")
+
 
 
 def main():
@@ -278,6 +404,12 @@ def main():
         return 0
     if cmd == "report":
         cmd_report(*args)
+        return 0
+    if cmd == "watch":
+        cmd_watch(*args)
+        return 0
+    if cmd == "timeline":
+        cmd_timeline(*args)
         return 0
     sys.stderr.write(__doc__)
     return 64
