@@ -134,9 +134,11 @@ for n in json.load(open(sys.argv[1]))["nodes"]:
 # The load, as a scenario file: the dynomite-80-20 preset with the key space scaled to KEYS,
 # and a load phase only for the pre-load.
 scenario() { # NAME DURATION WARMUP LOAD_KEYS [MODE-LINE]
+  local mode_line='mode = "max"'
+  if [ -n "${5:-}" ]; then mode_line="$5"; fi
   cat <<EOF
 name = "$1"
-${5:-mode = "max"}
+$mode_line
 duration = "$2"
 warmup = "$3"
 concurrent = $CONCURRENT
