@@ -8,6 +8,7 @@ use crate::membership::{MembershipOp, MembershipReply, refused};
 use crate::meta::{ClusterMap, MovePhase, NodeState, PendingSplit};
 use crate::{ClusterError, Node};
 use std::collections::BTreeSet;
+use std::time::{Duration, Instant};
 use trireme_types::cluster_status::{
     ClusterStatus, MoveStatus, NodeStatus, RemoveResult, ShardPlacement, SplitResult,
 };
@@ -147,6 +148,14 @@ impl Node {
         name: &str,
         force: bool,
     ) -> Result<RemoveOutcome, ClusterError> {
+        with_meta_leader(|| self.remove_node_once(name, force)).await
+    }
+
+    async fn remove_node_once(
+        &self,
+        name: &str,
+        force: bool,
+    ) -> Result<RemoveOutcome, ClusterError> {
         let id = crate::join::id_of(name);
         let factor = self.config.replication_factor as usize;
         let linked: BTreeSet<u64> = self
@@ -193,7 +202,37 @@ impl Node {
         shard: u32,
         at_slot: Option<u16>,
     ) -> Result<SplitResult, ClusterError> {
-        plan_split(self, ShardId(shard), at_slot).await
+        with_meta_leader(|| plan_split(self, ShardId(shard), at_slot)).await
+    }
+}
+
+/// How long an operator's command waits for the metadata group to have a reachable leader:
+/// the node that just died may have led it, and removing that node is often the next thing
+/// an operator does.
+const META_WAIT: Duration = Duration::from_secs(15);
+
+/// Runs `attempt` again while it fails because the metadata group has no reachable leader
+/// (then nothing was written: a write whose outcome is unknown answers a timeout, which is
+/// not retried), for at most [`META_WAIT`].
+async fn with_meta_leader<T, F, Fut>(mut attempt: F) -> Result<T, ClusterError>
+where
+    F: FnMut() -> Fut,
+    Fut: std::future::Future<Output = Result<T, ClusterError>>,
+{
+    let deadline = Instant::now() + META_WAIT;
+    loop {
+        match attempt().await {
+            Err(e)
+                if matches!(
+                    e.to_client().code,
+                    ErrorCode::NoLeader | ErrorCode::Unavailable
+                ) && Instant::now() < deadline =>
+            {
+                tracing::info!(error = %e, "operator command: no metadata leader yet; trying again");
+                tokio::time::sleep(Duration::from_millis(200)).await;
+            }
+            other => return other,
+        }
     }
 }
 
