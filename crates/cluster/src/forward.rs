@@ -650,28 +650,21 @@ impl Node {
         let Some(expected) = expected else {
             return Ok(None);
         };
-        let owned = match self.storage.slot_range(shard.0)? {
-            Some(owned) => Some(owned),
-            None => self.bootstrap_range(shard),
-        };
-        match owned {
+        match self.owned_slots(shard)? {
             Some(owned) if owned == expected => Ok(None),
             Some(owned) if owned.0 <= expected.0 && expected.1 <= owned.1 => Ok(Some(expected)),
             _ => Err(moved(shard)),
         }
     }
 
-    /// The slots `shard` owned when the cluster was bootstrapped (none for a shard made by a
-    /// split).
-    fn bootstrap_range(&self, shard: ShardId) -> Option<(u16, u16)> {
-        let count = u64::from(self.bootstrap_shards);
-        if u64::from(shard.0) >= count {
-            return None;
-        }
-        // At most SLOT_COUNT (16384), which fits.
-        let first = |s: u64| (s * u64::from(trireme_types::SLOT_COUNT) / count) as u16;
-        let shard = u64::from(shard.0);
-        Some((first(shard), first(shard + 1) - 1))
+    /// The slots this node's replica of `shard` owns: as its state records them once a split
+    /// touched it, else as the cluster was bootstrapped (`None` for a shard made by a split
+    /// whose first state has not arrived here).
+    pub(crate) fn owned_slots(&self, shard: ShardId) -> Result<Option<(u16, u16)>, ClusterError> {
+        Ok(match self.storage.slot_range(shard.0)? {
+            Some(owned) => Some(owned),
+            None => trireme_types::even_range(self.bootstrap_shards, shard.0),
+        })
     }
 }
 

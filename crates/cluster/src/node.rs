@@ -556,12 +556,9 @@ impl Node {
         {
             return Ok(false);
         }
-        let end = match self.storage.slot_range(parent)? {
-            Some((_, end)) => end,
-            None => trireme_types::even_ranges(self.bootstrap_shards)
-                .get(parent as usize)
-                .map_or(u16::MAX, |r| r.1),
-        };
+        let end = self
+            .owned_slots(ShardId(parent))?
+            .map_or(u16::MAX, |(_, end)| end);
         Ok(end >= at_slot)
     }
 
@@ -774,9 +771,7 @@ impl Node {
         let Some(map) = self.cluster_map() else {
             return false;
         };
-        map.hosts(shard, self.node_id)
-            && (!map.origins.contains_key(&shard.0)
-                || self.storage.slot_range(shard.0).ok().flatten().is_some())
+        map.hosts(shard, self.node_id) && self.owned_slots(shard).ok().flatten().is_some()
     }
 
     /// Every shard replica on this node.

@@ -25,5 +25,5 @@ pub use histogram::LatencyHistogram;
 pub use ids::{GroupId, NodeId, ShardId};
 pub use limits::Limits;
 pub use record::Record;
-pub use slot::{SLOT_COUNT, ShardMap, even_ranges, key_slot};
+pub use slot::{SLOT_COUNT, ShardMap, even_range, even_ranges, key_slot};
 pub use timed::Timed;

@@ -134,10 +134,20 @@ impl ShardMap {
 /// is bootstrapped with.
 pub fn even_ranges(count: u32) -> Vec<(u16, u16)> {
     let count = count.clamp(1, u32::from(SLOT_COUNT));
-    let first = |shard: u32| (u64::from(shard) * u64::from(SLOT_COUNT) / u64::from(count)) as u32;
     (0..count)
-        .map(|shard| (first(shard) as u16, (first(shard + 1) - 1) as u16))
+        .filter_map(|shard| even_range(count, shard))
         .collect()
+}
+
+/// The slots of shard `shard` in the layout of `count` equal shards ([`even_ranges`]); `None`
+/// for a shard beyond it (or a count of 0 or more than there are slots).
+pub fn even_range(count: u32, shard: u32) -> Option<(u16, u16)> {
+    if shard >= count || count > u32::from(SLOT_COUNT) {
+        return None;
+    }
+    // At most SLOT_COUNT (16384), which fits in a u16.
+    let first = |s: u32| (u64::from(s) * u64::from(SLOT_COUNT) / u64::from(count)) as u16;
+    Some((first(shard), first(shard + 1) - 1))
 }
 
 #[cfg(test)]
