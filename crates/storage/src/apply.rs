@@ -370,8 +370,6 @@ impl Storage {
         // A key must not be both removed and inserted in one batch, so only stale keys go.
         let incoming: std::collections::HashSet<&[u8]> =
             export.records.iter().map(|(k, _)| k.as_slice()).collect();
-        let incoming_meta: std::collections::HashSet<&[u8]> =
-            export.meta.iter().map(|(k, _)| k.as_bytes()).collect();
         let mut batch = self.db.batch();
         for guard in self.data.prefix(shard.to_be_bytes()) {
             let key = guard.key()?;
@@ -379,12 +377,7 @@ impl Storage {
                 batch.remove(&self.data, key);
             }
         }
-        for guard in self.data_meta.prefix(shard.to_be_bytes()) {
-            let key = guard.key()?;
-            if !incoming_meta.contains(&key[4..]) {
-                batch.remove(&self.data_meta, key);
-            }
-        }
+        self.stage_meta(&mut batch, shard, &export.meta)?;
         for guard in self.expiry.prefix(shard.to_be_bytes()) {
             batch.remove(&self.expiry, guard.key()?);
         }
@@ -395,15 +388,32 @@ impl Storage {
             }
             batch.insert(&self.data, owned_key(shard, key), value.clone());
         }
-        for (name, value) in &export.meta {
+        batch.commit()?;
+        self.forget_slot_range(shard);
+        Ok(())
+    }
+
+    /// Stages in `batch` the replacement of every `data_meta` row of `shard` by `meta` (a
+    /// row is never both removed and inserted in one batch: only stale ones go).
+    fn stage_meta(
+        &self,
+        batch: &mut fjall::OwnedWriteBatch,
+        shard: u32,
+        meta: &[(String, Vec<u8>)],
+    ) -> Result<(), StorageError> {
+        for guard in self.data_meta.prefix(shard.to_be_bytes()) {
+            let key = guard.key()?;
+            if !meta.iter().any(|(name, _)| name.as_bytes() == &key[4..]) {
+                batch.remove(&self.data_meta, key);
+            }
+        }
+        for (name, value) in meta {
             batch.insert(
                 &self.data_meta,
                 owned_key(shard, name.as_bytes()),
                 value.clone(),
             );
         }
-        batch.commit()?;
-        self.forget_slot_range(shard);
         Ok(())
     }
 
@@ -433,19 +443,7 @@ impl Storage {
     ) -> Result<(), StorageError> {
         self.check_writable()?;
         let mut batch = self.db.batch();
-        for guard in self.data_meta.prefix(shard.to_be_bytes()) {
-            let key = guard.key()?;
-            if !meta.iter().any(|(name, _)| name.as_bytes() == &key[4..]) {
-                batch.remove(&self.data_meta, key);
-            }
-        }
-        for (name, value) in meta {
-            batch.insert(
-                &self.data_meta,
-                owned_key(shard, name.as_bytes()),
-                value.clone(),
-            );
-        }
+        self.stage_meta(&mut batch, shard, meta)?;
         batch.commit()?;
         self.forget_slot_range(shard);
         Ok(())

@@ -134,7 +134,7 @@ pub struct Storage {
     dir: PathBuf,
     /// Each shard's slot range as its `slots` row says (`None`: no row, the shard has never
     /// been split nor was made by a split), read once: every applied batch checks it.
-    slot_ranges: std::sync::Mutex<std::collections::HashMap<u32, Option<(u16, u16)>>>,
+    slot_ranges: std::sync::RwLock<std::collections::HashMap<u32, Option<(u16, u16)>>>,
 }
 
 /// Name of the `data_meta` row that holds a shard's slot range once a split has touched it.
@@ -178,7 +178,7 @@ impl Storage {
             poisoned,
             metrics,
             dir: dir.to_path_buf(),
-            slot_ranges: std::sync::Mutex::default(),
+            slot_ranges: std::sync::RwLock::default(),
         }))
     }
 
@@ -364,14 +364,23 @@ impl Storage {
 
     /// The slot range `shard` owns as its replicated state says: `None` until a split has
     /// touched the shard (it then owns the range it was bootstrapped with).
+    ///
+    /// Read on every read request and every applied batch: a shared lock on a cached answer.
     pub fn slot_range(&self, shard: u32) -> Result<Option<(u16, u16)>, StorageError> {
+        let cached = self
+            .slot_ranges
+            .read()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .get(&shard)
+            .copied();
+        if let Some(range) = cached {
+            return Ok(range);
+        }
+        // Read and cached under the write lock, so a concurrent forget is not undone.
         let mut cache = self
             .slot_ranges
-            .lock()
+            .write()
             .unwrap_or_else(std::sync::PoisonError::into_inner);
-        if let Some(range) = cache.get(&shard) {
-            return Ok(*range);
-        }
         let range = match self.data_meta(shard, SLOTS_ROW)? {
             Some(bytes) => Some(decode_slots(&bytes)?),
             None => None,
@@ -383,7 +392,7 @@ impl Storage {
     /// Forgets the cached slot range of `shard` (its `slots` row was just written or removed).
     pub(crate) fn forget_slot_range(&self, shard: u32) {
         self.slot_ranges
-            .lock()
+            .write()
             .unwrap_or_else(std::sync::PoisonError::into_inner)
             .remove(&shard);
     }
