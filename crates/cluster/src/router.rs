@@ -486,37 +486,38 @@ impl Node {
                 .push(key);
         }
         let deleted = try_join_all(per_shard.into_values().map(|keys| async move {
-            // All in one shard under the first routing; possibly two after a split.
-            let mut total = 0;
-            let mut left = keys;
-            let deadline = Instant::now() + REROUTE_WAIT;
-            while !left.is_empty() {
-                let seen = self.map_version();
-                let routing = self.shard_map();
-                let shard = routing.shard_of_key(&left[0]);
-                let (here, rest): (Vec<Bytes>, Vec<Bytes>) = left
-                    .into_iter()
-                    .partition(|k| routing.shard_of_key(k) == shard);
-                let command = Command::Delete {
-                    keys: here.clone(),
-                    cas: None,
-                };
-                match self.write_shard::<Deleted>(shard, command).await {
-                    Ok(Deleted(n)) => {
-                        total += n;
-                        left = rest;
+            // All in one shard under the first routing; possibly two after a split. The keys
+            // a shard deleted leave `left`, so a rerouted attempt asks only for the rest.
+            let left = std::sync::Mutex::new(keys);
+            let total = std::sync::atomic::AtomicU64::new(0);
+            self.routed(|routing| {
+                let (left, total) = (&left, &total);
+                async move {
+                    loop {
+                        let keys = left.lock().unwrap_or_else(|e| e.into_inner()).clone();
+                        let Some(first) = keys.first() else {
+                            return Ok(());
+                        };
+                        let shard = routing.shard_of_key(first);
+                        let here: Vec<Bytes> = keys
+                            .into_iter()
+                            .filter(|k| routing.shard_of_key(k) == shard)
+                            .collect();
+                        let command = Command::Delete {
+                            keys: here.clone(),
+                            cas: None,
+                        };
+                        let Deleted(n) = self.write_shard::<Deleted>(shard, command).await?;
+                        total.fetch_add(n, std::sync::atomic::Ordering::Relaxed);
+                        let done: std::collections::HashSet<&Bytes> = here.iter().collect();
+                        left.lock()
+                            .unwrap_or_else(|e| e.into_inner())
+                            .retain(|k| !done.contains(k));
                     }
-                    Err(e) if is_moved(&e) => {
-                        let wait = deadline.saturating_duration_since(Instant::now());
-                        if wait.is_zero() || !self.map_change(seen, wait).await {
-                            return Err(e);
-                        }
-                        left = here.into_iter().chain(rest).collect();
-                    }
-                    Err(e) => return Err(e),
                 }
-            }
-            Ok::<_, ClusterError>(total)
+            })
+            .await?;
+            Ok::<_, ClusterError>(total.into_inner())
         }))
         .await?;
         Ok(deleted.into_iter().sum())
