@@ -46,19 +46,7 @@ pub async fn wait_settled(client: &reqwest::Client, nodes: &[Endpoint], limit: D
             let Ok(status) = response.json::<ClusterStatus>().await else {
                 continue;
             };
-            let active: Vec<&str> = status
-                .nodes
-                .iter()
-                .filter(|n| n.state == "active")
-                .map(|n| n.name.as_str())
-                .collect();
-            let factor = (status.replication_factor as usize).min(active.len());
-            let settled = status.moves.is_empty()
-                && status.splits.is_empty()
-                && status.shards.iter().all(|s| {
-                    s.replicas.len() == factor
-                        && s.replicas.iter().all(|r| active.contains(&r.as_str()))
-                });
+            let settled = status.is_settled();
             if settled {
                 return true;
             }

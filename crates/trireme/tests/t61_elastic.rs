@@ -69,19 +69,6 @@ async fn settle(
     }
 }
 
-/// Every shard has `factor` voters, all on active nodes.
-fn at_replication_factor(status: &ClusterStatus, factor: usize) -> bool {
-    let active: Vec<&str> = status
-        .nodes
-        .iter()
-        .filter(|n| n.state == "active")
-        .map(|n| n.name.as_str())
-        .collect();
-    status.shards.iter().all(|s| {
-        s.replicas.len() == factor && s.replicas.iter().all(|r| active.contains(&r.as_str()))
-    })
-}
-
 /// Stops a steady writer and checks that it only ever failed with retryable answers.
 async fn finish_writer(stop: &AtomicBool, writer: tokio::task::JoinHandle<Steady>) -> Steady {
     stop.store(true, Ordering::SeqCst);
@@ -129,7 +116,7 @@ async fn a_joining_node_gets_its_share_of_replicas_while_writes_go_on() {
         })
         .await;
         assert!(settled.epoch > before, "the map's epoch did not move");
-        assert!(at_replication_factor(&settled, 3));
+        assert!(settled.at_replication_factor());
         // The new node reads everything written before, during and after its join.
         wait_for_acks(&count, count.load(Ordering::SeqCst) + 20).await;
         let steady = finish_writer(&stop, writer).await;
@@ -162,7 +149,7 @@ async fn a_drained_node_hands_over_stops_and_its_data_directory_is_refused() {
                 .any(|n| n.name == "n4" && n.state == "removed")
         })
         .await;
-        assert!(at_replication_factor(&settled, 3), "{settled:#?}");
+        assert!(settled.at_replication_factor(), "{settled:#?}");
         assert_eq!(replicas_in(&settled, "removed").get("n4"), Some(&0));
         // The removed node stops by itself (its process exits; a zombie counts as gone).
         let pid = c.node(3).pid();
@@ -214,7 +201,7 @@ async fn a_dead_node_removed_by_force_has_its_replicas_rebuilt() {
         // Each survivor ends with its share: 24 replicas over 3 nodes (between two moves
         // the counts may be uneven for a moment).
         let settled = settle(&c, 0, "rebuilt n2's replicas", |s| {
-            at_replication_factor(s, 3) && replicas_in(s, "active").values().all(|n| *n == 8)
+            s.at_replication_factor() && replicas_in(s, "active").values().all(|n| *n == 8)
         })
         .await;
         assert_eq!(
@@ -250,7 +237,7 @@ async fn a_cluster_restarted_in_the_middle_of_a_move_finishes_it() {
                 && replicas_in(s, "active").values().all(|n| *n == 6)
         })
         .await;
-        assert!(at_replication_factor(&settled, 3), "{settled:#?}");
+        assert!(settled.at_replication_factor(), "{settled:#?}");
         assert_acked_readable(&c, n4, "restart/", &steady).await;
     })
     .await;

@@ -28,6 +28,28 @@ pub struct ClusterStatus {
     pub splits: Vec<SplitResult>,
 }
 
+impl ClusterStatus {
+    /// Whether every shard has its replication factor in voters (capped by the active nodes),
+    /// all on active nodes: the cluster is whole again.
+    pub fn at_replication_factor(&self) -> bool {
+        let active: Vec<&str> = self
+            .nodes
+            .iter()
+            .filter(|n| n.state == "active")
+            .map(|n| n.name.as_str())
+            .collect();
+        let factor = (self.replication_factor as usize).min(active.len());
+        self.shards.iter().all(|s| {
+            s.replicas.len() == factor && s.replicas.iter().all(|r| active.contains(&r.as_str()))
+        })
+    }
+
+    /// Whether nothing moves or splits and every shard is at its replication factor.
+    pub fn is_settled(&self) -> bool {
+        self.moves.is_empty() && self.splits.is_empty() && self.at_replication_factor()
+    }
+}
+
 /// One node.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct NodeStatus {
@@ -112,4 +134,68 @@ pub struct SplitResult {
     /// The cluster map's epoch that recorded the split (0 in a status listing).
     #[serde(default)]
     pub epoch: u64,
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn node(name: &str, state: &str) -> NodeStatus {
+        NodeStatus {
+            name: name.into(),
+            state: state.into(),
+            peer: String::new(),
+            http: String::new(),
+            resp: String::new(),
+            replicas: 0,
+            preferred_leaders: 0,
+            meta: "voter".into(),
+            linked: true,
+        }
+    }
+
+    fn shard(replicas: &[&str]) -> ShardPlacement {
+        ShardPlacement {
+            shard: 0,
+            slots: [0, 16383],
+            replicas: replicas.iter().map(|r| r.to_string()).collect(),
+            leader: None,
+        }
+    }
+
+    #[test]
+    fn settled_means_every_shard_whole_on_active_nodes_and_nothing_in_flight() {
+        let mut status = ClusterStatus {
+            epoch: 1,
+            node: "a".into(),
+            meta_leader: None,
+            replication_factor: 3,
+            max_moves: 2,
+            nodes: vec![
+                node("a", "active"),
+                node("b", "active"),
+                node("c", "active"),
+            ],
+            shards: vec![shard(&["a", "b", "c"])],
+            moves: Vec::new(),
+            splits: Vec::new(),
+        };
+        assert!(status.is_settled());
+        status.nodes[2].state = "removed".into();
+        assert!(!status.at_replication_factor(), "a voter on a removed node");
+        status.shards = vec![shard(&["a", "b"])];
+        assert!(
+            status.at_replication_factor(),
+            "two active nodes cap the factor"
+        );
+        status.splits.push(SplitResult {
+            shard: 0,
+            child: 1,
+            at_slot: 8192,
+            slots: [0, 16383],
+            started_ms: 0,
+            epoch: 0,
+        });
+        assert!(!status.is_settled());
+    }
 }
