@@ -62,23 +62,9 @@ TRIREME="${CARGO_TARGET_DIR:-$PWD/target}/release/trireme"
 REPORT=(python3 "$PWD/bench/scale_report.py")
 
 # A base port with all the ports of LAST nodes (10 each) free on 127.0.0.1.
-BASE="${BASE_PORT:-$(python3 - "$last" <<'EOF'
-import random, socket, sys
-span = 10 * int(sys.argv[1])
-for _ in range(200):
-    base = random.randrange(20000, 60000 - span, 10)
-    try:
-        for port in range(base, base + span):
-            with socket.socket() as s:
-                s.bind(("127.0.0.1", port))
-    except OSError:
-        continue
-    print(base)
-    break
-else:
-    sys.exit("no free port range found")
-EOF
-)}"
+# shellcheck source=bench/local-cluster-lib.sh
+. bench/local-cluster-lib.sh
+BASE="${BASE_PORT:-$(free_base_port "$last")}"
 
 stamp="$(date -u +%Y%m%d-%H%M%S)"
 results="$PWD/results/scale-$stamp"

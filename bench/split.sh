@@ -13,34 +13,11 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 KEYS="${1:-200000}"
 SECS="${2:-30}"
-cargo build --release --locked -p trireme >&2
-TRIREME="${CARGO_TARGET_DIR:-$PWD/target}/release/trireme"
-WORK="$(mktemp -d)"
 OUT="results/split-$(date -u +%Y%m%d-%H%M%S)"
 mkdir -p "$OUT"
-# A base port with nodes 1-3 (base .. base+22) free, below the ephemeral range.
-BASE="$(python3 - <<'EOF'
-import socket, random
-for _ in range(200):
-    base = random.randrange(21000, 30000, 50)
-    try:
-        for port in range(base, base + 30):
-            s = socket.socket(); s.bind(("127.0.0.1", port)); s.close()
-        print(base); break
-    except OSError:
-        continue
-EOF
-)"
-"$TRIREME" cluster up --nodes 3 --shards 4 --dir "$WORK/cluster" --base-port "$BASE" \
-  >"$WORK/up.log" 2>&1 &
-UP=$!
-trap 'kill -TERM $UP 2>/dev/null || true; wait $UP 2>/dev/null || true; rm -rf "$WORK"' EXIT
-state() { python3 -c 'import json,sys; print(json.load(open(sys.argv[1]))["state"])' \
-  "$WORK/cluster/cluster.json" 2>/dev/null || true; }
-for _ in $(seq 1 300); do [ "$(state)" = running ] && break; sleep 0.2; done
-[ "$(state)" = running ] || { cat "$WORK/up.log"; echo "the cluster did not start" >&2; exit 1; }
-TARGETS=()
-for i in 0 1 2; do TARGETS+=(--target "http://127.0.0.1:$((BASE + 10 * i))"); done
+# shellcheck source=bench/local-cluster-lib.sh
+. bench/local-cluster-lib.sh
+start_local_cluster 3 4 "$OUT"
 
 scenario() { # scenario NAME MODE-LINE LOAD-KEYS
   cat >"$WORK/$1.toml" <<EOF
@@ -66,9 +43,6 @@ get = 50
 update = 50
 EOF
   if [ "$3" != 0 ]; then printf '\n[load]\nkeys = %s\n' "$3" >>"$WORK/$1.toml"; fi
-}
-figure() { # figure RESULT.JSON EXPRESSION
-  python3 -c "import json,sys; r=json.load(open(sys.argv[1]))['result']; print($2)" "$1"
 }
 
 echo "== loading $KEYS records of 1000 bytes, then YCSB-A at the maximum rate"
