@@ -200,7 +200,9 @@ impl Node {
             .await
             .map_err(|e| format!("cannot register the node: {e}"))?;
         tracing::info!(node = %name, peer = %request.info.node.peer_addr, "admitted a joining node");
-        let mut answer = self.join_answer(true, None, map.replicas.len() as u32);
+        // The bootstrap count, not today's: a shard no split has touched still owns its
+        // slots in the bootstrap layout, and the newcomer works them out from this count.
+        let mut answer = self.join_answer(true, None, self.bootstrap_shards);
         answer.peers.push((id, request.info.node.peer_addr.clone()));
         Ok(answer)
     }

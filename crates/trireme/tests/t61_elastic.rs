@@ -129,6 +129,52 @@ async fn a_joining_node_gets_its_share_of_replicas_while_writes_go_on() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_node_that_joins_after_a_split_serves_every_shard_it_receives() {
+    let mut c = TestCluster::start(ClusterOptions::default().shards(4)).await;
+    let stop = Arc::new(AtomicBool::new(false));
+    let (count, writer) = spawn_steady_writer(&c, &[0, 1, 2], "late/", stop.clone());
+    wait_for_acks(&count, 20).await;
+    bounded(SETTLE * 3, async {
+        let (code, body) = split(&c, 0, "2", None).await;
+        assert_eq!(code, 200, "{body}");
+        settle(&c, 0, "split shard 2", |s| {
+            s.splits.is_empty() && s.shards.len() == 5
+        })
+        .await;
+        // The newcomer learns the layout of shards no split touched from the bootstrap
+        // count, not from today's five shards.
+        let n4 = c.add_node().await;
+        let settled = settle(&c, 0, "gave n4 its replicas", |s| {
+            replicas_in(s, "active").len() == 4
+                && replicas_in(s, "active").get("n4").is_some_and(|r| *r >= 3)
+        })
+        .await;
+        assert!(settled.at_replication_factor());
+        wait_for_acks(&count, count.load(Ordering::SeqCst) + 20).await;
+        let steady = finish_writer(&stop, writer).await;
+        assert_acked_readable(&c, n4, "late/", &steady).await;
+        // Its own replicas answer reads that stay on the node (a follower may trail the
+        // last writes by a moment, so each key gets a few seconds to show up).
+        for key in &steady.acked {
+            let deadline = std::time::Instant::now() + Duration::from_secs(5);
+            loop {
+                let found = c.try_get(n4, key, "?stale").await;
+                if matches!(&found, Ok((Some(e), _)) if e.value == key.as_bytes()) {
+                    break;
+                }
+                assert!(
+                    std::time::Instant::now() < deadline,
+                    "{key} through n4 ?stale: {found:?}\n{}",
+                    c.logs_tail(40)
+                );
+                tokio::time::sleep(Duration::from_millis(50)).await;
+            }
+        }
+    })
+    .await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_drained_node_hands_over_stops_and_its_data_directory_is_refused() {
     let c = TestCluster::start(ClusterOptions {
         nodes: 4,
