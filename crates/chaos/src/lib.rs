@@ -12,6 +12,7 @@
 //! - [`schedule`]: the fault plan, a pure function of the seed.
 //! - [`workload`]: clients over HTTP (Consul KV) and RESP, each operation recorded in
 //!   [`history`] with its invocation and completion times.
+//! - [`elastic`]: splits and membership changes (join, drain, replace) between the faults.
 //! - [`run`]: drives one run and its verification ([`verify`]).
 
 #![deny(missing_docs)]
@@ -19,6 +20,7 @@
 #![cfg_attr(test, allow(clippy::unwrap_used))]
 
 pub mod delay;
+pub mod elastic;
 pub mod history;
 pub mod lab;
 pub mod nodes;

@@ -10,6 +10,7 @@ use trireme_local::{Membership, Output, ServerCommand, ServerProcess};
 
 use crate::ChaosError;
 use crate::lab::LabNode;
+use crate::workload::Endpoint;
 
 pub use trireme_local::NodeState;
 
@@ -20,11 +21,29 @@ pub const RESP_PORT: u16 = 7701;
 /// See [`HTTP_PORT`].
 pub const PEER_PORT: u16 = 7702;
 
-/// One server node of the run.
+/// Where the node of a lab slot stands in the cluster.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Role {
+    /// Not started yet: it joins the running cluster when the run says so.
+    Spare,
+    /// In the cluster: restarted after a fault kills it.
+    Member,
+    /// Being drained: still restarted after a kill, until the cluster has removed it.
+    Draining,
+    /// Removed from the cluster (drained, or killed for good and removed by force): never
+    /// started again. A replacement may take over the slot under a new name.
+    Gone,
+}
+
+/// One server node of the run: a lab slot, and the node running in it.
 #[derive(Debug)]
 pub struct NodeProcess {
     /// Where it sits in the lab.
     pub lab: LabNode,
+    /// The node's name in the cluster: the slot's name, or a replacement's new name.
+    pub node_id: String,
+    /// Where it stands in the cluster.
+    pub role: Role,
     process: ServerProcess,
     log: PathBuf,
 }
@@ -63,6 +82,16 @@ impl NodeProcess {
         format!("{}:{RESP_PORT}", self.lab.ip)
     }
 
+    /// The node as the clients address it.
+    #[must_use]
+    pub fn endpoint(&self) -> Endpoint {
+        Endpoint {
+            name: self.node_id.clone(),
+            http_base: self.http_base(),
+            resp_addr: self.resp_addr(),
+        }
+    }
+
     /// Current state.
     #[must_use]
     pub fn state(&self) -> NodeState {
@@ -73,6 +102,44 @@ impl NodeProcess {
     /// node's data directory and flags.
     pub fn start(&mut self) -> Result<(), ChaosError> {
         self.process.spawn().map(|_| ()).map_err(local_error)
+    }
+
+    /// Whether the cluster counts this node in: a member, or one being drained.
+    #[must_use]
+    pub fn in_cluster(&self) -> bool {
+        matches!(self.role, Role::Member | Role::Draining)
+    }
+
+    /// Whether the process exited on its own (it is then reaped, and the state is Down).
+    pub fn exited(&mut self) -> bool {
+        self.process.try_reap().is_some() || self.state() == NodeState::Down
+    }
+
+    /// Starts the spare: it joins the cluster through the member at `peer`.
+    pub fn join(&mut self, peer: &str) -> Result<(), ChaosError> {
+        self.process.command_mut().membership = Membership::Join(peer.to_string());
+        self.role = Role::Member;
+        self.start()
+    }
+
+    /// Starts a new node named `node_id` in this slot, with an empty data directory under
+    /// `dir`, joining the cluster through the member at `peer`. The slot's node must be gone.
+    pub fn replace(&mut self, node_id: &str, dir: &Path, peer: &str) -> Result<(), ChaosError> {
+        let _ = self.process.kill();
+        let mut command = self.process.command().clone();
+        command.node_id = node_id.to_string();
+        command.data_dir = dir.join(node_id);
+        command.membership = Membership::Join(peer.to_string());
+        self.process = ServerProcess::new(command, Output::Append(self.log.clone()));
+        self.node_id = node_id.to_string();
+        self.role = Role::Member;
+        self.start()
+    }
+
+    /// The node's peer address, for a joining node to enter through.
+    #[must_use]
+    pub fn peer_addr(&self) -> String {
+        format!("{}:{PEER_PORT}", self.lab.ip)
     }
 
     /// `kill -9`, then reaps the process.
@@ -99,12 +166,15 @@ impl NodeProcess {
 }
 
 /// Prepares (but does not start) one process per lab node, with its config written to
-/// `settings.dir`.
+/// `settings.dir`. The last `spares` slots are spares: not in the initial cluster, they join
+/// it through the first node when started.
 pub fn prepare(
     lab_nodes: &[LabNode],
     settings: &ServerSettings,
+    spares: usize,
 ) -> Result<Vec<NodeProcess>, ChaosError> {
-    let initial_cluster = lab_nodes
+    let founders = lab_nodes.len().saturating_sub(spares);
+    let initial_cluster = lab_nodes[..founders]
         .iter()
         .map(|n| format!("{}={}:{PEER_PORT}", n.name, n.ip))
         .collect::<Vec<_>>()
@@ -113,7 +183,8 @@ pub fn prepare(
     std::fs::write(&config, CONFIG).map_err(|e| ChaosError::io(config.display(), e))?;
     Ok(lab_nodes
         .iter()
-        .map(|lab| {
+        .enumerate()
+        .map(|(slot, lab)| {
             let mut command =
                 ServerCommand::new(&settings.exe, &lab.name, settings.dir.join(&lab.name));
             command.wrapper = ["ip", "netns", "exec", &lab.netns]
@@ -122,13 +193,20 @@ pub fn prepare(
             command.http = format!("{}:{HTTP_PORT}", lab.ip);
             command.resp = format!("{}:{RESP_PORT}", lab.ip);
             command.peer = format!("{}:{PEER_PORT}", lab.ip);
-            command.membership = Membership::Bootstrap(initial_cluster.clone());
+            let spare = slot >= founders;
+            command.membership = if spare {
+                Membership::Join(format!("{}:{PEER_PORT}", lab_nodes[0].ip))
+            } else {
+                Membership::Bootstrap(initial_cluster.clone())
+            };
             command.shards = Some(settings.shards);
             command.config = Some(config.clone());
             command.log = Some("info,openraft=warn".into());
             let log = settings.dir.join(format!("{}.log", lab.name));
             NodeProcess {
                 lab: lab.clone(),
+                node_id: lab.name.clone(),
+                role: if spare { Role::Spare } else { Role::Member },
                 // Dropping it SIGKILLs the server, a paused one too: no server outlives its run.
                 process: ServerProcess::new(command, Output::Append(log.clone())),
                 log,

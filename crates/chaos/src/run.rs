@@ -7,15 +7,17 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 
 use serde::Serialize;
+use trireme_types::cluster_status::ClusterStatus;
 
 use crate::ChaosError;
 use crate::delay::DelayLine;
+use crate::elastic::{Elastic, MembershipRecord, Shaper, live};
 use crate::history::{self, Event, OpKind, Status};
 use crate::lab::Lab;
-use crate::nodes::{self, NodeProcess, NodeState, ServerSettings};
+use crate::nodes::{self, NodeProcess, NodeState, Role, ServerSettings};
 use crate::schedule::{self, Extent, Fault, FaultKind, Step, TAIL, Target};
 use crate::verify::{self, Divergence, Verdict};
-use crate::workload::{self, Endpoint, Workload};
+use crate::workload::{self, Endpoints, Workload};
 
 /// Settings of one run.
 #[derive(Debug, Clone)]
@@ -45,6 +47,9 @@ pub struct ChaosConfig {
     /// (a split refused because of the fault is tried again at the next one, then in the
     /// calm after the last). On five nodes each split also sets replicas moving.
     pub splits: u32,
+    /// Changes the membership while the faults run: a spare node joins, a node is drained,
+    /// and a node is killed for good, removed by force and replaced (one more lab slot).
+    pub membership: bool,
     /// Records `?stale` reads as default ones (a planted bug: the check must then fail).
     pub stale_as_default: bool,
     /// Where the history, logs, summary and checker output go.
@@ -66,6 +71,8 @@ pub struct FaultRecord {
     pub held_secs: f64,
     /// From healing until every shard took a write again; None if it did not within 60 s.
     pub recovery_ms: Option<u64>,
+    /// Whether a replica move was in progress when it started.
+    pub during_move: bool,
 }
 
 /// What a run found.
@@ -95,6 +102,10 @@ pub struct RunSummary {
     pub divergent_keys: Vec<Divergence>,
     /// Shard splits made during the run (asked for in `splits`).
     pub splits_done: u32,
+    /// The membership changes made (with `membership`), and when each finished.
+    pub membership_changes: Vec<MembershipRecord>,
+    /// Faults that started while a replica move was in progress.
+    pub faults_during_moves: usize,
     /// Replica moves completed and splits completed, summed over the nodes' `/metrics`
     /// (each counted by the metadata leader that made it).
     pub moves_completed: u64,
@@ -128,13 +139,14 @@ pub fn run(config: &ChaosConfig) -> Result<RunSummary, ChaosError> {
     }
     std::fs::create_dir_all(&config.out).map_err(|e| ChaosError::io(config.out.display(), e))?;
     let tag = format!("{}", std::process::id() % 100_000);
-    let lab = Lab::create(&tag, config.nodes)?;
+    let spares = usize::from(config.membership);
+    let lab = Lab::create(&tag, config.nodes + spares as u32)?;
     let settings = ServerSettings {
         exe: config.exe.clone(),
         shards: config.shards,
         dir: config.out.clone(),
     };
-    let mut servers = nodes::prepare(lab.nodes(), &settings)?;
+    let mut servers = nodes::prepare(lab.nodes(), &settings, spares)?;
     // Before any server starts, so every peer connection goes through the proxies.
     let delay = DelayLine::start(&lab)?;
     let extent = match config.fault_count {
@@ -206,15 +218,17 @@ pub fn run(config: &ChaosConfig) -> Result<RunSummary, ChaosError> {
         acknowledged_writes,
         max_recovery_after_partition_ms: max_recovery(&["partition", "one-way"]),
         max_recovery_ms: max_recovery(&FaultKind::ALL.map(FaultKind::name)),
+        faults_during_moves: faults.iter().filter(|f| f.during_move).count(),
         faults,
         splits_done: elastic.splits_done,
+        membership_changes: elastic.changes.clone(),
         moves_completed: elastic.moves_completed,
         membership_settled: elastic.settled,
         passed: checker.exit_code == 0
             && divergent_keys.is_empty()
             && all_recovered
             && elastic.settled
-            && elastic.splits_done == config.splits,
+            && elastic.all_done(),
         divergent_keys,
         checker,
         out: config.out.clone(),
@@ -228,25 +242,6 @@ pub fn run(config: &ChaosConfig) -> Result<RunSummary, ChaosError> {
 
 type Driven = (Vec<Event>, Vec<FaultRecord>, Vec<Divergence>, Elastic);
 
-/// What the run did to the cluster's shape.
-#[derive(Debug, Default)]
-struct Elastic {
-    splits_done: u32,
-    moves_completed: u64,
-    settled: bool,
-}
-
-fn endpoints(servers: &[NodeProcess]) -> Vec<Endpoint> {
-    servers
-        .iter()
-        .map(|s| Endpoint {
-            name: s.lab.name.clone(),
-            http_base: s.http_base(),
-            resp_addr: s.resp_addr(),
-        })
-        .collect()
-}
-
 async fn drive(
     config: &ChaosConfig,
     lab: &Lab,
@@ -256,17 +251,18 @@ async fn drive(
 ) -> Result<Driven, ChaosError> {
     let clock = Instant::now();
     let client = workload::http_client();
-    let all = endpoints(servers);
-    for s in servers.iter_mut() {
+    for s in servers.iter_mut().filter(|s| s.in_cluster()) {
         s.start()?;
     }
-    verify::wait_healthy(&client, &all, Duration::from_secs(60)).await?;
-    let probe_keys = verify::probe_keys(&client, &all).await?;
+    verify::wait_healthy(&client, &live(servers), Duration::from_secs(60)).await?;
+    let probe_keys = verify::probe_keys(&client, &live(servers)).await?;
     log(clock, "cluster up; clients start");
 
     let start = Instant::now();
+    // Every slot, spare ones too: a slot without a running node refuses the connection.
+    let slots = Endpoints::new(servers.iter().map(NodeProcess::endpoint).collect());
     let work = Workload {
-        endpoints: all.clone(),
+        endpoints: slots.clone(),
         keys: config.keys,
         client_rate: config.rate / f64::from(config.clients.max(1)),
         clock,
@@ -279,25 +275,34 @@ async fn drive(
         .collect();
 
     let mut records = Vec::new();
-    let mut elastic = Elastic::default();
+    let mut elastic = Elastic::new(config.splits, config.membership);
+    let shaper = Shaper {
+        client: &client,
+        seed: config.seed,
+        slots: &slots,
+        dir: &config.out,
+        start,
+    };
     // A fault starts at its planned offset, but never less than a second after the cluster
     // recovered from the previous one, so the clients always see some calm between faults.
     let mut calm_from = start;
     for step in plan {
         let at = (start + step.at).max(calm_from + Duration::from_secs(1));
         tokio::time::sleep_until(at.into()).await;
+        // The shape changes first, so that the fault meets the moves they set off.
+        shaper.step(&mut elastic, servers).await?;
         let at_secs = start.elapsed().as_secs_f64();
-        let fault = inject(lab, delay, servers, &client, &all, &step.fault).await?;
+        let moving = moving(&client, servers, &step.fault).await;
+        let during_move = moving.as_ref().is_some_and(|s| !s.moves.is_empty());
+        let fault = inject(lab, delay, servers, &client, &step.fault, moving).await?;
         log(
             clock,
             format!("fault: {fault} for {:.1}s", step.hold.as_secs_f64()),
         );
-        if elastic.splits_done < config.splits {
-            try_split(&client, &all, config.seed, &mut elastic, clock).await;
-        }
         tokio::time::sleep(step.hold).await;
         heal(lab, delay, servers)?;
-        let recovery = verify::time_to_writable(&client, &all, &probe_keys, RECOVERY_LIMIT).await;
+        let recovery =
+            verify::time_to_writable(&client, &live(servers), &probe_keys, RECOVERY_LIMIT).await;
         log(
             clock,
             match recovery {
@@ -308,6 +313,8 @@ async fn drive(
                 None => format!("healed; some shard took no write within {RECOVERY_LIMIT:?}"),
             },
         );
+        // And again once healed: a change waiting on the cluster moves on sooner.
+        shaper.step(&mut elastic, servers).await?;
         calm_from = Instant::now();
         records.push(FaultRecord {
             at_secs,
@@ -315,6 +322,7 @@ async fn drive(
             kind: step.fault.kind(servers.len()).name(),
             held_secs: step.hold.as_secs_f64(),
             recovery_ms: recovery.map(|d| u64::try_from(d.as_millis()).unwrap_or(u64::MAX)),
+            during_move,
         });
     }
 
@@ -323,10 +331,11 @@ async fn drive(
     if !plan.is_empty() {
         end = end.max(Instant::now() + TAIL);
     }
-    // Splits the faults kept from happening, while the clients still run.
-    let calm_splits = Instant::now() + Duration::from_secs(30);
-    while elastic.splits_done < config.splits && Instant::now() < calm_splits {
-        if !try_split(&client, &all, config.seed, &mut elastic, clock).await {
+    // The shape changes the faults kept from happening or finishing, while the clients run.
+    let calm_limit = Instant::now() + CALM_RESHAPE_LIMIT;
+    while !elastic.all_done() && Instant::now() < calm_limit {
+        shaper.step(&mut elastic, servers).await?;
+        if !elastic.all_done() {
             tokio::time::sleep(Duration::from_millis(500)).await;
         }
     }
@@ -342,15 +351,24 @@ async fn drive(
     log(clock, format!("clients done: {} operations", events.len()));
 
     heal(lab, delay, servers)?;
+    let all = live(servers);
     verify::wait_healthy(&client, &all, Duration::from_secs(60)).await?;
-    if config.splits > 0 {
+    if elastic.reshapes() {
         elastic.settled = verify::wait_settled(&client, &all, SETTLE_LIMIT).await;
         elastic.moves_completed = verify::moves_completed(&client, &all).await;
         log(
             clock,
             format!(
-                "{} split(s), {} move(s) completed; every shard at its replication factor: {}",
-                elastic.splits_done, elastic.moves_completed, elastic.settled
+                "{} split(s), {} of {} membership change(s) done, {} move(s) completed; every shard at its replication factor: {}",
+                elastic.splits_done,
+                elastic
+                    .changes
+                    .iter()
+                    .filter(|c| c.done_secs.is_some())
+                    .count(),
+                if config.membership { 3 } else { 0 },
+                elastic.moves_completed,
+                elastic.settled
             ),
         );
         verify::wait_healthy(&client, &all, Duration::from_secs(60)).await?;
@@ -374,66 +392,59 @@ async fn drive(
 
 /// How long the cluster may take after healing to finish its splits and moves.
 const SETTLE_LIMIT: Duration = Duration::from_secs(120);
+/// How long, after the last fault, the run keeps making the splits and membership changes
+/// the faults held up (a drain of a node holding many replicas takes a while).
+const CALM_RESHAPE_LIMIT: Duration = Duration::from_secs(90);
 
-/// Asks one reachable node to split a shard (which one: from the seed and the splits done so
-/// far); returns whether a split was started. Refusals (no leader during a fault, another
-/// split or a move on that shard) are expected: the next try picks up.
-async fn try_split(
+/// The cluster status a fault aimed at moves needs (and that tells whether any fault met a
+/// move in progress); for a fault aimed at moves, waits up to 5 s for a move to start.
+async fn moving(
     client: &reqwest::Client,
-    all: &[Endpoint],
-    seed: u64,
-    elastic: &mut Elastic,
-    clock: Instant,
-) -> bool {
-    let Some(shards) = verify::shard_count(client, all).await else {
-        return false;
-    };
-    let shard = (seed + u64::from(elastic.splits_done) * 7) % u64::from(shards.max(1));
-    for node in all {
-        let url = format!("{}/v1/cluster/shards/{shard}/split", node.http_base);
-        let answer = tokio::time::timeout(Duration::from_secs(5), client.post(&url).send()).await;
-        match answer {
-            Ok(Ok(r)) if r.status().is_success() => {
-                elastic.splits_done += 1;
-                log(clock, format!("split shard {shard} (asked {})", node.name));
-                return true;
-            }
-            Ok(Ok(r)) if r.status().as_u16() == 409 => return false,
-            _ => continue,
+    servers: &[NodeProcess],
+    fault: &Fault,
+) -> Option<ClusterStatus> {
+    let aimed = matches!(fault, Fault::KillMover { .. } | Fault::IsolateMeta);
+    let deadline = Instant::now() + Duration::from_secs(5);
+    loop {
+        let status = verify::cluster_status(client, &live(servers)).await;
+        let found = status.as_ref().is_some_and(|s| !s.moves.is_empty());
+        if found || !aimed || Instant::now() > deadline {
+            return status;
         }
+        tokio::time::sleep(Duration::from_millis(200)).await;
     }
-    false
 }
 
-/// Applies `fault`; returns its description with the nodes resolved.
+/// Applies `fault`; returns its description with the nodes resolved. `status` is the
+/// cluster as it was just before (where the moves and the metadata leader are).
 async fn inject(
     lab: &Lab,
     delay: &DelayLine,
     servers: &mut [NodeProcess],
     client: &reqwest::Client,
-    all: &[Endpoint],
     fault: &Fault,
+    status: Option<ClusterStatus>,
 ) -> Result<String, ChaosError> {
     let nodes = lab.nodes();
-    let resolve = async |target: Target| -> usize {
-        match target {
-            Target::Node(i) => i,
-            Target::Leader => {
-                let name = verify::busiest_leader(client, all).await;
-                nodes
-                    .iter()
-                    .position(|n| Some(&n.name) == name.as_ref())
-                    .unwrap_or(0)
-            }
-        }
+    let slot_of = |name: &str| servers.iter().position(|s| s.node_id == name);
+    let busiest = async || -> usize {
+        let name = verify::busiest_leader(client, &live(servers)).await;
+        name.and_then(|n| slot_of(&n)).unwrap_or(0)
     };
+    let isolate = |i: usize| -> Result<(), ChaosError> {
+        let (alone, rest): (Vec<_>, Vec<_>) =
+            nodes.iter().cloned().partition(|n| n.name == nodes[i].name);
+        lab.partition(&alone, &rest)
+    };
+    let first_move = status.as_ref().and_then(|s| s.moves.first().cloned());
     let description = match fault {
         Fault::Isolate(target) => {
-            let i = resolve(*target).await;
-            let (alone, rest): (Vec<_>, Vec<_>) =
-                nodes.iter().cloned().partition(|n| n.name == nodes[i].name);
-            lab.partition(&alone, &rest)?;
-            format!("isolate n{} ({target})", i + 1)
+            let i = match target {
+                Target::Node(i) => *i,
+                Target::Leader => busiest().await,
+            };
+            isolate(i)?;
+            format!("isolate {} ({target})", servers[i].node_id)
         }
         Fault::Split { minority } => {
             let (small, big): (Vec<_>, Vec<_>) = nodes
@@ -464,23 +475,65 @@ async fn inject(
             fault.to_string()
         }
         Fault::Pause(target) => {
-            let i = resolve(*target).await;
+            let i = match target {
+                Target::Node(i) => *i,
+                Target::Leader => busiest().await,
+            };
             servers[i].pause()?;
-            format!("SIGSTOP n{} ({target})", i + 1)
+            format!("SIGSTOP {} ({target})", servers[i].node_id)
+        }
+        Fault::KillMover { source } => {
+            let aimed = first_move.as_ref().and_then(|m| {
+                let (end, name) = match (&m.from, source) {
+                    (Some(from), true) => ("source", from.as_str()),
+                    _ => ("target", m.to.as_str()),
+                };
+                let i = slot_of(name)?;
+                Some((i, format!("{end} of shard {}'s move", m.shard)))
+            });
+            let (i, why) = match aimed {
+                Some(found) => found,
+                None => (
+                    busiest().await,
+                    "the busiest leader: no move in progress".into(),
+                ),
+            };
+            servers[i].kill()?;
+            format!("kill -9 {} ({why})", servers[i].node_id)
+        }
+        Fault::IsolateMeta => {
+            let leader = status.as_ref().and_then(|s| s.meta_leader.as_deref());
+            let i = match leader.and_then(slot_of) {
+                Some(i) => i,
+                None => busiest().await,
+            };
+            isolate(i)?;
+            let during = match &first_move {
+                Some(m) => format!("during shard {}'s move to {}", m.shard, m.to),
+                None => "no move in progress".into(),
+            };
+            format!(
+                "isolate the metadata leader {} ({during})",
+                servers[i].node_id
+            )
         }
     };
     Ok(description)
 }
 
-/// Undoes every fault: rules flushed, delay off, paused nodes resumed, dead nodes restarted.
+/// Undoes every fault: rules flushed, delay off, paused nodes resumed, nodes of the cluster
+/// that are down restarted (never a spare or a node that is gone).
 fn heal(lab: &Lab, delay: &DelayLine, servers: &mut [NodeProcess]) -> Result<(), ChaosError> {
     lab.heal()?;
     delay.set(Duration::ZERO);
     for s in servers.iter_mut() {
         match s.state() {
             NodeState::Paused => s.resume()?,
-            NodeState::Down => s.start()?,
-            NodeState::Up => {}
+            NodeState::Down if s.in_cluster() => s.start()?,
+            NodeState::Up if s.in_cluster() && s.role == Role::Member && s.exited() => {
+                s.start()?;
+            }
+            _ => {}
         }
     }
     Ok(())

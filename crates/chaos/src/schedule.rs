@@ -24,6 +24,11 @@ pub enum FaultKind {
     KillAll,
     /// SIGSTOP of one node (often the leader) for 1-10 s, then SIGCONT.
     Pause,
+    /// `kill -9` of the source or the target of a replica move in progress (of the busiest
+    /// leader when none is), restarted after a while.
+    KillMover,
+    /// The metadata leader cut from every other node, while a move is in progress if one is.
+    IsolateMeta,
 }
 
 impl FaultKind {
@@ -38,6 +43,10 @@ impl FaultKind {
         FaultKind::Pause,
     ];
 
+    /// The faults aimed at replica moves, added to the default mix when the run moves
+    /// replicas (splits or membership changes).
+    pub const MID_MOVE: [FaultKind; 2] = [FaultKind::KillMover, FaultKind::IsolateMeta];
+
     /// The name used on the command line.
     #[must_use]
     pub fn name(self) -> &'static str {
@@ -49,13 +58,18 @@ impl FaultKind {
             FaultKind::Kill => "kill",
             FaultKind::KillAll => "kill-all",
             FaultKind::Pause => "pause",
+            FaultKind::KillMover => "kill-mover",
+            FaultKind::IsolateMeta => "isolate-meta",
         }
     }
 
     /// Parses a name from [`FaultKind::name`].
     #[must_use]
     pub fn parse(name: &str) -> Option<FaultKind> {
-        FaultKind::ALL.into_iter().find(|k| k.name() == name)
+        FaultKind::ALL
+            .into_iter()
+            .chain(FaultKind::MID_MOVE)
+            .find(|k| k.name() == name)
     }
 }
 
@@ -99,6 +113,14 @@ pub enum Fault {
     Kill(Vec<usize>),
     /// SIGSTOP of the target; SIGCONT when the fault ends.
     Pause(Target),
+    /// `kill -9` of the source (or, when `source` is false or the move has none, the target)
+    /// of a move in progress; restarted when the fault ends.
+    KillMover {
+        /// Which end of the move.
+        source: bool,
+    },
+    /// Cut the metadata leader from every other node.
+    IsolateMeta,
 }
 
 impl Fault {
@@ -113,6 +135,8 @@ impl Fault {
             Fault::Kill(victims) if victims.len() == nodes => FaultKind::KillAll,
             Fault::Kill(_) => FaultKind::Kill,
             Fault::Pause(_) => FaultKind::Pause,
+            Fault::KillMover { .. } => FaultKind::KillMover,
+            Fault::IsolateMeta => FaultKind::IsolateMeta,
         }
     }
 }
@@ -144,6 +168,9 @@ impl fmt::Display for Fault {
             Fault::Delay { ms } => write!(f, "{ms} ms delay on every peer link"),
             Fault::Kill(v) => write!(f, "kill -9 {}", names(v)),
             Fault::Pause(t) => write!(f, "SIGSTOP {t}"),
+            Fault::KillMover { source: true } => write!(f, "kill -9 the source of a move"),
+            Fault::KillMover { source: false } => write!(f, "kill -9 the target of a move"),
+            Fault::IsolateMeta => write!(f, "isolate the metadata leader"),
         }
     }
 }
@@ -252,6 +279,13 @@ pub fn plan(seed: u64, nodes: usize, extent: Extent, kinds: &[FaultKind]) -> Vec
                 };
                 (Fault::Pause(target), millis(&mut rng, 1_000, 10_000))
             }
+            FaultKind::KillMover => (
+                Fault::KillMover {
+                    source: rng.random_bool(0.5),
+                },
+                millis(&mut rng, 500, 4_000),
+            ),
+            FaultKind::IsolateMeta => (Fault::IsolateMeta, millis(&mut rng, 2_000, 6_000)),
         };
         match extent {
             Extent::Within(duration) if at + hold + TAIL > duration => break,
@@ -326,7 +360,7 @@ mod tests {
 
     #[test]
     fn names_round_trip() {
-        for k in FaultKind::ALL {
+        for k in FaultKind::ALL.into_iter().chain(FaultKind::MID_MOVE) {
             assert_eq!(FaultKind::parse(k.name()), Some(k));
         }
         assert_eq!(FaultKind::parse("meteor"), None);

@@ -30,27 +30,32 @@ pub async fn shard_count(client: &reqwest::Client, nodes: &[Endpoint]) -> Option
     None
 }
 
+/// `/v1/cluster/status` from the first of `nodes` that answers within 2 s.
+pub async fn cluster_status(client: &reqwest::Client, nodes: &[Endpoint]) -> Option<ClusterStatus> {
+    for node in nodes {
+        let url = format!("{}/v1/cluster/status", node.http_base);
+        let answer = tokio::time::timeout(Duration::from_secs(2), async {
+            client.get(&url).send().await?.json::<ClusterStatus>().await
+        })
+        .await;
+        if let Ok(Ok(status)) = answer {
+            return Some(status);
+        }
+    }
+    None
+}
+
 /// Waits until a node's `/v1/cluster/status` shows no move or split in progress and every
 /// shard with its replication factor (3, or every node when fewer) in voters, all on active
 /// nodes; whether that happened within `limit`.
 pub async fn wait_settled(client: &reqwest::Client, nodes: &[Endpoint], limit: Duration) -> bool {
     let deadline = Instant::now() + limit;
     while Instant::now() < deadline {
-        for node in nodes {
-            let url = format!("{}/v1/cluster/status", node.http_base);
-            let Ok(Ok(response)) =
-                tokio::time::timeout(Duration::from_secs(2), client.get(&url).send()).await
-            else {
-                continue;
-            };
-            let Ok(status) = response.json::<ClusterStatus>().await else {
-                continue;
-            };
-            let settled = status.is_settled();
-            if settled {
-                return true;
-            }
-            break;
+        if cluster_status(client, nodes)
+            .await
+            .is_some_and(|s| s.is_settled())
+        {
+            return true;
         }
         tokio::time::sleep(Duration::from_millis(500)).await;
     }

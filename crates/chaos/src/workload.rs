@@ -5,8 +5,8 @@
 //! the writes apart.
 
 use std::collections::HashMap;
-use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, PoisonError, RwLock};
 use std::time::{Duration, Instant};
 
 use base64::Engine as _;
@@ -32,11 +32,49 @@ pub struct Endpoint {
     pub resp_addr: String,
 }
 
+/// The lab slots as the clients see them, shared with the runner: a slot keeps its address
+/// when a replacement node takes it over, but not its name (a stale read is only checked
+/// against earlier reads from the same node).
+#[derive(Debug, Clone)]
+pub struct Endpoints(Arc<RwLock<Vec<Endpoint>>>);
+
+impl Endpoints {
+    /// The slots, in lab order.
+    #[must_use]
+    pub fn new(slots: Vec<Endpoint>) -> Self {
+        Endpoints(Arc::new(RwLock::new(slots)))
+    }
+
+    /// Slot `slot` as it is now.
+    #[must_use]
+    pub fn get(&self, slot: usize) -> Endpoint {
+        self.0.read().unwrap_or_else(PoisonError::into_inner)[slot].clone()
+    }
+
+    /// How many slots.
+    #[must_use]
+    pub fn len(&self) -> usize {
+        self.0.read().unwrap_or_else(PoisonError::into_inner).len()
+    }
+
+    /// Whether there are none.
+    #[must_use]
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+
+    /// Renames slot `slot` (a replacement took it over).
+    pub fn rename(&self, slot: usize, name: &str) {
+        self.0.write().unwrap_or_else(PoisonError::into_inner)[slot].name = name.to_string();
+    }
+}
+
 /// What the clients share.
 #[derive(Debug, Clone)]
 pub struct Workload {
-    /// The nodes.
-    pub endpoints: Vec<Endpoint>,
+    /// The nodes, one per lab slot (a slot without a running node refuses the connection:
+    /// a certain failure).
+    pub endpoints: Endpoints,
     /// Keys `k0` .. `k{keys-1}`.
     pub keys: u32,
     /// Operations per second of each client (paced, not a target under load).
@@ -190,7 +228,9 @@ pub async fn client(id: u32, work: Workload) -> Vec<Event> {
         if work.stop.load(Ordering::Relaxed) {
             break;
         }
-        let node = &work.endpoints[rng.random_range(0..work.endpoints.len())];
+        let node = &work
+            .endpoints
+            .get(rng.random_range(0..work.endpoints.len()));
         let key = format!("k{}", rng.random_range(0..work.keys));
         counter += 1;
         let value = format!("c{id}-{counter}");

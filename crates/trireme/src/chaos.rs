@@ -34,8 +34,10 @@ pub struct ChaosArgs {
     /// Operations per second of all clients together.
     #[arg(long, default_value_t = 200.0)]
     pub rate: f64,
-    /// Fault kinds, comma-separated: partition, one-way, loss, delay, kill, kill-all, pause
-    /// (default: all).
+    /// Fault kinds, comma-separated: partition, one-way, loss, delay, kill, kill-all, pause,
+    /// and the ones aimed at replica moves, kill-mover (the source or target of a move) and
+    /// isolate-meta (the metadata leader). Default: all of them, the last two only with
+    /// --splits or --membership.
     #[arg(long, value_delimiter = ',')]
     pub faults: Vec<String>,
     /// Inject exactly this many faults per seed (the run lasts until they are done, at least
@@ -47,6 +49,12 @@ pub struct ChaosArgs {
     /// shard ends at its replication factor on live nodes.
     #[arg(long, default_value_t = 0)]
     pub splits: u32,
+    /// Change the membership during each seed, between the faults: a spare node (one more
+    /// namespace) joins, a node is drained and removed, and a node is killed for good,
+    /// removed by force and replaced by a new one. The run then checks that every change
+    /// finished and every shard ends at its replication factor on live nodes.
+    #[arg(long)]
+    pub membership: bool,
     /// Output directory; each seed writes to OUT/seed-<seed>/ (default: chaos-results/<time>).
     #[arg(long)]
     pub out: Option<PathBuf>,
@@ -62,20 +70,28 @@ pub struct ChaosArgs {
 pub fn run(args: ChaosArgs) -> anyhow::Result<()> {
     let duration = humantime::parse_duration(&args.duration)
         .with_context(|| format!("--duration {:?} is not a duration like 30s", args.duration))?;
+    let reshapes = args.splits > 0 || args.membership;
     let faults = if args.faults.is_empty() {
-        FaultKind::ALL.to_vec()
+        let mut kinds = FaultKind::ALL.to_vec();
+        if reshapes {
+            kinds.extend(FaultKind::MID_MOVE);
+        }
+        kinds
     } else {
         args.faults
             .iter()
             .map(|name| {
                 FaultKind::parse(name).with_context(|| {
-                    format!("--faults: unknown kind {name:?}; expected partition, one-way, loss, delay, kill, kill-all or pause")
+                    format!("--faults: unknown kind {name:?}; expected partition, one-way, loss, delay, kill, kill-all, pause, kill-mover or isolate-meta")
                 })
             })
             .collect::<anyhow::Result<Vec<_>>>()?
     };
     if !(3..=9).contains(&args.nodes) {
         bail!("--nodes must be between 3 and 9");
+    }
+    if args.membership && args.nodes > 8 {
+        bail!("--membership needs a spare namespace: at most 8 --nodes");
     }
     if rustix::process::geteuid().as_raw() != 0 {
         bail!("trireme chaos needs root: it creates network namespaces and iptables rules");
@@ -115,6 +131,7 @@ pub fn run(args: ChaosArgs) -> anyhow::Result<()> {
             faults: faults.clone(),
             fault_count: args.fault_count,
             splits: args.splits,
+            membership: args.membership,
             stale_as_default: args.self_test_stale_as_default,
             out: out.join(format!("seed-{seed}")),
             checker: checker.clone(),
@@ -136,14 +153,31 @@ pub fn run(args: ChaosArgs) -> anyhow::Result<()> {
                 .max_recovery_after_partition_ms
                 .map_or("-".into(), |ms| format!("{ms} ms")),
         );
-        if args.splits > 0 {
+        if reshapes {
+            let changes_done = summary
+                .membership_changes
+                .iter()
+                .filter(|c| c.done_secs.is_some())
+                .count();
             println!(
-                "seed {seed}: {} of {} splits made under faults, {} replica moves completed, every shard at its replication factor after healing: {}",
+                "seed {seed}: {} of {} splits made under faults, {changes_done} of {} membership changes finished, {} replica moves completed, {} faults hit a move in progress, every shard at its replication factor after healing: {}",
                 summary.splits_done,
                 args.splits,
+                if args.membership { 3 } else { 0 },
                 summary.moves_completed,
+                summary.faults_during_moves,
                 summary.membership_settled
             );
+            for change in &summary.membership_changes {
+                println!(
+                    "seed {seed}:   at {:.1}s {}; finished: {}",
+                    change.at_secs,
+                    change.change,
+                    change
+                        .done_secs
+                        .map_or("no".into(), |s| format!("at {s:.1}s"))
+                );
+            }
         }
         ops += summary.ops;
         acknowledged += summary.acknowledged_writes;

@@ -1,6 +1,7 @@
 //! Area 90: chaos, the CI slice. Real clusters in network namespaces under partitions,
 //! one-way drops, packet loss, kill -9 (one, a majority, all) and SIGSTOP pauses, with shards
-//! split (and so replicas moved) while the faults run; histories checked for linearizability
+//! split and nodes joining, drained and replaced (and so replicas moved) while the faults run,
+//! some of them aimed at the moves; histories checked for linearizability
 //! by the Go checker; every replica compared after healing, and every shard back at its
 //! replication factor.
 //! A planted bug (stale reads recorded as default reads) must make the check fail, which shows
@@ -139,6 +140,52 @@ fn shards_split_under_faults_and_every_shard_ends_at_its_replication_factor() {
     assert_eq!(s["splits_done"], 2, "{s:#}");
     assert_eq!(s["membership_settled"], true, "{s:#}");
     assert!(!s["faults"].as_array().expect("faults").is_empty());
+}
+
+#[test]
+fn nodes_join_drain_and_are_replaced_under_faults_aimed_at_moves() {
+    let _one = ONE_AT_A_TIME.lock().unwrap_or_else(|p| p.into_inner());
+    let out = tempfile::tempdir().expect("tempdir");
+    let run = chaos(
+        out.path(),
+        &[
+            "--seed",
+            "52",
+            "--nodes",
+            "5",
+            "--shards",
+            "8",
+            "--membership",
+            "--splits",
+            "1",
+            "--faults",
+            "kill-mover,isolate-meta,kill,partition",
+            "--fault-count",
+            "6",
+            "--duration",
+            "30s",
+        ],
+    );
+    assert!(run.status.success(), "seed 52 failed");
+    let s = summary(out.path(), 52);
+    assert_clean(&s);
+    assert_eq!(s["splits_done"], 1, "{s:#}");
+    assert_eq!(s["membership_settled"], true, "{s:#}");
+    let changes = s["membership_changes"].as_array().expect("changes");
+    let described: Vec<&str> = changes
+        .iter()
+        .map(|c| c["change"].as_str().unwrap_or_default())
+        .collect();
+    assert_eq!(changes.len(), 3, "{s:#}");
+    assert!(changes.iter().all(|c| c["done_secs"].is_f64()), "{s:#}");
+    assert!(described[0].ends_with("joins"), "{described:?}");
+    assert!(described[1].ends_with("drained"), "{described:?}");
+    assert!(
+        described[2].contains("removed by force, replaced by n7"),
+        "{described:?}"
+    );
+    // The faults aimed at moves met some: the membership changes keep replicas moving.
+    assert!(s["faults_during_moves"].as_u64() >= Some(1), "{s:#}");
 }
 
 #[test]
