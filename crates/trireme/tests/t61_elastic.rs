@@ -174,6 +174,39 @@ async fn a_node_that_joins_after_a_split_serves_every_shard_it_receives() {
     .await;
 }
 
+/// Sends `remove` for both nodes at once, through different nodes, until exactly one is
+/// accepted (a rebalancer write can make both lose their compare-and-set; then they are sent
+/// again). Never may both be accepted. Returns the index of the node being drained.
+async fn drain_one_of(c: &TestCluster, rivals: [(usize, &str); 2]) -> usize {
+    for _ in 0..3 {
+        let (a, b) = tokio::join!(
+            remove(c, 0, rivals[0].1, false),
+            remove(c, 1, rivals[1].1, false)
+        );
+        let accepted: Vec<usize> = [(&a, rivals[0].0), (&b, rivals[1].0)]
+            .iter()
+            .filter(|((code, _), _)| *code == 200)
+            .map(|(_, index)| *index)
+            .collect();
+        for (code, body) in [&a, &b] {
+            assert!(*code == 200 || *code == 409, "{code}: {body}");
+        }
+        assert!(accepted.len() < 2, "both removals accepted: {a:?} {b:?}");
+        if let Some(&index) = accepted.first() {
+            let (_, body) = if accepted[0] == rivals[0].0 { &a } else { &b };
+            let answer: RemoveResult = serde_json::from_str(body).expect("a RemoveResult");
+            assert_eq!(answer.state, "draining");
+            let (_, refused) = if accepted[0] == rivals[0].0 { &b } else { &a };
+            assert!(
+                refused.contains("add a node first") || refused.contains("try again"),
+                "{refused}"
+            );
+            return index;
+        }
+    }
+    panic!("neither of two rival removals was accepted in three tries");
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_drained_node_hands_over_stops_and_its_data_directory_is_refused() {
     let c = TestCluster::start(ClusterOptions {
@@ -182,41 +215,47 @@ async fn a_drained_node_hands_over_stops_and_its_data_directory_is_refused() {
     })
     .await;
     let stop = Arc::new(AtomicBool::new(false));
-    let (count, writer) = spawn_steady_writer(&c, &[0, 1, 2], "drain/", stop.clone());
+    // The writer avoids n3 and n4: either may be the one drained.
+    let (count, writer) = spawn_steady_writer(&c, &[0, 1], "drain/", stop.clone());
     wait_for_acks(&count, 20).await;
     bounded(SETTLE * 2, async {
-        let (code, body) = remove(&c, 0, "n4", false).await;
-        assert_eq!(code, 200, "{body}");
-        let answer: RemoveResult = serde_json::from_str(&body).expect("a RemoveResult");
-        assert_eq!(answer.state, "draining");
-        let settled = settle(&c, 0, "drained n4", |s| {
+        // Two operators remove n3 and n4 at once: with four nodes for three voters only one
+        // may go. The other is refused (the map changed under it, or no room is left).
+        let drained = drain_one_of(&c, [(2, "n3"), (3, "n4")]).await;
+        let name = c.name(drained);
+        let settled = settle(&c, 0, "drained a node", |s| {
             s.nodes
                 .iter()
-                .any(|n| n.name == "n4" && n.state == "removed")
+                .any(|n| n.name == name && n.state == "removed")
         })
         .await;
         assert!(settled.at_replication_factor(), "{settled:#?}");
-        assert_eq!(replicas_in(&settled, "removed").get("n4"), Some(&0));
+        assert_eq!(replicas_in(&settled, "removed").get(&name), Some(&0));
+        assert_eq!(replicas_in(&settled, "active").len(), 3, "{settled:#?}");
         // The removed node stops by itself (its process exits; a zombie counts as gone).
-        let pid = c.node(3).pid();
+        let pid = c.node(drained).pid();
         let stopped = wait_until(SETTLE, Duration::from_millis(100), || async {
             !trireme_local::process_alive(pid)
         })
         .await;
-        assert!(stopped, "n4 kept running after its removal\n{}", c.logs());
         assert!(
-            c.node(3)
+            stopped,
+            "{name} kept running after its removal\n{}",
+            c.logs()
+        );
+        assert!(
+            c.node(drained)
                 .stderr_log()
                 .contains("was removed from the cluster"),
-            "n4 did not say why it stopped\n{}",
-            c.node(3).stderr_log()
+            "{name} did not say why it stopped\n{}",
+            c.node(drained).stderr_log()
         );
         let steady = finish_writer(&stop, writer).await;
         assert_acked_readable(&c, 1, "drain/", &steady).await;
 
         // Started again on its data directory, it is refused, saying why.
         let output = tokio::process::Command::new(env!("CARGO_BIN_EXE_trireme"))
-            .args(c.node(3).server_args())
+            .args(c.node(drained).server_args())
             .output()
             .await
             .expect("run trireme server");
@@ -603,11 +642,23 @@ async fn bad_membership_commands_are_refused_and_change_nothing() {
         let (code, body) = split(&c, 0, "0", Some("99999")).await;
         assert_eq!(code, 400, "{body}");
 
-        // A node of another cluster, and a node that takes a member's name, are refused.
+        // A node of another cluster, one that takes a member's name, and one that advertises
+        // a member's address are refused.
         let via = peer_addr(c.node(0)).to_string();
-        for (name, cluster, expect) in [
-            ("n9", "other", "belongs to cluster"),
-            ("n2", "trireme", "already a member"),
+        let taken = c
+            .node(1)
+            .http_url()
+            .trim_start_matches("http://")
+            .to_string();
+        for (name, cluster, extra, expect) in [
+            ("n9", "other", vec![], "belongs to cluster"),
+            ("n2", "trireme", vec![], "already a member"),
+            (
+                "n9",
+                "trireme",
+                vec!["--advertise-http", taken.as_str()],
+                "is already used by member",
+            ),
         ] {
             let dir = tempfile::tempdir().expect("temp dir");
             let ports = free_ports(3);
@@ -619,6 +670,7 @@ async fn bad_membership_commands_are_refused_and_change_nothing() {
                 .args(["--resp", &format!("127.0.0.1:{}", ports[1])])
                 .args(["--peer", &format!("127.0.0.1:{}", ports[2])])
                 .args(["--join", &via])
+                .args(&extra)
                 .output()
                 .await
                 .expect("run trireme server");
