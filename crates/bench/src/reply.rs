@@ -1,4 +1,4 @@
-//! RESP2 replies as a client reads them: one parser shared by the bench's RESP driver and the
+//! RESP2 and RESP3 replies as a client reads them: one parser shared by the bench's RESP driver and the
 //! tests that talk to Trireme's RESP port byte by byte, so both read replies the same way.
 //!
 //! [`parse_reply`] reads one reply from the start of a buffer that may hold only part of it
@@ -12,9 +12,27 @@ use crate::driver::DriverError;
 /// Nesting limit for array replies; deeper replies are treated as a protocol error.
 const MAX_DEPTH: usize = 32;
 
-/// A RESP2 reply.
+/// A RESP2 or RESP3 reply.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Reply {
+    /// RESP3 `_`.
+    Null,
+    /// RESP3 `#t` / `#f`.
+    Boolean(bool),
+    /// RESP3 `,1.5` (the text as sent: `inf`, exponents).
+    Double(String),
+    /// RESP3 `(12345678901234567890`.
+    BigNumber(String),
+    /// RESP3 `=n` followed by `fmt:` and the text.
+    Verbatim(Bytes),
+    /// RESP3 `!n` followed by the error text.
+    BulkError(Bytes),
+    /// RESP3 `%n` followed by n keys and values.
+    Map(Vec<(Reply, Reply)>),
+    /// RESP3 `~n` followed by n members.
+    Set(Vec<Reply>),
+    /// RESP3 `>n` followed by n items, sent without a request (pub/sub messages).
+    Push(Vec<Reply>),
     /// `+OK`
     Simple(String),
     /// `-ERR message`
@@ -155,9 +173,77 @@ fn parse_at(buf: &[u8], pos: usize, depth: usize) -> Result<Option<(Reply, usize
                 (Reply::Array(Some(items)), at)
             }
         },
+        b'_' => (Reply::Null, next),
+        b'#' => match line {
+            b"t" => (Reply::Boolean(true), next),
+            b"f" => (Reply::Boolean(false), next),
+            _ => return Err("a boolean is #t or #f".to_owned()),
+        },
+        b',' => (
+            Reply::Double(String::from_utf8_lossy(line).into_owned()),
+            next,
+        ),
+        b'(' => (
+            Reply::BigNumber(String::from_utf8_lossy(line).into_owned()),
+            next,
+        ),
+        b'=' | b'!' => {
+            let n = parse_len(line)?.ok_or("a verbatim string or bulk error has a length")?;
+            let end = next
+                .checked_add(n)
+                .ok_or_else(|| format!("bad length {n}"))?;
+            let Some(trailer) = buf.get(end..end + 2) else {
+                return Ok(None);
+            };
+            if trailer != b"\r\n" {
+                return Err("string not terminated by CRLF".to_owned());
+            }
+            let data = Bytes::copy_from_slice(&buf[next..end]);
+            let reply = if tag == b'=' {
+                Reply::Verbatim(data)
+            } else {
+                Reply::BulkError(data)
+            };
+            (reply, end + 2)
+        }
+        b'%' | b'~' | b'>' | b'|' => {
+            let n = parse_len(line)?.ok_or("an aggregate has a length")?;
+            let count = if matches!(tag, b'%' | b'|') {
+                n.checked_mul(2).ok_or_else(|| format!("bad length {n}"))?
+            } else {
+                n
+            };
+            let mut items = Vec::with_capacity(count.min(1024));
+            let mut at = next;
+            for _ in 0..count {
+                match parse_at(buf, at, depth + 1)? {
+                    Some((item, after)) => {
+                        items.push(item);
+                        at = after;
+                    }
+                    None => return Ok(None),
+                }
+            }
+            match tag {
+                b'%' => (Reply::Map(pairs(items)), at),
+                b'~' => (Reply::Set(items), at),
+                b'>' => (Reply::Push(items), at),
+                // An attribute describes the reply after it, which is what the caller wants.
+                _ => return parse_at(buf, at, depth + 1),
+            }
+        }
         other => return Err(format!("unknown reply type byte 0x{other:02x}")),
     };
     Ok(Some(reply))
+}
+
+fn pairs(items: Vec<Reply>) -> Vec<(Reply, Reply)> {
+    let mut items = items.into_iter();
+    let mut out = Vec::new();
+    while let (Some(key), Some(value)) = (items.next(), items.next()) {
+        out.push((key, value));
+    }
+    out
 }
 
 #[cfg(test)]
@@ -193,6 +279,39 @@ mod tests {
                 Reply::Array(Some(vec![Reply::Simple("x".into())])),
             ]))
         );
+    }
+
+    #[test]
+    fn parses_resp3_types() {
+        assert_eq!(parse_all(b"_\r\n"), Reply::Null);
+        assert_eq!(parse_all(b"#t\r\n"), Reply::Boolean(true));
+        assert_eq!(parse_all(b",-inf\r\n"), Reply::Double("-inf".into()));
+        assert_eq!(parse_all(b"(123\r\n"), Reply::BigNumber("123".into()));
+        assert_eq!(
+            parse_all(b"=7\r\ntxt:a\r\n\r\n"),
+            Reply::Verbatim(Bytes::from_static(b"txt:a\r\n"))
+        );
+        assert_eq!(
+            parse_all(b"%1\r\n+k\r\n:1\r\n"),
+            Reply::Map(vec![(Reply::Simple("k".into()), Reply::Integer(1))])
+        );
+        assert_eq!(
+            parse_all(b"~2\r\n:1\r\n:2\r\n"),
+            Reply::Set(vec![Reply::Integer(1), Reply::Integer(2)])
+        );
+        assert_eq!(
+            parse_all(b">2\r\n+message\r\n$1\r\nx\r\n"),
+            Reply::Push(vec![
+                Reply::Simple("message".into()),
+                Reply::Bulk(Some(Bytes::from_static(b"x")))
+            ])
+        );
+        assert_eq!(
+            parse_all(b"|1\r\n+ttl\r\n:3\r\n:42\r\n"),
+            Reply::Integer(42)
+        );
+        assert_eq!(parse_reply(b"%2\r\n+k\r\n:1\r\n").unwrap(), None);
+        assert!(parse_reply(b"#x\r\n").is_err());
     }
 
     #[test]

@@ -11,7 +11,8 @@
 
 use crate::forward::{CountRows, Freshness, GetKeys, Read, ScanRows, SearchRows, Write};
 use crate::request::{
-    DeleteRequest, Deleted, Done, FromApplied, IncrOutcome, PutOutcome, PutRequest, TtlChanged,
+    DeleteRequest, Deleted, Done, EditOutcome, FromApplied, IncrOutcome, PutOutcome, PutRequest,
+    TtlChanged,
 };
 use crate::search::SearchQuery;
 use crate::{ClusterError, Node};
@@ -25,7 +26,7 @@ use std::time::Duration;
 use tokio::time::Instant;
 use trireme_raft::ReadMode;
 use trireme_types::{
-    Command, CommandResult, ErrorCode, LogCommand, Record, ShardId, ShardMap, TtlUpdate,
+    Command, CommandResult, ErrorCode, LogCommand, Record, ShardId, ShardMap, StringEdit, TtlUpdate,
 };
 
 /// What a reader learns about the freshness of what it read (Consul's `X-Consul-*` headers).
@@ -429,6 +430,29 @@ impl Node {
         let command = Command::Incr {
             key: key.clone(),
             delta,
+        };
+        self.write_key(&key, command).await
+    }
+
+    /// Changes the string at `key` in place (`APPEND`, `SETRANGE`, `INCRBYFLOAT`, `GETDEL`,
+    /// `GETEX`). Growing edits carry this node's value limit, so every replica refuses a
+    /// value past it the same way.
+    pub async fn edit(
+        &self,
+        key: Bytes,
+        mut edit: StringEdit,
+    ) -> Result<EditOutcome, ClusterError> {
+        let limit = self.config.limits.max_value_bytes as u64;
+        match &mut edit {
+            StringEdit::Append { bytes, max_len } | StringEdit::SetRange { bytes, max_len, .. } => {
+                self.config.limits.check_value(bytes)?;
+                *max_len = limit;
+            }
+            StringEdit::IncrByFloat(_) | StringEdit::GetDel | StringEdit::GetEx(_) => {}
+        }
+        let command = Command::Edit {
+            key: key.clone(),
+            edit,
         };
         self.write_key(&key, command).await
     }

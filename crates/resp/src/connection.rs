@@ -1,20 +1,32 @@
 //! One client connection: read requests, run them in order, write the replies.
 //!
-//! Everything already received is decoded and executed before the replies go out in one
-//! write, so a pipelining client gets its answers batched. A protocol error is answered with
+//! Everything already received is decoded and run before the replies go out in one write,
+//! so a pipelining client gets its answers batched; consecutive commands on different single
+//! keys run together, so their writes are proposed together and share commits. Replies keep
+//! the order of the requests. A protocol error is answered with
 //! `-ERR Protocol error: ...` and closes this connection only.
 
 use crate::cmd::{self, Flow};
 use crate::server::Shared;
 use crate::{Args, Reply, RespCodec};
-use bytes::BytesMut;
+use bytes::{Bytes, BytesMut};
+use std::collections::HashSet;
 use std::sync::Arc;
 use std::sync::atomic::Ordering;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpStream;
 use tokio_util::codec::Decoder;
 
+/// Most requests decoded from the input before they run: a deep pipeline is taken in
+/// pieces, so its replies and its memory stay bounded.
+const MAX_DECODED: usize = 1024;
+/// Most requests sent to the cluster together.
+const MAX_WAVE: usize = 128;
+/// Replies queued past this many bytes are written out before the next command runs.
+const FLUSH_BYTES: usize = 64 * 1024;
+
 /// Per-connection state that commands can read and change.
+#[derive(Clone)]
 pub(crate) struct ClientState {
     pub(crate) id: u64,
     pub(crate) name: Option<bytes::Bytes>,
@@ -49,59 +61,90 @@ impl Connection {
     }
 
     pub(crate) async fn run(mut self) -> std::io::Result<()> {
+        let mut requests = Vec::new();
         loop {
-            let mut quit = false;
-            loop {
+            let mut broken = None;
+            while requests.len() < MAX_DECODED {
                 match self.codec.decode(&mut self.input) {
-                    Ok(Some(request)) => {
-                        let reply = self.execute(request).await;
-                        match reply {
-                            Flow::Reply(reply) => {
-                                self.push(&reply);
-                                if self.output.len() > 64 * 1024 {
-                                    self.flush().await?;
-                                }
-                            }
-                            Flow::Quit(reply) => {
-                                self.push(&reply);
-                                quit = true;
-                                break;
-                            }
-                        }
-                    }
+                    Ok(Some(request)) => requests.push(request),
                     Ok(None) => break,
                     Err(e) => {
-                        self.shared
-                            .metrics
-                            .protocol_errors
-                            .fetch_add(1, Ordering::Relaxed);
-                        self.push(&Reply::from(&e));
-                        self.flush().await?;
-                        return Ok(());
+                        broken = Some(e);
+                        break;
                     }
                 }
             }
-            self.flush().await?;
-            if quit {
+            if requests.is_empty() && broken.is_none() {
+                self.flush().await?;
+                if self.socket.read_buf(&mut self.input).await? == 0 {
+                    return Ok(());
+                }
+                continue;
+            }
+            if self.run_pipeline(&mut requests).await? == Next::Close {
+                self.flush().await?;
                 return Ok(());
             }
-            if self.socket.read_buf(&mut self.input).await? == 0 {
+            if let Some(e) = broken {
+                self.shared
+                    .metrics
+                    .protocol_errors
+                    .fetch_add(1, Ordering::Relaxed);
+                self.push(&Reply::from(&e));
+                self.flush().await?;
                 return Ok(());
             }
         }
     }
 
-    async fn execute(&mut self, request: Vec<bytes::Bytes>) -> Flow {
-        self.shared.metrics.commands.fetch_add(1, Ordering::Relaxed);
-        let slot = crate::server::command_slot(request.first().map_or(&[][..], |name| name));
-        let start = std::time::Instant::now();
-        let flow = cmd::execute(&self.shared, &mut self.client, Args::new(request)).await;
-        self.shared.metrics.record(slot, start.elapsed());
-        let (Flow::Reply(reply) | Flow::Quit(reply)) = &flow;
-        if reply.is_error() {
-            self.shared.metrics.errors.fetch_add(1, Ordering::Relaxed);
+    /// Runs the decoded `requests` in order and queues their replies. Runs of commands that
+    /// each touch one key, all different, go to the cluster together, so their writes share
+    /// commits; anything else runs alone. Says [`Next::Close`] if a command closed the
+    /// connection (the requests after it are dropped, as Redis does).
+    async fn run_pipeline(&mut self, requests: &mut Vec<Vec<Bytes>>) -> std::io::Result<Next> {
+        let mut queue = requests.drain(..).peekable();
+        while let Some(first) = queue.next() {
+            let mut wave = vec![first];
+            if cmd::single_key(&wave[0]).is_some() {
+                let mut keys: HashSet<Bytes> =
+                    wave.iter().filter_map(|r| cmd::single_key(r)).collect();
+                while wave.len() < MAX_WAVE {
+                    let Some(key) = queue.peek().and_then(|r| cmd::single_key(r)) else {
+                        break;
+                    };
+                    if !keys.insert(key) {
+                        break;
+                    }
+                    wave.extend(queue.next());
+                }
+            }
+            let flows = if let [_] = wave.as_slice() {
+                let request = std::mem::take(&mut wave[0]);
+                vec![execute(&self.shared, &mut self.client, request).await]
+            } else {
+                let shared = &self.shared;
+                let client = &self.client;
+                futures::future::join_all(wave.into_iter().map(|request| async move {
+                    // These commands only read the connection's state: each gets a copy.
+                    let mut client = client.clone();
+                    execute(shared, &mut client, request).await
+                }))
+                .await
+            };
+            for flow in flows {
+                match flow {
+                    Flow::Reply(reply) => self.push(&reply),
+                    Flow::Quit(reply) => {
+                        self.push(&reply);
+                        return Ok(Next::Close);
+                    }
+                }
+            }
+            if self.output.len() > FLUSH_BYTES {
+                self.flush().await?;
+            }
         }
-        flow
+        Ok(Next::Read)
     }
 
     fn push(&mut self, reply: &Reply) {
@@ -115,4 +158,27 @@ impl Connection {
         }
         Ok(())
     }
+}
+
+/// What the connection does once a pipeline has run.
+#[derive(Debug, PartialEq, Eq)]
+enum Next {
+    /// Read more requests.
+    Read,
+    /// Send what is queued and close (`QUIT`).
+    Close,
+}
+
+/// Runs one request, counting and timing it.
+async fn execute(shared: &Shared, client: &mut ClientState, request: Vec<Bytes>) -> Flow {
+    shared.metrics.commands.fetch_add(1, Ordering::Relaxed);
+    let slot = crate::server::command_slot(request.first().map_or(&[][..], |name| name));
+    let start = std::time::Instant::now();
+    let flow = cmd::execute(shared, client, Args::new(request)).await;
+    shared.metrics.record(slot, start.elapsed());
+    let (Flow::Reply(reply) | Flow::Quit(reply)) = &flow;
+    if reply.is_error() {
+        shared.metrics.errors.fetch_add(1, Ordering::Relaxed);
+    }
+    flow
 }

@@ -6,7 +6,7 @@ use crate::{Storage, StorageError};
 use bytes::Bytes;
 use std::collections::HashMap;
 use trireme_types::{
-    Command, CommandResult, ErrorCode, LogCommand, PutCondition, Record, TtlUpdate,
+    Command, CommandResult, ErrorCode, LogCommand, PutCondition, Record, StringEdit, TtlUpdate,
 };
 
 /// One committed log entry to apply: its index, and the command if it carries one (blank and
@@ -133,6 +133,90 @@ impl<'s> Pending<'s> {
         Ok(())
     }
 
+    /// Applies a [`StringEdit`] to `key`, whose live record is `current`: the value to
+    /// answer, or why nothing changed.
+    fn edit(
+        &mut self,
+        key: &Bytes,
+        edit: &StringEdit,
+        current: Option<Record>,
+        index: u64,
+        now: u64,
+    ) -> Result<Result<Option<Bytes>, ErrorCode>, StorageError> {
+        let old = current.as_ref().map(|r| r.value.clone());
+        let new_value = match edit {
+            StringEdit::GetDel => {
+                if current.is_some() {
+                    self.set(key.clone(), None);
+                }
+                return Ok(Ok(old));
+            }
+            StringEdit::GetEx(ttl) => {
+                if let Some(mut record) = current {
+                    record.expires_at_ms = match ttl {
+                        TtlUpdate::Clear => None,
+                        TtlUpdate::Keep => record.expires_at_ms,
+                        TtlUpdate::At(at) => Some(*at),
+                    };
+                    record.modify_index = index;
+                    let expired = record.is_expired(now);
+                    self.set(key.clone(), (!expired).then_some(record));
+                }
+                return Ok(Ok(old));
+            }
+            StringEdit::Append { bytes, max_len } => {
+                let old = old.unwrap_or_default();
+                if (old.len() + bytes.len()) as u64 > *max_len {
+                    return Ok(Err(ErrorCode::ValueTooLarge));
+                }
+                let mut value = Vec::with_capacity(old.len() + bytes.len());
+                value.extend_from_slice(&old);
+                value.extend_from_slice(bytes);
+                Bytes::from(value)
+            }
+            StringEdit::SetRange {
+                offset,
+                bytes,
+                max_len,
+            } => {
+                let old = old.unwrap_or_default();
+                if bytes.is_empty() {
+                    // Nothing to write: the key is left as it is (and not created).
+                    return Ok(Ok(current.map(|r| r.value)));
+                }
+                let end = offset.saturating_add(bytes.len() as u64);
+                if end > *max_len {
+                    return Ok(Err(ErrorCode::ValueTooLarge));
+                }
+                let mut value = old.to_vec();
+                let (offset, end) = (*offset as usize, end as usize);
+                if value.len() < end {
+                    value.resize(end, 0);
+                }
+                value[offset..end].copy_from_slice(bytes);
+                Bytes::from(value)
+            }
+            StringEdit::IncrByFloat(increment) => {
+                let base = match &old {
+                    None => Some(0.0),
+                    Some(v) => trireme_types::int::parse_f64(v),
+                };
+                let (Some(base), Some(increment)) =
+                    (base, trireme_types::int::parse_f64(increment))
+                else {
+                    return Ok(Err(ErrorCode::InvalidArgument));
+                };
+                let sum = base + increment;
+                if !sum.is_finite() {
+                    return Ok(Err(ErrorCode::Overflow));
+                }
+                Bytes::from(trireme_types::int::format_f64(sum))
+            }
+        };
+        self.put(key, new_value.clone(), None, TtlUpdate::Keep, index, now)?;
+        Ok(Ok(Some(new_value)))
+    }
+
     /// Whether every key `command` names is in a slot this shard owns. A batch's commands
     /// are checked one by one (they come from different clients); a prefix delete names no
     /// key and removes only what the shard holds.
@@ -142,9 +226,10 @@ impl<'s> Pending<'s> {
         };
         let inside = |key: &Bytes| crate::store::in_slots(key, Some(owned));
         match command {
-            Command::Put { key, .. } | Command::Incr { key, .. } | Command::SetTtl { key, .. } => {
-                inside(key)
-            }
+            Command::Put { key, .. }
+            | Command::Incr { key, .. }
+            | Command::SetTtl { key, .. }
+            | Command::Edit { key, .. } => inside(key),
             Command::PutMany { pairs } => pairs.iter().all(|(key, _)| inside(key)),
             Command::Delete { keys, .. } | Command::Reap { keys } => keys.iter().all(inside),
             Command::DeletePrefix { .. } | Command::Batch(_) | Command::Split { .. } => true,
@@ -280,6 +365,10 @@ impl<'s> Pending<'s> {
                 }
                 None => CommandResult::TtlSet(false),
             },
+            Command::Edit { key, edit } => {
+                let current = self.live(key, now)?;
+                CommandResult::Edited(self.edit(key, edit, current, index, now)?)
+            }
             // Applied by the raft layer through `Storage::split_shard`, which needs what only
             // it knows (the new group's first state); never part of a batch.
             Command::Split { .. } => CommandResult::Moved,

@@ -298,6 +298,47 @@ async fn a_pipeline_in_one_write_is_answered_in_order() {
     exact(&mut c, &[b"PING"], b"+PONG\r\n").await;
 }
 
+/// Commands on different keys in one pipeline run together; a command on a key an earlier
+/// one in the same pipeline touched must still see that command's effect.
+#[tokio::test]
+async fn a_pipeline_that_returns_to_a_key_sees_its_own_earlier_writes() {
+    let node = TestNode::start(StartOptions::default()).await;
+    let mut c = RawResp::connect(node.resp_addr()).await;
+    let mut batch = Vec::new();
+    let mut want = Vec::new();
+    for i in 1..=150 {
+        let other = format!("other:{i}");
+        batch.extend(encode_cmd(&[b"INCR", b"counter"]));
+        want.extend(format!(":{i}\r\n").into_bytes());
+        batch.extend(encode_cmd(&[
+            b"SET",
+            other.as_bytes(),
+            i.to_string().as_bytes(),
+        ]));
+        want.extend_from_slice(b"+OK\r\n");
+        batch.extend(encode_cmd(&[b"GET", b"counter"]));
+        want.extend(format!("${}\r\n{i}\r\n", i.to_string().len()).into_bytes());
+        batch.extend(encode_cmd(&[b"DEL", other.as_bytes()]));
+        want.extend_from_slice(b":1\r\n");
+        batch.extend(encode_cmd(&[b"EXISTS", other.as_bytes()]));
+        want.extend_from_slice(b":0\r\n");
+    }
+    // A command that is not single-key (MGET) between them, and a QUIT that drops the rest.
+    batch.extend(encode_cmd(&[b"MGET", b"counter", b"other:1"]));
+    want.extend_from_slice(b"*2\r\n$3\r\n150\r\n$-1\r\n");
+    batch.extend(encode_cmd(&[b"QUIT"]));
+    want.extend_from_slice(b"+OK\r\n");
+    batch.extend(encode_cmd(&[b"SET", b"after-quit", b"x"]));
+    c.send(&batch).await;
+    let got = c.read_exact_reply(want.len()).await;
+    assert_eq!(
+        String::from_utf8_lossy(&got),
+        String::from_utf8_lossy(&want)
+    );
+    let mut again = RawResp::connect(node.resp_addr()).await;
+    exact(&mut again, &[b"EXISTS", b"after-quit"], b":0\r\n").await;
+}
+
 #[tokio::test]
 async fn malformed_input_gets_a_protocol_error_and_only_that_connection_closes() {
     let node = TestNode::start(StartOptions::default()).await;

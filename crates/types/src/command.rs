@@ -118,6 +118,44 @@ pub enum Command {
         /// replica whose shard owns another range by then (split already) ignores the entry.
         range: (u16, u16),
     },
+    /// Change the string at one key in place, decided on each replica from the value it
+    /// holds (`APPEND`, `SETRANGE`, `INCRBYFLOAT`, `GETDEL`, `GETEX`).
+    Edit {
+        /// The key.
+        key: Bytes,
+        /// The change.
+        edit: StringEdit,
+    },
+}
+
+/// An in-place change of a string value: see [`Command::Edit`]. Size limits travel in the
+/// command, so every replica decides the same way whatever its own configuration.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub enum StringEdit {
+    /// Add bytes at the end, creating the key if it is missing (`APPEND`); keeps the expiry.
+    Append {
+        /// The bytes to add.
+        bytes: Bytes,
+        /// Longest value allowed after the change.
+        max_len: u64,
+    },
+    /// Overwrite from `offset`, padding a shorter value with zero bytes (`SETRANGE`); creates
+    /// the key unless `bytes` is empty; keeps the expiry.
+    SetRange {
+        /// Where the bytes go.
+        offset: u64,
+        /// The bytes to write.
+        bytes: Bytes,
+        /// Longest value allowed after the change.
+        max_len: u64,
+    },
+    /// Add a decimal number, as the client wrote it (checked by the proposer), to a decimal
+    /// value, creating it at 0 (`INCRBYFLOAT`); keeps the expiry.
+    IncrByFloat(Bytes),
+    /// Delete the key (`GETDEL`).
+    GetDel,
+    /// Change the key's expiry (`GETEX` with an option).
+    GetEx(TtlUpdate),
 }
 
 impl Command {
@@ -133,6 +171,7 @@ impl Command {
             Command::Reap { .. } => "reap",
             Command::Batch(_) => "batch",
             Command::Split { .. } => "split",
+            Command::Edit { .. } => "edit",
         }
     }
 
@@ -171,4 +210,8 @@ pub enum CommandResult {
     /// Not applied: a key of the command is in a slot this shard no longer owns (it was split
     /// off). The command changed nothing; the sender routes it again with a newer map.
     Moved,
+    /// A [`Command::Edit`]: the value after the change (`APPEND`, `SETRANGE`,
+    /// `INCRBYFLOAT`) or the value found (`GETDEL`, `GETEX`; `None` if the key is missing),
+    /// or why nothing changed.
+    Edited(Result<Option<Bytes>, ErrorCode>),
 }

@@ -1,4 +1,5 @@
-//! DEL, EXISTS, EXPIRE, PEXPIRE, TTL, PTTL, PERSIST, TYPE, SCAN, DBSIZE.
+//! DEL, EXISTS, EXPIRE, PEXPIRE, EXPIREAT, PEXPIREAT, TTL, PTTL, EXPIRETIME, PEXPIRETIME,
+//! PERSIST, TYPE, SCAN, KEYS, DBSIZE, FLUSHDB, FLUSHALL.
 
 use super::{CmdError, CmdResult, Ctx, no_more};
 use crate::{ArgError, Args, Reply};
@@ -48,6 +49,29 @@ pub(crate) async fn expire(ctx: &mut Ctx<'_>, args: &mut Args) -> CmdResult {
     Ok(Reply::integer(i64::from(changed)))
 }
 
+/// `EXPIREAT key unix-seconds` / `PEXPIREAT key unix-ms`; a time in the past deletes the
+/// key, as in Redis.
+pub(crate) async fn expireat(ctx: &mut Ctx<'_>, args: &mut Args) -> CmdResult {
+    let key = args.next_bytes()?;
+    let amount = args.next_i64()?;
+    no_more(args)?;
+    let unit = if args.name() == "pexpireat" { 1 } else { 1000 };
+    let at = amount.checked_mul(unit).ok_or_else(|| {
+        CmdError::Reply(format!(
+            "ERR invalid expire time in '{}' command",
+            args.name()
+        ))
+    })?;
+    let changed = ctx
+        .shared
+        .node
+        .set_ttl(key, TtlUpdate::At(at.max(0) as u64))
+        .await?;
+    Ok(Reply::integer(i64::from(changed)))
+}
+
+/// `TTL`, `PTTL` (time left) and `EXPIRETIME`, `PEXPIRETIME` (the Unix time it ends): -2
+/// for a missing key, -1 for a key without expiry; seconds are rounded as Redis rounds them.
 pub(crate) async fn ttl(ctx: &mut Ctx<'_>, args: &mut Args) -> CmdResult {
     let key = args.next_bytes()?;
     no_more(args)?;
@@ -58,12 +82,18 @@ pub(crate) async fn ttl(ctx: &mut Ctx<'_>, args: &mut Args) -> CmdResult {
     let Some(at) = record.expires_at_ms else {
         return Ok(Reply::integer(-1));
     };
-    let left = at.saturating_sub(trireme_cluster::now_ms()) as i64;
-    Ok(Reply::integer(if args.name() == "pttl" {
-        left
+    let (absolute, millis) = match args.name() {
+        "pttl" => (false, true),
+        "expiretime" => (true, false),
+        "pexpiretime" => (true, true),
+        _ => (false, false),
+    };
+    let ms = if absolute {
+        at as i64
     } else {
-        (left + 500) / 1000
-    }))
+        at.saturating_sub(trireme_cluster::now_ms()) as i64
+    };
+    Ok(Reply::integer(if millis { ms } else { (ms + 500) / 1000 }))
 }
 
 pub(crate) async fn persist(ctx: &mut Ctx<'_>, args: &mut Args) -> CmdResult {
@@ -142,4 +172,38 @@ pub(crate) async fn scan(ctx: &mut Ctx<'_>, args: &mut Args) -> CmdResult {
 pub(crate) async fn dbsize(ctx: &mut Ctx<'_>, args: &mut Args) -> CmdResult {
     no_more(args)?;
     Ok(Reply::integer(ctx.shared.node.key_count().await? as i64))
+}
+
+/// `KEYS pattern`: every matching key, walking every shard (O(keys), as in Redis).
+pub(crate) async fn keys(ctx: &mut Ctx<'_>, args: &mut Args) -> CmdResult {
+    let pattern = args.next_bytes()?;
+    no_more(args)?;
+    let mut found = Vec::new();
+    let mut position: Option<(ShardId, Option<Bytes>)> = Some((ShardId(0), None));
+    while let Some((shard, after)) = position {
+        let page = ctx
+            .shared
+            .node
+            .scan_page(shard, after.as_deref(), 10_000)
+            .await?;
+        found.extend(
+            page.keys
+                .into_iter()
+                .filter(|k| crate::glob::matches(&pattern, k))
+                .map(Reply::Bulk),
+        );
+        position = page.next;
+    }
+    Ok(Reply::array(found))
+}
+
+/// `FLUSHDB` / `FLUSHALL [ASYNC|SYNC]`: deletes every key (one database, so both are the
+/// same); atomic per shard, not across shards.
+pub(crate) async fn flush(ctx: &mut Ctx<'_>, args: &mut Args) -> CmdResult {
+    if args.remaining() > 0 && !(args.next_keyword("async") || args.next_keyword("sync")) {
+        return Err(ArgError::Syntax.into());
+    }
+    no_more(args)?;
+    ctx.shared.node.delete_prefix(b"").await?;
+    Ok(Reply::ok())
 }

@@ -82,11 +82,24 @@ pub(crate) async fn execute(shared: &Shared, client: &mut ClientState, mut args:
         "mget" => strings::mget(&mut ctx, &mut args).await,
         "mset" => strings::mset(&mut ctx, &mut args).await,
         "incr" | "decr" | "incrby" | "decrby" => strings::incr(&mut ctx, &mut args).await,
+        "setnx" => strings::setnx(&mut ctx, &mut args).await,
+        "setex" | "psetex" => strings::setex(&mut ctx, &mut args).await,
+        "getset" => strings::getset(&mut ctx, &mut args).await,
+        "getdel" => strings::getdel(&mut ctx, &mut args).await,
+        "getex" => strings::getex(&mut ctx, &mut args).await,
+        "append" => strings::append(&mut ctx, &mut args).await,
+        "strlen" => strings::strlen(&mut ctx, &mut args).await,
+        "getrange" | "substr" => strings::getrange(&mut ctx, &mut args).await,
+        "setrange" => strings::setrange(&mut ctx, &mut args).await,
+        "incrbyfloat" => strings::incrbyfloat(&mut ctx, &mut args).await,
         // keys
         "del" | "unlink" => keys::del(&mut ctx, &mut args).await,
         "exists" => keys::exists(&mut ctx, &mut args).await,
         "expire" | "pexpire" => keys::expire(&mut ctx, &mut args).await,
-        "ttl" | "pttl" => keys::ttl(&mut ctx, &mut args).await,
+        "expireat" | "pexpireat" => keys::expireat(&mut ctx, &mut args).await,
+        "ttl" | "pttl" | "expiretime" | "pexpiretime" => keys::ttl(&mut ctx, &mut args).await,
+        "keys" => keys::keys(&mut ctx, &mut args).await,
+        "flushdb" | "flushall" => keys::flush(&mut ctx, &mut args).await,
         "persist" => keys::persist(&mut ctx, &mut args).await,
         "type" => keys::key_type(&mut ctx, &mut args).await,
         "scan" => keys::scan(&mut ctx, &mut args).await,
@@ -103,12 +116,63 @@ pub(crate) async fn execute(shared: &Shared, client: &mut ClientState, mut args:
         "info" => server::info(&mut ctx, &mut args).await,
         "command" => server::command(&mut args),
         "config" => server::config(&mut args),
+        "time" => server::time(&mut args),
+        "wait" => server::wait(&mut ctx, &mut args),
         // cluster
         "cluster" => cluster::cluster(&mut ctx, &mut args),
         "" => Err(CmdError::Reply("ERR empty command".into())),
         _ => Err(CmdError::Reply(unknown_command(&name, &mut args))),
     };
     Flow::Reply(result.unwrap_or_else(Reply::from))
+}
+
+/// Commands that read or write exactly the key after their name and touch nothing else
+/// (no other key, no connection state), so that several of them on different keys may run
+/// at once. `DEL` and `EXISTS` count only with one key.
+const SINGLE_KEY: [&str; 29] = [
+    "get",
+    "set",
+    "incr",
+    "decr",
+    "incrby",
+    "decrby",
+    "ttl",
+    "pttl",
+    "expire",
+    "pexpire",
+    "persist",
+    "type",
+    "del",
+    "exists",
+    "setnx",
+    "setex",
+    "psetex",
+    "getset",
+    "getdel",
+    "getex",
+    "append",
+    "strlen",
+    "getrange",
+    "substr",
+    "setrange",
+    "incrbyfloat",
+    "expireat",
+    "pexpireat",
+    "expiretime",
+];
+
+/// The key of a request that may run beside others (see [`SINGLE_KEY`]), if it is one.
+pub(crate) fn single_key(request: &[bytes::Bytes]) -> Option<bytes::Bytes> {
+    let name = request.first()?;
+    let key = request.get(1)?;
+    let multi_key = name.eq_ignore_ascii_case(b"del") || name.eq_ignore_ascii_case(b"exists");
+    if multi_key && request.len() != 2 {
+        return None;
+    }
+    SINGLE_KEY
+        .iter()
+        .any(|c| c.as_bytes().eq_ignore_ascii_case(name))
+        .then(|| key.clone())
 }
 
 fn unknown_command(name: &str, args: &mut Args) -> String {

@@ -1,4 +1,4 @@
-//! INFO, COMMAND, CONFIG GET.
+//! INFO, COMMAND, CONFIG GET, TIME, WAIT.
 
 use super::{CmdError, CmdResult, Ctx};
 use crate::{Args, Reply};
@@ -68,6 +68,27 @@ const COMMANDS: &[CommandEntry] = &[
         0,
     ),
     ("cluster", -2, &["stale"], 0, 0, 0),
+    ("setnx", 3, &["write", "denyoom", "fast"], 1, 1, 1),
+    ("setex", 4, &["write", "denyoom"], 1, 1, 1),
+    ("psetex", 4, &["write", "denyoom"], 1, 1, 1),
+    ("getset", 3, &["write", "denyoom", "fast"], 1, 1, 1),
+    ("getdel", 2, &["write", "fast"], 1, 1, 1),
+    ("getex", -2, &["write", "fast"], 1, 1, 1),
+    ("append", 3, &["write", "denyoom", "fast"], 1, 1, 1),
+    ("strlen", 2, &["readonly", "fast"], 1, 1, 1),
+    ("getrange", 4, &["readonly"], 1, 1, 1),
+    ("substr", 4, &["readonly"], 1, 1, 1),
+    ("setrange", 4, &["write", "denyoom"], 1, 1, 1),
+    ("incrbyfloat", 3, &["write", "denyoom", "fast"], 1, 1, 1),
+    ("expireat", -3, &["write", "fast"], 1, 1, 1),
+    ("pexpireat", -3, &["write", "fast"], 1, 1, 1),
+    ("expiretime", 2, &["readonly", "fast"], 1, 1, 1),
+    ("pexpiretime", 2, &["readonly", "fast"], 1, 1, 1),
+    ("keys", 2, &["readonly"], 0, 0, 0),
+    ("flushdb", -1, &["write"], 0, 0, 0),
+    ("flushall", -1, &["write"], 0, 0, 0),
+    ("time", 1, &["loading", "stale", "fast"], 0, 0, 0),
+    ("wait", 3, &["noscript"], 0, 0, 0),
 ];
 
 type CommandEntry = (&'static str, i64, &'static [&'static str], i64, i64, i64);
@@ -193,4 +214,31 @@ pub(crate) async fn info(ctx: &mut Ctx<'_>, args: &mut Args) -> CmdResult {
         }
     }
     Ok(Reply::bulk(text))
+}
+
+/// `TIME`: this node's clock, seconds and microseconds.
+pub(crate) fn time(args: &mut Args) -> CmdResult {
+    super::no_more(args)?;
+    let now = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap_or_default();
+    Ok(Reply::array(vec![
+        Reply::bulk(now.as_secs().to_string()),
+        Reply::bulk(now.subsec_micros().to_string()),
+    ]))
+}
+
+/// `WAIT numreplicas timeout`: answers at once. Every acknowledged write is already on a
+/// quorum of its shard's replicas, so the answer is how many replicas besides the leader a
+/// quorum holds (1 with three replicas, 0 on a single node), whatever was asked.
+pub(crate) fn wait(ctx: &mut Ctx<'_>, args: &mut Args) -> CmdResult {
+    let _replicas = args.next_i64()?;
+    let timeout = args.next_i64()?;
+    super::no_more(args)?;
+    if timeout < 0 {
+        return Err(CmdError::Reply("ERR timeout is negative".into()));
+    }
+    let node = &ctx.shared.node;
+    let replicas = (node.config().replication_factor as usize).min(node.nodes().len().max(1));
+    Ok(Reply::integer((replicas / 2) as i64))
 }

@@ -1,8 +1,12 @@
-//! GET, SET, MGET, MSET, INCR, INCRBY, DECR, DECRBY.
+//! GET, SET, MGET, MSET, INCR, INCRBY, DECR, DECRBY, SETNX, SETEX, PSETEX, GETSET, GETDEL,
+//! GETEX, APPEND, STRLEN, GETRANGE, SUBSTR, SETRANGE, INCRBYFLOAT.
 
-use super::{CmdError, CmdResult, Ctx};
+use super::{CmdError, CmdResult, Ctx, no_more};
 use crate::{ArgError, Args, Reply};
-use trireme_cluster::{IncrOutcome, PutCondition, PutRequest, ReadMode, TtlUpdate};
+use bytes::Bytes;
+use trireme_cluster::{
+    EditOutcome, IncrOutcome, PutCondition, PutRequest, ReadMode, StringEdit, TtlUpdate,
+};
 
 /// Reads from RESP use the default mode: leader lease, falling back to ReadIndex.
 const READ_MODE: ReadMode = ReadMode::Default;
@@ -136,5 +140,196 @@ pub(crate) async fn incr(ctx: &mut Ctx<'_>, args: &mut Args) -> CmdResult {
         IncrOutcome::Overflow => Err(CmdError::Reply(
             "ERR increment or decrement would overflow".into(),
         )),
+    }
+}
+
+/// `SETNX key value`: 1 if the key was set, 0 if it existed.
+pub(crate) async fn setnx(ctx: &mut Ctx<'_>, args: &mut Args) -> CmdResult {
+    let key = args.next_bytes()?;
+    let value = args.next_bytes()?;
+    no_more(args)?;
+    let request = PutRequest::new(key, value).condition(PutCondition::IfAbsent);
+    let outcome = ctx.shared.node.put(request).await?;
+    Ok(Reply::integer(i64::from(outcome.written)))
+}
+
+/// `SETEX key seconds value` / `PSETEX key ms value`.
+pub(crate) async fn setex(ctx: &mut Ctx<'_>, args: &mut Args) -> CmdResult {
+    let key = args.next_bytes()?;
+    let amount = args.next_i64()?;
+    let value = args.next_bytes()?;
+    no_more(args)?;
+    let unit = if args.name() == "psetex" { 1 } else { 1000 };
+    let at = expiry_after(amount, unit, args.name())?;
+    let request = PutRequest::new(key, value).ttl(TtlUpdate::At(at));
+    ctx.shared.node.put(request).await?;
+    Ok(Reply::ok())
+}
+
+/// `GETSET key value`: sets the value (clearing any expiry) and answers the old one.
+pub(crate) async fn getset(ctx: &mut Ctx<'_>, args: &mut Args) -> CmdResult {
+    let key = args.next_bytes()?;
+    let value = args.next_bytes()?;
+    no_more(args)?;
+    let outcome = ctx.shared.node.put(PutRequest::new(key, value)).await?;
+    Ok(outcome
+        .previous
+        .map_or(Reply::Null, |r| Reply::Bulk(r.value)))
+}
+
+/// `GETDEL key`.
+pub(crate) async fn getdel(ctx: &mut Ctx<'_>, args: &mut Args) -> CmdResult {
+    let key = args.next_bytes()?;
+    no_more(args)?;
+    edited(ctx, key, StringEdit::GetDel).await
+}
+
+/// `GETEX key [EX s | PX ms | EXAT s | PXAT ms | PERSIST]`; without an option, a `GET`.
+pub(crate) async fn getex(ctx: &mut Ctx<'_>, args: &mut Args) -> CmdResult {
+    let key = args.next_bytes()?;
+    let mut ttl = None;
+    while args.remaining() > 0 {
+        let option = args.next_str()?.to_ascii_uppercase();
+        if ttl.is_some() {
+            return Err(ArgError::Syntax.into());
+        }
+        ttl = Some(match option.as_str() {
+            "PERSIST" => TtlUpdate::Clear,
+            "EX" | "PX" | "EXAT" | "PXAT" => {
+                if args.remaining() == 0 {
+                    return Err(ArgError::Syntax.into());
+                }
+                let amount = args.next_i64()?;
+                TtlUpdate::At(match option.as_str() {
+                    "EX" => expiry_after(amount, 1000, "getex")?,
+                    "PX" => expiry_after(amount, 1, "getex")?,
+                    "EXAT" => expiry_at(amount, 1000, "getex")?,
+                    _ => expiry_at(amount, 1, "getex")?,
+                })
+            }
+            _ => return Err(ArgError::Syntax.into()),
+        });
+    }
+    match ttl {
+        Some(ttl) => edited(ctx, key, StringEdit::GetEx(ttl)).await,
+        None => {
+            let record = ctx.shared.node.get_record(&key, READ_MODE).await?;
+            Ok(record.map_or(Reply::Null, |r| Reply::Bulk(r.value)))
+        }
+    }
+}
+
+/// `APPEND key value`: the length after appending.
+pub(crate) async fn append(ctx: &mut Ctx<'_>, args: &mut Args) -> CmdResult {
+    let key = args.next_bytes()?;
+    let bytes = args.next_bytes()?;
+    no_more(args)?;
+    let edit = StringEdit::Append { bytes, max_len: 0 };
+    length_of(edited(ctx, key, edit).await?)
+}
+
+/// `SETRANGE key offset value`: the length after writing.
+pub(crate) async fn setrange(ctx: &mut Ctx<'_>, args: &mut Args) -> CmdResult {
+    let key = args.next_bytes()?;
+    let offset = args.next_i64()?;
+    let bytes = args.next_bytes()?;
+    no_more(args)?;
+    let offset =
+        u64::try_from(offset).map_err(|_| CmdError::Reply("ERR offset is out of range".into()))?;
+    let edit = StringEdit::SetRange {
+        offset,
+        bytes,
+        max_len: 0,
+    };
+    length_of(edited(ctx, key, edit).await?)
+}
+
+/// `INCRBYFLOAT key increment`: the new value, as stored.
+pub(crate) async fn incrbyfloat(ctx: &mut Ctx<'_>, args: &mut Args) -> CmdResult {
+    let key = args.next_bytes()?;
+    let increment = args.next_bytes()?;
+    no_more(args)?;
+    if trireme_types::int::parse_f64(&increment).is_none() {
+        return Err(not_a_float());
+    }
+    edited(ctx, key, StringEdit::IncrByFloat(increment)).await
+}
+
+/// `STRLEN key`: 0 for a missing key.
+pub(crate) async fn strlen(ctx: &mut Ctx<'_>, args: &mut Args) -> CmdResult {
+    let key = args.next_bytes()?;
+    no_more(args)?;
+    let record = ctx.shared.node.get_record(&key, READ_MODE).await?;
+    Ok(Reply::integer(record.map_or(0, |r| r.value.len() as i64)))
+}
+
+/// `GETRANGE key start end` (and its old name `SUBSTR`): inclusive, negative offsets count
+/// from the end; a missing key is an empty string.
+pub(crate) async fn getrange(ctx: &mut Ctx<'_>, args: &mut Args) -> CmdResult {
+    let key = args.next_bytes()?;
+    let start = args.next_i64()?;
+    let end = args.next_i64()?;
+    no_more(args)?;
+    let record = ctx.shared.node.get_record(&key, READ_MODE).await?;
+    let value = record.map(|r| r.value).unwrap_or_default();
+    Ok(Reply::Bulk(substring(&value, start, end)))
+}
+
+/// Redis's `GETRANGE` arithmetic.
+fn substring(value: &Bytes, start: i64, end: i64) -> Bytes {
+    let len = value.len() as i64;
+    if (start < 0 && end < 0 && start > end) || len == 0 {
+        return Bytes::new();
+    }
+    let from_end = |i: i64| if i < 0 { (len + i).max(0) } else { i };
+    let (start, end) = (from_end(start), from_end(end).min(len - 1));
+    if start > end {
+        return Bytes::new();
+    }
+    value.slice(start as usize..=end as usize)
+}
+
+async fn edited(ctx: &mut Ctx<'_>, key: Bytes, edit: StringEdit) -> CmdResult {
+    match ctx.shared.node.edit(key, edit).await? {
+        EditOutcome::Value(value) => Ok(value.map_or(Reply::Null, Reply::Bulk)),
+        EditOutcome::NotFloat => Err(not_a_float()),
+        EditOutcome::NotFinite => Err(CmdError::Reply(
+            "ERR increment would produce NaN or Infinity".into(),
+        )),
+        EditOutcome::TooLong => Err(CmdError::Reply(
+            "ERR string exceeds maximum allowed size (proto-max-bulk-len)".into(),
+        )),
+    }
+}
+
+/// The length of the value in an edit's reply (`APPEND`, `SETRANGE`).
+fn length_of(reply: Reply) -> CmdResult {
+    Ok(Reply::integer(match reply {
+        Reply::Bulk(value) => value.len() as i64,
+        _ => 0,
+    }))
+}
+
+fn not_a_float() -> CmdError {
+    CmdError::Reply("ERR value is not a valid float".into())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::substring;
+    use bytes::Bytes;
+
+    #[test]
+    fn getrange_counts_like_redis() {
+        let v = Bytes::from_static(b"This is a string");
+        let cut = |s, e| String::from_utf8(substring(&v, s, e).to_vec()).unwrap_or_default();
+        assert_eq!(cut(0, 3), "This");
+        assert_eq!(cut(-3, -1), "ing");
+        assert_eq!(cut(0, -1), "This is a string");
+        assert_eq!(cut(10, 100), "string");
+        assert_eq!(cut(-1, -3), "");
+        assert_eq!(cut(5, 2), "");
+        assert_eq!(cut(-100, 2), "Thi");
+        assert_eq!(substring(&Bytes::new(), 0, -1), Bytes::new());
     }
 }
