@@ -35,11 +35,14 @@ pub use node::{Node, NodeHealth, ShardInfo};
 pub use observe::ReplicaStats;
 pub use operator::RemoveOutcome;
 pub use rebalance::ElasticMetrics;
-pub use request::{DeleteRequest, EditOutcome, IncrOutcome, PutOutcome, PutRequest};
+pub use request::{
+    DeleteRequest, Deleted, Done, EditOutcome, FromApplied, IncrOutcome, PutOutcome, PutRequest,
+    Records, TransactionOutcome, TransactionRequest, TtlChanged,
+};
 pub use router::{ReadMeta, ScanPage, SearchPage};
 pub use search::SearchQuery;
 pub use trireme_raft::{PeerNode, RaftTiming, ReadMode};
-pub use trireme_types::{PutCondition, StringEdit, TtlUpdate};
+pub use trireme_types::{Command, CommandResult, PutCondition, StringEdit, TtlUpdate};
 
 /// Wall-clock Unix milliseconds: the time commands are stamped with and reads compare expiry to.
 pub fn now_ms() -> u64 {

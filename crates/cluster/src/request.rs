@@ -61,7 +61,8 @@ impl PutRequest {
         self
     }
 
-    pub(crate) fn into_command(self) -> Command {
+    /// The log command this request becomes (also as one step of a transaction).
+    pub fn into_command(self) -> Command {
         Command::Put {
             key: self.key,
             value: self.value,
@@ -138,19 +139,20 @@ pub enum EditOutcome {
 
 /// Keys removed by a delete.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(crate) struct Deleted(pub u64);
+pub struct Deleted(pub u64);
 
 /// Whether an expiry change found its key.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(crate) struct TtlChanged(pub bool);
+pub struct TtlChanged(pub bool);
 
 /// A write that reports nothing (`MSET`, a reap).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(crate) struct Done;
+pub struct Done;
 
 /// How an outcome is read from the result of applying its command; the only place a
-/// [`CommandResult`] is looked at outside the state machine.
-pub(crate) trait FromApplied: Sized {
+/// [`CommandResult`] is looked at outside the state machine. Public for the results of a
+/// [`transaction`](crate::Node::transaction), which come back one per queued command.
+pub trait FromApplied: Sized {
     /// What the write was, for the error when the result does not fit.
     const WHAT: &'static str;
 
@@ -222,6 +224,48 @@ impl FromApplied for EditOutcome {
             other => Err(other),
         }
     }
+}
+
+/// Each key's live record, as a [`Command::Read`] inside a transaction found it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Records(pub Vec<Option<Record>>);
+
+impl FromApplied for Records {
+    const WHAT: &'static str = "a read";
+
+    fn from_applied(result: CommandResult) -> Result<Self, CommandResult> {
+        match result {
+            CommandResult::Records(records) => Ok(Records(records)),
+            other => Err(other),
+        }
+    }
+}
+
+/// What came of a [`transaction`](crate::Node::transaction): each command's result, or
+/// `None` when a watched key had changed and nothing was applied.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct TransactionOutcome(pub Option<Vec<CommandResult>>);
+
+impl FromApplied for TransactionOutcome {
+    const WHAT: &'static str = "a transaction";
+
+    fn from_applied(result: CommandResult) -> Result<Self, CommandResult> {
+        match result {
+            CommandResult::Transaction(results) => Ok(TransactionOutcome(results)),
+            other => Err(other),
+        }
+    }
+}
+
+/// A Redis transaction: keys watched at the index they had, and the commands to apply
+/// together if none of them changed since. Every key must be in one shard (one slot, for
+/// Redis Cluster clients).
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+pub struct TransactionRequest {
+    /// Watched keys and the `ModifyIndex` each had (`None`: missing).
+    pub watches: Vec<(Bytes, Option<u64>)>,
+    /// The queued commands.
+    pub commands: Vec<Command>,
 }
 
 impl FromApplied for TtlChanged {

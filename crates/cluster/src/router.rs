@@ -12,7 +12,7 @@
 use crate::forward::{CountRows, Freshness, GetKeys, Read, ScanRows, SearchRows, Write};
 use crate::request::{
     DeleteRequest, Deleted, Done, EditOutcome, FromApplied, IncrOutcome, PutOutcome, PutRequest,
-    TtlChanged,
+    TransactionOutcome, TransactionRequest, TtlChanged,
 };
 use crate::search::SearchQuery;
 use crate::{ClusterError, Node};
@@ -26,7 +26,8 @@ use std::time::Duration;
 use tokio::time::Instant;
 use trireme_raft::ReadMode;
 use trireme_types::{
-    Command, CommandResult, ErrorCode, LogCommand, Record, ShardId, ShardMap, StringEdit, TtlUpdate,
+    Command, CommandResult, ErrorCode, LogCommand, Record, ShardId, ShardMap, StringEdit,
+    TriremeError, TtlUpdate,
 };
 
 /// What a reader learns about the freshness of what it read (Consul's `X-Consul-*` headers).
@@ -455,6 +456,48 @@ impl Node {
             edit,
         };
         self.write_key(&key, command).await
+    }
+
+    /// Applies a Redis transaction as one log entry of the shard its keys live in: all of
+    /// its commands, or none if a watched key changed. Keys in more than one shard are
+    /// refused (the RESP front end answers `CROSSSLOT` before it gets here).
+    pub async fn transaction(
+        &self,
+        request: TransactionRequest,
+    ) -> Result<TransactionOutcome, ClusterError> {
+        let command = Command::Transaction {
+            watches: request.watches,
+            commands: request.commands,
+        };
+        let keys: Vec<Bytes> = command.keys().into_iter().cloned().collect();
+        let Some(first) = keys.first().cloned() else {
+            return Ok(TransactionOutcome(Some(Vec::new())));
+        };
+        for key in &keys {
+            self.check_key(key)?;
+        }
+        if let Command::Transaction { commands, .. } = &command {
+            for c in commands {
+                match c {
+                    Command::Put { value, .. } => self.config.limits.check_value(value)?,
+                    Command::PutMany { pairs } => {
+                        for (_, value) in pairs {
+                            self.config.limits.check_value(value)?;
+                        }
+                    }
+                    _ => {}
+                }
+            }
+        }
+        let map = self.shard_map();
+        let shard = map.shard_of_key(&first);
+        if keys.iter().any(|k| map.shard_of_key(k) != shard) {
+            return Err(ClusterError::Request(TriremeError::new(
+                ErrorCode::InvalidArgument,
+                "a transaction's keys must all be in one shard: put them under one {hash tag}",
+            )));
+        }
+        self.write_key(&first, command).await
     }
 
     /// Changes the expiry of `key` (`EXPIRE`, `PERSIST`); whether the key exists and its

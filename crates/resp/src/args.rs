@@ -37,6 +37,8 @@ impl From<ArgError> for Reply {
 #[derive(Debug, Clone)]
 pub struct Args {
     name: String,
+    /// The command name as the client wrote it (Redis's errors quote it so).
+    written_name: String,
     rest: std::vec::IntoIter<Bytes>,
     total: usize,
 }
@@ -46,11 +48,21 @@ impl Args {
     pub fn new(request: Vec<Bytes>) -> Self {
         let total = request.len();
         let mut rest = request.into_iter();
-        let name = rest
+        let written_name = rest
             .next()
-            .map(|name| String::from_utf8_lossy(&name).to_ascii_lowercase())
+            .map(|name| String::from_utf8_lossy(&name).into_owned())
             .unwrap_or_default();
-        Self { name, rest, total }
+        Self {
+            name: written_name.to_ascii_lowercase(),
+            written_name,
+            rest,
+            total,
+        }
+    }
+
+    /// The command name as the client wrote it.
+    pub fn written_name(&self) -> &str {
+        &self.written_name
     }
 
     /// The command name (the first argument), ASCII-lowercased.

@@ -8,7 +8,7 @@
 
 use crate::cmd::{self, Flow};
 use crate::server::Shared;
-use crate::{Args, Reply, RespCodec};
+use crate::{Reply, RespCodec};
 use bytes::{Bytes, BytesMut};
 use std::collections::HashSet;
 use std::sync::Arc;
@@ -32,6 +32,10 @@ pub(crate) struct ClientState {
     pub(crate) name: Option<bytes::Bytes>,
     /// RESP2 until the client sends `HELLO 3`.
     pub(crate) protocol: crate::Protocol,
+    /// Commands queued since `MULTI`, if one is open.
+    pub(crate) multi: Option<crate::cmd::Multi>,
+    /// Keys under `WATCH`, with the `ModifyIndex` each had then (`None`: missing).
+    pub(crate) watches: Vec<(Bytes, Option<u64>)>,
 }
 
 pub(crate) struct Connection {
@@ -56,6 +60,8 @@ impl Connection {
                 id,
                 name: None,
                 protocol: crate::Protocol::Resp2,
+                multi: None,
+                watches: Vec::new(),
             },
         }
     }
@@ -105,7 +111,8 @@ impl Connection {
         let mut queue = requests.drain(..).peekable();
         while let Some(first) = queue.next() {
             let mut wave = vec![first];
-            if cmd::single_key(&wave[0]).is_some() {
+            // Inside MULTI every command is queued in order, one at a time.
+            if self.client.multi.is_none() && cmd::single_key(&wave[0]).is_some() {
                 let mut keys: HashSet<Bytes> =
                     wave.iter().filter_map(|r| cmd::single_key(r)).collect();
                 while wave.len() < MAX_WAVE {
@@ -174,7 +181,7 @@ async fn execute(shared: &Shared, client: &mut ClientState, request: Vec<Bytes>)
     shared.metrics.commands.fetch_add(1, Ordering::Relaxed);
     let slot = crate::server::command_slot(request.first().map_or(&[][..], |name| name));
     let start = std::time::Instant::now();
-    let flow = cmd::execute(shared, client, Args::new(request)).await;
+    let flow = cmd::execute(shared, client, request).await;
     shared.metrics.record(slot, start.elapsed());
     let (Flow::Reply(reply) | Flow::Quit(reply)) = &flow;
     if reply.is_error() {

@@ -224,16 +224,10 @@ impl<'s> Pending<'s> {
         let Some(owned) = self.owned else {
             return true;
         };
-        let inside = |key: &Bytes| crate::store::in_slots(key, Some(owned));
-        match command {
-            Command::Put { key, .. }
-            | Command::Incr { key, .. }
-            | Command::SetTtl { key, .. }
-            | Command::Edit { key, .. } => inside(key),
-            Command::PutMany { pairs } => pairs.iter().all(|(key, _)| inside(key)),
-            Command::Delete { keys, .. } | Command::Reap { keys } => keys.iter().all(inside),
-            Command::DeletePrefix { .. } | Command::Batch(_) | Command::Split { .. } => true,
-        }
+        command
+            .keys()
+            .into_iter()
+            .all(|key| crate::store::in_slots(key, Some(owned)))
     }
 
     fn apply(&mut self, index: u64, log: &LogCommand) -> Result<CommandResult, StorageError> {
@@ -365,6 +359,25 @@ impl<'s> Pending<'s> {
                 }
                 None => CommandResult::TtlSet(false),
             },
+            Command::Read { keys } => CommandResult::Records(
+                keys.iter()
+                    .map(|key| self.live(key, now))
+                    .collect::<Result<_, _>>()?,
+            ),
+            Command::Transaction { watches, commands } => {
+                for (key, expected) in watches {
+                    let now_at = self.live(key, now)?.map(|r| r.modify_index);
+                    if now_at != *expected {
+                        return Ok(CommandResult::Transaction(None));
+                    }
+                }
+                CommandResult::Transaction(Some(
+                    commands
+                        .iter()
+                        .map(|c| self.apply_command(index, now, c))
+                        .collect::<Result<_, _>>()?,
+                ))
+            }
             Command::Edit { key, edit } => {
                 let current = self.live(key, now)?;
                 CommandResult::Edited(self.edit(key, edit, current, index, now)?)
@@ -705,6 +718,65 @@ mod tests {
         assert_eq!(
             storage.data_meta(0, "applied").unwrap().as_deref(),
             Some(&b"x"[..])
+        );
+    }
+
+    #[test]
+    fn a_transaction_applies_whole_or_not_at_all() {
+        let dir = tempfile::tempdir().unwrap();
+        let storage = Storage::open(dir.path(), &StorageOptions::default()).unwrap();
+        let key = |k: &str| Bytes::copy_from_slice(k.as_bytes());
+        run(
+            &storage,
+            1,
+            &[cmd(
+                1,
+                put("w", "1", PutCondition::Always, TtlUpdate::Clear),
+            )],
+        );
+        let transaction = |expected: Option<u64>| Command::Transaction {
+            watches: vec![(key("w"), expected)],
+            commands: vec![
+                put("a", "x", PutCondition::Always, TtlUpdate::Clear),
+                Command::Read {
+                    keys: vec![key("a"), key("missing")],
+                },
+                Command::Incr {
+                    key: key("a"),
+                    delta: 1,
+                },
+            ],
+        };
+        // The watched key was written at index 1, not 7: nothing happens.
+        let stale = run(&storage, 2, &[cmd(1, transaction(Some(7)))]);
+        assert_eq!(stale, vec![CommandResult::Transaction(None)]);
+        assert_eq!(storage.get(0, b"a", 1).unwrap(), None);
+        // At the index it has, every command applies in order, the read seeing the write.
+        let applied = run(&storage, 3, &[cmd(1, transaction(Some(1)))]);
+        let CommandResult::Transaction(Some(results)) = &applied[0] else {
+            panic!("{applied:?}");
+        };
+        let CommandResult::Records(records) = &results[1] else {
+            panic!("{results:?}");
+        };
+        assert_eq!(records[0].as_ref().map(|r| r.value.clone()), Some(key("x")));
+        assert_eq!(records[1], None);
+        assert_eq!(results[2], CommandResult::Incr(Err(ErrorCode::NotInteger)));
+        assert_eq!(storage.get(0, b"a", 1).unwrap().unwrap().value, key("x"));
+        // A watch on a missing key holds while it stays missing.
+        let absent = Command::Transaction {
+            watches: vec![(key("missing"), None)],
+            commands: vec![Command::Delete {
+                keys: vec![key("a")],
+                cas: None,
+            }],
+        };
+        let deleted = run(&storage, 4, &[cmd(1, absent)]);
+        assert_eq!(
+            deleted,
+            vec![CommandResult::Transaction(Some(vec![
+                CommandResult::Deleted(1)
+            ]))]
         );
     }
 

@@ -5,6 +5,7 @@
 
 mod common;
 
+use common::cluster::{ClusterOptions, TestCluster};
 use common::{RawResp, StartOptions, TestNode};
 use std::net::SocketAddr;
 use std::process::{Child, Command, Stdio};
@@ -120,6 +121,7 @@ const STRINGS: &[&[&str]] = &[
     &["SETNX", "a"],
     &["GETDEL", "a", "b"],
     &["STRLEN"],
+    &["NoSuchCommand", "x", "y"],
     &[
         "DEL",
         "a",
@@ -136,20 +138,32 @@ const STRINGS: &[&[&str]] = &[
 /// Sends every command of `script` to both servers over one connection each and asserts
 /// the replies are the same bytes.
 async fn compare(script: &[&[&str]], resp3: bool) {
+    let steps: Vec<(usize, &[&str])> = script.iter().map(|c| (0, *c)).collect();
+    compare_clients(&steps, resp3).await;
+}
+
+/// Like [`compare`], with two connections to each server: each step names the one it uses.
+async fn compare_clients(script: &[(usize, &[&str])], resp3: bool) {
     let node = TestNode::start(StartOptions::default()).await;
     let redis = RedisServer::start().await;
-    let mut ours = RawResp::connect(node.resp_addr()).await;
-    let mut theirs = RawResp::connect(redis.addr).await;
-    if resp3 {
-        // The HELLO replies describe two different servers; only the switch matters here.
-        ours.cmd(&[b"HELLO", b"3"]).await;
-        theirs.cmd(&[b"HELLO", b"3"]).await;
+    let mut ours = Vec::new();
+    let mut theirs = Vec::new();
+    for _ in 0..2 {
+        let mut mine = RawResp::connect(node.resp_addr()).await;
+        let mut peer = RawResp::connect(redis.addr).await;
+        if resp3 {
+            // The HELLO replies describe two different servers; only the switch matters.
+            mine.cmd(&[b"HELLO", b"3"]).await;
+            peer.cmd(&[b"HELLO", b"3"]).await;
+        }
+        ours.push(mine);
+        theirs.push(peer);
     }
     let mut differences = Vec::new();
-    for command in script {
+    for (client, command) in script {
         let args: Vec<&[u8]> = command.iter().map(|a| a.as_bytes()).collect();
-        let want = theirs.cmd(&args).await;
-        let got = ours.cmd(&args).await;
+        let want = theirs[*client].cmd(&args).await;
+        let got = ours[*client].cmd(&args).await;
         if got != want {
             differences.push(format!(
                 "{command:?}\n  redis:   {:?}\n  trireme: {:?}",
@@ -164,6 +178,173 @@ async fn compare(script: &[&[&str]], resp3: bool) {
         differences.len(),
         script.len(),
         differences.join("\n")
+    );
+}
+
+/// Transactions on keys of one slot: queued, applied together, refused, discarded, and
+/// aborted by a change to a watched key (from another client or from the same one).
+const TRANSACTIONS: &[(usize, &[&str])] = &[
+    (0, &["MULTI"]),
+    (0, &["SET", "{t}a", "1"]),
+    (0, &["INCR", "{t}a"]),
+    (0, &["GET", "{t}a"]),
+    (0, &["APPEND", "{t}b", "xy"]),
+    (0, &["MGET", "{t}a", "{t}b", "{t}c"]),
+    (0, &["EXISTS", "{t}a", "{t}c"]),
+    (0, &["PING"]),
+    (0, &["DEL", "{t}b"]),
+    (0, &["TTL", "{t}a"]),
+    (0, &["EXEC"]),
+    (0, &["MULTI"]),
+    (0, &["MULTI"]),
+    (0, &["DISCARD"]),
+    (0, &["DISCARD"]),
+    (0, &["EXEC"]),
+    (0, &["MULTI"]),
+    (0, &["SET", "{t}a"]),
+    (0, &["GET", "{t}a"]),
+    (0, &["EXEC"]),
+    (0, &["GET", "{t}a"]),
+    (0, &["MULTI"]),
+    (0, &["NOSUCHCOMMAND", "x"]),
+    (0, &["EXEC"]),
+    (0, &["SET", "{t}a", "not-a-number"]),
+    (0, &["MULTI"]),
+    (0, &["SET", "{t}a", "x", "BADOPTION"]),
+    (0, &["INCR", "{t}a"]),
+    (0, &["SET", "{t}c", "written"]),
+    (0, &["GET", "{t}a"]),
+    (0, &["EXEC"]),
+    (0, &["GET", "{t}c"]),
+    (0, &["MULTI"]),
+    (0, &["EXEC"]),
+    // A watched key changed by another client aborts EXEC with a null.
+    (0, &["WATCH", "{t}w"]),
+    (0, &["MULTI"]),
+    (0, &["WATCH", "{t}w"]),
+    (0, &["SET", "{t}w", "from-a"]),
+    (1, &["SET", "{t}w", "from-b"]),
+    (0, &["EXEC"]),
+    (0, &["GET", "{t}w"]),
+    // Unchanged: applied.
+    (0, &["WATCH", "{t}w"]),
+    (0, &["MULTI"]),
+    (0, &["SET", "{t}w", "3"]),
+    (0, &["EXEC"]),
+    // A watched key that did not exist and was created meanwhile.
+    (0, &["WATCH", "{t}missing"]),
+    (1, &["SET", "{t}missing", "x"]),
+    (0, &["MULTI"]),
+    (0, &["GET", "{t}w"]),
+    (0, &["EXEC"]),
+    // UNWATCH and DISCARD forget the watches.
+    (0, &["WATCH", "{t}w"]),
+    (0, &["UNWATCH"]),
+    (1, &["SET", "{t}w", "4"]),
+    (0, &["MULTI"]),
+    (0, &["GET", "{t}w"]),
+    (0, &["EXEC"]),
+    (0, &["WATCH", "{t}w"]),
+    (0, &["MULTI"]),
+    (0, &["DISCARD"]),
+    (1, &["SET", "{t}w", "5"]),
+    (0, &["MULTI"]),
+    (0, &["GET", "{t}w"]),
+    (0, &["EXEC"]),
+    // The watching client's own write counts as a change too.
+    (0, &["WATCH", "{t}w"]),
+    (0, &["SET", "{t}w", "6"]),
+    (0, &["MULTI"]),
+    (0, &["GET", "{t}w"]),
+    (0, &["EXEC"]),
+    (0, &["WATCH"]),
+    (0, &["DEL", "{t}a", "{t}c", "{t}w", "{t}missing"]),
+];
+
+#[tokio::test]
+async fn transactions_answer_as_redis_does_in_resp2() {
+    compare_clients(TRANSACTIONS, false).await;
+}
+
+#[tokio::test]
+async fn transactions_answer_as_redis_does_in_resp3() {
+    compare_clients(TRANSACTIONS, true).await;
+}
+
+/// What Redis Cluster refuses and Trireme refuses the same way, and what Trireme cannot queue.
+#[tokio::test]
+async fn transactions_across_slots_are_refused_with_crossslot() {
+    let node = TestNode::start(StartOptions::default()).await;
+    let mut c = RawResp::connect(node.resp_addr()).await;
+    let crossslot = b"-CROSSSLOT Keys in request don't hash to the same slot\r\n";
+    assert_eq!(c.cmd(&[b"MULTI"]).await, b"+OK\r\n");
+    assert_eq!(c.cmd(&[b"SET", b"a", b"1"]).await, b"+QUEUED\r\n");
+    assert_eq!(c.cmd(&[b"SET", b"b", b"2"]).await, crossslot);
+    assert_eq!(
+        c.cmd(&[b"EXEC"]).await,
+        b"-EXECABORT Transaction discarded because of previous errors.\r\n"
+    );
+    assert_eq!(c.cmd(&[b"EXISTS", b"a", b"b"]).await, b":0\r\n");
+    assert_eq!(c.cmd(&[b"WATCH", b"a", b"b"]).await, crossslot);
+    // Watched keys must share the transaction's slot.
+    assert_eq!(c.cmd(&[b"WATCH", b"a"]).await, b"+OK\r\n");
+    assert_eq!(c.cmd(&[b"MULTI"]).await, b"+OK\r\n");
+    assert_eq!(c.cmd(&[b"SET", b"b", b"2"]).await, b"+QUEUED\r\n");
+    assert_eq!(c.cmd(&[b"EXEC"]).await, crossslot);
+    assert_eq!(c.cmd(&[b"EXISTS", b"b"]).await, b":0\r\n");
+    // A command without a log command of its own cannot be queued; the transaction is off.
+    assert_eq!(c.cmd(&[b"MULTI"]).await, b"+OK\r\n");
+    let refused = String::from_utf8(c.cmd(&[b"KEYS", b"*"]).await).expect("utf-8");
+    assert!(
+        refused.starts_with("-ERR 'keys' cannot be queued"),
+        "{refused:?}"
+    );
+    assert!(c.cmd(&[b"EXEC"]).await.starts_with(b"-EXECABORT"));
+}
+
+/// A transaction is one log entry: many clients incrementing two keys of one slot together
+/// never see them differ, and nothing is lost.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn transactions_from_many_clients_apply_whole() {
+    let node = TestNode::start(StartOptions::default()).await;
+    let addr = node.resp_addr();
+    let clients: Vec<_> = (0..8)
+        .map(|_| {
+            tokio::spawn(async move {
+                let mut c = RawResp::connect(addr).await;
+                for _ in 0..25 {
+                    // MULTI, two INCRs and a read, in one write, as a pipelining client sends it.
+                    let mut batch = Vec::new();
+                    for cmd in [
+                        &[&b"MULTI"[..]][..],
+                        &[b"INCR", b"{pair}x"],
+                        &[b"INCR", b"{pair}y"],
+                        &[b"MGET", b"{pair}x", b"{pair}y"],
+                        &[b"EXEC"],
+                    ] {
+                        batch.extend(common::encode_cmd(cmd));
+                    }
+                    c.send(&batch).await;
+                    for _ in 0..4 {
+                        c.read_reply().await;
+                    }
+                    let exec = String::from_utf8(c.read_reply().await).expect("utf-8");
+                    let parts: Vec<&str> = exec.split("\r\n").collect();
+                    // *3, :x, :y, *2, $len, x, $len, y
+                    assert_eq!(parts[0], "*3", "{exec:?}");
+                    assert_eq!(parts[1], format!(":{}", &parts[2][1..]), "{exec:?}");
+                    assert_eq!(parts[5], parts[7], "{exec:?}");
+                }
+            })
+        })
+        .collect();
+    for client in clients {
+        client.await.expect("client");
+    }
+    let mut c = RawResp::connect(addr).await;
+    assert_eq!(
+        c.cmd(&[b"MGET", b"{pair}x", b"{pair}y"]).await,
+        b"*2\r\n$3\r\n200\r\n$3\r\n200\r\n"
     );
 }
 
@@ -294,4 +475,38 @@ async fn the_compatibility_table_lists_exactly_the_commands_the_server_has() {
             String::from_utf8_lossy(&reply)
         );
     }
+}
+
+/// redis-py 8 with its defaults (RESP3) runs the optimistic-locking pattern applications use
+/// (`Redis.transaction`: WATCH, read, MULTI, write, EXEC, retry on `WatchError`) from four
+/// threads through one node of a 3-node cluster; every transfer lands exactly once.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn redis_py_transactions_with_watch_lose_nothing_on_a_cluster() {
+    let c = TestCluster::start(ClusterOptions::default()).await;
+    let python = concat!(
+        env!("CARGO_MANIFEST_DIR"),
+        "/../../target/test-venv/bin/python"
+    );
+    let script = concat!(
+        env!("CARGO_MANIFEST_DIR"),
+        "/tests/clients/redis_transactions.py"
+    );
+    let port = c.node(0).resp_addr().port().to_string();
+    let run = tokio::process::Command::new(python)
+        .args([script, "127.0.0.1", &port])
+        .kill_on_drop(true)
+        .output();
+    let output = tokio::time::timeout(Duration::from_secs(120), run)
+        .await
+        .expect("redis-py finished within 120 s")
+        .expect("run redis-py (scripts/install-test-deps.sh installs it)");
+    let stdout = String::from_utf8_lossy(&output.stdout);
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert!(output.status.success(), "{stdout}\n{stderr}\n{}", c.logs());
+    let seen: serde_json::Value = serde_json::from_str(stdout.trim()).expect("one JSON line");
+    assert_eq!(seen["protocol"], 3, "{seen}");
+    assert_eq!(
+        (seen["a"].as_i64(), seen["b"].as_i64()),
+        (Some(0), Some(100))
+    );
 }

@@ -126,6 +126,21 @@ pub enum Command {
         /// The change.
         edit: StringEdit,
     },
+    /// Read keys as they are at this point of the log: only inside a [`Command::Transaction`],
+    /// where a read must see the transaction's earlier writes (`GET` after `MULTI`).
+    Read {
+        /// The keys.
+        keys: Vec<Bytes>,
+    },
+    /// A Redis transaction (`MULTI` ... `EXEC`): if every watched key still has the
+    /// `ModifyIndex` it had when it was watched (`None`: it did not exist), the commands are
+    /// applied in order, all in this one entry; otherwise none is.
+    Transaction {
+        /// Watched keys and the index each had.
+        watches: Vec<(Bytes, Option<u64>)>,
+        /// The queued commands; each answers on its own, as in a batch.
+        commands: Vec<Command>,
+    },
 }
 
 /// An in-place change of a string value: see [`Command::Edit`]. Size limits travel in the
@@ -172,6 +187,8 @@ impl Command {
             Command::Batch(_) => "batch",
             Command::Split { .. } => "split",
             Command::Edit { .. } => "edit",
+            Command::Read { .. } => "read",
+            Command::Transaction { .. } => "transaction",
         }
     }
 
@@ -180,8 +197,32 @@ impl Command {
     pub fn can_share_an_entry(&self) -> bool {
         !matches!(
             self,
-            Command::DeletePrefix { .. } | Command::Batch(_) | Command::Split { .. }
+            Command::DeletePrefix { .. }
+                | Command::Batch(_)
+                | Command::Split { .. }
+                | Command::Transaction { .. }
         )
+    }
+
+    /// The keys the command names (none for a prefix delete, a split or a batch; for a
+    /// transaction, its watched keys and its commands' keys).
+    pub fn keys(&self) -> Vec<&Bytes> {
+        match self {
+            Command::Put { key, .. }
+            | Command::Incr { key, .. }
+            | Command::SetTtl { key, .. }
+            | Command::Edit { key, .. } => vec![key],
+            Command::PutMany { pairs } => pairs.iter().map(|(k, _)| k).collect(),
+            Command::Delete { keys, .. } | Command::Reap { keys } | Command::Read { keys } => {
+                keys.iter().collect()
+            }
+            Command::Transaction { watches, commands } => watches
+                .iter()
+                .map(|(k, _)| k)
+                .chain(commands.iter().flat_map(Command::keys))
+                .collect(),
+            Command::DeletePrefix { .. } | Command::Batch(_) | Command::Split { .. } => Vec::new(),
+        }
     }
 }
 
@@ -214,4 +255,9 @@ pub enum CommandResult {
     /// `INCRBYFLOAT`) or the value found (`GETDEL`, `GETEX`; `None` if the key is missing),
     /// or why nothing changed.
     Edited(Result<Option<Bytes>, ErrorCode>),
+    /// A [`Command::Read`]: each key's live record, in order.
+    Records(Vec<Option<Record>>),
+    /// A [`Command::Transaction`]: one result per command, or `None` when a watched key had
+    /// changed and nothing was applied.
+    Transaction(Option<Vec<CommandResult>>),
 }

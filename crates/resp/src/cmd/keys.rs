@@ -30,6 +30,13 @@ pub(crate) async fn exists(ctx: &mut Ctx<'_>, args: &mut Args) -> CmdResult {
 
 /// `EXPIRE key seconds` / `PEXPIRE key ms`; zero or negative deletes the key, as in Redis.
 pub(crate) async fn expire(ctx: &mut Ctx<'_>, args: &mut Args) -> CmdResult {
+    let (key, ttl) = parse_expire(args)?;
+    let changed = ctx.shared.node.set_ttl(key, ttl).await?;
+    Ok(Reply::integer(i64::from(changed)))
+}
+
+/// Parses `EXPIRE` / `PEXPIRE`: the key and its new expiry.
+pub(crate) fn parse_expire(args: &mut Args) -> Result<(Bytes, TtlUpdate), CmdError> {
     let key = args.next_bytes()?;
     let amount = args.next_i64()?;
     no_more(args)?;
@@ -44,9 +51,7 @@ pub(crate) async fn expire(ctx: &mut Ctx<'_>, args: &mut Args) -> CmdResult {
         .checked_mul(unit)
         .and_then(|delta| (trireme_cluster::now_ms() as i64).checked_add(delta))
         .ok_or_else(invalid)?;
-    let ttl = TtlUpdate::At(at.max(0) as u64);
-    let changed = ctx.shared.node.set_ttl(key, ttl).await?;
-    Ok(Reply::integer(i64::from(changed)))
+    Ok((key, TtlUpdate::At(at.max(0) as u64)))
 }
 
 /// `EXPIREAT key unix-seconds` / `PEXPIREAT key unix-ms`; a time in the past deletes the
@@ -76,13 +81,18 @@ pub(crate) async fn ttl(ctx: &mut Ctx<'_>, args: &mut Args) -> CmdResult {
     let key = args.next_bytes()?;
     no_more(args)?;
     let record = ctx.shared.node.get_record(&key, ReadMode::Default).await?;
+    Ok(ttl_reply(args.name(), record.as_ref()))
+}
+
+/// What `TTL`, `PTTL`, `EXPIRETIME` or `PEXPIRETIME` (`name`) answers for `record`.
+pub(crate) fn ttl_reply(name: &str, record: Option<&trireme_types::Record>) -> Reply {
     let Some(record) = record else {
-        return Ok(Reply::integer(-2));
+        return Reply::integer(-2);
     };
     let Some(at) = record.expires_at_ms else {
-        return Ok(Reply::integer(-1));
+        return Reply::integer(-1);
     };
-    let (absolute, millis) = match args.name() {
+    let (absolute, millis) = match name {
         "pttl" => (false, true),
         "expiretime" => (true, false),
         "pexpiretime" => (true, true),
@@ -93,7 +103,7 @@ pub(crate) async fn ttl(ctx: &mut Ctx<'_>, args: &mut Args) -> CmdResult {
     } else {
         at.saturating_sub(trireme_cluster::now_ms()) as i64
     };
-    Ok(Reply::integer(if millis { ms } else { (ms + 500) / 1000 }))
+    Reply::integer(if millis { ms } else { (ms + 500) / 1000 })
 }
 
 pub(crate) async fn persist(ctx: &mut Ctx<'_>, args: &mut Args) -> CmdResult {

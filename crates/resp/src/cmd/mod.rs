@@ -7,6 +7,9 @@ mod connection;
 mod keys;
 mod server;
 mod strings;
+mod transaction;
+
+pub(crate) use transaction::Multi;
 
 use crate::connection::ClientState;
 use crate::server::Shared;
@@ -71,8 +74,25 @@ pub(crate) struct Ctx<'a> {
     pub(crate) client: &'a mut ClientState,
 }
 
-/// Runs one request.
-pub(crate) async fn execute(shared: &Shared, client: &mut ClientState, mut args: Args) -> Flow {
+/// Runs one request, or queues it while a `MULTI` is open.
+pub(crate) async fn execute(
+    shared: &Shared,
+    client: &mut ClientState,
+    request: Vec<bytes::Bytes>,
+) -> Flow {
+    if let Some(multi) = client.multi.as_mut() {
+        let name = request
+            .first()
+            .map(|n| String::from_utf8_lossy(n).to_ascii_lowercase())
+            .unwrap_or_default();
+        if !transaction::runs_inside_multi(&name) {
+            return Flow::Reply(transaction::queue(multi, request));
+        }
+    }
+    dispatch(shared, client, Args::new(request)).await
+}
+
+async fn dispatch(shared: &Shared, client: &mut ClientState, mut args: Args) -> Flow {
     let mut ctx = Ctx { shared, client };
     let name = args.command_name();
     let result = match name.as_str() {
@@ -118,10 +138,16 @@ pub(crate) async fn execute(shared: &Shared, client: &mut ClientState, mut args:
         "config" => server::config(&mut args),
         "time" => server::time(&mut args),
         "wait" => server::wait(&mut ctx, &mut args),
+        // transactions
+        "multi" => transaction::multi(&mut ctx, &mut args),
+        "exec" => transaction::exec(&mut ctx, &mut args).await,
+        "discard" => transaction::discard(&mut ctx, &mut args),
+        "watch" => transaction::watch(&mut ctx, &mut args).await,
+        "unwatch" => transaction::unwatch(&mut ctx, &mut args),
         // cluster
         "cluster" => cluster::cluster(&mut ctx, &mut args),
         "" => Err(CmdError::Reply("ERR empty command".into())),
-        _ => Err(CmdError::Reply(unknown_command(&name, &mut args))),
+        _ => Err(CmdError::Reply(unknown_command(&mut args))),
     };
     Flow::Reply(result.unwrap_or_else(Reply::from))
 }
@@ -175,7 +201,8 @@ pub(crate) fn single_key(request: &[bytes::Bytes]) -> Option<bytes::Bytes> {
         .then(|| key.clone())
 }
 
-fn unknown_command(name: &str, args: &mut Args) -> String {
+fn unknown_command(args: &mut Args) -> String {
+    let name = args.written_name().to_string();
     // Redis quotes each argument and follows it with a space, the last one included.
     let shown: String = args
         .rest()

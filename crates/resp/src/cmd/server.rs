@@ -89,9 +89,79 @@ const COMMANDS: &[CommandEntry] = &[
     ("flushall", -1, &["write"], 0, 0, 0),
     ("time", 1, &["loading", "stale", "fast"], 0, 0, 0),
     ("wait", 3, &["noscript"], 0, 0, 0),
+    (
+        "multi",
+        1,
+        &["noscript", "loading", "stale", "fast"],
+        0,
+        0,
+        0,
+    ),
+    ("exec", 1, &["noscript", "loading", "stale"], 0, 0, 0),
+    (
+        "discard",
+        1,
+        &["noscript", "loading", "stale", "fast"],
+        0,
+        0,
+        0,
+    ),
+    (
+        "watch",
+        -2,
+        &["noscript", "loading", "stale", "fast"],
+        1,
+        -1,
+        1,
+    ),
+    (
+        "unwatch",
+        1,
+        &["noscript", "loading", "stale", "fast"],
+        0,
+        0,
+        0,
+    ),
 ];
 
 type CommandEntry = (&'static str, i64, &'static [&'static str], i64, i64, i64);
+
+/// Whether `request` (name first) has an arity `COMMAND` allows for its name; `None` for a
+/// command this server does not have.
+pub(crate) fn arity_ok(request: &[bytes::Bytes]) -> Option<bool> {
+    let name = String::from_utf8_lossy(request.first()?).to_ascii_lowercase();
+    let entry = COMMANDS.iter().find(|c| c.0 == name)?;
+    let arity = entry.1;
+    let len = request.len() as i64;
+    Some(if arity >= 0 {
+        len == arity
+    } else {
+        len >= -arity
+    })
+}
+
+/// The keys of `request` by its `COMMAND` key specification (first, last, step).
+pub(crate) fn keys_of(request: &[bytes::Bytes]) -> Vec<bytes::Bytes> {
+    let Some(name) = request.first() else {
+        return Vec::new();
+    };
+    let name = String::from_utf8_lossy(name).to_ascii_lowercase();
+    let Some(&(_, _, _, first, last, step)) = COMMANDS.iter().find(|c| c.0 == name) else {
+        return Vec::new();
+    };
+    if first <= 0 || step <= 0 {
+        return Vec::new();
+    }
+    let last = if last < 0 {
+        request.len() as i64 + last
+    } else {
+        last
+    };
+    (first..=last)
+        .step_by(step as usize)
+        .filter_map(|i| request.get(i as usize).cloned())
+        .collect()
+}
 
 fn command_info(entry: &CommandEntry) -> Reply {
     let (name, arity, flags, first, last, step) = *entry;

@@ -5,7 +5,7 @@ use super::{CmdError, CmdResult, Ctx, no_more};
 use crate::{ArgError, Args, Reply};
 use bytes::Bytes;
 use trireme_cluster::{
-    EditOutcome, IncrOutcome, PutCondition, PutRequest, ReadMode, StringEdit, TtlUpdate,
+    EditOutcome, IncrOutcome, PutCondition, PutOutcome, PutRequest, ReadMode, StringEdit, TtlUpdate,
 };
 
 /// Reads from RESP use the default mode: leader lease, falling back to ReadIndex.
@@ -46,6 +46,26 @@ fn expiry_at(amount: i64, unit_ms: i64, command: &str) -> Result<u64, CmdError> 
 
 /// `SET key value [NX|XX] [GET] [EX s|PX ms|EXAT s|PXAT ms|KEEPTTL]`.
 pub(crate) async fn set(ctx: &mut Ctx<'_>, args: &mut Args) -> CmdResult {
+    let (request, return_old) = parse_set(args)?;
+    let outcome = ctx.shared.node.put(request).await?;
+    Ok(set_reply(outcome, return_old))
+}
+
+/// `SET`'s reply: the old value with `GET`, else `OK`, or a null when `NX`/`XX` refused.
+pub(crate) fn set_reply(outcome: PutOutcome, return_old: bool) -> Reply {
+    if return_old {
+        outcome
+            .previous
+            .map_or(Reply::Null, |r| Reply::Bulk(r.value))
+    } else if outcome.written {
+        Reply::ok()
+    } else {
+        Reply::Null
+    }
+}
+
+/// Parses `SET`'s arguments: the write, and whether the old value is wanted (`GET`).
+pub(crate) fn parse_set(args: &mut Args) -> Result<(PutRequest, bool), CmdError> {
     let key = args.next_bytes()?;
     let value = args.next_bytes()?;
     let mut condition = PutCondition::Always;
@@ -80,16 +100,7 @@ pub(crate) async fn set(ctx: &mut Ctx<'_>, args: &mut Args) -> CmdResult {
         }
     }
     let request = PutRequest::new(key, value).condition(condition).ttl(ttl);
-    let outcome = ctx.shared.node.put(request).await?;
-    Ok(if return_old {
-        outcome
-            .previous
-            .map_or(Reply::Null, |r| Reply::Bulk(r.value))
-    } else if outcome.written {
-        Reply::ok()
-    } else {
-        Reply::Null
-    })
+    Ok((request, return_old))
 }
 
 pub(crate) async fn mget(ctx: &mut Ctx<'_>, args: &mut Args) -> CmdResult {
@@ -121,6 +132,12 @@ pub(crate) async fn mset(ctx: &mut Ctx<'_>, args: &mut Args) -> CmdResult {
 }
 
 pub(crate) async fn incr(ctx: &mut Ctx<'_>, args: &mut Args) -> CmdResult {
+    let (key, delta) = parse_incr(args)?;
+    incr_reply(ctx.shared.node.incr(key, delta).await?)
+}
+
+/// Parses `INCR`, `DECR`, `INCRBY`, `DECRBY`: the key and what to add.
+pub(crate) fn parse_incr(args: &mut Args) -> Result<(Bytes, i64), CmdError> {
     let key = args.next_bytes()?;
     let delta = match args.name() {
         "incr" => 1,
@@ -134,7 +151,11 @@ pub(crate) async fn incr(ctx: &mut Ctx<'_>, args: &mut Args) -> CmdResult {
     if args.remaining() > 0 {
         return Err(args.wrong_arity().into());
     }
-    match ctx.shared.node.incr(key, delta).await? {
+    Ok((key, delta))
+}
+
+pub(crate) fn incr_reply(outcome: IncrOutcome) -> CmdResult {
+    match outcome {
         IncrOutcome::Value(n) => Ok(Reply::integer(n)),
         IncrOutcome::NotInteger => Err(ArgError::NotInteger.into()),
         IncrOutcome::Overflow => Err(CmdError::Reply(
@@ -276,7 +297,7 @@ pub(crate) async fn getrange(ctx: &mut Ctx<'_>, args: &mut Args) -> CmdResult {
 }
 
 /// Redis's `GETRANGE` arithmetic.
-fn substring(value: &Bytes, start: i64, end: i64) -> Bytes {
+pub(crate) fn substring(value: &Bytes, start: i64, end: i64) -> Bytes {
     let len = value.len() as i64;
     if (start < 0 && end < 0 && start > end) || len == 0 {
         return Bytes::new();
@@ -290,7 +311,12 @@ fn substring(value: &Bytes, start: i64, end: i64) -> Bytes {
 }
 
 async fn edited(ctx: &mut Ctx<'_>, key: Bytes, edit: StringEdit) -> CmdResult {
-    match ctx.shared.node.edit(key, edit).await? {
+    edit_reply(ctx.shared.node.edit(key, edit).await?)
+}
+
+/// An edit's reply: the value (`GETDEL`, `INCRBYFLOAT`, ...), or Redis's error.
+pub(crate) fn edit_reply(outcome: EditOutcome) -> CmdResult {
+    match outcome {
         EditOutcome::Value(value) => Ok(value.map_or(Reply::Null, Reply::Bulk)),
         EditOutcome::NotFloat => Err(not_a_float()),
         EditOutcome::NotFinite => Err(CmdError::Reply(
@@ -303,14 +329,14 @@ async fn edited(ctx: &mut Ctx<'_>, key: Bytes, edit: StringEdit) -> CmdResult {
 }
 
 /// The length of the value in an edit's reply (`APPEND`, `SETRANGE`).
-fn length_of(reply: Reply) -> CmdResult {
+pub(crate) fn length_of(reply: Reply) -> CmdResult {
     Ok(Reply::integer(match reply {
         Reply::Bulk(value) => value.len() as i64,
         _ => 0,
     }))
 }
 
-fn not_a_float() -> CmdError {
+pub(crate) fn not_a_float() -> CmdError {
     CmdError::Reply("ERR value is not a valid float".into())
 }
 

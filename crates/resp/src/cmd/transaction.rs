@@ -1,0 +1,449 @@
+//! MULTI, EXEC, DISCARD, WATCH, UNWATCH: Redis transactions as one log entry.
+//!
+//! Between `MULTI` and `EXEC` commands are only checked (name, arity, slot) and queued, as
+//! Redis does. `EXEC` turns each queued command into its log command and sends them, with
+//! the watched keys and the `ModifyIndex` each had at `WATCH`, as one
+//! [`Command::Transaction`] to the shard of their slot: the state machine applies all of
+//! them or, if a watched key changed, none (`EXEC` answers a null). Keys in more than one
+//! slot get `CROSSSLOT`, as Redis Cluster answers.
+
+use super::{CmdError, CmdResult, Ctx, keys, no_more, strings};
+use crate::{ArgError, Args, Reply};
+use bytes::Bytes;
+use trireme_cluster::{
+    Command, CommandResult, Deleted, Done, EditOutcome, FromApplied, IncrOutcome, PutCondition,
+    PutOutcome, PutRequest, ReadMode, Records, StringEdit, TransactionRequest, TtlChanged,
+    TtlUpdate,
+};
+use trireme_types::key_slot;
+
+/// An open `MULTI`: the requests queued so far.
+#[derive(Clone, Debug, Default)]
+pub(crate) struct Multi {
+    queued: Vec<Vec<Bytes>>,
+    /// A queued command was refused: `EXEC` will discard the transaction.
+    failed: bool,
+    /// The slot every key so far is in.
+    slot: Option<u16>,
+}
+
+/// Most commands one `MULTI` may queue; past it the transaction is refused.
+pub(crate) const MAX_QUEUED: usize = 10_000;
+
+const CROSSSLOT: &str = "CROSSSLOT Keys in request don't hash to the same slot";
+
+/// Commands that may be queued: those with a log command of their own.
+const QUEUEABLE: [&str; 30] = [
+    "get",
+    "set",
+    "setnx",
+    "getset",
+    "incr",
+    "decr",
+    "incrby",
+    "decrby",
+    "del",
+    "unlink",
+    "exists",
+    "mget",
+    "mset",
+    "append",
+    "setrange",
+    "incrbyfloat",
+    "getdel",
+    "expire",
+    "pexpire",
+    "persist",
+    "ttl",
+    "pttl",
+    "expiretime",
+    "pexpiretime",
+    "strlen",
+    "getrange",
+    "substr",
+    "type",
+    "ping",
+    "unwatch",
+];
+
+/// Whether a request is one the connection runs itself while a `MULTI` is open.
+pub(crate) fn runs_inside_multi(name: &str) -> bool {
+    matches!(name, "exec" | "discard" | "multi" | "watch" | "quit")
+}
+
+/// `MULTI`.
+pub(crate) fn multi(ctx: &mut Ctx<'_>, args: &mut Args) -> CmdResult {
+    no_more(args)?;
+    if ctx.client.multi.is_some() {
+        return Err(CmdError::Reply("ERR MULTI calls can not be nested".into()));
+    }
+    ctx.client.multi = Some(Multi::default());
+    Ok(Reply::ok())
+}
+
+/// `DISCARD`.
+pub(crate) fn discard(ctx: &mut Ctx<'_>, args: &mut Args) -> CmdResult {
+    no_more(args)?;
+    if ctx.client.multi.take().is_none() {
+        return Err(CmdError::Reply("ERR DISCARD without MULTI".into()));
+    }
+    ctx.client.watches.clear();
+    Ok(Reply::ok())
+}
+
+/// `UNWATCH`.
+pub(crate) fn unwatch(ctx: &mut Ctx<'_>, args: &mut Args) -> CmdResult {
+    no_more(args)?;
+    ctx.client.watches.clear();
+    Ok(Reply::ok())
+}
+
+/// `WATCH key...`: remembers each key's `ModifyIndex` (read linearizably) for `EXEC`.
+pub(crate) async fn watch(ctx: &mut Ctx<'_>, args: &mut Args) -> CmdResult {
+    if ctx.client.multi.is_some() {
+        return Err(CmdError::Reply(
+            "ERR WATCH inside MULTI is not allowed".into(),
+        ));
+    }
+    let keys = args.rest();
+    if keys.is_empty() {
+        return Err(args.wrong_arity().into());
+    }
+    if !one_slot(keys.iter()) {
+        return Err(CmdError::Reply(CROSSSLOT.into()));
+    }
+    let records = ctx.shared.node.get_many(&keys, ReadMode::Default).await?;
+    for (key, record) in keys.into_iter().zip(records) {
+        if ctx.client.watches.iter().all(|(k, _)| *k != key) {
+            ctx.client
+                .watches
+                .push((key, record.map(|r| r.modify_index)));
+        }
+    }
+    Ok(Reply::ok())
+}
+
+fn one_slot<'a>(mut keys: impl Iterator<Item = &'a Bytes>) -> bool {
+    let Some(first) = keys.next() else {
+        return true;
+    };
+    let slot = key_slot(first);
+    keys.all(|k| key_slot(k) == slot)
+}
+
+/// Queues a request of an open `MULTI`: checked as Redis checks it before `EXEC` (a known
+/// command, its arity, and here its slot), answered `QUEUED`, or refused and the
+/// transaction marked to be discarded.
+pub(crate) fn queue(multi: &mut Multi, request: Vec<Bytes>) -> Reply {
+    match check_queueable(multi, &request) {
+        Ok(()) => {
+            multi.queued.push(request);
+            Reply::simple("QUEUED")
+        }
+        Err(e) => {
+            multi.failed = true;
+            Reply::from(e)
+        }
+    }
+}
+
+fn check_queueable(multi: &mut Multi, request: &[Bytes]) -> Result<(), CmdError> {
+    let mut args = Args::new(request.to_vec());
+    let name = args.command_name();
+    match super::server::arity_ok(request) {
+        None => {
+            return Err(CmdError::Reply(super::unknown_command(&mut args)));
+        }
+        Some(false) => return Err(args.wrong_arity().into()),
+        Some(true) => {}
+    }
+    if !QUEUEABLE.contains(&name.as_str()) {
+        return Err(CmdError::Reply(format!(
+            "ERR '{name}' cannot be queued in MULTI here: only commands on keys can (see docs/redis-compatibility.md)"
+        )));
+    }
+    if multi.queued.len() >= MAX_QUEUED {
+        return Err(CmdError::Reply(format!(
+            "ERR a transaction holds at most {MAX_QUEUED} commands"
+        )));
+    }
+    for key in super::server::keys_of(request) {
+        let slot = key_slot(&key);
+        if *multi.slot.get_or_insert(slot) != slot {
+            return Err(CmdError::Reply(CROSSSLOT.into()));
+        }
+    }
+    Ok(())
+}
+
+/// `EXEC`: runs the queued commands as one log entry, or none of them.
+pub(crate) async fn exec(ctx: &mut Ctx<'_>, args: &mut Args) -> CmdResult {
+    no_more(args)?;
+    let Some(multi) = ctx.client.multi.take() else {
+        return Err(CmdError::Reply("ERR EXEC without MULTI".into()));
+    };
+    let watches = std::mem::take(&mut ctx.client.watches);
+    if multi.failed {
+        return Err(CmdError::Reply(
+            "EXECABORT Transaction discarded because of previous errors.".into(),
+        ));
+    }
+    if let Some(slot) = multi.slot
+        && watches.iter().any(|(k, _)| key_slot(k) != slot)
+    {
+        return Err(CmdError::Reply(CROSSSLOT.into()));
+    }
+    let max_value = ctx.shared.node.config().limits.max_value_bytes as u64;
+    // Each queued command becomes a log command and a way to read its result; one whose
+    // arguments do not parse answers its error in its place, as Redis answers it at EXEC.
+    let mut steps: Vec<Result<Step, CmdError>> = Vec::with_capacity(multi.queued.len());
+    let mut commands = Vec::new();
+    for request in multi.queued {
+        let step = plan(&mut Args::new(request), max_value);
+        if let Ok(Step {
+            command: Some(command),
+            ..
+        }) = &step
+        {
+            commands.push(command.clone());
+        }
+        steps.push(step);
+    }
+    let outcome = ctx
+        .shared
+        .node
+        .transaction(TransactionRequest { watches, commands })
+        .await?;
+    let Some(results) = outcome.0 else {
+        return Ok(Reply::NullArray);
+    };
+    let mut results = results.into_iter();
+    let mut replies = Vec::with_capacity(steps.len());
+    for step in steps {
+        let reply = match step {
+            Err(e) => Reply::from(e),
+            Ok(Step {
+                command: None,
+                answer,
+            }) => answer(CommandResult::Done).unwrap_or_else(Reply::from),
+            Ok(Step { answer, .. }) => match results.next() {
+                Some(result) => answer(result).unwrap_or_else(Reply::from),
+                None => Reply::error("ERR the transaction answered fewer results than commands"),
+            },
+        };
+        replies.push(reply);
+    }
+    Ok(Reply::array(replies))
+}
+
+/// Reads a typed outcome from one result of a transaction.
+fn read<T: FromApplied>(result: CommandResult) -> Result<T, CmdError> {
+    Ok(T::read(result)?)
+}
+
+type Answer = Box<dyn FnOnce(CommandResult) -> CmdResult + Send>;
+
+/// One queued command at `EXEC`: its log command (none for `PING`), and how to turn the
+/// command's result into its reply.
+struct Step {
+    command: Option<Command>,
+    answer: Answer,
+}
+
+fn step(
+    command: Command,
+    answer: impl FnOnce(CommandResult) -> CmdResult + Send + 'static,
+) -> Step {
+    Step {
+        command: Some(command),
+        answer: Box::new(answer),
+    }
+}
+
+fn read_keys(keys: Vec<Bytes>) -> Command {
+    Command::Read { keys }
+}
+
+/// The value of the first record of a read.
+fn first(result: CommandResult) -> Result<Option<trireme_types::Record>, CmdError> {
+    Ok(read::<Records>(result)?.0.into_iter().next().flatten())
+}
+
+fn edit(key: Bytes, edit: StringEdit, length: bool) -> Step {
+    step(Command::Edit { key, edit }, move |r| {
+        let reply = strings::edit_reply(read::<EditOutcome>(r)?)?;
+        if length {
+            strings::length_of(reply)
+        } else {
+            Ok(reply)
+        }
+    })
+}
+
+/// Parses one queued request into its log command and reply, as the command's own handler
+/// would parse it.
+fn plan(args: &mut Args, max_value: u64) -> Result<Step, CmdError> {
+    let name = args.command_name();
+    Ok(match name.as_str() {
+        "get" => {
+            let key = args.next_bytes()?;
+            no_more(args)?;
+            step(read_keys(vec![key]), |r| {
+                Ok(first(r)?.map_or(Reply::Null, |r| Reply::Bulk(r.value)))
+            })
+        }
+        "set" => {
+            let (request, return_old) = strings::parse_set(args)?;
+            step(request.into_command(), move |r| {
+                Ok(strings::set_reply(read::<PutOutcome>(r)?, return_old))
+            })
+        }
+        "setnx" | "getset" => {
+            let key = args.next_bytes()?;
+            let value = args.next_bytes()?;
+            no_more(args)?;
+            let nx = name == "setnx";
+            let mut request = PutRequest::new(key, value);
+            if nx {
+                request = request.condition(PutCondition::IfAbsent);
+            }
+            step(request.into_command(), move |r| {
+                let outcome = read::<PutOutcome>(r)?;
+                Ok(if nx {
+                    Reply::integer(i64::from(outcome.written))
+                } else {
+                    outcome
+                        .previous
+                        .map_or(Reply::Null, |r| Reply::Bulk(r.value))
+                })
+            })
+        }
+        "incr" | "decr" | "incrby" | "decrby" => {
+            let (key, delta) = strings::parse_incr(args)?;
+            step(Command::Incr { key, delta }, |r| {
+                strings::incr_reply(read::<IncrOutcome>(r)?)
+            })
+        }
+        "del" | "unlink" => {
+            let keys = args.rest();
+            step(Command::Delete { keys, cas: None }, |r| {
+                Ok(Reply::integer(read::<Deleted>(r)?.0 as i64))
+            })
+        }
+        "exists" => step(read_keys(args.rest()), |r| {
+            let found = read::<Records>(r)?.0.iter().filter(|r| r.is_some()).count();
+            Ok(Reply::integer(found as i64))
+        }),
+        "mget" => step(read_keys(args.rest()), |r| {
+            Ok(Reply::array(
+                read::<Records>(r)?
+                    .0
+                    .into_iter()
+                    .map(|r| r.map_or(Reply::Null, |r| Reply::Bulk(r.value)))
+                    .collect(),
+            ))
+        }),
+        "mset" => {
+            let rest = args.rest();
+            if !rest.len().is_multiple_of(2) {
+                return Err(args.wrong_arity().into());
+            }
+            let pairs = rest
+                .chunks_exact(2)
+                .map(|kv| (kv[0].clone(), kv[1].clone()))
+                .collect();
+            step(Command::PutMany { pairs }, |r| {
+                read::<Done>(r)?;
+                Ok(Reply::ok())
+            })
+        }
+        "append" => {
+            let key = args.next_bytes()?;
+            let bytes = args.next_bytes()?;
+            no_more(args)?;
+            let append = StringEdit::Append {
+                bytes,
+                max_len: max_value,
+            };
+            edit(key, append, true)
+        }
+        "setrange" => {
+            let key = args.next_bytes()?;
+            let offset = args.next_i64()?;
+            let bytes = args.next_bytes()?;
+            no_more(args)?;
+            let offset = u64::try_from(offset)
+                .map_err(|_| CmdError::Reply("ERR offset is out of range".into()))?;
+            let change = StringEdit::SetRange {
+                offset,
+                bytes,
+                max_len: max_value,
+            };
+            edit(key, change, true)
+        }
+        "incrbyfloat" => {
+            let key = args.next_bytes()?;
+            let increment = args.next_bytes()?;
+            no_more(args)?;
+            if trireme_types::int::parse_f64(&increment).is_none() {
+                return Err(strings::not_a_float());
+            }
+            edit(key, StringEdit::IncrByFloat(increment), false)
+        }
+        "getdel" => {
+            let key = args.next_bytes()?;
+            no_more(args)?;
+            edit(key, StringEdit::GetDel, false)
+        }
+        "expire" | "pexpire" | "persist" => {
+            let (key, ttl) = if name == "persist" {
+                let key = args.next_bytes()?;
+                no_more(args)?;
+                (key, TtlUpdate::Clear)
+            } else {
+                keys::parse_expire(args)?
+            };
+            step(Command::SetTtl { key, ttl }, |r| {
+                Ok(Reply::integer(i64::from(read::<TtlChanged>(r)?.0)))
+            })
+        }
+        "ttl" | "pttl" | "expiretime" | "pexpiretime" | "strlen" | "type" => {
+            let key = args.next_bytes()?;
+            no_more(args)?;
+            step(read_keys(vec![key]), move |r| {
+                let record = first(r)?;
+                Ok(match name.as_str() {
+                    "strlen" => Reply::integer(record.map_or(0, |r| r.value.len() as i64)),
+                    "type" => Reply::simple(if record.is_some() { "string" } else { "none" }),
+                    ttl => keys::ttl_reply(ttl, record.as_ref()),
+                })
+            })
+        }
+        "getrange" | "substr" => {
+            let key = args.next_bytes()?;
+            let start = args.next_i64()?;
+            let end = args.next_i64()?;
+            no_more(args)?;
+            step(read_keys(vec![key]), move |r| {
+                let value = first(r)?.map(|r| r.value).unwrap_or_default();
+                Ok(Reply::Bulk(strings::substring(&value, start, end)))
+            })
+        }
+        "ping" | "unwatch" => {
+            let reply = if name == "unwatch" {
+                Reply::ok()
+            } else {
+                match args.remaining() {
+                    0 => Reply::simple("PONG"),
+                    1 => Reply::Bulk(args.next_bytes()?),
+                    _ => return Err(args.wrong_arity().into()),
+                }
+            };
+            Step {
+                command: None,
+                answer: Box::new(move |_| Ok(reply)),
+            }
+        }
+        _ => return Err(ArgError::Syntax.into()),
+    })
+}
