@@ -36,6 +36,9 @@ pub(crate) struct ClientState {
     pub(crate) multi: Option<crate::cmd::Multi>,
     /// Keys under `WATCH`, with the `ModifyIndex` each had then (`None`: missing).
     pub(crate) watches: Vec<(Bytes, Option<u64>)>,
+    /// How reads are served: leader lease or ReadIndex by default; after `READONLY`, by any
+    /// replica from what it has applied (Redis Cluster's replica reads, stale by design).
+    pub(crate) read_mode: trireme_cluster::ReadMode,
 }
 
 pub(crate) struct Connection {
@@ -62,6 +65,7 @@ impl Connection {
                 protocol: crate::Protocol::Resp2,
                 multi: None,
                 watches: Vec::new(),
+                read_mode: trireme_cluster::ReadMode::Default,
             },
         }
     }

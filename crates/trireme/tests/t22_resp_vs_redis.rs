@@ -122,6 +122,63 @@ const STRINGS: &[&[&str]] = &[
     &["GETDEL", "a", "b"],
     &["STRLEN"],
     &["NoSuchCommand", "x", "y"],
+    // Commands that read, decide and write: keys share a slot, as Redis Cluster requires.
+    &["SET", "{k}src", "v1", "EXAT", "4000000000"],
+    &["RENAME", "{k}src", "{k}dst"],
+    &["EXISTS", "{k}src"],
+    &["GET", "{k}dst"],
+    &["EXPIRETIME", "{k}dst"],
+    &["RENAME", "{k}missing", "{k}x"],
+    &["RENAME", "{k}dst", "{k}dst"],
+    &["SET", "{k}other", "o"],
+    &["RENAMENX", "{k}dst", "{k}other"],
+    &["RENAMENX", "{k}dst", "{k}dst"],
+    &["RENAMENX", "{k}dst", "{k}fresh"],
+    &["GET", "{k}fresh"],
+    &["COPY", "{k}fresh", "{k}other"],
+    &["COPY", "{k}fresh", "{k}other", "REPLACE"],
+    &["GET", "{k}other"],
+    &["EXPIRETIME", "{k}other"],
+    &["COPY", "{k}missing", "{k}x"],
+    &["COPY", "{k}fresh", "{k}c2", "DB", "0"],
+    &["COPY", "{k}fresh", "{k}c3", "BOGUS"],
+    &["MSETNX", "{k}m1", "a", "{k}m2", "b"],
+    &["MSETNX", "{k}m2", "c", "{k}m3", "d"],
+    &["MGET", "{k}m1", "{k}m2", "{k}m3"],
+    &["MSETNX", "{k}m1"],
+    &["SET", "{k}e", "v"],
+    &["EXPIREAT", "{k}e", "4000000000", "XX"],
+    &["EXPIREAT", "{k}e", "4000000000", "GT"],
+    &["EXPIREAT", "{k}e", "4000000000", "NX"],
+    &["EXPIRETIME", "{k}e"],
+    &["EXPIREAT", "{k}e", "4100000000", "XX"],
+    &["EXPIREAT", "{k}e", "4000000000", "GT"],
+    &["EXPIREAT", "{k}e", "4200000000", "GT"],
+    &["EXPIREAT", "{k}e", "4300000000", "LT"],
+    &["EXPIREAT", "{k}e", "4100000000", "LT"],
+    &["PEXPIREAT", "{k}e", "4100000000500", "XX", "GT"],
+    &["PEXPIRETIME", "{k}e"],
+    &["EXPIREAT", "{k}e", "4100000000", "NX", "XX"],
+    &["EXPIREAT", "{k}e", "4100000000", "GT", "LT"],
+    &["EXPIREAT", "{k}e", "4100000000", "FOO"],
+    &["EXPIRE", "{k}missing", "100", "XX"],
+    &["PERSIST", "{k}e"],
+    &["EXPIREAT", "{k}e", "4100000000", "LT"],
+    &["EXPIRETIME", "{k}e"],
+    &["SET", "{k}n", "12345"],
+    &["OBJECT", "ENCODING", "{k}n"],
+    &["OBJECT", "ENCODING", "{k}e"],
+    &[
+        "SET",
+        "{k}long",
+        "0123456789012345678901234567890123456789012345",
+    ],
+    &["OBJECT", "ENCODING", "{k}long"],
+    &["OBJECT", "ENCODING", "{k}missing"],
+    &[
+        "DEL", "{k}dst", "{k}other", "{k}fresh", "{k}c2", "{k}m1", "{k}m2", "{k}e", "{k}n",
+        "{k}long",
+    ],
     &[
         "DEL",
         "a",
@@ -286,6 +343,13 @@ async fn transactions_across_slots_are_refused_with_crossslot() {
     );
     assert_eq!(c.cmd(&[b"EXISTS", b"a", b"b"]).await, b":0\r\n");
     assert_eq!(c.cmd(&[b"WATCH", b"a", b"b"]).await, crossslot);
+    for two_slots in [
+        &[&b"RENAME"[..], b"a", b"b"][..],
+        &[b"COPY", b"a", b"b"],
+        &[b"MSETNX", b"a", b"1", b"b", b"2"],
+    ] {
+        assert_eq!(c.cmd(two_slots).await, crossslot);
+    }
     // Watched keys must share the transaction's slot.
     assert_eq!(c.cmd(&[b"WATCH", b"a"]).await, b"+OK\r\n");
     assert_eq!(c.cmd(&[b"MULTI"]).await, b"+OK\r\n");
@@ -390,6 +454,24 @@ async fn time_wait_keys_and_flushdb_have_redis_shapes() {
         keys.contains("user:1") && keys.contains("user:2"),
         "{keys:?}"
     );
+    // Cluster-mode commands (a standalone redis-server refuses them, so no comparison).
+    assert_eq!(c.cmd(&[b"READONLY"]).await, b"+OK\r\n");
+    assert_eq!(c.cmd(&[b"GET", b"user:1"]).await, b"$1\r\nv\r\n");
+    assert_eq!(c.cmd(&[b"READWRITE"]).await, b"+OK\r\n");
+    assert_eq!(c.cmd(&[b"ASKING"]).await, b"+OK\r\n");
+    let random = c.cmd(&[b"RANDOMKEY"]).await;
+    assert!(
+        [
+            &b"$6\r\nuser:1\r\n"[..],
+            b"$6\r\nuser:2\r\n",
+            b"$7\r\norder:1\r\n"
+        ]
+        .contains(&random.as_slice()),
+        "{:?}",
+        String::from_utf8_lossy(&random)
+    );
+    assert_eq!(c.cmd(&[b"MEMORY", b"USAGE", b"user:1"]).await, b":55\r\n");
+    assert_eq!(c.cmd(&[b"MEMORY", b"USAGE", b"nope"]).await, b"$-1\r\n");
     assert_eq!(
         c.cmd(&[b"FLUSHDB", b"BOGUS"]).await,
         b"-ERR syntax error\r\n"
@@ -397,6 +479,7 @@ async fn time_wait_keys_and_flushdb_have_redis_shapes() {
     assert_eq!(c.cmd(&[b"FLUSHALL", b"ASYNC"]).await, b"+OK\r\n");
     assert_eq!(c.cmd(&[b"DBSIZE"]).await, b":0\r\n");
     assert_eq!(c.cmd(&[b"KEYS", b"*"]).await, b"*0\r\n");
+    assert_eq!(c.cmd(&[b"RANDOMKEY"]).await, b"$-1\r\n");
 }
 
 /// `APPEND` and `SETRANGE` past the node's value limit are refused and change nothing.

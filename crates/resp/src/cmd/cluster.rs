@@ -33,6 +33,25 @@ fn ordered_replicas(shard: &ShardInfo) -> Vec<(&PeerNode, bool)> {
     out
 }
 
+/// `READONLY` / `READWRITE`: after `READONLY` the connection's reads are served by whichever
+/// replica gets them, from what it has applied (stale, as Redis Cluster's replica reads);
+/// `READWRITE` goes back to leader reads.
+pub(crate) fn read_mode(ctx: &mut Ctx<'_>, args: &mut Args) -> CmdResult {
+    super::no_more(args)?;
+    ctx.client.read_mode = if args.name() == "readonly" {
+        trireme_cluster::ReadMode::Stale
+    } else {
+        trireme_cluster::ReadMode::Default
+    };
+    Ok(Reply::ok())
+}
+
+/// `ASKING`: accepted; Trireme never answers `ASK` (any node serves any key).
+pub(crate) fn asking(args: &mut Args) -> CmdResult {
+    super::no_more(args)?;
+    Ok(Reply::ok())
+}
+
 pub(crate) fn cluster(ctx: &mut Ctx<'_>, args: &mut Args) -> CmdResult {
     let sub = args.next_str()?.to_ascii_lowercase();
     let node = &ctx.shared.node;

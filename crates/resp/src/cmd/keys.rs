@@ -4,7 +4,7 @@
 use super::{CmdError, CmdResult, Ctx, no_more};
 use crate::{ArgError, Args, Reply};
 use bytes::Bytes;
-use trireme_cluster::{ReadMode, TtlUpdate};
+use trireme_cluster::TtlUpdate;
 use trireme_types::ShardId;
 
 /// `DEL k [k ...]`: atomic per shard, not across shards.
@@ -22,57 +22,57 @@ pub(crate) async fn exists(ctx: &mut Ctx<'_>, args: &mut Args) -> CmdResult {
     if keys.is_empty() {
         return Err(args.wrong_arity().into());
     }
-    let records = ctx.shared.node.get_many(&keys, ReadMode::Default).await?;
+    let records = ctx
+        .shared
+        .node
+        .get_many(&keys, ctx.client.read_mode)
+        .await?;
     Ok(Reply::integer(
         records.iter().filter(|r| r.is_some()).count() as i64,
     ))
 }
 
-/// `EXPIRE key seconds` / `PEXPIRE key ms`; zero or negative deletes the key, as in Redis.
+/// `EXPIRE key seconds`, `PEXPIRE key ms`, `EXPIREAT key unix-s`, `PEXPIREAT key unix-ms`,
+/// each with Redis 7's `NX`, `XX`, `GT`, `LT`. A time now or in the past deletes the key, as
+/// in Redis.
 pub(crate) async fn expire(ctx: &mut Ctx<'_>, args: &mut Args) -> CmdResult {
-    let (key, ttl) = parse_expire(args)?;
-    let changed = ctx.shared.node.set_ttl(key, ttl).await?;
+    let (key, at, condition) = parse_expire(args)?;
+    if let Some(condition) = condition {
+        return super::optimistic::expire_if(ctx, key, at, condition).await;
+    }
+    let changed = ctx.shared.node.set_ttl(key, TtlUpdate::At(at)).await?;
     Ok(Reply::integer(i64::from(changed)))
 }
 
-/// Parses `EXPIRE` / `PEXPIRE`: the key and its new expiry.
-pub(crate) fn parse_expire(args: &mut Args) -> Result<(Bytes, TtlUpdate), CmdError> {
+/// Parses `EXPIRE` and its relatives: the key, the Unix millisecond it expires at, and the
+/// condition, if any.
+pub(crate) fn parse_expire(
+    args: &mut Args,
+) -> Result<(Bytes, u64, Option<super::optimistic::ExpireIf>), CmdError> {
     let key = args.next_bytes()?;
     let amount = args.next_i64()?;
-    no_more(args)?;
-    let unit = if args.name() == "pexpire" { 1 } else { 1000 };
-    let invalid = || {
-        CmdError::Reply(format!(
-            "ERR invalid expire time in '{}' command",
-            args.name()
-        ))
+    let condition = super::optimistic::ExpireIf::parse(args)?;
+    let (unit, relative) = match args.name() {
+        "pexpire" => (1, true),
+        "expireat" => (1000, false),
+        "pexpireat" => (1, false),
+        _ => (1000, true),
+    };
+    let base = if relative {
+        trireme_cluster::now_ms() as i64
+    } else {
+        0
     };
     let at = amount
         .checked_mul(unit)
-        .and_then(|delta| (trireme_cluster::now_ms() as i64).checked_add(delta))
-        .ok_or_else(invalid)?;
-    Ok((key, TtlUpdate::At(at.max(0) as u64)))
-}
-
-/// `EXPIREAT key unix-seconds` / `PEXPIREAT key unix-ms`; a time in the past deletes the
-/// key, as in Redis.
-pub(crate) async fn expireat(ctx: &mut Ctx<'_>, args: &mut Args) -> CmdResult {
-    let key = args.next_bytes()?;
-    let amount = args.next_i64()?;
-    no_more(args)?;
-    let unit = if args.name() == "pexpireat" { 1 } else { 1000 };
-    let at = amount.checked_mul(unit).ok_or_else(|| {
-        CmdError::Reply(format!(
-            "ERR invalid expire time in '{}' command",
-            args.name()
-        ))
-    })?;
-    let changed = ctx
-        .shared
-        .node
-        .set_ttl(key, TtlUpdate::At(at.max(0) as u64))
-        .await?;
-    Ok(Reply::integer(i64::from(changed)))
+        .and_then(|ms| base.checked_add(ms))
+        .ok_or_else(|| {
+            CmdError::Reply(format!(
+                "ERR invalid expire time in '{}' command",
+                args.name()
+            ))
+        })?;
+    Ok((key, at.max(0) as u64, condition))
 }
 
 /// `TTL`, `PTTL` (time left) and `EXPIRETIME`, `PEXPIRETIME` (the Unix time it ends): -2
@@ -80,7 +80,11 @@ pub(crate) async fn expireat(ctx: &mut Ctx<'_>, args: &mut Args) -> CmdResult {
 pub(crate) async fn ttl(ctx: &mut Ctx<'_>, args: &mut Args) -> CmdResult {
     let key = args.next_bytes()?;
     no_more(args)?;
-    let record = ctx.shared.node.get_record(&key, ReadMode::Default).await?;
+    let record = ctx
+        .shared
+        .node
+        .get_record(&key, ctx.client.read_mode)
+        .await?;
     Ok(ttl_reply(args.name(), record.as_ref()))
 }
 
@@ -116,7 +120,11 @@ pub(crate) async fn persist(ctx: &mut Ctx<'_>, args: &mut Args) -> CmdResult {
 pub(crate) async fn key_type(ctx: &mut Ctx<'_>, args: &mut Args) -> CmdResult {
     let key = args.next_bytes()?;
     no_more(args)?;
-    let record = ctx.shared.node.get_record(&key, ReadMode::Default).await?;
+    let record = ctx
+        .shared
+        .node
+        .get_record(&key, ctx.client.read_mode)
+        .await?;
     Ok(Reply::simple(if record.is_some() {
         "string"
     } else {
@@ -216,4 +224,91 @@ pub(crate) async fn flush(ctx: &mut Ctx<'_>, args: &mut Args) -> CmdResult {
     no_more(args)?;
     ctx.shared.node.delete_prefix(b"").await?;
     Ok(Reply::ok())
+}
+
+/// `RANDOMKEY`: a key from a random shard, the first after a random point of its keys;
+/// a null when there are no keys.
+pub(crate) async fn randomkey(ctx: &mut Ctx<'_>, args: &mut Args) -> CmdResult {
+    no_more(args)?;
+    let shards: Vec<ShardId> = ctx.shared.node.shard_map().shards().collect();
+    if shards.is_empty() {
+        return Ok(Reply::Null);
+    }
+    let seed = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap_or_default()
+        .as_nanos() as u64;
+    let first = (seed % shards.len() as u64) as usize;
+    let point = Bytes::from(seed.rotate_left(17).to_be_bytes().to_vec());
+    for i in 0..shards.len() {
+        let shard = shards[(first + i) % shards.len()];
+        for after in [Some(&point[..]), None] {
+            let page = ctx.shared.node.scan_page(shard, after, 1).await?;
+            if let Some(key) = page.keys.into_iter().next() {
+                return Ok(Reply::Bulk(key));
+            }
+        }
+    }
+    Ok(Reply::Null)
+}
+
+/// `OBJECT ENCODING key` (the encoding Redis would give the string: `int`, `embstr` or
+/// `raw`), `OBJECT HELP`.
+pub(crate) async fn object(ctx: &mut Ctx<'_>, args: &mut Args) -> CmdResult {
+    let sub = args.next_str()?.to_ascii_lowercase();
+    match sub.as_str() {
+        "encoding" => {
+            let key = args.next_bytes()?;
+            no_more(args)?;
+            let record = ctx
+                .shared
+                .node
+                .get_record(&key, ctx.client.read_mode)
+                .await?;
+            Ok(record.map_or(Reply::Null, |r| Reply::bulk(string_encoding(&r.value))))
+        }
+        "help" => Ok(Reply::array(vec![Reply::simple(
+            "OBJECT ENCODING <key>: the encoding Redis would use for the string at <key>.",
+        )])),
+        _ => Err(CmdError::Reply(format!(
+            "ERR unknown subcommand '{}'. Try OBJECT HELP.",
+            sub.chars().take(64).collect::<String>()
+        ))),
+    }
+}
+
+/// How Redis encodes a string value: small integers as `int`, up to 44 bytes `embstr`.
+fn string_encoding(value: &[u8]) -> &'static str {
+    if value.len() <= 20 && trireme_types::int::parse_i64(value).is_some() {
+        "int"
+    } else if value.len() <= 44 {
+        "embstr"
+    } else {
+        "raw"
+    }
+}
+
+/// `MEMORY USAGE key [SAMPLES n]`: an estimate of the bytes the key takes (key, value and
+/// a fixed 48 bytes for its record); a null for a missing key.
+pub(crate) async fn memory(ctx: &mut Ctx<'_>, args: &mut Args) -> CmdResult {
+    let sub = args.next_str()?.to_ascii_lowercase();
+    if sub != "usage" {
+        return Err(CmdError::Reply(format!(
+            "ERR unknown subcommand '{}'. Try MEMORY HELP.",
+            sub.chars().take(64).collect::<String>()
+        )));
+    }
+    let key = args.next_bytes()?;
+    if args.next_keyword("samples") {
+        args.next_i64()?;
+    }
+    no_more(args)?;
+    let record = ctx
+        .shared
+        .node
+        .get_record(&key, ctx.client.read_mode)
+        .await?;
+    Ok(record.map_or(Reply::Null, |r| {
+        Reply::integer((key.len() + r.value.len() + 48) as i64)
+    }))
 }

@@ -5,6 +5,7 @@
 mod cluster;
 mod connection;
 mod keys;
+mod optimistic;
 mod server;
 mod strings;
 mod transaction;
@@ -115,8 +116,15 @@ async fn dispatch(shared: &Shared, client: &mut ClientState, mut args: Args) -> 
         // keys
         "del" | "unlink" => keys::del(&mut ctx, &mut args).await,
         "exists" => keys::exists(&mut ctx, &mut args).await,
-        "expire" | "pexpire" => keys::expire(&mut ctx, &mut args).await,
-        "expireat" | "pexpireat" => keys::expireat(&mut ctx, &mut args).await,
+        "expire" | "pexpire" | "expireat" | "pexpireat" => keys::expire(&mut ctx, &mut args).await,
+        "rename" | "renamenx" => optimistic::rename(&mut ctx, &mut args).await,
+        "copy" => optimistic::copy(&mut ctx, &mut args).await,
+        "msetnx" => optimistic::msetnx(&mut ctx, &mut args).await,
+        "randomkey" => keys::randomkey(&mut ctx, &mut args).await,
+        "object" => keys::object(&mut ctx, &mut args).await,
+        "memory" => keys::memory(&mut ctx, &mut args).await,
+        "readonly" | "readwrite" => cluster::read_mode(&mut ctx, &mut args),
+        "asking" => cluster::asking(&mut args),
         "ttl" | "pttl" | "expiretime" | "pexpiretime" => keys::ttl(&mut ctx, &mut args).await,
         "keys" => keys::keys(&mut ctx, &mut args).await,
         "flushdb" | "flushall" => keys::flush(&mut ctx, &mut args).await,

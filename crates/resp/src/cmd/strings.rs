@@ -5,18 +5,19 @@ use super::{CmdError, CmdResult, Ctx, no_more};
 use crate::{ArgError, Args, Reply};
 use bytes::Bytes;
 use trireme_cluster::{
-    EditOutcome, IncrOutcome, PutCondition, PutOutcome, PutRequest, ReadMode, StringEdit, TtlUpdate,
+    EditOutcome, IncrOutcome, PutCondition, PutOutcome, PutRequest, StringEdit, TtlUpdate,
 };
-
-/// Reads from RESP use the default mode: leader lease, falling back to ReadIndex.
-const READ_MODE: ReadMode = ReadMode::Default;
 
 pub(crate) async fn get(ctx: &mut Ctx<'_>, args: &mut Args) -> CmdResult {
     let key = args.next_bytes()?;
     if args.remaining() > 0 {
         return Err(args.wrong_arity().into());
     }
-    let record = ctx.shared.node.get_record(&key, READ_MODE).await?;
+    let record = ctx
+        .shared
+        .node
+        .get_record(&key, ctx.client.read_mode)
+        .await?;
     Ok(record.map_or(Reply::Null, |r| Reply::Bulk(r.value)))
 }
 
@@ -108,7 +109,11 @@ pub(crate) async fn mget(ctx: &mut Ctx<'_>, args: &mut Args) -> CmdResult {
     if keys.is_empty() {
         return Err(args.wrong_arity().into());
     }
-    let records = ctx.shared.node.get_many(&keys, READ_MODE).await?;
+    let records = ctx
+        .shared
+        .node
+        .get_many(&keys, ctx.client.read_mode)
+        .await?;
     Ok(Reply::array(
         records
             .into_iter()
@@ -234,7 +239,11 @@ pub(crate) async fn getex(ctx: &mut Ctx<'_>, args: &mut Args) -> CmdResult {
     match ttl {
         Some(ttl) => edited(ctx, key, StringEdit::GetEx(ttl)).await,
         None => {
-            let record = ctx.shared.node.get_record(&key, READ_MODE).await?;
+            let record = ctx
+                .shared
+                .node
+                .get_record(&key, ctx.client.read_mode)
+                .await?;
             Ok(record.map_or(Reply::Null, |r| Reply::Bulk(r.value)))
         }
     }
@@ -280,7 +289,11 @@ pub(crate) async fn incrbyfloat(ctx: &mut Ctx<'_>, args: &mut Args) -> CmdResult
 pub(crate) async fn strlen(ctx: &mut Ctx<'_>, args: &mut Args) -> CmdResult {
     let key = args.next_bytes()?;
     no_more(args)?;
-    let record = ctx.shared.node.get_record(&key, READ_MODE).await?;
+    let record = ctx
+        .shared
+        .node
+        .get_record(&key, ctx.client.read_mode)
+        .await?;
     Ok(Reply::integer(record.map_or(0, |r| r.value.len() as i64)))
 }
 
@@ -291,7 +304,11 @@ pub(crate) async fn getrange(ctx: &mut Ctx<'_>, args: &mut Args) -> CmdResult {
     let start = args.next_i64()?;
     let end = args.next_i64()?;
     no_more(args)?;
-    let record = ctx.shared.node.get_record(&key, READ_MODE).await?;
+    let record = ctx
+        .shared
+        .node
+        .get_record(&key, ctx.client.read_mode)
+        .await?;
     let value = record.map(|r| r.value).unwrap_or_default();
     Ok(Reply::Bulk(substring(&value, start, end)))
 }

@@ -33,7 +33,7 @@ pub(crate) const MAX_QUEUED: usize = 10_000;
 const CROSSSLOT: &str = "CROSSSLOT Keys in request don't hash to the same slot";
 
 /// Commands that may be queued: those with a log command of their own.
-const QUEUEABLE: [&str; 30] = [
+const QUEUEABLE: &[&str] = &[
     "get",
     "set",
     "setnx",
@@ -53,6 +53,8 @@ const QUEUEABLE: [&str; 30] = [
     "getdel",
     "expire",
     "pexpire",
+    "expireat",
+    "pexpireat",
     "persist",
     "ttl",
     "pttl",
@@ -395,13 +397,20 @@ fn plan(args: &mut Args, max_value: u64) -> Result<Step, CmdError> {
             no_more(args)?;
             edit(key, StringEdit::GetDel, false)
         }
-        "expire" | "pexpire" | "persist" => {
+        "expire" | "pexpire" | "expireat" | "pexpireat" | "persist" => {
             let (key, ttl) = if name == "persist" {
                 let key = args.next_bytes()?;
                 no_more(args)?;
                 (key, TtlUpdate::Clear)
             } else {
-                keys::parse_expire(args)?
+                let (key, at, condition) = keys::parse_expire(args)?;
+                if condition.is_some() {
+                    return Err(CmdError::Reply(format!(
+                        "ERR {} with NX, XX, GT or LT cannot run inside MULTI here",
+                        name.to_ascii_uppercase()
+                    )));
+                }
+                (key, TtlUpdate::At(at))
             };
             step(Command::SetTtl { key, ttl }, |r| {
                 Ok(Reply::integer(i64::from(read::<TtlChanged>(r)?.0)))
