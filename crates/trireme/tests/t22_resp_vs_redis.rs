@@ -593,3 +593,47 @@ async fn redis_py_transactions_with_watch_lose_nothing_on_a_cluster() {
         (Some(0), Some(100))
     );
 }
+
+/// go-redis v9 with its defaults (RESP3; the cluster client finds slots with CLUSTER SLOTS
+/// and splits pipelines by node) against a 3-node cluster: strings, expiry options, a
+/// pipeline, and optimistic transactions with WATCH from four goroutines.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn go_redis_with_its_defaults_works_against_a_cluster() {
+    let source = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/clients/goredis");
+    let out = tempfile::tempdir().expect("temp dir");
+    let binary = out.path().join("goredis");
+    let build = tokio::process::Command::new("go")
+        .args(["build", "-o"])
+        .arg(&binary)
+        .arg(".")
+        .current_dir(source)
+        .kill_on_drop(true)
+        .output();
+    let built = tokio::time::timeout(Duration::from_secs(300), build)
+        .await
+        .expect("go build finished within 300 s")
+        .expect("run go build");
+    assert!(
+        built.status.success(),
+        "go build: {}",
+        String::from_utf8_lossy(&built.stderr)
+    );
+    let c = TestCluster::start(ClusterOptions::default()).await;
+    let addr = c.node(0).resp_addr().to_string();
+    let run = tokio::process::Command::new(&binary)
+        .arg(&addr)
+        .kill_on_drop(true)
+        .output();
+    let output = tokio::time::timeout(Duration::from_secs(120), run)
+        .await
+        .expect("go-redis finished within 120 s")
+        .expect("run the go-redis client");
+    let stdout = String::from_utf8_lossy(&output.stdout);
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert!(output.status.success(), "{stdout}\n{stderr}\n{}", c.logs());
+    let seen: serde_json::Value = serde_json::from_str(stdout.trim()).expect("one JSON line");
+    assert_eq!(
+        (seen["a"].as_i64(), seen["b"].as_i64()),
+        (Some(0), Some(100))
+    );
+}
