@@ -637,3 +637,41 @@ async fn go_redis_with_its_defaults_works_against_a_cluster() {
         (Some(0), Some(100))
     );
 }
+
+/// node-redis 5 with its defaults (its cluster client) against a 3-node cluster: strings,
+/// 200 commands in flight at once, and MULTI/EXEC on keys of one slot.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn node_redis_with_its_defaults_works_against_a_cluster() {
+    let source = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/clients/noderedis");
+    let install = tokio::process::Command::new("npm")
+        .args(["ci", "--no-audit", "--no-fund", "--silent"])
+        .current_dir(source)
+        .kill_on_drop(true)
+        .output();
+    let installed = tokio::time::timeout(Duration::from_secs(300), install)
+        .await
+        .expect("npm ci finished within 300 s")
+        .expect("run npm (Node.js is on the machine)");
+    assert!(
+        installed.status.success(),
+        "npm ci: {}",
+        String::from_utf8_lossy(&installed.stderr)
+    );
+    let c = TestCluster::start(ClusterOptions::default()).await;
+    let addr = c.node(0).resp_addr().to_string();
+    let run = tokio::process::Command::new("node")
+        .arg("client.js")
+        .arg(&addr)
+        .current_dir(source)
+        .kill_on_drop(true)
+        .output();
+    let output = tokio::time::timeout(Duration::from_secs(120), run)
+        .await
+        .expect("node-redis finished within 120 s")
+        .expect("run node");
+    let stdout = String::from_utf8_lossy(&output.stdout);
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert!(output.status.success(), "{stdout}\n{stderr}\n{}", c.logs());
+    let seen: serde_json::Value = serde_json::from_str(stdout.trim()).expect("one JSON line");
+    assert_eq!(seen["failures"], serde_json::json!([]), "{seen}");
+}
