@@ -370,6 +370,12 @@ pub(crate) enum WireQuery {
 pub(crate) enum WireOp {
     Read(WireMode, Option<(u16, u16)>, WireQuery),
     Write(LogCommand),
+    /// A pub/sub message for this node's subscribers (no shard involved); answered with how
+    /// many received it.
+    Publish {
+        channel: Bytes,
+        message: Bytes,
+    },
 }
 
 #[derive(Debug, Serialize, Deserialize)]
@@ -549,6 +555,28 @@ impl Node {
         asked.clear();
     }
 
+    /// Asks node `to` to deliver a pub/sub message to its subscribers; how many got it.
+    pub(crate) async fn forward_publish(
+        &self,
+        to: u64,
+        channel: Bytes,
+        message: Bytes,
+        left: Duration,
+    ) -> Result<u64, PeerError> {
+        let request = ForwardRequest {
+            shard: 0,
+            op: WireOp::Publish { channel, message },
+        };
+        let payload = postcard::to_stdvec(&request)
+            .map_err(|e| PeerError::Failed(to, format!("cannot encode: {e}")))?;
+        let answer = self.transport.forward(to, payload, left).await?;
+        match postcard::from_bytes(&answer) {
+            Ok(ForwardReply::Served(n)) => Ok(n),
+            Ok(_) => Ok(0),
+            Err(e) => Err(PeerError::Lost(to, format!("undecodable answer: {e}"))),
+        }
+    }
+
     async fn forward<R: ShardRequest>(
         &self,
         to: u64,
@@ -583,6 +611,10 @@ impl Node {
         };
         let shard = ShardId(request.shard);
         match request.op {
+            WireOp::Publish { channel, message } => {
+                let receivers = self.deliver_here(&channel, &message);
+                encode_reply(&ForwardReply::Served(receivers))
+            }
             WireOp::Write(command) => self.serve_here(shard, Write(command)).await,
             WireOp::Read(mode, slots, query) => {
                 let mode = ReadMode::from(mode);

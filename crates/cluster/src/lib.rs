@@ -23,6 +23,7 @@ mod node;
 mod observe;
 mod operator;
 mod plan;
+mod pubsub;
 mod rebalance;
 mod request;
 mod router;
@@ -34,6 +35,7 @@ pub use meta::{NodeInfo, NodeState};
 pub use node::{Node, NodeHealth, ShardInfo};
 pub use observe::ReplicaStats;
 pub use operator::RemoveOutcome;
+pub use pubsub::MessageSink;
 pub use rebalance::ElasticMetrics;
 pub use request::{
     DeleteRequest, Deleted, Done, EditOutcome, FromApplied, IncrOutcome, PutOutcome, PutRequest,

@@ -73,6 +73,8 @@ pub struct Node {
     pub(crate) rebalance: std::sync::Mutex<crate::rebalance::LeaderMemory>,
     /// Counters of moves and splits, for `/metrics`.
     pub(crate) elastic_metrics: crate::rebalance::ElasticMetrics,
+    /// Where published messages go on this node (the RESP front end's subscribers).
+    pub(crate) message_sink: RwLock<Option<Arc<dyn crate::pubsub::MessageSink>>>,
 }
 
 /// One shard as this node sees it.
@@ -236,6 +238,7 @@ impl Node {
             reconciling: tokio::sync::Mutex::new(()),
             rebalance: std::sync::Mutex::default(),
             elastic_metrics: crate::rebalance::ElasticMetrics::default(),
+            message_sink: RwLock::new(None),
         });
         node.transport
             .set_forward_handler(crate::forward::handler(&node));

@@ -39,6 +39,23 @@ pub(crate) struct ClientState {
     /// How reads are served: leader lease or ReadIndex by default; after `READONLY`, by any
     /// replica from what it has applied (Redis Cluster's replica reads, stale by design).
     pub(crate) read_mode: trireme_cluster::ReadMode,
+    /// Pub/sub channels and patterns this connection listens to.
+    pub(crate) subscriptions: Subscriptions,
+}
+
+/// A connection's pub/sub subscriptions, and where its messages are queued.
+#[derive(Clone)]
+pub(crate) struct Subscriptions {
+    pub(crate) channels: std::collections::BTreeSet<Bytes>,
+    pub(crate) patterns: std::collections::BTreeSet<Bytes>,
+    pub(crate) inbox: crate::pubsub::Inbox,
+}
+
+impl Subscriptions {
+    /// Channels and patterns together, as Redis counts them in confirmations.
+    pub(crate) fn count(&self) -> usize {
+        self.channels.len() + self.patterns.len()
+    }
 }
 
 pub(crate) struct Connection {
@@ -48,12 +65,16 @@ pub(crate) struct Connection {
     input: BytesMut,
     output: BytesMut,
     client: ClientState,
+    /// Messages for this connection's subscriptions.
+    inbox: tokio::sync::mpsc::Receiver<crate::pubsub::Delivery>,
 }
 
 impl Connection {
     pub(crate) fn new(socket: TcpStream, shared: Arc<Shared>) -> Self {
         let id = shared.client_id();
+        let (sender, inbox) = tokio::sync::mpsc::channel(crate::pubsub::QUEUE_MESSAGES);
         Self {
+            inbox,
             socket,
             shared,
             codec: RespCodec::default(),
@@ -66,11 +87,27 @@ impl Connection {
                 multi: None,
                 watches: Vec::new(),
                 read_mode: trireme_cluster::ReadMode::Default,
+                subscriptions: Subscriptions {
+                    channels: Default::default(),
+                    patterns: Default::default(),
+                    inbox: crate::pubsub::Inbox {
+                        sender,
+                        overflowed: Arc::default(),
+                        queued_bytes: Arc::default(),
+                        kicked: Arc::default(),
+                    },
+                },
             },
         }
     }
 
     pub(crate) async fn run(mut self) -> std::io::Result<()> {
+        let result = self.serve().await;
+        self.shared.subscribers.forget(self.client.id);
+        result
+    }
+
+    async fn serve(&mut self) -> std::io::Result<()> {
         let mut requests = Vec::new();
         loop {
             let mut broken = None;
@@ -86,7 +123,33 @@ impl Connection {
             }
             if requests.is_empty() && broken.is_none() {
                 self.flush().await?;
-                if self.socket.read_buf(&mut self.input).await? == 0 {
+                tokio::select! {
+                    read = self.socket.read_buf(&mut self.input) => {
+                        if read? == 0 {
+                            return Ok(());
+                        }
+                    }
+                    () = self.client.subscriptions.inbox.kicked.notified() => {
+                        return Ok(());
+                    }
+                    Some(delivery) = self.inbox.recv() => {
+                        self.push_message(delivery);
+                        // Take what else is queued, up to a write's worth.
+                        while self.output.len() < FLUSH_BYTES {
+                            let Ok(delivery) = self.inbox.try_recv() else { break };
+                            self.push_message(delivery);
+                        }
+                    }
+                }
+                if self
+                    .client
+                    .subscriptions
+                    .inbox
+                    .overflowed
+                    .load(Ordering::SeqCst)
+                {
+                    // Fell behind its subscriptions: dropped from them, and closed.
+                    self.flush().await?;
                     return Ok(());
                 }
                 continue;
@@ -158,13 +221,31 @@ impl Connection {
         Ok(Next::Read)
     }
 
+    fn push_message(&mut self, delivery: crate::pubsub::Delivery) {
+        self.client
+            .subscriptions
+            .inbox
+            .queued_bytes
+            .fetch_sub(delivery.size(), Ordering::SeqCst);
+        let reply = cmd::pubsub_message(delivery);
+        self.push(&reply);
+    }
+
     fn push(&mut self, reply: &Reply) {
         reply.encode_for(&mut self.output, self.client.protocol);
     }
 
+    /// Writes the queued replies. A subscriber that fell behind is cut off here too, even
+    /// while this write waits on a client that does not read.
     async fn flush(&mut self) -> std::io::Result<()> {
         if !self.output.is_empty() {
-            self.socket.write_all(&self.output).await?;
+            let kicked = self.client.subscriptions.inbox.kicked.clone();
+            tokio::select! {
+                written = self.socket.write_all(&self.output) => written?,
+                () = kicked.notified() => {
+                    return Err(std::io::Error::other("a subscriber fell behind its messages"));
+                }
+            }
             self.output.clear();
         }
         Ok(())

@@ -20,6 +20,7 @@ pub mod codec;
 mod connection;
 mod glob;
 mod memory;
+mod pubsub;
 pub mod reply;
 mod server;
 

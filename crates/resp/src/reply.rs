@@ -43,6 +43,11 @@ pub enum Reply {
     /// Field-value pairs: a RESP3 map (`%2\r\n...`), a flat array of twice as many items in
     /// RESP2.
     Map(Vec<(Reply, Reply)>),
+    /// Out-of-band data (pub/sub): a RESP3 push (`>3\r\n...`), an array in RESP2.
+    Push(Vec<Reply>),
+    /// Several replies to one command, sent one after another (`SUBSCRIBE a b` answers
+    /// one confirmation per channel).
+    Several(Vec<Reply>),
 }
 
 impl Reply {
@@ -81,9 +86,13 @@ impl Reply {
         Reply::Array(items)
     }
 
-    /// Whether this is an error reply.
+    /// Whether this is an error reply (or, for several replies, whether one is).
     pub fn is_error(&self) -> bool {
-        matches!(self, Reply::Error(_))
+        match self {
+            Reply::Error(_) => true,
+            Reply::Several(replies) => replies.iter().any(Reply::is_error),
+            _ => false,
+        }
     }
 
     /// Appends this reply's RESP2 encoding to `out`.
@@ -113,7 +122,21 @@ impl Reply {
                     value.encode_for(out, protocol);
                 }
             }
-            Reply::Array(items) => {
+            Reply::Push(items) if protocol == Protocol::Resp3 => {
+                out.reserve(24);
+                out.put_u8(b'>');
+                put_u64(out, len_u64(items.len()));
+                out.put_slice(b"\r\n");
+                for item in items {
+                    item.encode_for(out, protocol);
+                }
+            }
+            Reply::Several(replies) => {
+                for reply in replies {
+                    reply.encode_for(out, protocol);
+                }
+            }
+            Reply::Array(items) | Reply::Push(items) => {
                 out.reserve(24);
                 out.put_u8(b'*');
                 put_u64(out, len_u64(items.len()));
@@ -147,7 +170,9 @@ impl Reply {
             }
             Reply::Null => out.put_slice(b"$-1\r\n"),
             Reply::NullArray => out.put_slice(b"*-1\r\n"),
-            Reply::Array(_) | Reply::Map(_) => self.encode_for(out, Protocol::Resp2),
+            Reply::Array(_) | Reply::Map(_) | Reply::Push(_) | Reply::Several(_) => {
+                self.encode_for(out, Protocol::Resp2)
+            }
         }
     }
 

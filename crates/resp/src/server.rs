@@ -130,6 +130,8 @@ pub(crate) type CursorPosition = (ShardId, Option<Bytes>);
 /// State shared by every connection of the RESP server.
 pub(crate) struct Shared {
     pub(crate) node: Arc<Node>,
+    /// This node's pub/sub subscriptions.
+    pub(crate) subscribers: Arc<crate::pubsub::Subscribers>,
     pub(crate) metrics: Arc<RespMetrics>,
     next_client_id: AtomicU64,
     cursors: Mutex<Cursors>,
@@ -177,9 +179,12 @@ pub struct RespServer {
 impl RespServer {
     /// A server for `node`.
     pub fn new(node: Arc<Node>) -> Self {
+        let subscribers = Arc::new(crate::pubsub::Subscribers::default());
+        node.set_message_sink(subscribers.clone());
         Self {
             shared: Arc::new(Shared {
                 node,
+                subscribers,
                 metrics: Arc::default(),
                 next_client_id: AtomicU64::new(1),
                 cursors: Mutex::default(),

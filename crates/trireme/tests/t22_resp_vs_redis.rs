@@ -6,44 +6,9 @@
 mod common;
 
 use common::cluster::{ClusterOptions, TestCluster};
+use common::redis::compare_with_redis;
 use common::{RawResp, StartOptions, TestNode};
-use std::net::SocketAddr;
-use std::process::{Child, Command, Stdio};
-use std::time::{Duration, Instant};
-
-/// A `redis-server` child process, killed by its PID when dropped.
-struct RedisServer {
-    child: Child,
-    addr: SocketAddr,
-}
-
-impl RedisServer {
-    async fn start() -> RedisServer {
-        let port = common::cluster::free_ports(1)[0];
-        let child = Command::new("redis-server")
-            .args(["--port", &port.to_string(), "--bind", "127.0.0.1"])
-            .args(["--save", "", "--appendonly", "no"])
-            .stdout(Stdio::null())
-            .stderr(Stdio::null())
-            .spawn()
-            .expect("redis-server is installed (scripts/install-test-deps.sh)");
-        let addr: SocketAddr = format!("127.0.0.1:{port}").parse().expect("address");
-        let server = RedisServer { child, addr };
-        let deadline = Instant::now() + Duration::from_secs(10);
-        while RawResp::try_connect(addr).await.is_err() {
-            assert!(Instant::now() < deadline, "redis-server did not listen");
-            tokio::time::sleep(Duration::from_millis(20)).await;
-        }
-        server
-    }
-}
-
-impl Drop for RedisServer {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-    }
-}
+use std::time::Duration;
 
 /// The string commands a Redis user reaches for first, with their edge cases and errors.
 const STRINGS: &[&[&str]] = &[
@@ -196,46 +161,7 @@ const STRINGS: &[&[&str]] = &[
 /// the replies are the same bytes.
 async fn compare(script: &[&[&str]], resp3: bool) {
     let steps: Vec<(usize, &[&str])> = script.iter().map(|c| (0, *c)).collect();
-    compare_clients(&steps, resp3).await;
-}
-
-/// Like [`compare`], with two connections to each server: each step names the one it uses.
-async fn compare_clients(script: &[(usize, &[&str])], resp3: bool) {
-    let node = TestNode::start(StartOptions::default()).await;
-    let redis = RedisServer::start().await;
-    let mut ours = Vec::new();
-    let mut theirs = Vec::new();
-    for _ in 0..2 {
-        let mut mine = RawResp::connect(node.resp_addr()).await;
-        let mut peer = RawResp::connect(redis.addr).await;
-        if resp3 {
-            // The HELLO replies describe two different servers; only the switch matters.
-            mine.cmd(&[b"HELLO", b"3"]).await;
-            peer.cmd(&[b"HELLO", b"3"]).await;
-        }
-        ours.push(mine);
-        theirs.push(peer);
-    }
-    let mut differences = Vec::new();
-    for (client, command) in script {
-        let args: Vec<&[u8]> = command.iter().map(|a| a.as_bytes()).collect();
-        let want = theirs[*client].cmd(&args).await;
-        let got = ours[*client].cmd(&args).await;
-        if got != want {
-            differences.push(format!(
-                "{command:?}\n  redis:   {:?}\n  trireme: {:?}",
-                String::from_utf8_lossy(&want),
-                String::from_utf8_lossy(&got)
-            ));
-        }
-    }
-    assert!(
-        differences.is_empty(),
-        "{} of {} replies differ from redis-server's:\n{}",
-        differences.len(),
-        script.len(),
-        differences.join("\n")
-    );
+    compare_with_redis(&steps, resp3).await;
 }
 
 /// Transactions on keys of one slot: queued, applied together, refused, discarded, and
@@ -320,12 +246,12 @@ const TRANSACTIONS: &[(usize, &[&str])] = &[
 
 #[tokio::test]
 async fn transactions_answer_as_redis_does_in_resp2() {
-    compare_clients(TRANSACTIONS, false).await;
+    compare_with_redis(TRANSACTIONS, false).await;
 }
 
 #[tokio::test]
 async fn transactions_answer_as_redis_does_in_resp3() {
-    compare_clients(TRANSACTIONS, true).await;
+    compare_with_redis(TRANSACTIONS, true).await;
 }
 
 /// What Redis Cluster refuses and Trireme refuses the same way, and what Trireme cannot queue.

@@ -255,8 +255,8 @@ pub(crate) async fn randomkey(ctx: &mut Ctx<'_>, args: &mut Args) -> CmdResult {
 /// `OBJECT ENCODING key` (the encoding Redis would give the string: `int`, `embstr` or
 /// `raw`), `OBJECT HELP`.
 pub(crate) async fn object(ctx: &mut Ctx<'_>, args: &mut Args) -> CmdResult {
-    let sub = args.next_str()?.to_ascii_lowercase();
-    match sub.as_str() {
+    let sub = args.next_str()?;
+    match sub.to_ascii_lowercase().as_str() {
         "encoding" => {
             let key = args.next_bytes()?;
             no_more(args)?;
@@ -291,8 +291,8 @@ fn string_encoding(value: &[u8]) -> &'static str {
 /// `MEMORY USAGE key [SAMPLES n]`: an estimate of the bytes the key takes (key, value and
 /// a fixed 48 bytes for its record); a null for a missing key.
 pub(crate) async fn memory(ctx: &mut Ctx<'_>, args: &mut Args) -> CmdResult {
-    let sub = args.next_str()?.to_ascii_lowercase();
-    if sub != "usage" {
+    let sub = args.next_str()?;
+    if !sub.eq_ignore_ascii_case("usage") {
         return Err(CmdError::Reply(format!(
             "ERR unknown subcommand '{}'. Try MEMORY HELP.",
             sub.chars().take(64).collect::<String>()

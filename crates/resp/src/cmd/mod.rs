@@ -6,10 +6,12 @@ mod cluster;
 mod connection;
 mod keys;
 mod optimistic;
+mod pubsub;
 mod server;
 mod strings;
 mod transaction;
 
+pub(crate) use pubsub::message as pubsub_message;
 pub(crate) use transaction::Multi;
 
 use crate::connection::ClientState;
@@ -96,6 +98,18 @@ pub(crate) async fn execute(
 async fn dispatch(shared: &Shared, client: &mut ClientState, mut args: Args) -> Flow {
     let mut ctx = Ctx { shared, client };
     let name = args.command_name();
+    // A RESP2 connection with subscriptions only listens, as in Redis; RESP3 can do both.
+    if ctx.client.protocol == crate::Protocol::Resp2 && ctx.client.subscriptions.count() > 0 {
+        if name == "ping" {
+            return Flow::Reply(pubsub::subscribed_ping(&mut args).unwrap_or_else(Reply::from));
+        }
+        if !pubsub::ALLOWED_WHILE_SUBSCRIBED.contains(&name.as_str()) {
+            return Flow::Reply(Reply::error(format!(
+                "ERR Can't execute '{}': only (P|S)SUBSCRIBE / (P|S)UNSUBSCRIBE / PING / QUIT / RESET are allowed in this context",
+                name.chars().take(64).collect::<String>()
+            )));
+        }
+    }
     let result = match name.as_str() {
         // strings
         "get" => strings::get(&mut ctx, &mut args).await,
@@ -146,6 +160,11 @@ async fn dispatch(shared: &Shared, client: &mut ClientState, mut args: Args) -> 
         "config" => server::config(&mut args),
         "time" => server::time(&mut args),
         "wait" => server::wait(&mut ctx, &mut args),
+        // pub/sub
+        "subscribe" | "psubscribe" => pubsub::subscribe(&mut ctx, &mut args),
+        "unsubscribe" | "punsubscribe" => pubsub::unsubscribe(&mut ctx, &mut args),
+        "publish" => pubsub::publish(&mut ctx, &mut args).await,
+        "pubsub" => pubsub::pubsub(&mut ctx, &mut args),
         // transactions
         "multi" => transaction::multi(&mut ctx, &mut args),
         "exec" => transaction::exec(&mut ctx, &mut args).await,

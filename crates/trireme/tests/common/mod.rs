@@ -8,6 +8,7 @@
 #![allow(dead_code)]
 
 pub mod cluster;
+pub mod redis;
 
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
