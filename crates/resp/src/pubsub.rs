@@ -2,8 +2,8 @@
 //! messages to their connections. Messages published on other nodes arrive through the
 //! cluster ([`trireme_cluster::MessageSink`]); what is published here goes to every node.
 //!
-//! Each subscribed connection has a bounded queue ([`QUEUE_BYTES`] of messages, at most
-//! [`QUEUE_MESSAGES`] of them). A subscriber that does not read falls behind until its queue
+//! Each subscribed connection has a bounded queue (`[limits] pubsub_buffer_bytes` of
+//! messages, 32 MiB by default, and at most [`QUEUE_MESSAGES`] of them). A subscriber that does not read falls behind until its queue
 //! is full; it is then dropped from every channel and its connection closed, as Redis closes
 //! a client past its pub/sub output buffer limit (32 MiB by default), so a slow reader costs
 //! bounded memory and never holds up a publisher.
@@ -14,8 +14,6 @@ use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use tokio::sync::mpsc;
 
-/// Bytes of messages queued for one subscribed connection before it counts as too slow.
-pub(crate) const QUEUE_BYTES: usize = 32 << 20;
 /// Messages queued for one subscribed connection before it counts as too slow.
 pub(crate) const QUEUE_MESSAGES: usize = 65_536;
 
@@ -50,6 +48,8 @@ impl Delivery {
 #[derive(Default)]
 pub(crate) struct Subscribers {
     inner: Mutex<Registry>,
+    /// Bytes queued for one connection before it counts as too slow.
+    limit_bytes: usize,
 }
 
 #[derive(Default)]
@@ -61,6 +61,14 @@ struct Registry {
 }
 
 impl Subscribers {
+    /// No subscriptions yet; a subscriber falls behind past `limit_bytes` queued.
+    pub(crate) fn new(limit_bytes: usize) -> Self {
+        Self {
+            inner: Mutex::default(),
+            limit_bytes,
+        }
+    }
+
     fn registry(&self) -> std::sync::MutexGuard<'_, Registry> {
         self.inner.lock().unwrap_or_else(|e| e.into_inner())
     }
@@ -159,7 +167,7 @@ impl trireme_cluster::MessageSink for Subscribers {
                     message: message.clone(),
                 };
                 let size = delivery.size();
-                if inbox.queued_bytes.fetch_add(size, Ordering::SeqCst) + size > QUEUE_BYTES {
+                if inbox.queued_bytes.fetch_add(size, Ordering::SeqCst) + size > self.limit_bytes {
                     inbox.overflowed.store(true, Ordering::SeqCst);
                     inbox.kicked.notify_one();
                     fallen_behind.push(*id);
@@ -180,7 +188,7 @@ impl trireme_cluster::MessageSink for Subscribers {
         for id in fallen_behind {
             tracing::info!(
                 client = id,
-                limit_bytes = QUEUE_BYTES,
+                limit_bytes = self.limit_bytes,
                 "a subscriber fell behind; its connection is closed"
             );
             self.forget(id);

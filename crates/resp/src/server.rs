@@ -179,7 +179,9 @@ pub struct RespServer {
 impl RespServer {
     /// A server for `node`.
     pub fn new(node: Arc<Node>) -> Self {
-        let subscribers = Arc::new(crate::pubsub::Subscribers::default());
+        let subscribers = Arc::new(crate::pubsub::Subscribers::new(
+            node.config().limits.pubsub_buffer_bytes,
+        ));
         node.set_message_sink(subscribers.clone());
         Self {
             shared: Arc::new(Shared {

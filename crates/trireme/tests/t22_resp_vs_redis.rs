@@ -601,3 +601,25 @@ async fn node_redis_with_its_defaults_works_against_a_cluster() {
     let seen: serde_json::Value = serde_json::from_str(stdout.trim()).expect("one JSON line");
     assert_eq!(seen["failures"], serde_json::json!([]), "{seen}");
 }
+
+/// `MULTI` queues at most `[limits] max_multi_commands`; the one past it is refused and the
+/// transaction discarded, and the connection goes on.
+#[tokio::test]
+async fn a_transaction_past_the_configured_size_is_refused() {
+    let node =
+        TestNode::start(StartOptions::default().config("[limits]\nmax_multi_commands = 3\n")).await;
+    let mut c = RawResp::connect(node.resp_addr()).await;
+    assert_eq!(c.cmd(&[b"MULTI"]).await, b"+OK\r\n");
+    for _ in 0..3 {
+        assert_eq!(c.cmd(&[b"INCR", b"n"]).await, b"+QUEUED\r\n");
+    }
+    assert_eq!(
+        c.cmd(&[b"INCR", b"n"]).await,
+        b"-ERR a transaction holds at most 3 commands ([limits] max_multi_commands)\r\n"
+    );
+    assert!(c.cmd(&[b"EXEC"]).await.starts_with(b"-EXECABORT"));
+    assert_eq!(c.cmd(&[b"GET", b"n"]).await, b"$-1\r\n");
+    assert_eq!(c.cmd(&[b"MULTI"]).await, b"+OK\r\n");
+    assert_eq!(c.cmd(&[b"INCR", b"n"]).await, b"+QUEUED\r\n");
+    assert_eq!(c.cmd(&[b"EXEC"]).await, b"*1\r\n:1\r\n");
+}

@@ -13,6 +13,11 @@ pub struct Limits {
     pub max_value_bytes: usize,
     /// How long an HTTP client may take to send its request headers, milliseconds.
     pub header_read_timeout_ms: u64,
+    /// Most commands one Redis `MULTI` may queue before `EXEC`.
+    pub max_multi_commands: usize,
+    /// Bytes of pub/sub messages queued for one subscriber that does not read before its
+    /// connection is closed (Redis's pub/sub output buffer limit).
+    pub pubsub_buffer_bytes: usize,
 }
 
 impl Default for Limits {
@@ -21,6 +26,8 @@ impl Default for Limits {
             max_key_bytes: 8 * 1024,
             max_value_bytes: 512 * 1024,
             header_read_timeout_ms: 10_000,
+            max_multi_commands: 10_000,
+            pubsub_buffer_bytes: 32 << 20,
         }
     }
 }

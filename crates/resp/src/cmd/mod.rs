@@ -89,7 +89,8 @@ pub(crate) async fn execute(
             .map(|n| String::from_utf8_lossy(n).to_ascii_lowercase())
             .unwrap_or_default();
         if !transaction::runs_inside_multi(&name) {
-            return Flow::Reply(transaction::queue(multi, request));
+            let max_queued = shared.node.config().limits.max_multi_commands;
+            return Flow::Reply(transaction::queue(multi, request, max_queued));
         }
     }
     dispatch(shared, client, Args::new(request)).await

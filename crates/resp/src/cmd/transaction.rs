@@ -27,9 +27,6 @@ pub(crate) struct Multi {
     slot: Option<u16>,
 }
 
-/// Most commands one `MULTI` may queue; past it the transaction is refused.
-pub(crate) const MAX_QUEUED: usize = 10_000;
-
 const CROSSSLOT: &str = "CROSSSLOT Keys in request don't hash to the same slot";
 
 /// Commands that may be queued: those with a log command of their own.
@@ -136,8 +133,8 @@ fn one_slot<'a>(mut keys: impl Iterator<Item = &'a Bytes>) -> bool {
 /// Queues a request of an open `MULTI`: checked as Redis checks it before `EXEC` (a known
 /// command, its arity, and here its slot), answered `QUEUED`, or refused and the
 /// transaction marked to be discarded.
-pub(crate) fn queue(multi: &mut Multi, request: Vec<Bytes>) -> Reply {
-    match check_queueable(multi, &request) {
+pub(crate) fn queue(multi: &mut Multi, request: Vec<Bytes>, max_queued: usize) -> Reply {
+    match check_queueable(multi, &request, max_queued) {
         Ok(()) => {
             multi.queued.push(request);
             Reply::simple("QUEUED")
@@ -149,7 +146,11 @@ pub(crate) fn queue(multi: &mut Multi, request: Vec<Bytes>) -> Reply {
     }
 }
 
-fn check_queueable(multi: &mut Multi, request: &[Bytes]) -> Result<(), CmdError> {
+fn check_queueable(
+    multi: &mut Multi,
+    request: &[Bytes],
+    max_queued: usize,
+) -> Result<(), CmdError> {
     let mut args = Args::new(request.to_vec());
     let name = args.command_name();
     match super::server::arity_ok(request) {
@@ -164,9 +165,9 @@ fn check_queueable(multi: &mut Multi, request: &[Bytes]) -> Result<(), CmdError>
             "ERR '{name}' cannot be queued in MULTI here: only commands on keys can (see docs/redis-compatibility.md)"
         )));
     }
-    if multi.queued.len() >= MAX_QUEUED {
+    if multi.queued.len() >= max_queued {
         return Err(CmdError::Reply(format!(
-            "ERR a transaction holds at most {MAX_QUEUED} commands"
+            "ERR a transaction holds at most {max_queued} commands ([limits] max_multi_commands)"
         )));
     }
     for key in super::server::keys_of(request) {
