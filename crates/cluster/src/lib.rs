@@ -44,7 +44,7 @@ pub use request::{
 pub use router::{ReadMeta, ScanPage, SearchPage};
 pub use search::SearchQuery;
 pub use trireme_raft::{PeerNode, RaftTiming, ReadMode};
-pub use trireme_types::{Command, CommandResult, PutCondition, StringEdit, TtlUpdate};
+pub use trireme_types::{Command, CommandResult, KeyCheck, PutCondition, StringEdit, TtlUpdate};
 
 /// Wall-clock Unix milliseconds: the time commands are stamped with and reads compare expiry to.
 pub fn now_ms() -> u64 {

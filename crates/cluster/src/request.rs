@@ -10,7 +10,7 @@
 
 use crate::ClusterError;
 use bytes::Bytes;
-use trireme_types::{Command, CommandResult, ErrorCode, PutCondition, Record, TtlUpdate};
+use trireme_types::{Command, CommandResult, ErrorCode, KeyCheck, PutCondition, Record, TtlUpdate};
 
 /// Writes one key (Consul `PUT`, Redis `SET`, a document `PUT`), possibly on a condition.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -241,10 +241,10 @@ impl FromApplied for Records {
     }
 }
 
-/// What came of a [`transaction`](crate::Node::transaction): each command's result, or
-/// `None` when a watched key had changed and nothing was applied.
+/// What came of a [`transaction`](crate::Node::transaction): each command's result, or the
+/// position of the first check that failed (nothing was applied).
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct TransactionOutcome(pub Option<Vec<CommandResult>>);
+pub struct TransactionOutcome(pub Result<Vec<CommandResult>, u32>);
 
 impl FromApplied for TransactionOutcome {
     const WHAT: &'static str = "a transaction";
@@ -262,8 +262,8 @@ impl FromApplied for TransactionOutcome {
 /// Redis Cluster clients).
 #[derive(Debug, Clone, PartialEq, Eq, Default)]
 pub struct TransactionRequest {
-    /// Watched keys and the `ModifyIndex` each had (`None`: missing).
-    pub watches: Vec<(Bytes, Option<u64>)>,
+    /// Keys and what must hold of each before anything is applied.
+    pub watches: Vec<(Bytes, KeyCheck)>,
     /// The queued commands.
     pub commands: Vec<Command>,
 }

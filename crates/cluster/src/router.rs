@@ -471,7 +471,7 @@ impl Node {
         };
         let keys: Vec<Bytes> = command.keys().into_iter().cloned().collect();
         let Some(first) = keys.first().cloned() else {
-            return Ok(TransactionOutcome(Some(Vec::new())));
+            return Ok(TransactionOutcome(Ok(Vec::new())));
         };
         for key in &keys {
             self.check_key(key)?;

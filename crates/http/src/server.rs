@@ -2,12 +2,12 @@
 //! open connections, so slow or idle clients cannot starve the others.
 
 use crate::AppState;
-use crate::routes::{admin, documents, kv, metrics, status};
+use crate::routes::{admin, documents, kv, metrics, status, txn};
 use crate::state::{HttpMetrics, OpenConnection};
 use axum::Router;
 use axum::extract::DefaultBodyLimit;
 use axum::response::Response;
-use axum::routing::{any, get, post};
+use axum::routing::{any, get, post, put};
 use hyper_util::rt::{TokioExecutor, TokioIo, TokioTimer};
 use hyper_util::server::conn::auto;
 use hyper_util::service::TowerToHyperService;
@@ -70,6 +70,7 @@ pub fn router(state: AppState) -> Router {
             "/v0/{collection}/{key}/{*rest}",
             any(documents::unsupported),
         )
+        .route("/v1/txn", put(txn::txn))
         .route("/v1/status/leader", get(status::leader))
         .route("/v1/status/peers", get(status::peers))
         .route("/v1/cluster/shards", get(status::shards))

@@ -6,7 +6,8 @@ use crate::{Storage, StorageError};
 use bytes::Bytes;
 use std::collections::HashMap;
 use trireme_types::{
-    Command, CommandResult, ErrorCode, LogCommand, PutCondition, Record, StringEdit, TtlUpdate,
+    Command, CommandResult, ErrorCode, KeyCheck, LogCommand, PutCondition, Record, StringEdit,
+    TtlUpdate,
 };
 
 /// One committed log entry to apply: its index, and the command if it carries one (blank and
@@ -82,6 +83,9 @@ struct Pending<'s> {
     order: Vec<Bytes>,
     /// Expiry of each touched key as stored before this batch, to keep the expiry index right.
     stored_expiry: HashMap<Bytes, Option<u64>>,
+    /// While a transaction applies: what each change replaced, to undo them all if one of
+    /// its checks fails.
+    undo: Option<Vec<(Bytes, Option<Option<Record>>)>>,
 }
 
 impl<'s> Pending<'s> {
@@ -103,9 +107,65 @@ impl<'s> Pending<'s> {
     }
 
     fn set(&mut self, key: Bytes, record: Option<Record>) {
-        if self.changes.insert(key.clone(), record).is_none() {
+        let replaced = self.changes.insert(key.clone(), record);
+        if let Some(undo) = &mut self.undo {
+            undo.push((key.clone(), replaced.clone()));
+        }
+        if replaced.is_none() {
             self.order.push(key);
         }
+    }
+
+    /// Whether `check` holds of `key` as this batch sees it now.
+    fn holds(&mut self, key: &Bytes, check: KeyCheck, now: u64) -> Result<bool, StorageError> {
+        let index = self.live(key, now)?.map(|r| r.modify_index);
+        Ok(match check {
+            KeyCheck::At(expected) => index == expected,
+            KeyCheck::Exists => index.is_some(),
+        })
+    }
+
+    /// Applies a transaction's commands in order, undoing every change if a check fails;
+    /// `Err(position)` names the failed check (see [`Command::Transaction`]).
+    fn apply_transaction(
+        &mut self,
+        index: u64,
+        now: u64,
+        watches: &[(Bytes, KeyCheck)],
+        commands: &[Command],
+    ) -> Result<Result<Vec<CommandResult>, u32>, StorageError> {
+        for (position, (key, check)) in watches.iter().enumerate() {
+            if !self.holds(key, *check, now)? {
+                return Ok(Err(position as u32));
+            }
+        }
+        let order_before = self.order.len();
+        self.undo = Some(Vec::new());
+        let mut results = Vec::with_capacity(commands.len());
+        let mut failed = None;
+        for (position, command) in commands.iter().enumerate() {
+            if let Command::Check { key, check } = command {
+                if !self.holds(key, *check, now)? {
+                    failed = Some((watches.len() + position) as u32);
+                    break;
+                }
+                results.push(CommandResult::Done);
+                continue;
+            }
+            results.push(self.apply_command(index, now, command)?);
+        }
+        let undo = self.undo.take().unwrap_or_default();
+        let Some(failed) = failed else {
+            return Ok(Ok(results));
+        };
+        for (key, replaced) in undo.into_iter().rev() {
+            match replaced {
+                Some(record) => self.changes.insert(key, record),
+                None => self.changes.remove(&key),
+            };
+        }
+        self.order.truncate(order_before);
+        Ok(Err(failed))
     }
 
     fn put(
@@ -365,19 +425,10 @@ impl<'s> Pending<'s> {
                     .collect::<Result<_, _>>()?,
             ),
             Command::Transaction { watches, commands } => {
-                for (key, expected) in watches {
-                    let now_at = self.live(key, now)?.map(|r| r.modify_index);
-                    if now_at != *expected {
-                        return Ok(CommandResult::Transaction(None));
-                    }
-                }
-                CommandResult::Transaction(Some(
-                    commands
-                        .iter()
-                        .map(|c| self.apply_command(index, now, c))
-                        .collect::<Result<_, _>>()?,
-                ))
+                CommandResult::Transaction(self.apply_transaction(index, now, watches, commands)?)
             }
+            // Judged by the transaction around it; alone it changes nothing.
+            Command::Check { .. } => CommandResult::Done,
             Command::Edit { key, edit } => {
                 let current = self.live(key, now)?;
                 CommandResult::Edited(self.edit(key, edit, current, index, now)?)
@@ -417,6 +468,7 @@ impl Storage {
             changes: HashMap::new(),
             order: Vec::new(),
             stored_expiry: HashMap::new(),
+            undo: None,
         };
         let mut results = Vec::with_capacity(entries.len());
         for entry in entries {
@@ -735,7 +787,7 @@ mod tests {
             )],
         );
         let transaction = |expected: Option<u64>| Command::Transaction {
-            watches: vec![(key("w"), expected)],
+            watches: vec![(key("w"), KeyCheck::At(expected))],
             commands: vec![
                 put("a", "x", PutCondition::Always, TtlUpdate::Clear),
                 Command::Read {
@@ -749,11 +801,11 @@ mod tests {
         };
         // The watched key was written at index 1, not 7: nothing happens.
         let stale = run(&storage, 2, &[cmd(1, transaction(Some(7)))]);
-        assert_eq!(stale, vec![CommandResult::Transaction(None)]);
+        assert_eq!(stale, vec![CommandResult::Transaction(Err(0))]);
         assert_eq!(storage.get(0, b"a", 1).unwrap(), None);
         // At the index it has, every command applies in order, the read seeing the write.
         let applied = run(&storage, 3, &[cmd(1, transaction(Some(1)))]);
-        let CommandResult::Transaction(Some(results)) = &applied[0] else {
+        let CommandResult::Transaction(Ok(results)) = &applied[0] else {
             panic!("{applied:?}");
         };
         let CommandResult::Records(records) = &results[1] else {
@@ -765,7 +817,7 @@ mod tests {
         assert_eq!(storage.get(0, b"a", 1).unwrap().unwrap().value, key("x"));
         // A watch on a missing key holds while it stays missing.
         let absent = Command::Transaction {
-            watches: vec![(key("missing"), None)],
+            watches: vec![(key("missing"), KeyCheck::At(None))],
             commands: vec![Command::Delete {
                 keys: vec![key("a")],
                 cas: None,
@@ -774,10 +826,41 @@ mod tests {
         let deleted = run(&storage, 4, &[cmd(1, absent)]);
         assert_eq!(
             deleted,
-            vec![CommandResult::Transaction(Some(vec![
+            vec![CommandResult::Transaction(Ok(vec![
                 CommandResult::Deleted(1)
             ]))]
         );
+    }
+
+    #[test]
+    fn a_failed_check_undoes_the_transaction_but_not_the_entries_before_it() {
+        let dir = tempfile::tempdir().unwrap();
+        let storage = Storage::open(dir.path(), &StorageOptions::default()).unwrap();
+        let key = |k: &str| Bytes::copy_from_slice(k.as_bytes());
+        let transaction = Command::Transaction {
+            watches: Vec::new(),
+            commands: vec![
+                put("a", "2", PutCondition::Always, TtlUpdate::Clear),
+                put("new", "x", PutCondition::Always, TtlUpdate::Clear),
+                Command::Check {
+                    key: key("a"),
+                    check: KeyCheck::At(Some(1)),
+                },
+            ],
+        };
+        // One apply run: an entry writing `a`, then the transaction, whose check sees its
+        // own write of `a` (index 2, not 1) and fails.
+        let results = run(
+            &storage,
+            1,
+            &[
+                cmd(1, put("a", "1", PutCondition::Always, TtlUpdate::Clear)),
+                cmd(1, transaction),
+            ],
+        );
+        assert_eq!(results[1], CommandResult::Transaction(Err(2)));
+        assert_eq!(storage.get(0, b"a", 1).unwrap().unwrap().value, key("1"));
+        assert_eq!(storage.get(0, b"new", 1).unwrap(), None);
     }
 
     #[test]

@@ -331,8 +331,13 @@ impl ServerArgs {
             if !(1..=60_000).contains(&limits.header_read_timeout_ms) {
                 bail!("[limits] header_read_timeout_ms must be between 1 and 60000");
             }
-            if limits.max_multi_commands == 0 || limits.pubsub_buffer_bytes == 0 {
-                bail!("[limits] max_multi_commands and pubsub_buffer_bytes must be positive");
+            if limits.max_multi_commands == 0
+                || limits.pubsub_buffer_bytes == 0
+                || limits.max_txn_ops == 0
+            {
+                bail!(
+                    "[limits] max_multi_commands, pubsub_buffer_bytes and max_txn_ops must be positive"
+                );
             }
             node.limits = limits;
         }

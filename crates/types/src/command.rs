@@ -126,21 +126,41 @@ pub enum Command {
         /// The change.
         edit: StringEdit,
     },
+    /// Inside a [`Command::Transaction`]: `check` must hold of `key` at this point, or the
+    /// whole transaction is undone.
+    Check {
+        /// The key.
+        key: Bytes,
+        /// What must hold.
+        check: KeyCheck,
+    },
     /// Read keys as they are at this point of the log: only inside a [`Command::Transaction`],
     /// where a read must see the transaction's earlier writes (`GET` after `MULTI`).
     Read {
         /// The keys.
         keys: Vec<Bytes>,
     },
-    /// A Redis transaction (`MULTI` ... `EXEC`): if every watched key still has the
-    /// `ModifyIndex` it had when it was watched (`None`: it did not exist), the commands are
-    /// applied in order, all in this one entry; otherwise none is.
+    /// A transaction (Redis `MULTI` ... `EXEC`, Consul `/v1/txn`), all in this one entry:
+    /// the watches are checked first (Redis `WATCH`), then the commands applied in order; a
+    /// [`Command::Check`] among them is judged on the state the commands before it left (a
+    /// Consul `cas` or `check-index`). If any check fails, nothing of the transaction is
+    /// applied, and the result names the check: a watch by its position, a `Check` by the
+    /// number of watches plus its position among the commands.
     Transaction {
-        /// Watched keys and the index each had.
-        watches: Vec<(Bytes, Option<u64>)>,
+        /// Keys and what must hold of each before any command is applied.
+        watches: Vec<(Bytes, KeyCheck)>,
         /// The queued commands; each answers on its own, as in a batch.
         commands: Vec<Command>,
     },
+}
+
+/// What a transaction requires of a key before it applies anything.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub enum KeyCheck {
+    /// The key's `ModifyIndex` is this one; `None`: the key does not exist.
+    At(Option<u64>),
+    /// The key exists, at any index.
+    Exists,
 }
 
 /// An in-place change of a string value: see [`Command::Edit`]. Size limits travel in the
@@ -188,6 +208,7 @@ impl Command {
             Command::Split { .. } => "split",
             Command::Edit { .. } => "edit",
             Command::Read { .. } => "read",
+            Command::Check { .. } => "check",
             Command::Transaction { .. } => "transaction",
         }
     }
@@ -201,6 +222,7 @@ impl Command {
                 | Command::Batch(_)
                 | Command::Split { .. }
                 | Command::Transaction { .. }
+                | Command::Check { .. }
         )
     }
 
@@ -211,7 +233,8 @@ impl Command {
             Command::Put { key, .. }
             | Command::Incr { key, .. }
             | Command::SetTtl { key, .. }
-            | Command::Edit { key, .. } => vec![key],
+            | Command::Edit { key, .. }
+            | Command::Check { key, .. } => vec![key],
             Command::PutMany { pairs } => pairs.iter().map(|(k, _)| k).collect(),
             Command::Delete { keys, .. } | Command::Reap { keys } | Command::Read { keys } => {
                 keys.iter().collect()
@@ -257,7 +280,7 @@ pub enum CommandResult {
     Edited(Result<Option<Bytes>, ErrorCode>),
     /// A [`Command::Read`]: each key's live record, in order.
     Records(Vec<Option<Record>>),
-    /// A [`Command::Transaction`]: one result per command, or `None` when a watched key had
-    /// changed and nothing was applied.
-    Transaction(Option<Vec<CommandResult>>),
+    /// A [`Command::Transaction`]: one result per command, or the position of the first
+    /// check that failed (nothing was applied).
+    Transaction(Result<Vec<CommandResult>, u32>),
 }

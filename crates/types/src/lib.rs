@@ -19,7 +19,9 @@ pub mod record;
 pub mod slot;
 pub mod timed;
 
-pub use command::{Command, CommandResult, LogCommand, PutCondition, StringEdit, TtlUpdate};
+pub use command::{
+    Command, CommandResult, KeyCheck, LogCommand, PutCondition, StringEdit, TtlUpdate,
+};
 pub use error::{ErrorCode, TriremeError};
 pub use histogram::LatencyHistogram;
 pub use ids::{GroupId, NodeId, ShardId};

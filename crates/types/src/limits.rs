@@ -18,6 +18,8 @@ pub struct Limits {
     /// Bytes of pub/sub messages queued for one subscriber that does not read before its
     /// connection is closed (Redis's pub/sub output buffer limit).
     pub pubsub_buffer_bytes: usize,
+    /// Most operations in one Consul transaction (`/v1/txn`; Consul's default is 128).
+    pub max_txn_ops: usize,
 }
 
 impl Default for Limits {
@@ -28,6 +30,7 @@ impl Default for Limits {
             header_read_timeout_ms: 10_000,
             max_multi_commands: 10_000,
             pubsub_buffer_bytes: 32 << 20,
+            max_txn_ops: 128,
         }
     }
 }

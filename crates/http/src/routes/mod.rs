@@ -5,6 +5,7 @@ pub(crate) mod documents;
 pub(crate) mod kv;
 pub(crate) mod metrics;
 pub(crate) mod status;
+pub(crate) mod txn;
 
 use crate::ApiError;
 use axum::body::Bytes;

@@ -11,8 +11,8 @@ use super::{CmdError, CmdResult, Ctx, no_more};
 use crate::{ArgError, Args, Reply};
 use bytes::Bytes;
 use trireme_cluster::{
-    Command, FromApplied, PutCondition, PutOutcome, ReadMode, TransactionRequest, TtlChanged,
-    TtlUpdate,
+    Command, FromApplied, KeyCheck, PutCondition, PutOutcome, ReadMode, TransactionRequest,
+    TtlChanged, TtlUpdate,
 };
 use trireme_types::{Record, key_slot};
 
@@ -90,14 +90,18 @@ async fn apply_if_unchanged(
     let watches = keys
         .iter()
         .cloned()
-        .zip(records.iter().map(|r| r.as_ref().map(|r| r.modify_index)))
+        .zip(
+            records
+                .iter()
+                .map(|r| KeyCheck::At(r.as_ref().map(|r| r.modify_index))),
+        )
         .collect();
     let outcome = ctx
         .shared
         .node
         .transaction(TransactionRequest { watches, commands })
         .await?;
-    Ok(outcome.0)
+    Ok(outcome.0.ok())
 }
 
 fn raced() -> CmdError {

@@ -11,9 +11,9 @@ use super::{CmdError, CmdResult, Ctx, keys, no_more, strings};
 use crate::{ArgError, Args, Reply};
 use bytes::Bytes;
 use trireme_cluster::{
-    Command, CommandResult, Deleted, Done, EditOutcome, FromApplied, IncrOutcome, PutCondition,
-    PutOutcome, PutRequest, ReadMode, Records, StringEdit, TransactionRequest, TtlChanged,
-    TtlUpdate,
+    Command, CommandResult, Deleted, Done, EditOutcome, FromApplied, IncrOutcome, KeyCheck,
+    PutCondition, PutOutcome, PutRequest, ReadMode, Records, StringEdit, TransactionRequest,
+    TtlChanged, TtlUpdate,
 };
 use trireme_types::key_slot;
 
@@ -215,9 +215,15 @@ pub(crate) async fn exec(ctx: &mut Ctx<'_>, args: &mut Args) -> CmdResult {
     let outcome = ctx
         .shared
         .node
-        .transaction(TransactionRequest { watches, commands })
+        .transaction(TransactionRequest {
+            watches: watches
+                .into_iter()
+                .map(|(key, index)| (key, KeyCheck::At(index)))
+                .collect(),
+            commands,
+        })
         .await?;
-    let Some(results) = outcome.0 else {
+    let Ok(results) = outcome.0 else {
         return Ok(Reply::NullArray);
     };
     let mut results = results.into_iter();

@@ -1,0 +1,359 @@
+//! `PUT /v1/txn`: Consul's KV transactions, all or nothing.
+//!
+//! The operations become one transaction of the shard their keys live in, applied in order in
+//! one log entry: each condition (`cas`, `check-index`, `check-not-exists`, `delete-cas`, and
+//! `get`'s "the key exists") is judged on the state the operations before it left, as Consul
+//! judges it, and if one fails everything the transaction did is undone. Every key must be in
+//! one shard: a `{hash tag}` keeps keys together. Prefix operations (`get-tree`,
+//! `delete-tree`) and session operations are refused.
+
+use crate::routes::request_body;
+use crate::{ApiError, AppState};
+use axum::body::Bytes;
+use axum::extract::State;
+use axum::extract::rejection::BytesRejection;
+use axum::http::{StatusCode, header};
+use axum::response::{IntoResponse, Response};
+use base64::Engine;
+use serde::{Deserialize, Serialize};
+use trireme_cluster::{
+    Command, CommandResult, FromApplied, KeyCheck, PutCondition, PutOutcome, PutRequest, Records,
+    TransactionRequest,
+};
+use trireme_types::{ErrorCode, Record, TriremeError};
+
+/// One element of the request body: Consul also has `Node`, `Service` and `Check`
+/// operations, which are refused here.
+#[derive(Deserialize, Debug)]
+struct TxnOp {
+    #[serde(rename = "KV")]
+    kv: Option<KvOp>,
+    #[serde(rename = "Node")]
+    node: Option<serde_json::Value>,
+    #[serde(rename = "Service")]
+    service: Option<serde_json::Value>,
+    #[serde(rename = "Check")]
+    check: Option<serde_json::Value>,
+}
+
+#[derive(Deserialize, Debug)]
+#[serde(rename_all = "PascalCase")]
+struct KvOp {
+    verb: String,
+    #[serde(default)]
+    key: String,
+    /// Base64, as Consul sends `[]byte`.
+    #[serde(default)]
+    value: Option<String>,
+    #[serde(default)]
+    flags: u64,
+    #[serde(default)]
+    index: u64,
+}
+
+#[derive(Serialize)]
+#[serde(rename_all = "PascalCase")]
+struct TxnResponse {
+    results: Option<Vec<TxnResult>>,
+    errors: Option<Vec<TxnError>>,
+}
+
+#[derive(Serialize)]
+struct TxnResult {
+    #[serde(rename = "KV")]
+    kv: KvEntry,
+}
+
+#[derive(Serialize)]
+#[serde(rename_all = "PascalCase")]
+struct KvEntry {
+    lock_index: u64,
+    key: String,
+    flags: u64,
+    value: Option<String>,
+    create_index: u64,
+    modify_index: u64,
+}
+
+#[derive(Serialize)]
+#[serde(rename_all = "PascalCase")]
+struct TxnError {
+    op_index: usize,
+    what: String,
+}
+
+/// What one operation answers once the transaction applied.
+enum Answer {
+    /// Nothing (deletes, `check-not-exists`).
+    None,
+    /// The entry written (`set`, `cas`), without its value.
+    Written { key: String, flags: u64 },
+    /// The entry read (`get` with its value, `check-index` without).
+    Read { key: String, with_value: bool },
+}
+
+/// A condition's operation, key and check, to say what failed.
+struct Condition {
+    op: usize,
+    key: Bytes,
+    check: KeyCheck,
+}
+
+/// `PUT /v1/txn`.
+pub(crate) async fn txn(
+    State(state): State<AppState>,
+    body: Result<Bytes, BytesRejection>,
+) -> Result<Response, ApiError> {
+    let body = match request_body(body) {
+        Ok(body) => body,
+        Err(response) => return Ok(*response),
+    };
+    let ops: Vec<TxnOp> = serde_json::from_slice(&body)
+        .map_err(|e| ApiError::invalid(format!("Failed to parse body: {e}")))?;
+    let max_ops = state.node.config().limits.max_txn_ops;
+    if ops.len() > max_ops {
+        return Err(ApiError(TriremeError::new(
+            ErrorCode::RequestTooLarge,
+            format!(
+                "Transaction contains too many operations ({} > {max_ops})",
+                ops.len()
+            ),
+        )));
+    }
+    // By position in `commands`: the condition a `Check` stands for.
+    let mut conditions: Vec<Option<Condition>> = Vec::new();
+    let mut commands = Vec::new();
+    let mut answers = Vec::new();
+    let mut keys: Vec<(usize, Bytes)> = Vec::new();
+    for (i, op) in ops.into_iter().enumerate() {
+        let kv = match op {
+            TxnOp { kv: Some(kv), .. } => kv,
+            TxnOp {
+                node,
+                service,
+                check,
+                ..
+            } if node.is_some() || service.is_some() || check.is_some() => {
+                return Err(ApiError::invalid(format!(
+                    "operation {i}: only KV operations are supported in transactions"
+                )));
+            }
+            _ => return Err(ApiError::invalid(format!("operation {i} is empty"))),
+        };
+        let verb = kv.verb.as_str();
+        if kv.key.is_empty() {
+            return Err(ApiError::invalid(format!(
+                "operation {i}: Key cannot be empty"
+            )));
+        }
+        let key = Bytes::from(kv.key.clone().into_bytes());
+        keys.push((i, key.clone()));
+        let value = match &kv.value {
+            Some(text) => Bytes::from(
+                base64::engine::general_purpose::STANDARD
+                    .decode(text)
+                    .map_err(|e| ApiError::invalid(format!("operation {i}: Value: {e}")))?,
+            ),
+            None => Bytes::new(),
+        };
+        let mut condition = |check| {
+            commands.push(Command::Check {
+                key: key.clone(),
+                check,
+            });
+            answers.push(Answer::None);
+            conditions.push(Some(Condition {
+                op: i,
+                key: key.clone(),
+                check,
+            }));
+        };
+        let put = || {
+            PutRequest::new(key.clone(), value.clone())
+                .flags(kv.flags)
+                .condition(PutCondition::Always)
+                .into_command()
+        };
+        let read = || Command::Read {
+            keys: vec![key.clone()],
+        };
+        let delete = || Command::Delete {
+            keys: vec![key.clone()],
+            cas: None,
+        };
+        let written = Answer::Written {
+            key: kv.key.clone(),
+            flags: kv.flags,
+        };
+        match verb {
+            "set" => {
+                commands.push(put());
+                answers.push(written);
+            }
+            "cas" => {
+                condition(KeyCheck::At((kv.index > 0).then_some(kv.index)));
+                commands.push(put());
+                answers.push(written);
+            }
+            "get" | "check-index" => {
+                if verb == "get" {
+                    condition(KeyCheck::Exists);
+                } else {
+                    condition(KeyCheck::At(Some(kv.index)));
+                }
+                commands.push(read());
+                answers.push(Answer::Read {
+                    key: kv.key.clone(),
+                    with_value: verb == "get",
+                });
+            }
+            "check-not-exists" => condition(KeyCheck::At(None)),
+            "delete" => {
+                commands.push(delete());
+                answers.push(Answer::None);
+            }
+            "delete-cas" => {
+                condition(KeyCheck::At(Some(kv.index)));
+                commands.push(delete());
+                answers.push(Answer::None);
+            }
+            "get-tree" | "delete-tree" => {
+                return Err(ApiError::invalid(format!(
+                    "operation {i}: {verb} is not supported in transactions here (a prefix spans shards)"
+                )));
+            }
+            "lock" | "unlock" | "check-session" => {
+                return Err(ApiError::invalid(format!(
+                    "operation {i}: {verb} needs sessions, which are not supported yet"
+                )));
+            }
+            other => {
+                return Err(ApiError::invalid(format!(
+                    "operation {i}: unknown KV verb {other:?}"
+                )));
+            }
+        }
+        // Each operation's check, if it has one, comes first among its commands.
+        conditions.resize_with(commands.len(), || None);
+    }
+    // Every key in one shard: a transaction is one entry of one shard's log.
+    let map = state.node.shard_map();
+    if let Some((_, first)) = keys.first() {
+        let shard = map.shard_of_key(first);
+        if let Some((op, other)) = keys.iter().find(|(_, k)| map.shard_of_key(k) != shard) {
+            return Ok(conflict(vec![TxnError {
+                op_index: *op,
+                what: format!(
+                    "key {:?} is in another shard than key {:?}: every key of a transaction must be in one shard (give them a common {{hash tag}})",
+                    String::from_utf8_lossy(other),
+                    String::from_utf8_lossy(first)
+                ),
+            }]));
+        }
+    }
+    let request = TransactionRequest {
+        watches: Vec::new(),
+        commands,
+    };
+    let outcome = state.node.transaction(request).await?;
+    let results = match outcome.0 {
+        Ok(results) => results,
+        Err(failed) => {
+            let condition = conditions
+                .get(failed as usize)
+                .and_then(Option::as_ref)
+                .ok_or_else(|| ApiError::invalid("a transaction check failed"))?;
+            let what = failure_message(&state, condition).await;
+            return Ok(conflict(vec![TxnError {
+                op_index: condition.op,
+                what,
+            }]));
+        }
+    };
+    let mut out = Vec::new();
+    for (answer, result) in answers.into_iter().zip(results) {
+        if let Some(entry) = entry_of(answer, result)? {
+            out.push(TxnResult { kv: entry });
+        }
+    }
+    let body = TxnResponse {
+        results: (!out.is_empty()).then_some(out),
+        errors: None,
+    };
+    Ok(json(StatusCode::OK, &body))
+}
+
+/// The entry an operation answers, if it answers one.
+fn entry_of(answer: Answer, result: CommandResult) -> Result<Option<KvEntry>, ApiError> {
+    Ok(match answer {
+        Answer::None => None,
+        Answer::Written { key, flags } => {
+            let outcome = PutOutcome::read(result)?;
+            Some(KvEntry {
+                lock_index: 0,
+                key,
+                flags,
+                value: None,
+                create_index: outcome
+                    .previous
+                    .as_ref()
+                    .map_or(outcome.index, |r| r.create_index),
+                modify_index: outcome.index,
+            })
+        }
+        Answer::Read { key, with_value } => {
+            let record: Option<Record> = Records::read(result)?.0.into_iter().next().flatten();
+            record.map(|r| KvEntry {
+                lock_index: 0,
+                key,
+                flags: r.flags,
+                value: (with_value && !r.value.is_empty())
+                    .then(|| base64::engine::general_purpose::STANDARD.encode(&r.value)),
+                create_index: r.create_index,
+                modify_index: r.modify_index,
+            })
+        }
+    })
+}
+
+/// What Consul says when a condition fails, from the key as it is now.
+async fn failure_message(state: &AppState, condition: &Condition) -> String {
+    let key = String::from_utf8_lossy(&condition.key).into_owned();
+    let current = state
+        .node
+        .get_record(&condition.key, trireme_cluster::ReadMode::Default)
+        .await
+        .ok()
+        .flatten()
+        .map(|r| r.modify_index);
+    match (condition.check, current) {
+        (KeyCheck::Exists, _) | (KeyCheck::At(Some(_)), None) => {
+            format!("key {key:?} doesn't exist")
+        }
+        (KeyCheck::At(None), _) => format!("key {key:?} exists"),
+        (KeyCheck::At(Some(expected)), Some(now)) => {
+            format!("current modify index {now} != {expected}")
+        }
+    }
+}
+
+fn conflict(errors: Vec<TxnError>) -> Response {
+    json(
+        StatusCode::CONFLICT,
+        &TxnResponse {
+            results: None,
+            errors: Some(errors),
+        },
+    )
+}
+
+fn json(status: StatusCode, body: &impl Serialize) -> Response {
+    match serde_json::to_vec(body) {
+        Ok(bytes) => (status, [(header::CONTENT_TYPE, "application/json")], bytes).into_response(),
+        Err(e) => ApiError(TriremeError::new(
+            ErrorCode::Internal,
+            format!("cannot render the answer: {e}"),
+        ))
+        .into_response(),
+    }
+}

@@ -1,0 +1,193 @@
+//! Area 12: Consul's `/v1/txn` for KV. Consul's own Go client runs transactions against a
+//! 3-node cluster; raw requests check atomicity (a failed check undoes what came before it)
+//! and the errors for what is refused.
+
+mod common;
+
+use common::cluster::{ClusterOptions, TestCluster};
+use common::{StartOptions, TestNode};
+use serde_json::{Value, json};
+use std::time::Duration;
+
+async fn txn(node: &TestNode, body: &str) -> (u16, Value) {
+    let response = reqwest::Client::new()
+        .put(format!("{}/v1/txn", node.http_url()))
+        .body(body.to_string())
+        .send()
+        .await
+        .expect("PUT /v1/txn");
+    let status = response.status().as_u16();
+    let body = response.json().await.unwrap_or(Value::Null);
+    (status, body)
+}
+
+/// `github.com/hashicorp/consul/api`'s `Txn` with its defaults: sets and a get together,
+/// a transfer guarded by `check-index` and `cas`, a stale `cas` that rolls back the whole
+/// transaction (and names the operation), `check-not-exists`, `delete-cas`, and keys in
+/// two shards refused with a message naming the rule.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn consuls_go_client_runs_kv_transactions_on_a_cluster() {
+    let source = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/clients/consultxn");
+    let out = tempfile::tempdir().expect("temp dir");
+    let binary = out.path().join("consultxn");
+    let build = tokio::process::Command::new("go")
+        .args(["build", "-o"])
+        .arg(&binary)
+        .arg(".")
+        .current_dir(source)
+        .kill_on_drop(true)
+        .output();
+    let built = tokio::time::timeout(Duration::from_secs(300), build)
+        .await
+        .expect("go build finished within 300 s")
+        .expect("run go build");
+    assert!(
+        built.status.success(),
+        "go build: {}",
+        String::from_utf8_lossy(&built.stderr)
+    );
+    let c = TestCluster::start(ClusterOptions::default()).await;
+    let addr = c
+        .node(1)
+        .http_url()
+        .trim_start_matches("http://")
+        .to_string();
+    let run = tokio::process::Command::new(&binary)
+        .arg(&addr)
+        .kill_on_drop(true)
+        .output();
+    let output = tokio::time::timeout(Duration::from_secs(120), run)
+        .await
+        .expect("the Consul client finished within 120 s")
+        .expect("run the Consul client");
+    let stdout = String::from_utf8_lossy(&output.stdout);
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert!(output.status.success(), "{stdout}\n{stderr}\n{}", c.logs());
+}
+
+/// A failed check undoes every write before it in the same transaction; a passing one lets
+/// later operations see earlier ones.
+#[tokio::test]
+async fn a_failed_check_undoes_the_whole_transaction() {
+    let node = TestNode::start(StartOptions::default()).await;
+    let (status, body) = txn(
+        &node,
+        r#"[{"KV":{"Verb":"set","Key":"{t}/a","Value":"MQ=="}},
+            {"KV":{"Verb":"delete","Key":"{t}/b"}},
+            {"KV":{"Verb":"set","Key":"{t}/c","Value":"Mw=="}},
+            {"KV":{"Verb":"check-not-exists","Key":"{t}/a"}}]"#,
+    )
+    .await;
+    assert_eq!(status, 409, "{body}");
+    assert_eq!(
+        body,
+        json!({"Results": null, "Errors": [{"OpIndex": 3, "What": "key \"{t}/a\" exists"}]})
+    );
+    // Nothing of it happened: the keys it set are missing.
+    let get = reqwest::get(format!("{}/v1/kv/{{t}}/a", node.http_url()))
+        .await
+        .expect("GET");
+    assert_eq!(get.status().as_u16(), 404);
+    let get = reqwest::get(format!("{}/v1/kv/{{t}}/c", node.http_url()))
+        .await
+        .expect("GET");
+    assert_eq!(get.status().as_u16(), 404);
+
+    // In order: a get sees the set before it; check-index on the index it got passes.
+    let (status, body) = txn(
+        &node,
+        r#"[{"KV":{"Verb":"set","Key":"{t}/a","Value":"MQ==","Flags":5}},
+            {"KV":{"Verb":"get","Key":"{t}/a"}}]"#,
+    )
+    .await;
+    assert_eq!(status, 200, "{body}");
+    assert_eq!(body["Results"][1]["KV"]["Value"], "MQ==", "{body}");
+    assert_eq!(body["Results"][1]["KV"]["Flags"], 5, "{body}");
+    assert_eq!(body["Results"][0]["KV"]["Value"], Value::Null, "{body}");
+    let index = body["Results"][0]["KV"]["ModifyIndex"].clone();
+    let (status, body) = txn(
+        &node,
+        &format!(r#"[{{"KV":{{"Verb":"check-index","Key":"{{t}}/a","Index":{index}}}}}]"#),
+    )
+    .await;
+    assert_eq!(status, 200, "{body}");
+    assert_eq!(body["Results"][0]["KV"]["ModifyIndex"], index, "{body}");
+    let stale = index.as_u64().unwrap_or(0) + 1000;
+    let (status, body) = txn(
+        &node,
+        &format!(r#"[{{"KV":{{"Verb":"check-index","Key":"{{t}}/a","Index":{stale}}}}}]"#),
+    )
+    .await;
+    assert_eq!(status, 409, "{body}");
+    assert_eq!(
+        body["Errors"][0]["What"],
+        format!("current modify index {index} != {stale}"),
+        "{body}"
+    );
+}
+
+/// Bad transactions get a clear error and change nothing; the node keeps serving.
+#[tokio::test]
+async fn refused_transactions_say_why() {
+    let node = TestNode::start(StartOptions::default().config("[limits]\nmax_txn_ops = 4\n")).await;
+    for (body, status, says) in [
+        ("not json", 400, "Failed to parse body"),
+        (
+            r#"[{"KV":{"Verb":"frobnicate","Key":"k"}}]"#,
+            400,
+            "unknown KV verb",
+        ),
+        (
+            r#"[{"KV":{"Verb":"set","Key":""}}]"#,
+            400,
+            "Key cannot be empty",
+        ),
+        (
+            r#"[{"KV":{"Verb":"get-tree","Key":"k"}}]"#,
+            400,
+            "get-tree is not supported",
+        ),
+        (
+            r#"[{"KV":{"Verb":"lock","Key":"k","Session":"s"}}]"#,
+            400,
+            "needs sessions",
+        ),
+        (r#"[{"Node":{"Verb":"get"}}]"#, 400, "only KV operations"),
+        (
+            r#"[{"KV":{"Verb":"set","Key":"k","Value":"%%%"}}]"#,
+            400,
+            "Value",
+        ),
+        (
+            r#"[{"KV":{"Verb":"set","Key":"a"}},{"KV":{"Verb":"set","Key":"b"}},{"KV":{"Verb":"set","Key":"c"}},{"KV":{"Verb":"set","Key":"d"}},{"KV":{"Verb":"set","Key":"e"}}]"#,
+            413,
+            "too many operations (5 > 4)",
+        ),
+    ] {
+        let (got, answer) = txn(&node, body).await;
+        assert_eq!(got, status, "{body}: {answer}");
+        assert!(answer.to_string().contains(says), "{body}: {answer}");
+    }
+    // Keys in two shards: 409 in Consul's shape, naming the rule.
+    let (got, answer) = txn(
+        &node,
+        r#"[{"KV":{"Verb":"set","Key":"{one}"}},{"KV":{"Verb":"set","Key":"{two}"}},
+            {"KV":{"Verb":"set","Key":"{three}"}},{"KV":{"Verb":"set","Key":"{four}"}}]"#,
+    )
+    .await;
+    assert_eq!(got, 409, "{answer}");
+    assert!(
+        answer["Errors"][0]["What"]
+            .as_str()
+            .is_some_and(|w| w.contains("must be in one shard")),
+        "{answer}"
+    );
+    let keys = reqwest::get(format!("{}/v1/kv/?keys", node.http_url()))
+        .await
+        .expect("GET ?keys");
+    assert_eq!(
+        keys.status().as_u16(),
+        404,
+        "a refused transaction wrote something"
+    );
+}
