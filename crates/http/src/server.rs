@@ -71,6 +71,7 @@ pub fn router(state: AppState) -> Router {
             any(documents::unsupported),
         )
         .route("/v1/txn", put(txn::txn))
+        .route("/v1/agent/self", get(status::agent_self))
         .route("/v1/status/leader", get(status::leader))
         .route("/v1/status/peers", get(status::peers))
         .route("/v1/cluster/shards", get(status::shards))

@@ -1,4 +1,4 @@
-//! Area 12: Consul's `/v1/txn` for KV. Consul's own Go client runs transactions against a
+//! Area 12: Consul's `/v1/txn` for KV, and `/v1/agent/self`. Consul's own Go client runs transactions against a
 //! 3-node cluster; raw requests check atomicity (a failed check undoes what came before it)
 //! and the errors for what is refused.
 
@@ -189,5 +189,25 @@ async fn refused_transactions_say_why() {
         keys.status().as_u16(),
         404,
         "a refused transaction wrote something"
+    );
+}
+
+/// `/v1/agent/self` answers the fields Consul's clients probe at start-up.
+#[tokio::test]
+async fn agent_self_names_the_node_and_its_datacenter() {
+    let node = TestNode::start(StartOptions::default()).await;
+    let body: Value = reqwest::get(format!("{}/v1/agent/self", node.http_url()))
+        .await
+        .expect("GET /v1/agent/self")
+        .json()
+        .await
+        .expect("JSON");
+    assert_eq!(body["Config"]["NodeName"], "n1", "{body}");
+    assert_eq!(body["Config"]["Datacenter"], "trireme", "{body}");
+    assert_eq!(body["Member"]["Name"], "n1", "{body}");
+    assert_eq!(body["Member"]["Addr"], "127.0.0.1", "{body}");
+    assert!(
+        body["Member"]["Port"].as_u64().is_some_and(|p| p > 0),
+        "{body}"
     );
 }

@@ -19,6 +19,42 @@ pub(crate) async fn leader(State(state): State<AppState>) -> Json<String> {
     Json(leader)
 }
 
+/// `GET /v1/agent/self`: the fields Consul's clients probe at start-up (`Config.NodeName`,
+/// `Config.Datacenter`, `Member`). The datacenter is the cluster's name.
+pub(crate) async fn agent_self(State(state): State<AppState>) -> Json<serde_json::Value> {
+    let node = &state.node;
+    let me = node.me();
+    let (host, port) = me
+        .peer_addr
+        .rsplit_once(':')
+        .map(|(h, p)| {
+            (
+                h.trim_matches(['[', ']']).to_string(),
+                p.parse::<u16>().unwrap_or(0),
+            )
+        })
+        .unwrap_or_default();
+    let config = node.config();
+    Json(serde_json::json!({
+        "Config": {
+            "Datacenter": config.cluster_name,
+            "NodeName": me.name,
+            "NodeID": format!("{:016x}", node.node_id()),
+            "Server": true,
+            "Version": env!("CARGO_PKG_VERSION"),
+            "Revision": "trireme",
+        },
+        "Member": {
+            "Name": me.name,
+            "Addr": host,
+            "Port": port,
+            "Tags": {"role": "trireme", "dc": config.cluster_name},
+            "Status": 1,
+        },
+        "Meta": {},
+    }))
+}
+
 /// `GET /v1/status/peers`: peer addresses of every node in the cluster.
 pub(crate) async fn peers(State(state): State<AppState>) -> Json<Vec<String>> {
     let peers: BTreeSet<String> = state

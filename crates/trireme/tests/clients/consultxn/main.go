@@ -1,6 +1,7 @@
 // Consul's own Go client (github.com/hashicorp/consul/api) running KV transactions against a
 // Trireme node, as Vault and other Consul users do: sets, gets, check-index, cas, deletes,
-// and a transaction whose stale cas must roll back everything in it.
+// and a transaction whose stale cas must roll back everything in it; and the agent's name,
+// which clients probe at start-up (the node given is n2 of the test cluster).
 //
 // Usage: consultxn HTTP_ADDR
 //
@@ -30,6 +31,10 @@ func main() {
 			failures = append(failures, fmt.Sprintf("%s: %v", what, detail))
 		}
 	}
+
+	// What clients probe at start-up.
+	name, err := client.Agent().NodeName()
+	check("agent node name", err == nil && name == "n2", fmt.Sprint(name, err))
 
 	// Two sets and a get in one transaction; the keys share the {acct} tag.
 	ok, resp, _, err := txn.Txn(api.TxnOps{
