@@ -885,3 +885,56 @@ pub async fn assert_acked_readable(c: &TestCluster, via: usize, prefix: &str, st
         assert_eq!(entry.value, key.as_bytes(), "{key}: torn or foreign value");
     }
 }
+
+/// Runs a test body under a time bound (the cluster has already started; its start is
+/// bounded by the harness). Dropping the body on timeout drops the cluster, which kills it.
+pub async fn bounded<F: std::future::Future<Output = ()>>(limit: Duration, body: F) {
+    if tokio::time::timeout(limit, body).await.is_err() {
+        panic!("the test did not finish within {limit:?}");
+    }
+}
+
+pub fn header<'a>(headers: &'a reqwest::header::HeaderMap, name: &str) -> &'a str {
+    headers
+        .get(name)
+        .unwrap_or_else(|| panic!("missing header {name}: {headers:?}"))
+        .to_str()
+        .expect("header is text")
+}
+
+/// The first node not in `not`.
+pub fn other_than(c: &TestCluster, not: &[usize]) -> usize {
+    (0..c.nodes.len())
+        .find(|i| !not.contains(i))
+        .expect("another node")
+}
+
+/// Writes one key per shard through `via`; `Ok` when every write was acknowledged.
+pub async fn write_every_shard(
+    c: &TestCluster,
+    via: usize,
+    keys: &[String],
+    value: &str,
+) -> Result<(), String> {
+    let mut tasks = Vec::new();
+    for key in keys {
+        let url = c.node(via).kv_url(key);
+        let client = c.http.clone();
+        let value = value.to_string();
+        tasks.push(tokio::spawn(async move {
+            try_put_url(&client, &url, &value).await
+        }));
+    }
+    let mut errors = Vec::new();
+    for t in tasks {
+        match t.await.expect("write task") {
+            Ok(true) => {}
+            other => errors.push(format!("{other:?}")),
+        }
+    }
+    if errors.is_empty() {
+        Ok(())
+    } else {
+        Err(errors.join("; "))
+    }
+}
