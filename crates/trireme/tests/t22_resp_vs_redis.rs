@@ -87,6 +87,11 @@ const STRINGS: &[&[&str]] = &[
     &["GETDEL", "a", "b"],
     &["STRLEN"],
     &["NoSuchCommand", "x", "y"],
+    // No password configured: the default user takes any password, as in Redis.
+    &["AUTH", "secret"],
+    &["AUTH", "default", "secret"],
+    &["AUTH", "bob", "secret"],
+    &["AUTH", "a", "b", "c"],
     // Commands that read, decide and write: keys share a slot, as Redis Cluster requires.
     &["SET", "{k}src", "v1", "EXAT", "4000000000"],
     &["RENAME", "{k}src", "{k}dst"],
@@ -380,6 +385,22 @@ async fn time_wait_keys_and_flushdb_have_redis_shapes() {
         keys.contains("user:1") && keys.contains("user:2"),
         "{keys:?}"
     );
+    // HELLO with AUTH as the default user switches the protocol; another user is refused.
+    let hello = c
+        .cmd(&[
+            b"HELLO", b"3", b"AUTH", b"default", b"pw", b"SETNAME", b"me",
+        ])
+        .await;
+    assert!(
+        hello.starts_with(b"%"),
+        "{:?}",
+        String::from_utf8_lossy(&hello)
+    );
+    assert_eq!(
+        c.cmd(&[b"HELLO", b"2", b"AUTH", b"bob", b"pw"]).await,
+        b"-WRONGPASS invalid username-password pair or user is disabled.\r\n"
+    );
+    assert_eq!(c.cmd(&[b"HELLO", b"2"]).await.first(), Some(&b'*'));
     // Cluster-mode commands (a standalone redis-server refuses them, so no comparison).
     assert_eq!(c.cmd(&[b"READONLY"]).await, b"+OK\r\n");
     assert_eq!(c.cmd(&[b"GET", b"user:1"]).await, b"$1\r\nv\r\n");

@@ -42,9 +42,9 @@ pub(crate) fn hello(ctx: &mut Ctx<'_>, args: &mut Args) -> CmdResult {
             if args.next_keyword("setname") {
                 ctx.client.name = Some(args.next_bytes()?);
             } else if args.next_keyword("auth") {
+                let user = args.next_bytes()?;
                 args.next_bytes()?;
-                args.next_bytes()?;
-                return Err(CmdError::Reply(no_password().into()));
+                check_user(&user)?;
             } else {
                 return Err(CmdError::Reply("ERR Syntax error in HELLO option".into()));
             }
@@ -88,12 +88,30 @@ fn no_password() -> &'static str {
     "ERR AUTH <password> called without any password configured for the default user. Are you sure your configuration is correct?"
 }
 
-pub(crate) fn auth(args: &mut Args) -> CmdResult {
-    args.next_bytes()?;
-    if args.remaining() > 1 {
-        return Err(args.wrong_arity().into());
+/// With no password configured, Redis's `default` user takes any password; no other user
+/// exists. Clients that always log in as `default` (`redis://default:pw@host`) connect.
+fn check_user(user: &[u8]) -> Result<(), CmdError> {
+    if user == b"default" {
+        Ok(())
+    } else {
+        Err(CmdError::Reply(
+            "WRONGPASS invalid username-password pair or user is disabled.".into(),
+        ))
     }
-    Err(CmdError::Reply(no_password().into()))
+}
+
+/// `AUTH password` (refused: no password is configured) and `AUTH user password`.
+pub(crate) fn auth(args: &mut Args) -> CmdResult {
+    let first = args.next_bytes()?;
+    match args.remaining() {
+        0 => Err(CmdError::Reply(no_password().into())),
+        1 => {
+            args.next_bytes()?;
+            check_user(&first)?;
+            Ok(Reply::ok())
+        }
+        _ => Err(crate::ArgError::Syntax.into()),
+    }
 }
 
 /// `CLIENT SETNAME | GETNAME | ID | SETINFO | INFO`.
