@@ -41,7 +41,7 @@ pub use request::{
     DeleteRequest, Deleted, Done, EditOutcome, FromApplied, IncrOutcome, PutOutcome, PutRequest,
     Records, TransactionOutcome, TransactionRequest, TtlChanged,
 };
-pub use router::{ReadMeta, ScanPage, SearchPage};
+pub use router::{MAX_ENTRY_BYTES, ReadMeta, ScanPage, SearchPage};
 pub use search::SearchQuery;
 pub use trireme_raft::{PeerNode, RaftTiming, ReadMode};
 pub use trireme_types::{Command, CommandResult, KeyCheck, PutCondition, StringEdit, TtlUpdate};

@@ -30,6 +30,25 @@ use trireme_types::{
     TriremeError, TtlUpdate,
 };
 
+/// Most bytes of keys and values one write may carry into a log entry (a transaction, an
+/// `MSET`'s part for one shard): far below what the peer link takes in one frame, so a
+/// follower never has to refuse an entry its leader accepted.
+pub const MAX_ENTRY_BYTES: usize = 64 << 20;
+
+/// Refuses a write whose keys and values pass [`MAX_ENTRY_BYTES`].
+fn check_entry_size(bytes: usize) -> Result<(), ClusterError> {
+    if bytes > MAX_ENTRY_BYTES {
+        return Err(ClusterError::Request(TriremeError::new(
+            ErrorCode::RequestTooLarge,
+            format!(
+                "one write may carry at most {} MiB of keys and values; this one carries {bytes} bytes",
+                MAX_ENTRY_BYTES >> 20
+            ),
+        )));
+    }
+    Ok(())
+}
+
 /// What a reader learns about the freshness of what it read (Consul's `X-Consul-*` headers).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct ReadMeta {
@@ -476,19 +495,25 @@ impl Node {
         for key in &keys {
             self.check_key(key)?;
         }
+        let mut bytes: usize = keys.iter().map(Bytes::len).sum();
         if let Command::Transaction { commands, .. } = &command {
             for c in commands {
                 match c {
-                    Command::Put { value, .. } => self.config.limits.check_value(value)?,
+                    Command::Put { value, .. } => {
+                        self.config.limits.check_value(value)?;
+                        bytes += value.len();
+                    }
                     Command::PutMany { pairs } => {
                         for (_, value) in pairs {
                             self.config.limits.check_value(value)?;
+                            bytes += value.len();
                         }
                     }
                     _ => {}
                 }
             }
         }
+        check_entry_size(bytes)?;
         let map = self.shard_map();
         let shard = map.shard_of_key(&first);
         if keys.iter().any(|k| map.shard_of_key(k) != shard) {
@@ -519,6 +544,7 @@ impl Node {
             self.check_key(key)?;
             self.config.limits.check_value(value)?;
         }
+        check_entry_size(pairs.iter().map(|(k, v)| k.len() + v.len()).sum())?;
         self.routed(|routing| {
             let mut per_shard: BTreeMap<ShardId, Vec<(Bytes, Bytes)>> = BTreeMap::new();
             for (key, value) in &pairs {

@@ -122,6 +122,7 @@ impl<'s> Pending<'s> {
         Ok(match check {
             KeyCheck::At(expected) => index == expected,
             KeyCheck::Exists => index.is_some(),
+            KeyCheck::AtOrMissing(expected) => index.is_none_or(|i| i == expected),
         })
     }
 
@@ -140,7 +141,8 @@ impl<'s> Pending<'s> {
             }
         }
         let order_before = self.order.len();
-        self.undo = Some(Vec::new());
+        // A transaction inside another (none is built today) adds its undo to the outer one.
+        let outer = self.undo.replace(Vec::new());
         let mut results = Vec::with_capacity(commands.len());
         let mut failed = None;
         for (position, command) in commands.iter().enumerate() {
@@ -154,8 +156,11 @@ impl<'s> Pending<'s> {
             }
             results.push(self.apply_command(index, now, command)?);
         }
-        let undo = self.undo.take().unwrap_or_default();
+        let undo = std::mem::replace(&mut self.undo, outer).unwrap_or_default();
         let Some(failed) = failed else {
+            if let Some(outer) = &mut self.undo {
+                outer.extend(undo);
+            }
             return Ok(Ok(results));
         };
         for (key, replaced) in undo.into_iter().rev() {
@@ -213,11 +218,17 @@ impl<'s> Pending<'s> {
             }
             StringEdit::GetEx(ttl) => {
                 if let Some(mut record) = current {
-                    record.expires_at_ms = match ttl {
+                    let expires_at_ms = match ttl {
                         TtlUpdate::Clear => None,
                         TtlUpdate::Keep => record.expires_at_ms,
                         TtlUpdate::At(at) => Some(*at),
                     };
+                    // Nothing changes (PERSIST on a key without expiry): the key is not
+                    // touched, so a WATCH on it holds, as in Redis.
+                    if expires_at_ms == record.expires_at_ms {
+                        return Ok(Ok(old));
+                    }
+                    record.expires_at_ms = expires_at_ms;
                     record.modify_index = index;
                     let expired = record.is_expired(now);
                     self.set(key.clone(), (!expired).then_some(record));

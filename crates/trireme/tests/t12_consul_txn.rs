@@ -124,6 +124,23 @@ async fn a_failed_check_undoes_the_whole_transaction() {
         format!("current modify index {index} != {stale}"),
         "{body}"
     );
+    // A stale cas names itself; delete-cas of a key that is gone succeeds, as in Consul.
+    let (status, body) = txn(
+        &node,
+        &format!(r#"[{{"KV":{{"Verb":"cas","Key":"{{t}}/a","Value":"Mg==","Index":{stale}}}}}]"#),
+    )
+    .await;
+    assert_eq!(status, 409, "{body}");
+    assert_eq!(
+        body["Errors"][0]["What"], "failed to set key \"{t}/a\", index is stale",
+        "{body}"
+    );
+    let (status, body) = txn(
+        &node,
+        r#"[{"KV":{"Verb":"delete-cas","Key":"{t}/gone","Index":7}}]"#,
+    )
+    .await;
+    assert_eq!(status, 200, "{body}");
 }
 
 /// Bad transactions get a clear error and change nothing; the node keeps serving.

@@ -44,6 +44,9 @@ const STRINGS: &[&[&str]] = &[
     &["INCRBYFLOAT", "f", "-5"],
     // Redis adds in 80-bit long doubles and can print their residue (5.6 + 5.0e3 gives
     // 5005.60000000000000009 there, 5005.6 here); exponents are compared on exact sums.
+    &["SET", "big", "12345678901234567"],
+    &["INCRBYFLOAT", "big", "1"],
+    &["DEL", "big"],
     &["SET", "g", "3"],
     &["INCRBYFLOAT", "g", "5.0e3"],
     &["INCRBYFLOAT", "g", "-2.5E-1"],
@@ -245,8 +248,15 @@ const TRANSACTIONS: &[(usize, &[&str])] = &[
     (0, &["MULTI"]),
     (0, &["GET", "{t}w"]),
     (0, &["EXEC"]),
+    // GETEX PERSIST on a key without expiry changes nothing, so the watch holds.
+    (0, &["SET", "{t}p", "v"]),
+    (0, &["WATCH", "{t}p"]),
+    (1, &["GETEX", "{t}p", "PERSIST"]),
+    (0, &["MULTI"]),
+    (0, &["GET", "{t}p"]),
+    (0, &["EXEC"]),
     (0, &["WATCH"]),
-    (0, &["DEL", "{t}a", "{t}c", "{t}w", "{t}missing"]),
+    (0, &["DEL", "{t}a", "{t}c", "{t}w", "{t}missing", "{t}p"]),
 ];
 
 #[tokio::test]
@@ -643,4 +653,39 @@ async fn a_transaction_past_the_configured_size_is_refused() {
     assert_eq!(c.cmd(&[b"MULTI"]).await, b"+OK\r\n");
     assert_eq!(c.cmd(&[b"INCR", b"n"]).await, b"+QUEUED\r\n");
     assert_eq!(c.cmd(&[b"EXEC"]).await, b"*1\r\n:1\r\n");
+}
+
+/// A transaction, or an MSET, that would make one log entry of more than 64 MiB is refused
+/// before it reaches the log (followers could not take such an entry over the peer link).
+#[tokio::test]
+async fn writes_too_large_for_one_log_entry_are_refused() {
+    let node = TestNode::start(StartOptions::default()).await;
+    let mut c = RawResp::connect(node.resp_addr()).await;
+    let value = vec![b'v'; 512 * 1024];
+    assert_eq!(c.cmd(&[b"MULTI"]).await, b"+OK\r\n");
+    let mut refused = None;
+    for i in 0..140 {
+        let key = format!("{{big}}{i}");
+        let reply = c.cmd(&[b"SET", key.as_bytes(), &value]).await;
+        if reply != b"+QUEUED\r\n" {
+            refused = Some((i, String::from_utf8_lossy(&reply).into_owned()));
+            break;
+        }
+    }
+    let (at, reply) = refused.expect("a 70 MiB transaction was queued whole");
+    assert_eq!(at, 127, "{reply}");
+    assert_eq!(reply, "-ERR a transaction carries at most 64 MiB\r\n");
+    assert!(c.cmd(&[b"EXEC"]).await.starts_with(b"-EXECABORT"));
+    let mut mset: Vec<Vec<u8>> = vec![b"MSET".to_vec()];
+    for i in 0..130 {
+        mset.push(format!("m{i}").into_bytes());
+        mset.push(value.clone());
+    }
+    let args: Vec<&[u8]> = mset.iter().map(Vec::as_slice).collect();
+    let reply = String::from_utf8_lossy(&c.cmd(&args).await).into_owned();
+    assert!(
+        reply.starts_with("-ERR one write may carry at most 64 MiB"),
+        "{reply}"
+    );
+    assert_eq!(c.cmd(&[b"DBSIZE"]).await, b":0\r\n");
 }

@@ -161,6 +161,9 @@ pub enum KeyCheck {
     At(Option<u64>),
     /// The key exists, at any index.
     Exists,
+    /// The key is at this `ModifyIndex` or does not exist (Consul's `delete-cas`: deleting
+    /// a key that is already gone succeeds).
+    AtOrMissing(u64),
 }
 
 /// An in-place change of a string value: see [`Command::Edit`]. Size limits travel in the

@@ -42,9 +42,14 @@ pub fn parse_f64(text: &[u8]) -> Option<f64> {
 }
 
 /// Prints a float as `INCRBYFLOAT` stores it: plain decimal notation (no exponent), no
-/// trailing zeros, rounded to 15 significant digits first so that sums such as 0.1 + 0.2
-/// print as `0.3`, as Redis (which computes in 80-bit long doubles) prints them.
+/// trailing zeros. A whole number prints exactly (large counters keep every digit); any other
+/// value is rounded to 15 significant digits first, so that sums such as 0.1 + 0.2 print as
+/// `0.3`, as Redis (which computes in 80-bit long doubles) prints them.
 pub fn format_f64(value: f64) -> String {
+    if value.fract() == 0.0 && value.abs() < 1e21 {
+        let text = format!("{value:.0}");
+        return if text == "-0" { "0".to_string() } else { text };
+    }
     let rounded: f64 = format!("{value:.14e}").parse().unwrap_or(value);
     let text = format!("{rounded}");
     if text == "-0" { "0".to_string() } else { text }
@@ -72,5 +77,8 @@ mod float_tests {
         assert_eq!(format_f64(1e20), "100000000000000000000");
         assert_eq!(format_f64(-0.0), "0");
         assert_eq!(format_f64(3.0e-5), "0.00003");
+        // Whole numbers keep every digit f64 holds, as Redis's long doubles do.
+        assert_eq!(format_f64(12345678901234567.0 + 1.0), "12345678901234568");
+        assert_eq!(format_f64(-7.0), "-7");
     }
 }

@@ -92,9 +92,10 @@ enum Answer {
     Read { key: String, with_value: bool },
 }
 
-/// A condition's operation, key and check, to say what failed.
+/// A condition's operation, verb, key and check, to say what failed.
 struct Condition {
     op: usize,
+    verb: &'static str,
     key: Bytes,
     check: KeyCheck,
 }
@@ -164,6 +165,7 @@ pub(crate) async fn txn(
             answers.push(Answer::None);
             conditions.push(Some(Condition {
                 op: i,
+                verb: known_verb(&kv.verb),
                 key: key.clone(),
                 check,
             }));
@@ -213,7 +215,8 @@ pub(crate) async fn txn(
                 answers.push(Answer::None);
             }
             "delete-cas" => {
-                condition(KeyCheck::At(Some(kv.index)));
+                // Deleting a key that is already gone succeeds, as in Consul.
+                condition(KeyCheck::AtOrMissing(kv.index));
                 commands.push(delete());
                 answers.push(Answer::None);
             }
@@ -316,24 +319,41 @@ fn entry_of(answer: Answer, result: CommandResult) -> Result<Option<KvEntry>, Ap
     })
 }
 
-/// What Consul says when a condition fails, from the key as it is now.
+/// The verb as a static name (for the conditions' messages).
+fn known_verb(verb: &str) -> &'static str {
+    match verb {
+        "cas" => "cas",
+        "get" => "get",
+        "check-index" => "check-index",
+        "check-not-exists" => "check-not-exists",
+        "delete-cas" => "delete-cas",
+        _ => "other",
+    }
+}
+
+/// What Consul says when a condition fails; `check-index` reads the key's index now.
 async fn failure_message(state: &AppState, condition: &Condition) -> String {
     let key = String::from_utf8_lossy(&condition.key).into_owned();
-    let current = state
-        .node
-        .get_record(&condition.key, trireme_cluster::ReadMode::Default)
-        .await
-        .ok()
-        .flatten()
-        .map(|r| r.modify_index);
-    match (condition.check, current) {
-        (KeyCheck::Exists, _) | (KeyCheck::At(Some(_)), None) => {
-            format!("key {key:?} doesn't exist")
+    match condition.verb {
+        "cas" => format!("failed to set key {key:?}, index is stale"),
+        "delete-cas" => format!("failed to delete key {key:?}, index is stale"),
+        "check-not-exists" => format!("key {key:?} exists"),
+        "check-index" => {
+            let current = state
+                .node
+                .get_record(&condition.key, trireme_cluster::ReadMode::Default)
+                .await
+                .ok()
+                .flatten()
+                .map(|r| r.modify_index);
+            match (condition.check, current) {
+                (KeyCheck::At(Some(expected)), Some(now)) => {
+                    format!("current modify index {now} != {expected}")
+                }
+                _ => format!("key {key:?} doesn't exist"),
+            }
         }
-        (KeyCheck::At(None), _) => format!("key {key:?} exists"),
-        (KeyCheck::At(Some(expected)), Some(now)) => {
-            format!("current modify index {now} != {expected}")
-        }
+        _ => format!("key {key:?} doesn't exist"),
     }
 }
 

@@ -25,6 +25,8 @@ pub(crate) struct Multi {
     failed: bool,
     /// The slot every key so far is in.
     slot: Option<u16>,
+    /// Bytes queued so far.
+    bytes: usize,
 }
 
 const CROSSSLOT: &str = "CROSSSLOT Keys in request don't hash to the same slot";
@@ -165,6 +167,13 @@ fn check_queueable(
             "ERR '{name}' cannot be queued in MULTI here: only commands on keys can (see docs/redis-compatibility.md)"
         )));
     }
+    let bytes: usize = request.iter().map(Bytes::len).sum();
+    if multi.bytes + bytes > trireme_cluster::MAX_ENTRY_BYTES {
+        return Err(CmdError::Reply(format!(
+            "ERR a transaction carries at most {} MiB",
+            trireme_cluster::MAX_ENTRY_BYTES >> 20
+        )));
+    }
     if multi.queued.len() >= max_queued {
         return Err(CmdError::Reply(format!(
             "ERR a transaction holds at most {max_queued} commands ([limits] max_multi_commands)"
@@ -176,6 +185,7 @@ fn check_queueable(
             return Err(CmdError::Reply(CROSSSLOT.into()));
         }
     }
+    multi.bytes += bytes;
     Ok(())
 }
 
