@@ -4,6 +4,7 @@
 
 mod common;
 
+use common::clients;
 use common::cluster::{ClusterOptions, TestCluster};
 use common::{StartOptions, TestNode};
 use serde_json::{Value, json};
@@ -27,42 +28,14 @@ async fn txn(node: &TestNode, body: &str) -> (u16, Value) {
 /// two shards refused with a message naming the rule.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn consuls_go_client_runs_kv_transactions_on_a_cluster() {
-    let source = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/clients/consultxn");
     let out = tempfile::tempdir().expect("temp dir");
-    let binary = out.path().join("consultxn");
-    let build = tokio::process::Command::new("go")
-        .args(["build", "-o"])
-        .arg(&binary)
-        .arg(".")
-        .current_dir(source)
-        .kill_on_drop(true)
-        .output();
-    let built = tokio::time::timeout(Duration::from_secs(300), build)
-        .await
-        .expect("go build finished within 300 s")
-        .expect("run go build");
-    assert!(
-        built.status.success(),
-        "go build: {}",
-        String::from_utf8_lossy(&built.stderr)
-    );
+    let binary = clients::go_build("consultxn", out.path()).await;
     let c = TestCluster::start(ClusterOptions::default()).await;
-    let addr = c
-        .node(1)
-        .http_url()
-        .trim_start_matches("http://")
-        .to_string();
-    let run = tokio::process::Command::new(&binary)
-        .arg(&addr)
-        .kill_on_drop(true)
-        .output();
-    let output = tokio::time::timeout(Duration::from_secs(120), run)
-        .await
-        .expect("the Consul client finished within 120 s")
-        .expect("run the Consul client");
-    let stdout = String::from_utf8_lossy(&output.stdout);
-    let stderr = String::from_utf8_lossy(&output.stderr);
-    assert!(output.status.success(), "{stdout}\n{stderr}\n{}", c.logs());
+    let mut client = tokio::process::Command::new(&binary);
+    client.arg(c.node(1).http_url().trim_start_matches("http://"));
+    let output = clients::run_bounded(client, Duration::from_secs(120), "the Consul client").await;
+    let seen = clients::json_line(&output, &c.logs());
+    assert_eq!(seen["failures"], Value::Null, "{seen}");
 }
 
 /// A failed check undoes every write before it in the same transaction; a passing one lets

@@ -5,6 +5,7 @@
 
 mod common;
 
+use common::clients;
 use common::cluster::{ClusterOptions, TestCluster};
 use common::redis::compare_with_redis;
 use common::{RawResp, StartOptions, TestNode};
@@ -527,23 +528,12 @@ async fn redis_py_transactions_with_watch_lose_nothing_on_a_cluster() {
         env!("CARGO_MANIFEST_DIR"),
         "/../../target/test-venv/bin/python"
     );
-    let script = concat!(
-        env!("CARGO_MANIFEST_DIR"),
-        "/tests/clients/redis_transactions.py"
-    );
-    let port = c.node(0).resp_addr().port().to_string();
-    let run = tokio::process::Command::new(python)
-        .args([script, "127.0.0.1", &port])
-        .kill_on_drop(true)
-        .output();
-    let output = tokio::time::timeout(Duration::from_secs(120), run)
-        .await
-        .expect("redis-py finished within 120 s")
-        .expect("run redis-py (scripts/install-test-deps.sh installs it)");
-    let stdout = String::from_utf8_lossy(&output.stdout);
-    let stderr = String::from_utf8_lossy(&output.stderr);
-    assert!(output.status.success(), "{stdout}\n{stderr}\n{}", c.logs());
-    let seen: serde_json::Value = serde_json::from_str(stdout.trim()).expect("one JSON line");
+    let mut client = tokio::process::Command::new(python);
+    client
+        .arg(clients::source("redis_transactions.py"))
+        .args(["127.0.0.1", &c.node(0).resp_addr().port().to_string()]);
+    let output = clients::run_bounded(client, Duration::from_secs(120), "redis-py").await;
+    let seen = clients::json_line(&output, &c.logs());
     assert_eq!(seen["protocol"], 3, "{seen}");
     assert_eq!(
         (seen["a"].as_i64(), seen["b"].as_i64()),
@@ -556,39 +546,13 @@ async fn redis_py_transactions_with_watch_lose_nothing_on_a_cluster() {
 /// pipeline, and optimistic transactions with WATCH from four goroutines.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn go_redis_with_its_defaults_works_against_a_cluster() {
-    let source = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/clients/goredis");
     let out = tempfile::tempdir().expect("temp dir");
-    let binary = out.path().join("goredis");
-    let build = tokio::process::Command::new("go")
-        .args(["build", "-o"])
-        .arg(&binary)
-        .arg(".")
-        .current_dir(source)
-        .kill_on_drop(true)
-        .output();
-    let built = tokio::time::timeout(Duration::from_secs(300), build)
-        .await
-        .expect("go build finished within 300 s")
-        .expect("run go build");
-    assert!(
-        built.status.success(),
-        "go build: {}",
-        String::from_utf8_lossy(&built.stderr)
-    );
+    let binary = clients::go_build("goredis", out.path()).await;
     let c = TestCluster::start(ClusterOptions::default()).await;
-    let addr = c.node(0).resp_addr().to_string();
-    let run = tokio::process::Command::new(&binary)
-        .arg(&addr)
-        .kill_on_drop(true)
-        .output();
-    let output = tokio::time::timeout(Duration::from_secs(120), run)
-        .await
-        .expect("go-redis finished within 120 s")
-        .expect("run the go-redis client");
-    let stdout = String::from_utf8_lossy(&output.stdout);
-    let stderr = String::from_utf8_lossy(&output.stderr);
-    assert!(output.status.success(), "{stdout}\n{stderr}\n{}", c.logs());
-    let seen: serde_json::Value = serde_json::from_str(stdout.trim()).expect("one JSON line");
+    let mut client = tokio::process::Command::new(&binary);
+    client.arg(c.node(0).resp_addr().to_string());
+    let output = clients::run_bounded(client, Duration::from_secs(120), "go-redis").await;
+    let seen = clients::json_line(&output, &c.logs());
     assert_eq!(
         (seen["a"].as_i64(), seen["b"].as_i64()),
         (Some(0), Some(100))
@@ -599,37 +563,25 @@ async fn go_redis_with_its_defaults_works_against_a_cluster() {
 /// 200 commands in flight at once, and MULTI/EXEC on keys of one slot.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn node_redis_with_its_defaults_works_against_a_cluster() {
-    let source = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/clients/noderedis");
-    let install = tokio::process::Command::new("npm")
+    let source = clients::source("noderedis");
+    let mut install = tokio::process::Command::new("npm");
+    install
         .args(["ci", "--no-audit", "--no-fund", "--silent"])
-        .current_dir(source)
-        .kill_on_drop(true)
-        .output();
-    let installed = tokio::time::timeout(Duration::from_secs(300), install)
-        .await
-        .expect("npm ci finished within 300 s")
-        .expect("run npm (Node.js is on the machine)");
+        .current_dir(&source);
+    let installed = clients::run_bounded(install, Duration::from_secs(300), "npm ci").await;
     assert!(
         installed.status.success(),
         "npm ci: {}",
         String::from_utf8_lossy(&installed.stderr)
     );
     let c = TestCluster::start(ClusterOptions::default()).await;
-    let addr = c.node(0).resp_addr().to_string();
-    let run = tokio::process::Command::new("node")
+    let mut client = tokio::process::Command::new("node");
+    client
         .arg("client.js")
-        .arg(&addr)
-        .current_dir(source)
-        .kill_on_drop(true)
-        .output();
-    let output = tokio::time::timeout(Duration::from_secs(120), run)
-        .await
-        .expect("node-redis finished within 120 s")
-        .expect("run node");
-    let stdout = String::from_utf8_lossy(&output.stdout);
-    let stderr = String::from_utf8_lossy(&output.stderr);
-    assert!(output.status.success(), "{stdout}\n{stderr}\n{}", c.logs());
-    let seen: serde_json::Value = serde_json::from_str(stdout.trim()).expect("one JSON line");
+        .arg(c.node(0).resp_addr().to_string())
+        .current_dir(&source);
+    let output = clients::run_bounded(client, Duration::from_secs(120), "node-redis").await;
+    let seen = clients::json_line(&output, &c.logs());
     assert_eq!(seen["failures"], serde_json::json!([]), "{seen}");
 }
 
