@@ -80,11 +80,7 @@ pub(crate) fn parse_expire(
 pub(crate) async fn ttl(ctx: &mut Ctx<'_>, args: &mut Args) -> CmdResult {
     let key = args.next_bytes()?;
     no_more(args)?;
-    let record = ctx
-        .shared
-        .node
-        .get_record(&key, ctx.client.read_mode)
-        .await?;
+    let record = ctx.record(&key).await?;
     Ok(ttl_reply(args.name(), record.as_ref()))
 }
 
@@ -120,11 +116,7 @@ pub(crate) async fn persist(ctx: &mut Ctx<'_>, args: &mut Args) -> CmdResult {
 pub(crate) async fn key_type(ctx: &mut Ctx<'_>, args: &mut Args) -> CmdResult {
     let key = args.next_bytes()?;
     no_more(args)?;
-    let record = ctx
-        .shared
-        .node
-        .get_record(&key, ctx.client.read_mode)
-        .await?;
+    let record = ctx.record(&key).await?;
     Ok(Reply::simple(if record.is_some() {
         "string"
     } else {
@@ -260,11 +252,7 @@ pub(crate) async fn object(ctx: &mut Ctx<'_>, args: &mut Args) -> CmdResult {
         "encoding" => {
             let key = args.next_bytes()?;
             no_more(args)?;
-            let record = ctx
-                .shared
-                .node
-                .get_record(&key, ctx.client.read_mode)
-                .await?;
+            let record = ctx.record(&key).await?;
             Ok(record.map_or(Reply::Null, |r| Reply::bulk(string_encoding(&r.value))))
         }
         "help" => Ok(Reply::array(vec![Reply::simple(
@@ -303,11 +291,7 @@ pub(crate) async fn memory(ctx: &mut Ctx<'_>, args: &mut Args) -> CmdResult {
         args.next_i64()?;
     }
     no_more(args)?;
-    let record = ctx
-        .shared
-        .node
-        .get_record(&key, ctx.client.read_mode)
-        .await?;
+    let record = ctx.record(&key).await?;
     Ok(record.map_or(Reply::Null, |r| {
         Reply::integer((key.len() + r.value.len() + 48) as i64)
     }))

@@ -77,6 +77,20 @@ pub(crate) struct Ctx<'a> {
     pub(crate) client: &'a mut ClientState,
 }
 
+impl Ctx<'_> {
+    /// The live record at `key`, read the way this connection reads (see `READONLY`).
+    pub(crate) async fn record(
+        &self,
+        key: &[u8],
+    ) -> Result<Option<trireme_types::Record>, CmdError> {
+        Ok(self
+            .shared
+            .node
+            .get_record(key, self.client.read_mode)
+            .await?)
+    }
+}
+
 /// Runs one request, or queues it while a `MULTI` is open.
 pub(crate) async fn execute(
     shared: &Shared,

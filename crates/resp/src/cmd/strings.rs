@@ -13,11 +13,7 @@ pub(crate) async fn get(ctx: &mut Ctx<'_>, args: &mut Args) -> CmdResult {
     if args.remaining() > 0 {
         return Err(args.wrong_arity().into());
     }
-    let record = ctx
-        .shared
-        .node
-        .get_record(&key, ctx.client.read_mode)
-        .await?;
+    let record = ctx.record(&key).await?;
     Ok(record.map_or(Reply::Null, |r| Reply::Bulk(r.value)))
 }
 
@@ -239,11 +235,7 @@ pub(crate) async fn getex(ctx: &mut Ctx<'_>, args: &mut Args) -> CmdResult {
     match ttl {
         Some(ttl) => edited(ctx, key, StringEdit::GetEx(ttl)).await,
         None => {
-            let record = ctx
-                .shared
-                .node
-                .get_record(&key, ctx.client.read_mode)
-                .await?;
+            let record = ctx.record(&key).await?;
             Ok(record.map_or(Reply::Null, |r| Reply::Bulk(r.value)))
         }
     }
@@ -289,11 +281,7 @@ pub(crate) async fn incrbyfloat(ctx: &mut Ctx<'_>, args: &mut Args) -> CmdResult
 pub(crate) async fn strlen(ctx: &mut Ctx<'_>, args: &mut Args) -> CmdResult {
     let key = args.next_bytes()?;
     no_more(args)?;
-    let record = ctx
-        .shared
-        .node
-        .get_record(&key, ctx.client.read_mode)
-        .await?;
+    let record = ctx.record(&key).await?;
     Ok(Reply::integer(record.map_or(0, |r| r.value.len() as i64)))
 }
 
@@ -304,11 +292,7 @@ pub(crate) async fn getrange(ctx: &mut Ctx<'_>, args: &mut Args) -> CmdResult {
     let start = args.next_i64()?;
     let end = args.next_i64()?;
     no_more(args)?;
-    let record = ctx
-        .shared
-        .node
-        .get_record(&key, ctx.client.read_mode)
-        .await?;
+    let record = ctx.record(&key).await?;
     let value = record.map(|r| r.value).unwrap_or_default();
     Ok(Reply::Bulk(substring(&value, start, end)))
 }
