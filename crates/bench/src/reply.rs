@@ -140,38 +140,17 @@ fn parse_at(buf: &[u8], pos: usize, depth: usize) -> Result<Option<(Reply, usize
         b':' => (Reply::Integer(parse_int(line)?), next),
         b'$' => match parse_len(line)? {
             None => (Reply::Bulk(None), next),
-            Some(n) => {
-                let end = next
-                    .checked_add(n)
-                    .ok_or_else(|| format!("bad length {n}"))?;
-                let Some(trailer) = buf.get(end..end + 2) else {
-                    return Ok(None);
-                };
-                if trailer != b"\r\n" {
-                    return Err("bulk string not terminated by CRLF".to_owned());
-                }
-                (
-                    Reply::Bulk(Some(Bytes::copy_from_slice(&buf[next..end]))),
-                    end + 2,
-                )
-            }
+            Some(n) => match blob(buf, next, n)? {
+                Some((data, after)) => (Reply::Bulk(Some(data)), after),
+                None => return Ok(None),
+            },
         },
         b'*' => match parse_len(line)? {
             None => (Reply::Array(None), next),
-            Some(n) => {
-                let mut items = Vec::with_capacity(n.min(1024));
-                let mut at = next;
-                for _ in 0..n {
-                    match parse_at(buf, at, depth + 1)? {
-                        Some((item, after)) => {
-                            items.push(item);
-                            at = after;
-                        }
-                        None => return Ok(None),
-                    }
-                }
-                (Reply::Array(Some(items)), at)
-            }
+            Some(n) => match items(buf, next, n, depth)? {
+                Some((items, after)) => (Reply::Array(Some(items)), after),
+                None => return Ok(None),
+            },
         },
         b'_' => (Reply::Null, next),
         b'#' => match line {
@@ -189,22 +168,15 @@ fn parse_at(buf: &[u8], pos: usize, depth: usize) -> Result<Option<(Reply, usize
         ),
         b'=' | b'!' => {
             let n = parse_len(line)?.ok_or("a verbatim string or bulk error has a length")?;
-            let end = next
-                .checked_add(n)
-                .ok_or_else(|| format!("bad length {n}"))?;
-            let Some(trailer) = buf.get(end..end + 2) else {
+            let Some((data, after)) = blob(buf, next, n)? else {
                 return Ok(None);
             };
-            if trailer != b"\r\n" {
-                return Err("string not terminated by CRLF".to_owned());
-            }
-            let data = Bytes::copy_from_slice(&buf[next..end]);
             let reply = if tag == b'=' {
                 Reply::Verbatim(data)
             } else {
                 Reply::BulkError(data)
             };
-            (reply, end + 2)
+            (reply, after)
         }
         b'%' | b'~' | b'>' | b'|' => {
             let n = parse_len(line)?.ok_or("an aggregate has a length")?;
@@ -213,17 +185,9 @@ fn parse_at(buf: &[u8], pos: usize, depth: usize) -> Result<Option<(Reply, usize
             } else {
                 n
             };
-            let mut items = Vec::with_capacity(count.min(1024));
-            let mut at = next;
-            for _ in 0..count {
-                match parse_at(buf, at, depth + 1)? {
-                    Some((item, after)) => {
-                        items.push(item);
-                        at = after;
-                    }
-                    None => return Ok(None),
-                }
-            }
+            let Some((items, at)) = items(buf, next, count, depth)? else {
+                return Ok(None);
+            };
             match tag {
                 b'%' => (Reply::Map(pairs(items)), at),
                 b'~' => (Reply::Set(items), at),
@@ -235,6 +199,40 @@ fn parse_at(buf: &[u8], pos: usize, depth: usize) -> Result<Option<(Reply, usize
         other => return Err(format!("unknown reply type byte 0x{other:02x}")),
     };
     Ok(Some(reply))
+}
+
+/// The `n` bytes at `at` followed by CRLF (a bulk string's body), and where the next reply
+/// starts; `None` when more bytes are needed.
+fn blob(buf: &[u8], at: usize, n: usize) -> Result<Option<(Bytes, usize)>, String> {
+    let end = at.checked_add(n).ok_or_else(|| format!("bad length {n}"))?;
+    let Some(trailer) = buf.get(end..end + 2) else {
+        return Ok(None);
+    };
+    if trailer != b"\r\n" {
+        return Err("bulk string not terminated by CRLF".to_owned());
+    }
+    Ok(Some((Bytes::copy_from_slice(&buf[at..end]), end + 2)))
+}
+
+/// `count` replies one after another from `at`, and where the next reply starts; `None`
+/// when more bytes are needed.
+fn items(
+    buf: &[u8],
+    mut at: usize,
+    count: usize,
+    depth: usize,
+) -> Result<Option<(Vec<Reply>, usize)>, String> {
+    let mut items = Vec::with_capacity(count.min(1024));
+    for _ in 0..count {
+        match parse_at(buf, at, depth + 1)? {
+            Some((item, after)) => {
+                items.push(item);
+                at = after;
+            }
+            None => return Ok(None),
+        }
+    }
+    Ok(Some((items, at)))
 }
 
 fn pairs(items: Vec<Reply>) -> Vec<(Reply, Reply)> {

@@ -92,7 +92,6 @@ impl Connection {
                     patterns: Default::default(),
                     inbox: crate::pubsub::Inbox {
                         sender,
-                        overflowed: Arc::default(),
                         queued_bytes: Arc::default(),
                         kicked: Arc::default(),
                     },
@@ -140,17 +139,6 @@ impl Connection {
                             self.push_message(delivery);
                         }
                     }
-                }
-                if self
-                    .client
-                    .subscriptions
-                    .inbox
-                    .overflowed
-                    .load(Ordering::SeqCst)
-                {
-                    // Fell behind its subscriptions: dropped from them, and closed.
-                    self.flush().await?;
-                    return Ok(());
                 }
                 continue;
             }

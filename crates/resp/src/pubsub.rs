@@ -10,7 +10,7 @@
 
 use bytes::Bytes;
 use std::collections::{BTreeMap, HashMap};
-use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use tokio::sync::mpsc;
 
@@ -26,11 +26,11 @@ pub(crate) struct Delivery {
     pub(crate) message: Bytes,
 }
 
-/// One connection's end: where its messages go, and the flag set when it fell behind.
+/// One connection's end: where its messages go, and the wake-up that closes it when it
+/// fell behind.
 #[derive(Debug, Clone)]
 pub(crate) struct Inbox {
     pub(crate) sender: mpsc::Sender<Delivery>,
-    pub(crate) overflowed: Arc<AtomicBool>,
     /// Bytes of messages queued and not yet taken by the connection.
     pub(crate) queued_bytes: Arc<AtomicUsize>,
     /// Wakes the connection to close it once it fell behind.
@@ -168,7 +168,6 @@ impl trireme_cluster::MessageSink for Subscribers {
                 };
                 let size = delivery.size();
                 if inbox.queued_bytes.fetch_add(size, Ordering::SeqCst) + size > self.limit_bytes {
-                    inbox.overflowed.store(true, Ordering::SeqCst);
                     inbox.kicked.notify_one();
                     fallen_behind.push(*id);
                     continue;
@@ -176,7 +175,6 @@ impl trireme_cluster::MessageSink for Subscribers {
                 match inbox.sender.try_send(delivery) {
                     Ok(()) => delivered += 1,
                     Err(mpsc::error::TrySendError::Full(_)) => {
-                        inbox.overflowed.store(true, Ordering::SeqCst);
                         inbox.kicked.notify_one();
                         fallen_behind.push(*id);
                     }

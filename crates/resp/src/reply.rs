@@ -122,23 +122,15 @@ impl Reply {
                     value.encode_for(out, protocol);
                 }
             }
-            Reply::Push(items) if protocol == Protocol::Resp3 => {
-                out.reserve(24);
-                out.put_u8(b'>');
-                put_u64(out, len_u64(items.len()));
-                out.put_slice(b"\r\n");
-                for item in items {
-                    item.encode_for(out, protocol);
-                }
-            }
             Reply::Several(replies) => {
                 for reply in replies {
                     reply.encode_for(out, protocol);
                 }
             }
             Reply::Array(items) | Reply::Push(items) => {
+                let push = matches!(self, Reply::Push(_)) && protocol == Protocol::Resp3;
                 out.reserve(24);
-                out.put_u8(b'*');
+                out.put_u8(if push { b'>' } else { b'*' });
                 put_u64(out, len_u64(items.len()));
                 out.put_slice(b"\r\n");
                 for item in items {
