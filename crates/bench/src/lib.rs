@@ -31,6 +31,7 @@ pub mod runner;
 pub mod scenario;
 pub mod stats;
 pub mod valuegen;
+pub mod watch;
 
 use rand::SeedableRng;
 use rand_chacha::ChaCha8Rng;

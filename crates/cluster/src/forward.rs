@@ -21,7 +21,7 @@ use std::sync::{Arc, Weak};
 use std::time::Duration;
 use tokio::time::Instant;
 use trireme_raft::{ForwardHandler, PeerError, RaftLayerError, ReadMode, ShardGroup};
-use trireme_storage::Storage;
+use trireme_storage::{Storage, WatchTarget};
 use trireme_types::{CommandResult, ErrorCode, LogCommand, NodeId, Record, ShardId, TriremeError};
 
 /// Attempts per request (local or remote) before giving up on finding a leader; the request
@@ -151,10 +151,12 @@ impl<Q: ReadQuery> ShardRequest for Read<Q> {
             return None;
         }
         let found = node.slots_to_read(shard, self.slots).and_then(|only| {
-            self.query
-                .run(&node.storage, group.shard().0, crate::now_ms(), only)
+            let found = self
+                .query
+                .run(&node.storage, group.shard().0, crate::now_ms(), only)?;
+            Ok((found, freshness(node, &group)?))
         });
-        Some(found.map(|found| (found, freshness(&group))))
+        Some(found)
     }
 
     async fn serve(self, node: &Node, group: &ShardGroup) -> Result<Self::Answer, ClusterError> {
@@ -171,7 +173,7 @@ impl<Q: ReadQuery> ShardRequest for Read<Q> {
                 .await
                 .map_err(|e| ClusterError::Internal(format!("shard read task: {e}")))??
         };
-        Ok((found, freshness(group)))
+        Ok((found, freshness(node, group)?))
     }
 
     fn to_wire(&self) -> WireOp {
@@ -326,6 +328,8 @@ impl ReadQuery for SearchRows {
 pub(crate) struct Freshness {
     pub known_leader: bool,
     pub applied: u64,
+    /// The shard's removal watermark on the serving replica.
+    pub removed: u64,
     pub last_contact_ms: u64,
 }
 
@@ -376,6 +380,39 @@ pub(crate) enum WireOp {
         channel: Bytes,
         message: Bytes,
     },
+    /// Wait on this node's replica until the part of a blocking query's index that `target`
+    /// has in the shard passes `seen`, or `wait_ms` ran out; answered with `()` (see
+    /// `blocking.rs`), or "not leader" when there is no replica here.
+    Wait {
+        target: WireTarget,
+        seen: u64,
+        wait_ms: u64,
+    },
+}
+
+/// What a blocking query watches, on the peer link.
+#[derive(Debug, Serialize, Deserialize)]
+pub(crate) enum WireTarget {
+    Key(Bytes),
+    Prefix(Bytes),
+}
+
+impl From<&WatchTarget> for WireTarget {
+    fn from(target: &WatchTarget) -> Self {
+        match target {
+            WatchTarget::Key(key) => WireTarget::Key(key.clone()),
+            WatchTarget::Prefix(prefix) => WireTarget::Prefix(prefix.clone()),
+        }
+    }
+}
+
+impl From<WireTarget> for WatchTarget {
+    fn from(target: WireTarget) -> Self {
+        match target {
+            WireTarget::Key(key) => WatchTarget::Key(key),
+            WireTarget::Prefix(prefix) => WatchTarget::Prefix(prefix),
+        }
+    }
 }
 
 #[derive(Debug, Serialize, Deserialize)]
@@ -577,6 +614,33 @@ impl Node {
         }
     }
 
+    /// Sends `op` for `shard` to node `to` alone (no leader hints followed) and waits up to
+    /// `left` for its answer: `Ok(None)` when `to` says it cannot serve it.
+    pub(crate) async fn forward_op<A: DeserializeOwned>(
+        &self,
+        to: u64,
+        shard: ShardId,
+        op: WireOp,
+        left: Duration,
+    ) -> Result<Option<A>, ClusterError> {
+        let request = ForwardRequest { shard: shard.0, op };
+        let payload = postcard::to_stdvec(&request)
+            .map_err(|e| ClusterError::Internal(format!("cannot encode: {e}")))?;
+        let answer = self
+            .transport
+            .forward(to, payload, left)
+            .await
+            .map_err(|e| unreachable_node(to, e))?;
+        match postcard::from_bytes(&answer) {
+            Ok(ForwardReply::Served(answer)) => Ok(Some(answer)),
+            Ok(ForwardReply::NotLeader(_)) => Ok(None),
+            Ok(ForwardReply::Failed(e)) => Err(ClusterError::Remote(e)),
+            Err(e) => Err(ClusterError::Internal(format!(
+                "undecodable answer from node {to:016x}: {e}"
+            ))),
+        }
+    }
+
     async fn forward<R: ShardRequest>(
         &self,
         to: u64,
@@ -616,6 +680,18 @@ impl Node {
                 encode_reply(&ForwardReply::Served(receivers))
             }
             WireOp::Write(command) => self.serve_here(shard, Write(command)).await,
+            WireOp::Wait {
+                target,
+                seen,
+                wait_ms,
+            } => {
+                let wait = Duration::from_millis(wait_ms);
+                match self.wait_here(shard, target.into(), seen, wait).await {
+                    Ok(true) => encode_reply(&ForwardReply::Served(())),
+                    Ok(false) => encode_reply(&ForwardReply::<()>::NotLeader(None)),
+                    Err(e) => encode_reply(&ForwardReply::<()>::Failed(e.to_client())),
+                }
+            }
             WireOp::Read(mode, slots, query) => {
                 let mode = ReadMode::from(mode);
                 match query {
@@ -661,13 +737,16 @@ fn encode_reply<A: Serialize>(reply: &ForwardReply<A>) -> Vec<u8> {
     postcard::to_stdvec(reply).unwrap_or_default()
 }
 
-fn freshness(group: &ShardGroup) -> Freshness {
+/// The freshness of `group`'s replica, read after the rows it served: the removal watermark
+/// then covers every removal the rows reflect (see [`Storage::removal_watermark`]).
+fn freshness(node: &Node, group: &ShardGroup) -> Result<Freshness, ClusterError> {
     let (known_leader, applied) = group.leader_and_applied();
-    Freshness {
+    Ok(Freshness {
         known_leader,
         applied,
+        removed: node.storage.removal_watermark(group.shard().0)?,
         last_contact_ms: group.last_contact_ms().unwrap_or(u64::MAX / 2),
-    }
+    })
 }
 
 impl Node {
@@ -705,6 +784,13 @@ pub(crate) fn moved(shard: ShardId) -> ClusterError {
     ClusterError::Remote(TriremeError::new(
         ErrorCode::Moved,
         format!("shard {shard} was split and no longer owns these keys; route the request again"),
+    ))
+}
+
+fn unreachable_node(to: u64, error: PeerError) -> ClusterError {
+    ClusterError::Remote(TriremeError::new(
+        ErrorCode::Unavailable,
+        format!("node {to:016x}: {error}"),
     ))
 }
 

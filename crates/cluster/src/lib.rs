@@ -11,6 +11,7 @@
 #![cfg_attr(test, allow(clippy::unwrap_used))]
 
 mod balance;
+mod blocking;
 mod config;
 mod error;
 mod expiry;
@@ -29,6 +30,7 @@ mod request;
 mod router;
 mod search;
 
+pub use blocking::Blocking;
 pub use config::NodeConfig;
 pub use error::ClusterError;
 pub use meta::{NodeInfo, NodeState};

@@ -52,8 +52,9 @@ fn check_entry_size(bytes: usize) -> Result<(), ClusterError> {
 /// What a reader learns about the freshness of what it read (Consul's `X-Consul-*` headers).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct ReadMeta {
-    /// The highest modify index among the results, or the shard's applied index when nothing
-    /// was found (`X-Consul-Index`).
+    /// The index of the answer (`X-Consul-Index`): a key's `ModifyIndex`, or for a listing
+    /// the construction [`ShardIndex`] describes. It never goes backwards for the same query,
+    /// on any node, and grows whenever the answer changes.
     pub index: u64,
     /// Whether the shard(s) had a known leader (`X-Consul-KnownLeader`).
     pub known_leader: bool,
@@ -142,18 +143,32 @@ impl Node {
         key: &[u8],
         mode: ReadMode,
     ) -> Result<(Option<Record>, ReadMeta), ClusterError> {
+        let (record, meta, _) = self.get_indexed(key, mode).await?;
+        Ok((record, meta))
+    }
+
+    /// Reads one key, with the index of the answer in the shard that served it.
+    pub(crate) async fn get_indexed(
+        &self,
+        key: &[u8],
+        mode: ReadMode,
+    ) -> Result<(Option<Record>, ReadMeta, Vec<ShardIndex>), ClusterError> {
         self.check_key(key)?;
         let key = Bytes::copy_from_slice(key);
-        let (mut found, fresh) = self
+        let (mut found, fresh, shard) = self
             .routed(|routing| {
                 let shard = routing.shard_of_key(&key);
                 let read = Self::read_of(&routing, shard, mode, GetKeys(vec![key.clone()]));
-                self.on_shard(shard, read)
+                async move {
+                    let (found, fresh) = self.on_shard(shard, read).await?;
+                    Ok((found, fresh, shard))
+                }
             })
             .await?;
         let record = found.pop().flatten();
-        let meta = read_meta([fresh], record.as_ref().map(|r| r.modify_index));
-        Ok((record, meta))
+        let part = ShardIndex::of_key(shard, record.as_ref(), fresh.removed);
+        let meta = read_meta([(fresh, part.index)]);
+        Ok((record, meta, vec![part]))
     }
 
     /// Reads one key without the freshness metadata (the RESP path has nowhere to put it).
@@ -222,6 +237,18 @@ impl Node {
         mode: ReadMode,
         limit: usize,
     ) -> Result<(Vec<(Bytes, Record)>, ReadMeta), ClusterError> {
+        let (rows, meta, _) = self.list_indexed(prefix, start, mode, limit).await?;
+        Ok((rows, meta))
+    }
+
+    /// [`Node::list_range`], with each shard's part of the answer's index.
+    pub(crate) async fn list_indexed(
+        &self,
+        prefix: &[u8],
+        start: Bound<&[u8]>,
+        mode: ReadMode,
+        limit: usize,
+    ) -> Result<(Vec<(Bytes, Record)>, ReadMeta, Vec<ShardIndex>), ClusterError> {
         self.check_key(prefix)?;
         let (after, first) = match start {
             Bound::Unbounded => (None, None),
@@ -246,7 +273,11 @@ impl Node {
                             after: after.clone(),
                             limit: limit32,
                         };
-                        self.on_shard(shard, Self::read_of(&routing, shard, mode, query))
+                        let read = Self::read_of(&routing, shard, mode, query);
+                        async move {
+                            let (rows, fresh) = self.on_shard(shard, read).await?;
+                            Ok::<_, ClusterError>((rows, fresh, shard))
+                        }
                     }));
                     let first_key = async {
                         match &first {
@@ -269,21 +300,34 @@ impl Node {
             .await?;
         let mut merged = Vec::new();
         let mut fresh = Vec::with_capacity(answers.len());
-        for (rows, f) in answers {
+        let mut parts = Vec::with_capacity(answers.len());
+        for (rows, f, shard) in answers {
+            let part = ShardIndex::of_rows(
+                shard,
+                rows.iter().map(|(_, r)| r.modify_index).max(),
+                f.removed,
+            );
+            fresh.push((f, part.index));
+            parts.push(part);
             merged.extend(rows);
-            fresh.push(f);
         }
         merged.sort_by(|a, b| a.0.cmp(&b.0));
         if let (Some(key), Some((mut found, f))) = (first, first_read) {
-            fresh.push(f);
+            // The start key's shard was scanned too; its record only adds to that part.
+            fresh.push((f, 0));
             if let Some(record) = found.pop().flatten() {
+                let shard = self.shard_of(&key);
+                if let Some(part) = parts.iter_mut().find(|p| p.shard == shard) {
+                    part.index = part.index.max(record.modify_index);
+                }
                 // The start key sorts before everything scanned after it.
                 merged.insert(0, (key, record));
             }
         }
         merged.truncate(limit);
-        let found = merged.iter().map(|(_, r)| r.modify_index).max();
-        Ok((merged, read_meta(fresh, found)))
+        let mut meta = read_meta(fresh);
+        meta.index = parts.iter().map(|p| p.index).sum();
+        Ok((merged, meta, parts))
     }
 
     /// Searches the documents under `prefix` (a collection) with `query` (see
@@ -324,13 +368,13 @@ impl Node {
         let mut fresh = Vec::with_capacity(answers.len());
         for ((n, rows), f) in answers {
             total += n;
+            let found = rows.iter().map(|(_, r)| r.modify_index).max();
+            fresh.push((f, found.unwrap_or(0).max(f.removed)));
             merged.extend(rows);
-            fresh.push(f);
         }
         merged.sort_by(|a, b| a.0.cmp(&b.0));
         let rows: Vec<(Bytes, Record)> = merged.into_iter().skip(offset).take(limit).collect();
-        let found = rows.iter().map(|(_, r)| r.modify_index).max();
-        Ok((SearchPage { total, rows }, read_meta(fresh, found)))
+        Ok((SearchPage { total, rows }, read_meta(fresh)))
     }
 
     /// One page of a walk over every key, shard by shard in id order (`SCAN`). A split
@@ -639,19 +683,48 @@ fn is_moved(error: &ClusterError) -> bool {
     matches!(error, ClusterError::Remote(e) | ClusterError::Request(e) if e.code == ErrorCode::Moved)
 }
 
-/// Combines the freshness of the shards a read touched into Consul's headers.
-fn read_meta(fresh: impl IntoIterator<Item = Freshness>, found_index: Option<u64>) -> ReadMeta {
+/// One shard's part of the index of a Consul query (`X-Consul-Index`).
+///
+/// Each shard has a log of its own, so indexes of two shards cannot be compared; within one
+/// shard they can, on every replica. A shard's part is the highest `ModifyIndex` among the
+/// rows it answered with, or its removal watermark when that is higher (a row that left the
+/// answer took the highest index with it). A query's index is the sum of its shards' parts:
+/// each part only grows (a change writes a higher index, a removal raises the watermark, a
+/// split raises both shards' watermarks to the split's index and the new shard's log
+/// continues from there), so the sum only grows, and it grows whenever any part does. One
+/// key's index is its `ModifyIndex`, as in Consul.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct ShardIndex {
+    pub shard: ShardId,
+    pub index: u64,
+}
+
+impl ShardIndex {
+    /// The part of a listing whose rows' highest `ModifyIndex` is `highest_found`.
+    pub(crate) fn of_rows(shard: ShardId, highest_found: Option<u64>, removed: u64) -> Self {
+        let index = highest_found.unwrap_or(0).max(removed);
+        Self { shard, index }
+    }
+
+    /// The index of one key: its `ModifyIndex`, or the watermark when it does not exist.
+    pub(crate) fn of_key(shard: ShardId, found: Option<&Record>, removed: u64) -> Self {
+        let index = found.map_or(removed, |r| r.modify_index);
+        Self { shard, index }
+    }
+}
+
+/// Combines the freshness of the shards a read touched, and their parts of the index, into
+/// Consul's headers.
+fn read_meta(parts: impl IntoIterator<Item = (Freshness, u64)>) -> ReadMeta {
     let mut meta = ReadMeta {
-        index: found_index.unwrap_or(0),
+        index: 0,
         known_leader: true,
         last_contact_ms: 0,
     };
-    for f in fresh {
+    for (f, index) in parts {
         meta.known_leader &= f.known_leader;
         meta.last_contact_ms = meta.last_contact_ms.max(f.last_contact_ms);
-        if found_index.is_none() {
-            meta.index = meta.index.max(f.applied);
-        }
+        meta.index += index;
     }
     meta
 }

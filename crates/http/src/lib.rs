@@ -1,7 +1,7 @@
 //! Trireme's HTTP front end.
 //!
 //! - `/v1/kv/<key>`: the Consul KV API (GET with `raw`, `recurse`, `keys`, `separator`,
-//!   `consistent`, `stale`; PUT with `flags` and `cas`; DELETE with `recurse` and `cas`), so
+//!   `consistent`, `stale`, and blocking with `index` and `wait`; PUT with `flags` and `cas`; DELETE with `recurse` and `cas`), so
 //!   Consul's client libraries work unchanged;
 //! - `/v0/{collection}/{key}`: JSON documents (Orchestrate-style) in the same keyspace, with
 //!   `If-Match` / `If-None-Match`, collection listing and search;
@@ -13,6 +13,7 @@
 #![deny(clippy::unwrap_used)]
 #![cfg_attr(test, allow(clippy::unwrap_used))]
 
+mod blocking;
 mod error;
 mod query;
 mod routes;

@@ -33,7 +33,8 @@ impl Default for HttpOptions {
     fn default() -> Self {
         Self {
             header_read_timeout: Duration::from_secs(10),
-            max_connections: 10_000,
+            // Each Consul blocking query holds a connection while it waits.
+            max_connections: 32_768,
             metrics: None,
         }
     }

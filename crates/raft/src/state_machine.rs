@@ -376,8 +376,8 @@ impl ShardStateMachine {
 
     /// Applies a split entry at `log_id`. The upper rows leave this shard on every replica.
     /// On a replica of a node that votes in this shard they become the new shard's first
-    /// state: applied at index 0 with this shard's voters as its membership, as if a group of
-    /// those voters had been initialized and compacted. Every such replica derives the same
+    /// state: applied at the split entry's index with this shard's voters as its membership,
+    /// as if a group of those voters had been initialized and compacted up to there. Every such replica derives the same
     /// state from the same entry; a voter that skipped the entry (it installed a later
     /// snapshot of this shard) has no state for the new shard, and its leader sends it a
     /// snapshot, since no log precedes the state. A node that already has state for the new
@@ -402,7 +402,11 @@ impl ShardStateMachine {
             Some(me) if voters.contains(&me) && fresh => {
                 let first = voters.first().copied().unwrap_or_default();
                 let leader = LeaderIdOf::<TypeConfig>::new(0, first).to_committed();
-                let start = Some(LogIdOf::<TypeConfig>::new(leader, 0));
+                // The new group's log begins after the split entry, so every index it assigns
+                // is above the ModifyIndex of every row it starts with, and above the removal
+                // watermark both shards take from the split: a Consul query over keys that
+                // move keeps an index that only grows.
+                let start = Some(LogIdOf::<TypeConfig>::new(leader, log_id.index()));
                 let nodes: BTreeMap<u64, PeerNode> = membership
                     .membership()
                     .nodes()
@@ -422,7 +426,7 @@ impl ShardStateMachine {
         let parent_meta = [(APPLIED, encode(&Some(log_id))?)];
         let moved = self
             .storage
-            .split_shard(split, &parent_meta, seed.as_deref())
+            .split_shard(split, log_id.index(), &parent_meta, seed.as_deref())
             .map_err(io::Error::other)?;
         match moved {
             Some(rows) => {
@@ -772,7 +776,7 @@ mod tests {
         };
         leader
             .storage
-            .split_shard(&split, &[], None)
+            .split_shard(&split, 1, &[], None)
             .expect("split")
             .expect("applied");
         let built = leader.build_snapshot().await.expect("build");
@@ -838,7 +842,7 @@ mod tests {
         };
         leader
             .storage
-            .split_shard(&split, &[], None)
+            .split_shard(&split, 1, &[], None)
             .expect("split");
         let mut leader = leader;
         let built = leader.build_snapshot().await.expect("build");

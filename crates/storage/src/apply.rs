@@ -1,7 +1,7 @@
 //! Applying committed commands to a shard's data, atomically with the applied-state metadata.
 
 use crate::keys::{expiry_key, owned_key};
-use crate::store::SLOTS_ROW;
+use crate::store::{REMOVED_ROW, SLOTS_ROW, decode_removal, encode_removal};
 use crate::{Storage, StorageError};
 use bytes::Bytes;
 use std::collections::HashMap;
@@ -86,6 +86,12 @@ struct Pending<'s> {
     /// While a transaction applies: what each change replaced, to undo them all if one of
     /// its checks fails.
     undo: Option<Vec<(Bytes, Option<Option<Record>>)>>,
+    /// The log index of the entry being applied.
+    index: u64,
+    /// The index of the last entry in this call that removed a key (the shard's removal
+    /// watermark rises to it; an undone removal raises it too, which only costs a watcher a
+    /// spurious wake-up).
+    removed_at: Option<u64>,
 }
 
 impl<'s> Pending<'s> {
@@ -107,6 +113,9 @@ impl<'s> Pending<'s> {
     }
 
     fn set(&mut self, key: Bytes, record: Option<Record>) {
+        if record.is_none() {
+            self.removed_at = Some(self.index);
+        }
         let replaced = self.changes.insert(key.clone(), record);
         if let Some(undo) = &mut self.undo {
             undo.push((key.clone(), replaced.clone()));
@@ -302,6 +311,7 @@ impl<'s> Pending<'s> {
     }
 
     fn apply(&mut self, index: u64, log: &LogCommand) -> Result<CommandResult, StorageError> {
+        self.index = index;
         self.apply_command(index, log.now_ms, &log.command)
     }
 
@@ -480,6 +490,8 @@ impl Storage {
             order: Vec::new(),
             stored_expiry: HashMap::new(),
             undo: None,
+            index: 0,
+            removed_at: None,
         };
         let mut results = Vec::with_capacity(entries.len());
         for entry in entries {
@@ -489,6 +501,19 @@ impl Storage {
             });
         }
         let mut batch = self.db.batch();
+        let watched: Vec<Bytes> = if self.watchers().is_empty() {
+            Vec::new()
+        } else {
+            pending.order.clone()
+        };
+        if let Some(at) = pending.removed_at {
+            self.raise_removal(shard, at)?;
+            batch.insert(
+                &self.data_meta,
+                owned_key(shard, REMOVED_ROW.as_bytes()),
+                encode_removal(at),
+            );
+        }
         for key in pending.order {
             let full = owned_key(shard, &key);
             let record = pending.changes.remove(&key).flatten();
@@ -515,6 +540,8 @@ impl Storage {
             );
         }
         batch.commit()?;
+        self.watchers()
+            .keys_changed(watched.iter().map(|k| k.as_ref()));
         self.metrics().applies.record(started.elapsed());
         Ok(results)
     }
@@ -543,6 +570,7 @@ impl Storage {
             }
         }
         self.stage_meta(&mut batch, shard, &export.meta)?;
+        self.raise_removal_from(shard, &export.meta)?;
         for guard in self.expiry.prefix(shard.to_be_bytes()) {
             batch.remove(&self.expiry, guard.key()?);
         }
@@ -555,6 +583,20 @@ impl Storage {
         }
         batch.commit()?;
         self.forget_slot_range(shard);
+        self.watchers().everything_changed();
+        Ok(())
+    }
+
+    /// Raises the cached removal watermark of `shard` to the one in `meta` (rows about to
+    /// replace the shard's), before they are written.
+    fn raise_removal_from(
+        &self,
+        shard: u32,
+        meta: &[(String, Vec<u8>)],
+    ) -> Result<(), StorageError> {
+        if let Some((_, value)) = meta.iter().find(|(name, _)| name == REMOVED_ROW) {
+            self.raise_removal(shard, decode_removal(value)?)?;
+        }
         Ok(())
     }
 
@@ -609,8 +651,10 @@ impl Storage {
         self.check_writable()?;
         let mut batch = self.db.batch();
         self.stage_meta(&mut batch, shard, meta)?;
+        self.raise_removal_from(shard, meta)?;
         batch.commit()?;
         self.forget_slot_range(shard);
+        self.watchers().everything_changed();
         Ok(())
     }
 
@@ -622,9 +666,13 @@ impl Storage {
     /// its leader). `range` is the parent's range as the split's proposer knew it; a parent
     /// whose recorded range differs (the split was applied before, or raced another one) is
     /// left alone. Returns how many rows moved, or `None` when it was left alone.
+    ///
+    /// `index` is the split entry's log index: the removal watermark of both shards rises to
+    /// it (rows left the parent; the child's log continues after it).
     pub fn split_shard(
         &self,
         split: &ShardSplit,
+        index: u64,
         parent_meta: &[(&str, Vec<u8>)],
         seed: Option<&[(&str, Vec<u8>)]>,
     ) -> Result<Option<u64>, StorageError> {
@@ -650,6 +698,12 @@ impl Storage {
             return Ok(None);
         }
         let upper = (at_slot, range.1);
+        self.raise_removal(parent, index)?;
+        batch.insert(
+            &self.data_meta,
+            owned_key(parent, REMOVED_ROW.as_bytes()),
+            encode_removal(index),
+        );
         let mut moved = 0u64;
         for guard in self.data.prefix(parent.to_be_bytes()) {
             let (key, value) = guard.into_inner()?;
@@ -688,10 +742,17 @@ impl Storage {
                     value.clone(),
                 );
             }
+            self.raise_removal(child, index)?;
+            batch.insert(
+                &self.data_meta,
+                owned_key(child, REMOVED_ROW.as_bytes()),
+                encode_removal(index),
+            );
         }
         batch.commit()?;
         self.forget_slot_range(parent);
         self.forget_slot_range(child);
+        self.watchers().everything_changed();
         Ok(Some(moved))
     }
 
@@ -1193,7 +1254,7 @@ mod tests {
         };
         let seed = [("applied", b"child".to_vec())];
         let moved = storage
-            .split_shard(&split, &[("applied", b"s".to_vec())], Some(&seed))
+            .split_shard(&split, 9, &[("applied", b"s".to_vec())], Some(&seed))
             .unwrap()
             .expect("applied");
         let upper: Vec<&String> = keys
@@ -1256,7 +1317,7 @@ mod tests {
         // The same split again (a replayed entry) changes nothing.
         assert_eq!(
             storage
-                .split_shard(&split, &[("applied", b"t".to_vec())], Some(&seed))
+                .split_shard(&split, 10, &[("applied", b"t".to_vec())], Some(&seed))
                 .unwrap(),
             None
         );
@@ -1297,7 +1358,7 @@ mod tests {
             range: (0, 16383),
         };
         storage
-            .split_shard(&split, &[], None)
+            .split_shard(&split, 11, &[], None)
             .unwrap()
             .expect("applied");
         assert!(!storage.has_shard_state(1).unwrap());

@@ -5,8 +5,8 @@
 //! - `raft_log`: group ‖ index (big-endian) → encoded log entry;
 //! - `raft_meta`: group ‖ name → vote, committed, purged (opaque bytes);
 //! - `data`: shard ‖ key → [`Record`](trireme_types::Record);
-//! - `data_meta`: shard ‖ name → applied log id and membership, written in the same batch as
-//!   the data they describe;
+//! - `data_meta`: shard ‖ name → applied log id and membership (and, once touched, the slot
+//!   range and the removal watermark), written in the same batch as the data they describe;
 //! - `expiry`: shard ‖ expires-at ‖ key → (), an index of keys with a TTL, so finding expired
 //!   keys is a range scan instead of a walk over the data.
 //!
@@ -25,8 +25,10 @@ mod error;
 mod group_commit;
 mod keys;
 mod store;
+mod watch;
 
 pub use apply::{ApplyEntry, ShardExport, ShardSplit, ShardView};
 pub use error::StorageError;
 pub use group_commit::SyncCallback;
 pub use store::{Storage, StorageMetrics, StorageOptions};
+pub use watch::{Watch, WatchTarget, Watchers};

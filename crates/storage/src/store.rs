@@ -135,10 +135,17 @@ pub struct Storage {
     /// Each shard's slot range as its `slots` row says (`None`: no row, the shard has never
     /// been split nor was made by a split), read once: every applied batch checks it.
     slot_ranges: std::sync::RwLock<std::collections::HashMap<u32, Option<(u16, u16)>>>,
+    /// Each shard's removal watermark (see [`Storage::removal_watermark`]), read once.
+    removals: std::sync::RwLock<std::collections::HashMap<u32, u64>>,
+    /// Blocking queries waiting for keys of this node's replicas to change.
+    watchers: Arc<crate::watch::Watchers>,
 }
 
 /// Name of the `data_meta` row that holds a shard's slot range once a split has touched it.
 pub(crate) const SLOTS_ROW: &str = "slots";
+
+/// Name of the `data_meta` row that holds a shard's removal watermark.
+pub(crate) const REMOVED_ROW: &str = "removed";
 
 impl std::fmt::Debug for Storage {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
@@ -179,6 +186,8 @@ impl Storage {
             metrics,
             dir: dir.to_path_buf(),
             slot_ranges: std::sync::RwLock::default(),
+            removals: std::sync::RwLock::default(),
+            watchers: Arc::default(),
         }))
     }
 
@@ -352,6 +361,8 @@ impl Storage {
             }
         }
         self.forget_slot_range(shard);
+        self.forget_removal(shard);
+        self.watchers.everything_changed();
         Ok(deleted)
     }
 
@@ -387,6 +398,66 @@ impl Storage {
         };
         cache.insert(shard, range);
         Ok(range)
+    }
+
+    /// The log index of the last entry that removed a row from `shard` (a delete, an expiry
+    /// reaped, a split that took rows away; 0 if none ever did). With the `ModifyIndex` of the
+    /// rows it holds, it makes the index of a Consul query that never goes backwards: a row
+    /// that leaves a result takes its index with it, and the watermark covers it.
+    ///
+    /// It is raised in the cache before the batch that removes the row is written, so a
+    /// reader that reads rows first and the watermark second never sees a removal the
+    /// watermark does not cover.
+    pub fn removal_watermark(&self, shard: u32) -> Result<u64, StorageError> {
+        let cached = self
+            .removals
+            .read()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .get(&shard)
+            .copied();
+        if let Some(at) = cached {
+            return Ok(at);
+        }
+        let mut cache = self
+            .removals
+            .write()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        let stored = self.stored_removal(shard)?;
+        let at = *cache.entry(shard).or_insert(stored);
+        Ok(at)
+    }
+
+    fn stored_removal(&self, shard: u32) -> Result<u64, StorageError> {
+        Ok(match self.data_meta(shard, REMOVED_ROW)? {
+            Some(bytes) => decode_removal(&bytes)?,
+            None => 0,
+        })
+    }
+
+    /// Raises the cached removal watermark of `shard` to `at` (never lowers it); the caller
+    /// writes the row in the batch it is about to commit.
+    pub(crate) fn raise_removal(&self, shard: u32, at: u64) -> Result<(), StorageError> {
+        let stored = self.removal_watermark(shard)?;
+        let mut cache = self
+            .removals
+            .write()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        let entry = cache.entry(shard).or_insert(stored);
+        *entry = (*entry).max(at);
+        Ok(())
+    }
+
+    /// Forgets the cached removal watermark of `shard` (its replica was dropped).
+    pub(crate) fn forget_removal(&self, shard: u32) {
+        self.removals
+            .write()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .remove(&shard);
+    }
+
+    /// The blocking queries waiting on this node's replicas.
+    pub fn watchers(&self) -> &Arc<crate::watch::Watchers> {
+        &self.watchers
     }
 
     /// Forgets the cached slot range of `shard` (its `slots` row was just written or removed).
@@ -549,6 +620,17 @@ fn decode_slots(bytes: &[u8]) -> Result<(u16, u16), StorageError> {
             bytes.len()
         ))),
     }
+}
+
+pub(crate) fn encode_removal(at: u64) -> Vec<u8> {
+    at.to_be_bytes().to_vec()
+}
+
+pub(crate) fn decode_removal(bytes: &[u8]) -> Result<u64, StorageError> {
+    let bytes: [u8; 8] = bytes.try_into().map_err(|_| {
+        StorageError::Corrupt(format!("a removal watermark row of {} bytes", bytes.len()))
+    })?;
+    Ok(u64::from_be_bytes(bytes))
 }
 
 #[cfg(test)]

@@ -79,6 +79,9 @@ pub enum BenchCommand {
     Qualify(crate::bench_qualify::QualifyArgs),
     /// Measure replication delay: write on one node, poll another until visible (Dynomite's).
     Probe(crate::bench_probe::ProbeArgs),
+    /// Consul blocking queries at scale: N watchers on one key, one writer, the time from
+    /// each write to every watcher's wake-up (or, with --hold, idle watchers held).
+    Watch(crate::bench_watch::WatchArgs),
 }
 
 /// Arguments of `trireme bench compare`.
@@ -175,6 +178,7 @@ pub fn run(mut args: BenchArgs) -> anyhow::Result<()> {
         Some(BenchCommand::Compare(compare)) => return run_compare(&compare),
         Some(BenchCommand::Qualify(qualify)) => return crate::bench_qualify::run(qualify),
         Some(BenchCommand::Probe(probe)) => return crate::bench_probe::run(probe),
+        Some(BenchCommand::Watch(watch)) => return crate::bench_watch::run(watch),
         None => {}
     }
     if args.list_presets {

@@ -147,9 +147,10 @@ struct ListArgs {
 struct WatchArgs {
     /// The key.
     key: String,
-    /// Time between two reads of the key, e.g. 200ms or 2s.
-    #[arg(long, default_value = "500ms")]
-    interval: String,
+    /// Longest a blocking query is held before the node answers unchanged, e.g. 30s or 5m
+    /// (the node caps it at 10m); the watch then asks again.
+    #[arg(long, default_value = "5m")]
+    wait: String,
     /// Stop after printing this many values.
     #[arg(long, value_name = "N")]
     count: Option<u64>,
@@ -520,47 +521,60 @@ enum Seen {
     Value(u64, Vec<u8>),
 }
 
-async fn read_for_watch(api: &KvApi, args: &WatchArgs) -> anyhow::Result<Seen> {
-    let read = args.read.query();
-    if args.json {
-        return Ok(match api.entry(&args.key, &read).await? {
+/// One read of the watched key: a blocking query when `after` names the index last seen.
+/// Returns what it saw and the answer's `X-Consul-Index`.
+async fn read_for_watch(
+    api: &KvApi,
+    args: &WatchArgs,
+    after: Option<(u64, &str)>,
+) -> anyhow::Result<(Seen, u64)> {
+    let mut query = args.read.query();
+    if let Some((index, wait)) = after {
+        query.push(format!("index={index}"));
+        query.push(format!("wait={wait}"));
+    }
+    if !args.json {
+        query.push("raw".into());
+    }
+    let answer = api.send(Method::GET, &args.key, &query, None).await?;
+    let index = answer
+        .index
+        .context("the node's answer has no X-Consul-Index header")?;
+    let seen = match answer.status {
+        StatusCode::NOT_FOUND => Seen::Missing,
+        StatusCode::OK if args.json => match entries(&answer)?.into_iter().next() {
             None => Seen::Missing,
             Some(entry) => Seen::Value(entry.modify_index, serde_json::to_vec(&entry)?),
-        });
-    }
-    // The raw value and, in X-Consul-Index, the key's ModifyIndex, from one read.
-    let mut query = read;
-    query.push("raw".into());
-    let answer = api.send(Method::GET, &args.key, &query, None).await?;
-    match answer.status {
-        StatusCode::NOT_FOUND => Ok(Seen::Missing),
-        StatusCode::OK => {
-            let index = answer
-                .index
-                .context("the node's answer has no X-Consul-Index header")?;
-            Ok(Seen::Value(index, answer.body))
-        }
-        _ => Err(api_error(&answer)),
-    }
+        },
+        // With ?raw the body is the value, and X-Consul-Index the key's ModifyIndex.
+        StatusCode::OK => Seen::Value(index, answer.body),
+        _ => return Err(api_error(&answer)),
+    };
+    Ok((seen, index))
 }
 
+/// Pause after a failed read before the next, so a watch through a node that is down does
+/// not spin.
+const WATCH_RETRY_PAUSE: Duration = Duration::from_millis(500);
+
 async fn watch(args: WatchArgs) -> anyhow::Result<Outcome> {
-    let interval = humantime::parse_duration(&args.interval).with_context(|| {
-        format!(
-            "--interval {:?} is not a duration like 500ms",
-            args.interval
-        )
-    })?;
-    if interval.is_zero() {
-        bail!("--interval must be longer than zero");
+    let wait = humantime::parse_duration(&args.wait)
+        .with_context(|| format!("--wait {:?} is not a duration like 30s or 5m", args.wait))?;
+    if wait.is_zero() {
+        bail!("--wait must be longer than zero");
     }
     if args.count == Some(0) {
         return Ok(Outcome::Done);
     }
-    let api = KvApi::new(&args.target)?;
+    // The node holds a query up to the wait plus a sixteenth, and caps it at 10 minutes.
+    let mut api = KvApi::new(&args.target)?;
+    api.client = crate::cluster::http_client(
+        wait.min(Duration::from_secs(600)) * 17 / 16 + REQUEST_TIMEOUT,
+    )?;
+    let wait_text = format!("{}ms", wait.as_millis());
     let key = &args.key;
-    // The first read must work: a wrong target or key is reported, not polled forever.
-    let mut last = read_for_watch(&api, &args).await?;
+    // The first read must work: a wrong target or key is reported, not retried forever.
+    let (mut last, mut index) = read_for_watch(&api, &args, None).await?;
     let mut printed = 0;
     match &last {
         Seen::Missing => eprintln!("{key:?} does not exist yet; waiting for it"),
@@ -571,9 +585,8 @@ async fn watch(args: WatchArgs) -> anyhow::Result<Outcome> {
     }
     let mut failing: Option<String> = None;
     while args.count.is_none_or(|count| printed < count) {
-        tokio::time::sleep(interval).await;
-        let seen = match read_for_watch(&api, &args).await {
-            Ok(seen) => seen,
+        let (seen, now) = match read_for_watch(&api, &args, Some((index, &wait_text))).await {
+            Ok(read) => read,
             Err(e) => {
                 // A node restarting or a leader changing: say so once, and keep reading.
                 let message = format!("{e:#}");
@@ -581,12 +594,16 @@ async fn watch(args: WatchArgs) -> anyhow::Result<Outcome> {
                     eprintln!("error (still watching): {message}");
                     failing = Some(message);
                 }
+                tokio::time::sleep(WATCH_RETRY_PAUSE).await;
                 continue;
             }
         };
         if failing.take().is_some() {
             eprintln!("reading {key:?} again");
         }
+        // An index that went backwards (a restored cluster) starts the watch over, as
+        // Consul's clients do.
+        index = if now < index { 0 } else { now };
         let changed = match (&last, &seen) {
             (Seen::Value(before, _), Seen::Value(now, _)) => before != now,
             (Seen::Missing, Seen::Missing) => false,

@@ -4,6 +4,7 @@
 mod bench;
 mod bench_probe;
 mod bench_qualify;
+mod bench_watch;
 mod chaos;
 mod cluster;
 mod cluster_admin;

@@ -12,12 +12,29 @@ use trireme_cluster::Node;
 pub fn run(args: ServerArgs) -> anyhow::Result<()> {
     let config = args.resolve()?;
     init_logging(&config.log)?;
+    raise_open_file_limit();
     let runtime = tokio::runtime::Builder::new_multi_thread()
         .enable_all()
         .thread_name("trireme")
         .build()
         .context("cannot start the async runtime")?;
     runtime.block_on(serve(config))
+}
+
+/// Raises the soft limit on open files to the hard limit, as Go's runtime does for Consul and
+/// etcd: every client connection is a file, and a Consul blocking query holds one for minutes.
+fn raise_open_file_limit() {
+    use rustix::process::{Resource, getrlimit, setrlimit};
+    let limit = getrlimit(Resource::Nofile);
+    if limit.current < limit.maximum {
+        let raised = rustix::process::Rlimit {
+            current: limit.maximum,
+            maximum: limit.maximum,
+        };
+        if let Err(e) = setrlimit(Resource::Nofile, raised) {
+            tracing::warn!(error = %e, "cannot raise the open-file limit");
+        }
+    }
 }
 
 fn init_logging(filter: &str) -> anyhow::Result<()> {

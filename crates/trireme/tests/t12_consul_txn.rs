@@ -29,7 +29,7 @@ async fn txn(node: &TestNode, body: &str) -> (u16, Value) {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn consuls_go_client_runs_kv_transactions_on_a_cluster() {
     let out = tempfile::tempdir().expect("temp dir");
-    let binary = clients::go_build("consultxn", out.path()).await;
+    let binary = clients::go_build("consul/txn", out.path()).await;
     let c = TestCluster::start(ClusterOptions::default()).await;
     let mut client = tokio::process::Command::new(&binary);
     client.arg(c.node(1).http_url().trim_start_matches("http://"));

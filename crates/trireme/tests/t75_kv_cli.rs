@@ -244,7 +244,7 @@ async fn watch_prints_the_value_then_each_change() {
     let node = TestNode::start(StartOptions::default()).await;
     kv_ok(&node, &["put", "w", "first"]).await;
     let mut child = Command::new(binary())
-        .args(["kv", "watch", "w", "--interval", "50ms", "--count", "3"])
+        .args(["kv", "watch", "w", "--count", "3"])
         .args(["--target", &node.http_url()])
         .stdout(Stdio::piped())
         .stderr(Stdio::piped())

@@ -412,6 +412,7 @@ mod tests {
             status: 400,
             body: br#"{"error":"etcdserver: key is not provided","message":"etcdserver: key is not provided","code":3}"#.to_vec(),
             etag: None,
+            index: None,
         });
         assert_eq!(err.kind(), "server");
         assert_eq!(
@@ -422,6 +423,7 @@ mod tests {
             status: 404,
             body: b"Not Found\n".to_vec(),
             etag: None,
+            index: None,
         });
         assert_eq!(plain.to_string(), "server error: HTTP 404: Not Found");
     }

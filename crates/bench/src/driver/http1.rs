@@ -28,9 +28,12 @@ pub(crate) struct Response {
     pub status: u16,
     /// The body, with any chunked transfer coding removed.
     pub body: Vec<u8>,
-    /// The `ETag` header, as sent (quotes included): the one header a driver reads (the
-    /// documents driver's check-and-set), so it is the only one kept.
+    /// The `ETag` header, as sent (quotes included), for the documents driver's
+    /// check-and-set.
     pub etag: Option<String>,
+    /// `X-Consul-Index`, for the blocking queries of `bench watch`. The only other header
+    /// kept.
+    pub index: Option<u64>,
 }
 
 impl Response {
@@ -65,6 +68,13 @@ impl HttpConnection {
 
     /// Opens the connection now (within the request timeout), so an unreachable target is
     /// reported before a run starts rather than as errors during it.
+    /// The same connection with another per-request time limit (a blocking query is held
+    /// for as long as it asks).
+    pub fn with_timeout(mut self, timeout: Duration) -> Self {
+        self.timeout = timeout;
+        self
+    }
+
     pub async fn open(&mut self) -> Result<(), DriverError> {
         let timeout = self.timeout;
         match tokio::time::timeout(timeout, self.ensure_open()).await {
@@ -156,6 +166,7 @@ impl HttpConnection {
         let mut chunked = false;
         let mut close = false;
         let mut etag = None;
+        let mut index = None;
         let mut header_bytes = 0usize;
         loop {
             line.clear();
@@ -177,6 +188,8 @@ impl HttpConnection {
                 close = true;
             } else if name.eq_ignore_ascii_case("etag") {
                 etag = Some(value.to_owned());
+            } else if name.eq_ignore_ascii_case("x-consul-index") {
+                index = value.parse().ok();
             } else if name.eq_ignore_ascii_case("transfer-encoding") {
                 // etcd's gateway answers errors chunked (it sends gRPC trailers); no target
                 // compresses, so any other coding is a server this client does not understand.
@@ -206,7 +219,12 @@ impl HttpConnection {
         if close {
             self.conn = None;
         }
-        Ok(Response { status, body, etag })
+        Ok(Response {
+            status,
+            body,
+            etag,
+            index,
+        })
     }
 }
 

@@ -12,7 +12,7 @@
 
 pub mod etcd;
 pub mod http;
-mod http1;
+pub(crate) mod http1;
 pub mod orchestrate;
 pub mod resp;
 pub mod trireme;

@@ -117,8 +117,14 @@ pub(crate) async fn get(State(state): State<AppState>, uri: Uri) -> Result<Respo
     let mode = read_mode(&query)?;
     let node = &state.node;
 
+    let block = crate::blocking::blocking(&query)?;
+    let list = async |prefix: &[u8]| match block {
+        Some(block) => node.list_blocking(prefix, mode, block).await,
+        None => node.list(prefix, mode, usize::MAX).await,
+    };
+
     if query.flag("keys")? {
-        let (entries, meta) = node.list(&key, mode, usize::MAX).await?;
+        let (entries, meta) = list(&key).await?;
         let separator = query.str("separator").filter(|s| !s.is_empty());
         let mut keys: Vec<String> = Vec::with_capacity(entries.len());
         for (k, _) in &entries {
@@ -142,7 +148,7 @@ pub(crate) async fn get(State(state): State<AppState>, uri: Uri) -> Result<Respo
     }
 
     if query.flag("recurse")? {
-        let (entries, meta) = node.list(&key, mode, usize::MAX).await?;
+        let (entries, meta) = list(&key).await?;
         let headers = consul_headers(&meta);
         if entries.is_empty() {
             return Ok(not_found(headers));
@@ -154,7 +160,10 @@ pub(crate) async fn get(State(state): State<AppState>, uri: Uri) -> Result<Respo
     if key.is_empty() {
         return Err(ApiError::invalid("Missing key name"));
     }
-    let (record, meta) = node.get(&key, mode).await?;
+    let (record, meta) = match block {
+        Some(block) => node.get_blocking(&key, mode, block).await?,
+        None => node.get(&key, mode).await?,
+    };
     let headers = consul_headers(&meta);
     let Some(record) = record else {
         return Ok(not_found(headers));

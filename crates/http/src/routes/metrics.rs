@@ -101,6 +101,11 @@ pub(crate) async fn metrics(State(state): State<AppState>) -> impl IntoResponse 
         counter(&mut out, count, count_help, timed.count().to_string());
         counter(&mut out, time, time_help, seconds(timed.micros()));
     }
+    let waiting = state.node.storage().watchers().len();
+    let _ = writeln!(
+        out,
+        "# HELP trireme_blocking_queries_waiting Blocking queries (Consul ?index=) waiting on this node's replicas, its own clients' and other nodes'.\n# TYPE trireme_blocking_queries_waiting gauge\ntrireme_blocking_queries_waiting {waiting}"
+    );
     let poisoned = u64::from(state.node.storage().is_poisoned());
     let _ = writeln!(
         out,

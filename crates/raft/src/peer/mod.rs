@@ -43,6 +43,9 @@ const HANDSHAKE_TIMEOUT: Duration = Duration::from_secs(2);
 /// Redial backoff bounds.
 const REDIAL_MIN: Duration = Duration::from_millis(50);
 const REDIAL_MAX: Duration = Duration::from_millis(1000);
+/// How long a forwarded request waits for a link to a node that has none: a little over one
+/// redial interval, so a node that is back is found, and one that is down costs no more.
+const LINK_WAIT: Duration = Duration::from_millis(1500);
 
 /// See [`crate::decode_peer_frame`].
 pub(crate) fn decode_frame(body: &[u8]) -> Result<(), String> {
@@ -352,12 +355,18 @@ impl PeerTransport {
         timeout: Duration,
     ) -> Result<Vec<u8>, PeerError> {
         let deadline = tokio::time::Instant::now() + timeout;
+        // A node without a link now is most likely down: wait for a dial in progress, but
+        // not for the whole request, which another node may serve meanwhile.
+        let link_deadline = deadline.min(tokio::time::Instant::now() + LINK_WAIT);
         let link = loop {
             let notified = self.inner.link_up.notified();
             if let Some(link) = self.inner.link(to) {
                 break link;
             }
-            if tokio::time::timeout_at(deadline, notified).await.is_err() {
+            if tokio::time::timeout_at(link_deadline, notified)
+                .await
+                .is_err()
+            {
                 return Err(PeerError::Unreachable(to, "no link".into()));
             }
         };

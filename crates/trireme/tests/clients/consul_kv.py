@@ -4,6 +4,8 @@ Usage: consul_kv.py HOST PORT. Exits non-zero with a message on the first mismat
 "ok" when every check passed.
 """
 import sys
+import threading
+import time
 
 import consul
 
@@ -49,6 +51,29 @@ def main():
     check("delete tree", kv.delete("app/config/", recurse=True), True)
     _, entries = kv.get("app/", recurse=True)
     check("after delete", [e["Key"] for e in entries], ["app/flags/beta"])
+
+    # Blocking queries: a watcher holding the index it read is woken by a write from
+    # another thread, with the new value and a higher index; with nothing changing it
+    # holds for its wait and answers with the same index.
+    index, entry = kv.get("app/watched")
+    woke = {}
+
+    def watch():
+        woke["index"], woke["entry"] = kv.get("app/watched", index=index, wait="20s")
+
+    watcher = threading.Thread(target=watch)
+    started = time.monotonic()
+    watcher.start()
+    kv.put("app/watched", "changed")
+    watcher.join(30)
+    check("watcher woken", watcher.is_alive(), False)
+    check("woken with the new value", woke["entry"]["Value"], b"changed")
+    check("woken with a higher index", int(woke["index"]) > int(index), True)
+    check("woken before the wait", time.monotonic() - started < 10, True)
+    started = time.monotonic()
+    same, _ = kv.get("app/watched", index=woke["index"], wait="1s")
+    check("held for the wait", time.monotonic() - started >= 1, True)
+    check("same index when nothing changed", same, woke["index"])
 
     check("status leader", bool(c.status.leader()), True)
     check("status peers", len(c.status.peers()), 1)

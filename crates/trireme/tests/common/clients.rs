@@ -26,10 +26,10 @@ pub async fn run_bounded(
         .unwrap_or_else(|e| panic!("cannot run {what}: {e}"))
 }
 
-/// Builds the Go client `name` (its modules come from the Go module proxy) into `out`;
-/// the binary's path.
+/// Builds the Go client `name` (a folder under `tests/clients/`, perhaps nested, such as
+/// `consul/txn`; its modules come from the Go module proxy) into `out`; the binary's path.
 pub async fn go_build(name: &str, out: &Path) -> PathBuf {
-    let binary = out.join(name);
+    let binary = out.join(name.replace('/', "-"));
     let mut build = tokio::process::Command::new("go");
     build
         .args(["build", "-o"])

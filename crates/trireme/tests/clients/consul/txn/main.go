@@ -3,7 +3,7 @@
 // and a transaction whose stale cas must roll back everything in it; and the agent's name,
 // which clients probe at start-up (the node given is n2 of the test cluster).
 //
-// Usage: consultxn HTTP_ADDR
+// Usage: txn HTTP_ADDR
 //
 // Prints one JSON line of what it saw and exits 0 only if every check held.
 package main

@@ -1,4 +1,4 @@
-module trireme/tests/clients/consultxn
+module trireme/tests/clients/consul
 
 go 1.26
 

@@ -1,0 +1,227 @@
+//! Consul's blocking queries: a read that, given the index its client already has, waits
+//! until its answer may have changed before it answers.
+//!
+//! The loop: register a watch on the key or prefix with this node's storage, read as usual
+//! (through the shard's leader), and answer if the index passed the client's or the wait is
+//! over. Otherwise wait until something the answer depends on changes: on shards with a
+//! replica here, the watch registered before the read is woken by this replica's apply; on the
+//! others, a node holding a replica is asked to wait there (the same watch, then a look at its
+//! own rows in case the change already arrived), for at most [`REMOTE_ROUND`] at a time. Then
+//! read again. A waiter is a future and a registry entry, never a thread or a poll, and it is
+//! gone as soon as the request is dropped (a client that hangs up).
+
+use crate::ClusterError;
+use crate::Node;
+use crate::ReadMeta;
+use crate::router::ShardIndex;
+use bytes::Bytes;
+use futures::FutureExt;
+use std::ops::Bound;
+use std::time::Duration;
+use tokio::time::Instant;
+use trireme_raft::ReadMode;
+use trireme_storage::{Watch, WatchTarget};
+use trireme_types::{Record, ShardId};
+
+/// Longest wait a node asks of another at once: a request whose client hung up leaves its
+/// waiter on the other node for at most this long.
+const REMOTE_ROUND: Duration = Duration::from_secs(60);
+
+/// Time added to a remote wait's own limit for the answer to travel back.
+const REMOTE_MARGIN: Duration = Duration::from_secs(5);
+
+/// Shortest pause between two reads of one blocking query whose wait ended without its answer
+/// changing (a replica that has rows the leader's answer no longer counts, until it applies a
+/// split): it doubles up to [`MAX_REREAD_PAUSE`], so such a query never spins.
+const MIN_REREAD_PAUSE: Duration = Duration::from_millis(5);
+const MAX_REREAD_PAUSE: Duration = Duration::from_millis(500);
+
+/// What a blocking query waits for: an index past `min_index`, for at most `wait`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Blocking {
+    /// The index the client has (`?index=`); the answer comes once the query's index is
+    /// greater, or when `wait` is over.
+    pub min_index: u64,
+    /// How long to hold the request at most.
+    pub wait: Duration,
+}
+
+impl Node {
+    /// Reads one key once its index passes `block.min_index`, or after `block.wait`.
+    pub async fn get_blocking(
+        &self,
+        key: &[u8],
+        mode: ReadMode,
+        block: Blocking,
+    ) -> Result<(Option<Record>, ReadMeta), ClusterError> {
+        let target = WatchTarget::Key(Bytes::copy_from_slice(key));
+        self.block_on(target, block, || self.get_indexed(key, mode))
+            .await
+    }
+
+    /// Lists the keys under `prefix` once the listing's index passes `block.min_index`, or
+    /// after `block.wait`.
+    pub async fn list_blocking(
+        &self,
+        prefix: &[u8],
+        mode: ReadMode,
+        block: Blocking,
+    ) -> Result<(Vec<(Bytes, Record)>, ReadMeta), ClusterError> {
+        let target = WatchTarget::Prefix(Bytes::copy_from_slice(prefix));
+        self.block_on(target, block, || {
+            self.list_indexed(prefix, Bound::Unbounded, mode, usize::MAX)
+        })
+        .await
+    }
+
+    async fn block_on<T, F, Fut>(
+        &self,
+        target: WatchTarget,
+        block: Blocking,
+        read: F,
+    ) -> Result<(T, ReadMeta), ClusterError>
+    where
+        F: Fn() -> Fut,
+        Fut: Future<Output = Result<(T, ReadMeta, Vec<ShardIndex>), ClusterError>>,
+    {
+        let deadline = Instant::now() + block.wait;
+        let mut pause = MIN_REREAD_PAUSE;
+        loop {
+            // Before the read: a change applied here after it is then never missed.
+            let here = self.storage.watchers().watch(target.clone());
+            let (answer, meta, parts) = read().await?;
+            if meta.index > block.min_index || Instant::now() >= deadline {
+                return Ok((answer, meta));
+            }
+            let started = Instant::now();
+            self.wait_for_change(&target, &parts, &here, deadline).await;
+            if started.elapsed() < MIN_REREAD_PAUSE {
+                tokio::time::sleep_until(deadline.min(Instant::now() + pause)).await;
+                pause = (pause * 2).min(MAX_REREAD_PAUSE);
+            } else {
+                pause = MIN_REREAD_PAUSE;
+            }
+        }
+    }
+
+    /// Waits until one of the shards in `parts` may have changed what `target` covers, or
+    /// until `deadline`.
+    async fn wait_for_change(
+        &self,
+        target: &WatchTarget,
+        parts: &[ShardIndex],
+        here: &Watch,
+        deadline: Instant,
+    ) {
+        let mut waits = Vec::with_capacity(parts.len() + 1);
+        if parts.iter().any(|p| self.group(p.shard).is_some()) {
+            waits.push(here.changed().boxed());
+        }
+        for part in parts.iter().filter(|p| self.group(p.shard).is_none()) {
+            waits.push(
+                self.wait_remote(part.shard, target, part.index, deadline)
+                    .boxed(),
+            );
+        }
+        if waits.is_empty() {
+            return;
+        }
+        let _ = tokio::time::timeout_at(deadline, futures::future::select_all(waits)).await;
+    }
+
+    /// Asks a node with a replica of `shard` to wait there until `target`'s part passes
+    /// `seen`. When no replica answers, returns after a short pause: the next read reports
+    /// what is wrong, or finds the answer changed.
+    async fn wait_remote(
+        &self,
+        shard: ShardId,
+        target: &WatchTarget,
+        seen: u64,
+        deadline: Instant,
+    ) {
+        let round = deadline
+            .saturating_duration_since(Instant::now())
+            .min(REMOTE_ROUND);
+        for to in self.replicas_of(shard) {
+            if to == self.node_id {
+                continue;
+            }
+            match self.forward_wait(to, shard, target, seen, round).await {
+                Ok(true) => return,
+                Ok(false) => continue,
+                Err(e) => tracing::debug!(error = %e, shard = shard.0, to, "remote wait failed"),
+            }
+        }
+        tokio::time::sleep(round.min(Duration::from_secs(1))).await;
+    }
+
+    /// Waits here, on this node's replica of `shard`, until `target`'s part of a query's index
+    /// passes `seen` or `wait` is over; `false` when there is no replica here.
+    pub(crate) async fn wait_here(
+        &self,
+        shard: ShardId,
+        target: WatchTarget,
+        seen: u64,
+        wait: Duration,
+    ) -> Result<bool, ClusterError> {
+        if self.group(shard).is_none() {
+            return Ok(false);
+        }
+        let watch = self.storage.watchers().watch(target.clone());
+        if self.local_part(shard, &target).await? > seen {
+            return Ok(true);
+        }
+        let _ = tokio::time::timeout(wait, watch.changed()).await;
+        Ok(true)
+    }
+
+    /// `target`'s part of a query's index in this node's replica of `shard`, computed as a
+    /// read through the leader computes it (see [`ShardIndex`]).
+    async fn local_part(&self, shard: ShardId, target: &WatchTarget) -> Result<u64, ClusterError> {
+        let storage = self.storage.clone();
+        let target = target.clone();
+        let slots = self.owned_slots(shard)?;
+        let part = tokio::task::spawn_blocking(move || -> Result<u64, ClusterError> {
+            let now = crate::now_ms();
+            // Rows first, the watermark second (see `Storage::removal_watermark`).
+            let part = match &target {
+                WatchTarget::Key(key) => {
+                    let found = storage.get(shard.0, key, now)?;
+                    let removed = storage.removal_watermark(shard.0)?;
+                    ShardIndex::of_key(shard, found.as_ref(), removed)
+                }
+                WatchTarget::Prefix(prefix) => {
+                    let rows = storage.scan(shard.0, prefix, None, usize::MAX, now, slots)?;
+                    let removed = storage.removal_watermark(shard.0)?;
+                    let highest = rows.iter().map(|(_, r)| r.modify_index).max();
+                    ShardIndex::of_rows(shard, highest, removed)
+                }
+            };
+            Ok(part.index)
+        })
+        .await
+        .map_err(|e| ClusterError::Internal(format!("wait task: {e}")))??;
+        Ok(part)
+    }
+
+    /// Asks node `to` to wait on its replica of `shard` ([`Node::wait_here`]); `false` when
+    /// it has none.
+    async fn forward_wait(
+        &self,
+        to: u64,
+        shard: ShardId,
+        target: &WatchTarget,
+        seen: u64,
+        wait: Duration,
+    ) -> Result<bool, ClusterError> {
+        let op = crate::forward::WireOp::Wait {
+            target: target.into(),
+            seen,
+            wait_ms: u64::try_from(wait.as_millis()).unwrap_or(u64::MAX),
+        };
+        Ok(self
+            .forward_op::<()>(to, shard, op, wait + REMOTE_MARGIN)
+            .await?
+            .is_some())
+    }
+}
