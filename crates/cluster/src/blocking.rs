@@ -67,6 +67,7 @@ impl Node {
         mode: ReadMode,
         block: Blocking,
     ) -> Result<(Vec<(Bytes, Record)>, ReadMeta), ClusterError> {
+        self.check_key(prefix)?;
         let target = WatchTarget::Prefix(Bytes::copy_from_slice(prefix));
         self.block_on(target, block, || {
             self.list_indexed(prefix, Bound::Unbounded, mode, usize::MAX)

@@ -29,6 +29,7 @@ mod rebalance;
 mod request;
 mod router;
 mod search;
+mod session;
 
 pub use blocking::Blocking;
 pub use config::NodeConfig;
@@ -45,6 +46,7 @@ pub use request::{
 };
 pub use router::{MAX_ENTRY_BYTES, ReadMeta, ScanPage, SearchPage};
 pub use search::SearchQuery;
+pub use session::{SessionInfo, SessionRequest, is_session_id};
 pub use trireme_raft::{PeerNode, RaftTiming, ReadMode};
 pub use trireme_types::{Command, CommandResult, KeyCheck, PutCondition, StringEdit, TtlUpdate};
 

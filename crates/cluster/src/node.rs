@@ -263,6 +263,7 @@ impl Node {
         node.open_shards(&cluster_map).await?;
         drop(starting);
         crate::expiry::spawn_reaper(&node);
+        crate::session::spawn_session_reaper(&node);
         if node.config.balance_leaders {
             crate::balance::spawn_balancer(&node);
         }

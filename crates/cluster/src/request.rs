@@ -156,7 +156,10 @@ pub trait FromApplied: Sized {
     /// What the write was, for the error when the result does not fit.
     const WHAT: &'static str;
 
-    /// The outcome, or `result` back when it is not of this write's shape.
+    /// The outcome, or `result` back when it is not of this write's shape. The error is the
+    /// result itself, handed back unchanged on a path taken only by a bug: boxing it would
+    /// cost an allocation for nothing.
+    #[allow(clippy::result_large_err)]
     fn from_applied(result: CommandResult) -> Result<Self, CommandResult>;
 
     /// The outcome, or an internal error naming the write and the result. The result is
@@ -274,6 +277,17 @@ impl FromApplied for TtlChanged {
     fn from_applied(result: CommandResult) -> Result<Self, CommandResult> {
         match result {
             CommandResult::TtlSet(changed) => Ok(TtlChanged(changed)),
+            other => Err(other),
+        }
+    }
+}
+
+impl FromApplied for trireme_types::LockOutcome {
+    const WHAT: &'static str = "a lock operation";
+
+    fn from_applied(result: CommandResult) -> Result<Self, CommandResult> {
+        match result {
+            CommandResult::Lock(outcome) => Ok(outcome),
             other => Err(other),
         }
     }

@@ -87,7 +87,7 @@ pub struct ScanPage {
 const REROUTE_WAIT: Duration = Duration::from_secs(5);
 
 impl Node {
-    fn check_key(&self, key: &[u8]) -> Result<(), ClusterError> {
+    pub(crate) fn check_key(&self, key: &[u8]) -> Result<(), ClusterError> {
         Ok(self.config.limits.check_key(key)?)
     }
 
@@ -154,6 +154,15 @@ impl Node {
         mode: ReadMode,
     ) -> Result<(Option<Record>, ReadMeta, Vec<ShardIndex>), ClusterError> {
         self.check_key(key)?;
+        self.get_unchecked(key, mode).await
+    }
+
+    /// [`Node::get_indexed`] without the client limits: for internal keys (sessions).
+    pub(crate) async fn get_unchecked(
+        &self,
+        key: &[u8],
+        mode: ReadMode,
+    ) -> Result<(Option<Record>, ReadMeta, Vec<ShardIndex>), ClusterError> {
         let key = Bytes::copy_from_slice(key);
         let (mut found, fresh, shard) = self
             .routed(|routing| {
@@ -237,11 +246,13 @@ impl Node {
         mode: ReadMode,
         limit: usize,
     ) -> Result<(Vec<(Bytes, Record)>, ReadMeta), ClusterError> {
+        self.check_key(prefix)?;
         let (rows, meta, _) = self.list_indexed(prefix, start, mode, limit).await?;
         Ok((rows, meta))
     }
 
-    /// [`Node::list_range`], with each shard's part of the answer's index.
+    /// [`Node::list_range`], with each shard's part of the answer's index; the caller checks
+    /// the prefix against the client limits (an internal prefix is not a client's).
     pub(crate) async fn list_indexed(
         &self,
         prefix: &[u8],
@@ -249,7 +260,6 @@ impl Node {
         mode: ReadMode,
         limit: usize,
     ) -> Result<(Vec<(Bytes, Record)>, ReadMeta, Vec<ShardIndex>), ClusterError> {
-        self.check_key(prefix)?;
         let (after, first) = match start {
             Bound::Unbounded => (None, None),
             Bound::Excluded(k) => (Some(Bytes::copy_from_slice(k)), None),
@@ -459,12 +469,21 @@ impl Node {
     }
 
     /// Proposes a single-key command, routed by `key` (again, if a split moves the key).
-    async fn write_key<O: FromApplied>(
+    pub(crate) async fn write_key<O: FromApplied>(
         &self,
         key: &[u8],
         command: Command,
     ) -> Result<O, ClusterError> {
         self.check_key(key)?;
+        self.write_unchecked(key, command).await
+    }
+
+    /// [`Node::write_key`] without the client limits: for internal keys (sessions).
+    pub(crate) async fn write_unchecked<O: FromApplied>(
+        &self,
+        key: &[u8],
+        command: Command,
+    ) -> Result<O, ClusterError> {
         self.routed(|routing| self.write_shard(routing.shard_of_key(key), command.clone()))
             .await
     }

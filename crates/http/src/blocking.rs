@@ -57,7 +57,7 @@ fn jitter(most: Duration) -> Duration {
 
 /// Parses a duration as Go's `time.ParseDuration` does (unsigned): one or more decimal numbers,
 /// each with a unit among `ns`, `us`, `µs`, `ms`, `s`, `m`, `h`; or a bare `0`.
-fn parse_go_duration(text: &str) -> Option<Duration> {
+pub(crate) fn parse_go_duration(text: &str) -> Option<Duration> {
     if text == "0" {
         return Some(Duration::ZERO);
     }
@@ -91,8 +91,8 @@ fn parse_go_duration(text: &str) -> Option<Duration> {
         rest = &rest[unit_len..];
         total += value * nanos_per;
     }
-    // Anything past a day is cut to the maximum anyway.
-    Some(Duration::from_nanos(total.min(86_400e9) as u64))
+    // Longer than any limit a caller checks against (about 31 years).
+    Some(Duration::from_nanos(total.min(1e18) as u64))
 }
 
 #[cfg(test)]

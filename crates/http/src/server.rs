@@ -2,7 +2,7 @@
 //! open connections, so slow or idle clients cannot starve the others.
 
 use crate::AppState;
-use crate::routes::{admin, documents, kv, metrics, status, txn};
+use crate::routes::{admin, documents, kv, metrics, session, status, txn};
 use crate::state::{HttpMetrics, OpenConnection};
 use axum::Router;
 use axum::extract::DefaultBodyLimit;
@@ -72,6 +72,12 @@ pub fn router(state: AppState) -> Router {
             any(documents::unsupported),
         )
         .route("/v1/txn", put(txn::txn))
+        .route("/v1/session/create", put(session::create))
+        .route("/v1/session/destroy/{id}", put(session::destroy))
+        .route("/v1/session/info/{id}", get(session::info))
+        .route("/v1/session/list", get(session::list))
+        .route("/v1/session/node/{node}", get(session::of_node))
+        .route("/v1/session/renew/{id}", put(session::renew))
         .route("/v1/agent/self", get(status::agent_self))
         .route("/v1/status/leader", get(status::leader))
         .route("/v1/status/peers", get(status::peers))

@@ -5,9 +5,10 @@ use crate::store::{REMOVED_ROW, SLOTS_ROW, decode_removal, encode_removal};
 use crate::{Storage, StorageError};
 use bytes::Bytes;
 use std::collections::HashMap;
+use trireme_types::session::{SessionState, is_internal_key};
 use trireme_types::{
-    Command, CommandResult, ErrorCode, KeyCheck, LogCommand, PutCondition, Record, StringEdit,
-    TtlUpdate,
+    Command, CommandResult, ErrorCode, KeyCheck, LockInfo, LockOp, LockOutcome, LogCommand,
+    PutCondition, Record, SessionOp, StringEdit, TtlUpdate,
 };
 
 /// One committed log entry to apply: its index, and the command if it carries one (blank and
@@ -86,6 +87,10 @@ struct Pending<'s> {
     /// While a transaction applies: what each change replaced, to undo them all if one of
     /// its checks fails.
     undo: Option<Vec<(Bytes, Option<Option<Record>>)>>,
+    /// The sessions this shard refuses, once read (see [`LockOp::SessionEnded`]).
+    ended: Option<Vec<(Bytes, u64)>>,
+    /// Whether `ended` changed and its row must be written.
+    ended_changed: bool,
     /// The log index of the entry being applied.
     index: u64,
     /// The index of the last entry in this call that removed a key (the shard's removal
@@ -163,7 +168,15 @@ impl<'s> Pending<'s> {
                 results.push(CommandResult::Done);
                 continue;
             }
-            results.push(self.apply_command(index, now, command)?);
+            let result = self.apply_command(index, now, command)?;
+            if matches!(
+                result,
+                CommandResult::Lock(LockOutcome::Done(false) | LockOutcome::SessionEnded)
+            ) {
+                failed = Some((watches.len() + position) as u32);
+                break;
+            }
+            results.push(result);
         }
         let undo = std::mem::replace(&mut self.undo, outer).unwrap_or_default();
         let Some(failed) = failed else {
@@ -202,9 +215,171 @@ impl<'s> Pending<'s> {
                 TtlUpdate::Keep => current.as_ref().and_then(|r| r.expires_at_ms),
                 TtlUpdate::At(at) => Some(at),
             },
+            // A plain write to a locked key keeps the lock, as in Consul.
+            lock: current.map(|r| r.lock).unwrap_or_default(),
         };
         self.set(key.clone(), Some(record));
         Ok(())
+    }
+
+    /// The sessions this shard refuses (ended), loaded from its row on first use.
+    fn ended_sessions(&mut self) -> Result<&mut Vec<(Bytes, u64)>, StorageError> {
+        if self.ended.is_none() {
+            let stored = match self.storage.data_meta(self.shard, ENDED_ROW)? {
+                Some(bytes) => decode_ended(&bytes)?,
+                None => Vec::new(),
+            };
+            self.ended = Some(stored);
+        }
+        Ok(self.ended.get_or_insert_with(Vec::new))
+    }
+
+    /// Applies a Consul lock operation on `key`.
+    fn lock(
+        &mut self,
+        key: &Bytes,
+        op: &LockOp,
+        index: u64,
+        now: u64,
+    ) -> Result<LockOutcome, StorageError> {
+        let current = self.live(key, now)?;
+        let holder = current.as_ref().and_then(|r| r.lock.session.clone());
+        Ok(match op {
+            LockOp::Acquire {
+                session,
+                value,
+                flags,
+            } => {
+                if self.ended_sessions()?.iter().any(|(s, _)| s == session) {
+                    return Ok(LockOutcome::SessionEnded);
+                }
+                let mut lock = current.as_ref().map(|r| r.lock.clone()).unwrap_or_default();
+                match &holder {
+                    Some(h) if h == session => {}
+                    Some(_) => return Ok(LockOutcome::Done(false)),
+                    None if lock.delay_until_ms > now => return Ok(LockOutcome::Done(false)),
+                    None => {
+                        lock.index += 1;
+                        lock.session = Some(session.clone());
+                        lock.delay_until_ms = 0;
+                    }
+                }
+                self.write_locked(key, current, value.clone(), *flags, lock, index);
+                LockOutcome::Done(true)
+            }
+            LockOp::Release {
+                session,
+                value,
+                flags,
+            } => {
+                if holder.as_ref() != Some(session) {
+                    return Ok(LockOutcome::Done(false));
+                }
+                let mut lock = current.as_ref().map(|r| r.lock.clone()).unwrap_or_default();
+                lock.session = None;
+                self.write_locked(key, current, value.clone(), *flags, lock, index);
+                LockOutcome::Done(true)
+            }
+            LockOp::CheckHeld { session } => LockOutcome::Done(holder.as_ref() == Some(session)),
+            LockOp::SessionEnded {
+                session,
+                delete,
+                lock_delay_ms,
+            } => {
+                let ended = self.ended_sessions()?;
+                ended.retain(|(_, at)| at.saturating_add(ENDED_KEEP_MS) > now);
+                if !ended.iter().any(|(s, _)| s == session) {
+                    ended.push((session.clone(), now));
+                }
+                self.ended_changed = true;
+                if holder.as_ref() != Some(session) {
+                    return Ok(LockOutcome::Done(false));
+                }
+                if *delete {
+                    self.set(key.clone(), None);
+                } else if let Some(mut record) = current {
+                    record.lock.session = None;
+                    record.lock.delay_until_ms = now.saturating_add(*lock_delay_ms);
+                    record.modify_index = index;
+                    self.set(key.clone(), Some(record));
+                }
+                LockOutcome::Done(true)
+            }
+        })
+    }
+
+    /// Writes `key` with a new value, flags and lock, as a Consul PUT would (no expiry).
+    fn write_locked(
+        &mut self,
+        key: &Bytes,
+        current: Option<Record>,
+        value: Bytes,
+        flags: u64,
+        lock: LockInfo,
+        index: u64,
+    ) {
+        let record = Record {
+            value,
+            flags,
+            create_index: current.as_ref().map_or(index, |r| r.create_index),
+            modify_index: index,
+            expires_at_ms: None,
+            lock,
+        };
+        self.set(key.clone(), Some(record));
+    }
+
+    /// Applies a change to a Consul session's row at `key`; the row after it, or `None` when
+    /// there is no valid session to change.
+    fn session(
+        &mut self,
+        key: &Bytes,
+        op: &SessionOp,
+        index: u64,
+        now: u64,
+    ) -> Result<Option<Record>, StorageError> {
+        let current = self.live(key, now)?;
+        let state = current
+            .as_ref()
+            .and_then(|r| SessionState::decode(&r.value));
+        let next = match (op, state) {
+            (SessionOp::Create(state), _) => state.clone(),
+            (SessionOp::Remove, _) => {
+                if current.is_some() {
+                    self.set(key.clone(), None);
+                }
+                return Ok(None);
+            }
+            (_, None) => return Ok(None),
+            (SessionOp::Invalidate { only_if_expired }, Some(mut state)) => {
+                if *only_if_expired && !state.invalidated && !state.expired(now) {
+                    return Ok(None);
+                }
+                state.invalidated = true;
+                state
+            }
+            (_, Some(state)) if state.invalidated => return Ok(None),
+            (SessionOp::Renew, Some(mut state)) => {
+                state.renewed_at_ms = now;
+                state
+            }
+            (SessionOp::Hold { key: held }, Some(mut state)) => {
+                if !state.held.contains(held) {
+                    state.held.push(held.clone());
+                }
+                state
+            }
+        };
+        let record = Record {
+            value: next.encode(),
+            flags: 0,
+            create_index: current.as_ref().map_or(index, |r| r.create_index),
+            modify_index: index,
+            expires_at_ms: None,
+            lock: LockInfo::default(),
+        };
+        self.set(key.clone(), Some(record.clone()));
+        Ok(Some(record))
     }
 
     /// Applies a [`StringEdit`] to `key`, whose live record is `current`: the value to
@@ -379,14 +554,18 @@ impl<'s> Pending<'s> {
             }
             Command::DeletePrefix { prefix } => {
                 let mut keys: Vec<Bytes> = Vec::new();
+                let hide_internal = !is_internal_key(prefix);
                 for guard in self.storage.data.prefix(owned_key(self.shard, prefix)) {
                     let key = guard.key()?;
+                    if hide_internal && is_internal_key(&key[4..]) {
+                        continue;
+                    }
                     keys.push(Bytes::copy_from_slice(&key[4..]));
                 }
                 keys.extend(
                     self.changes
                         .keys()
-                        .filter(|k| k.starts_with(prefix))
+                        .filter(|k| k.starts_with(prefix) && !(hide_internal && is_internal_key(k)))
                         .cloned(),
                 );
                 keys.sort();
@@ -457,6 +636,10 @@ impl<'s> Pending<'s> {
             // Applied by the raft layer through `Storage::split_shard`, which needs what only
             // it knows (the new group's first state); never part of a batch.
             Command::Split { .. } => CommandResult::Moved,
+            Command::Lock { key, op } => CommandResult::Lock(self.lock(key, op, index, now)?),
+            Command::Session { key, op } => {
+                CommandResult::Records(vec![self.session(key, op, index, now)?])
+            }
             Command::Reap { keys } => {
                 for key in keys {
                     if self.raw(key)?.is_some_and(|r| r.is_expired(now)) {
@@ -467,6 +650,42 @@ impl<'s> Pending<'s> {
             }
         })
     }
+}
+
+/// Name of the `data_meta` row listing the sessions a shard refuses (ended), with when.
+const ENDED_ROW: &str = "ended_sessions";
+
+/// How long a shard remembers an ended session: far longer than any request that could carry
+/// it can be on its way.
+const ENDED_KEEP_MS: u64 = 60 * 60 * 1000;
+
+fn encode_ended(ended: &[(Bytes, u64)]) -> Vec<u8> {
+    let mut out = Vec::new();
+    for (session, at) in ended {
+        out.extend_from_slice(&at.to_be_bytes());
+        out.push(session.len().min(255) as u8);
+        out.extend_from_slice(&session[..session.len().min(255)]);
+    }
+    out
+}
+
+fn decode_ended(mut bytes: &[u8]) -> Result<Vec<(Bytes, u64)>, StorageError> {
+    let corrupt = || StorageError::Corrupt("an ended-sessions row".into());
+    let mut out = Vec::new();
+    while !bytes.is_empty() {
+        let at = u64::from_be_bytes(
+            bytes
+                .get(..8)
+                .ok_or_else(corrupt)?
+                .try_into()
+                .map_err(|_| corrupt())?,
+        );
+        let len = *bytes.get(8).ok_or_else(corrupt)? as usize;
+        let session = bytes.get(9..9 + len).ok_or_else(corrupt)?;
+        out.push((Bytes::copy_from_slice(session), at));
+        bytes = &bytes[9 + len..];
+    }
+    Ok(out)
 }
 
 impl Storage {
@@ -490,6 +709,8 @@ impl Storage {
             order: Vec::new(),
             stored_expiry: HashMap::new(),
             undo: None,
+            ended: None,
+            ended_changed: false,
             index: 0,
             removed_at: None,
         };
@@ -506,6 +727,15 @@ impl Storage {
         } else {
             pending.order.clone()
         };
+        if pending.ended_changed
+            && let Some(ended) = &pending.ended
+        {
+            batch.insert(
+                &self.data_meta,
+                owned_key(shard, ENDED_ROW.as_bytes()),
+                encode_ended(ended),
+            );
+        }
         if let Some(at) = pending.removed_at {
             self.raise_removal(shard, at)?;
             batch.insert(
@@ -748,6 +978,14 @@ impl Storage {
                 owned_key(child, REMOVED_ROW.as_bytes()),
                 encode_removal(index),
             );
+            // The keys that move keep being refused to the sessions that ended.
+            if let Some(ended) = self.data_meta(parent, ENDED_ROW)? {
+                batch.insert(
+                    &self.data_meta,
+                    owned_key(child, ENDED_ROW.as_bytes()),
+                    ended.to_vec(),
+                );
+            }
         }
         batch.commit()?;
         self.forget_slot_range(parent);

@@ -8,6 +8,7 @@ use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Instant;
+use trireme_types::session::is_internal_key;
 use trireme_types::{Record, Timed};
 
 /// How to open the store.
@@ -484,7 +485,8 @@ impl Storage {
     }
 
     /// Live keys of `shard` starting with `prefix` and greater than `after` (exclusive, if
-    /// given), in key order, at most `limit` of them.
+    /// given), in key order, at most `limit` of them. Internal keys (sessions) count only when
+    /// `prefix` is internal itself.
     ///
     /// With `slots`, only keys in that inclusive slot range count: a replica that has not yet
     /// applied a split of its shard still holds rows the reader routes to the new shard.
@@ -510,6 +512,7 @@ impl Storage {
             }
             _ => self.data.prefix(&full_prefix),
         };
+        let hide_internal = !is_internal_key(prefix);
         for guard in iter {
             if out.len() >= limit {
                 break;
@@ -517,6 +520,7 @@ impl Storage {
             let (key, value) = guard.into_inner()?;
             if Record::peek_expiry(&value).is_some_and(|at| at <= now_ms)
                 || !in_slots(&key[4..], slots)
+                || (hide_internal && is_internal_key(&key[4..]))
             {
                 continue;
             }
@@ -541,10 +545,12 @@ impl Storage {
     ) -> Result<(u64, Vec<(bytes::Bytes, Record)>), StorageError> {
         let mut kept = 0u64;
         let mut out = Vec::new();
+        let hide_internal = !is_internal_key(prefix);
         for guard in self.data.prefix(owned_key(shard, prefix)) {
             let (key, value) = guard.into_inner()?;
             if Record::peek_expiry(&value).is_some_and(|at| at <= now_ms)
                 || !in_slots(&key[4..], slots)
+                || (hide_internal && is_internal_key(&key[4..]))
             {
                 continue;
             }

@@ -138,9 +138,9 @@ async fn refused_transactions_say_why() {
             "get-tree is not supported",
         ),
         (
-            r#"[{"KV":{"Verb":"lock","Key":"k","Session":"s"}}]"#,
+            r#"[{"KV":{"Verb":"lock","Key":"k"}}]"#,
             400,
-            "needs sessions",
+            "needs a Session",
         ),
         (r#"[{"Node":{"Verb":"get"}}]"#, 400, "only KV operations"),
         (

@@ -152,6 +152,97 @@ pub enum Command {
         /// The queued commands; each answers on its own, as in a batch.
         commands: Vec<Command>,
     },
+    /// A Consul lock operation on one key (`?acquire=`, `?release=`, a session's end). Inside
+    /// a [`Command::Transaction`] it is a condition too: one that answers `false` undoes the
+    /// transaction, as a failed [`Command::Check`] does.
+    Lock {
+        /// The key.
+        key: Bytes,
+        /// What to do.
+        op: LockOp,
+    },
+    /// A change to one Consul session's row, kept under the internal key
+    /// [`crate::session::session_key`] of its id.
+    Session {
+        /// The session's internal key.
+        key: Bytes,
+        /// What to do.
+        op: SessionOp,
+    },
+}
+
+/// A Consul lock operation: see [`Command::Lock`]. Answered with [`CommandResult::Lock`].
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub enum LockOp {
+    /// Take the lock for `session` and write the value: refused while another session holds
+    /// it or its lock-delay runs; by the holder itself, only the value changes.
+    Acquire {
+        /// The session id.
+        session: Bytes,
+        /// The new value.
+        value: Bytes,
+        /// The new flags.
+        flags: u64,
+    },
+    /// Give the lock back and write the value, if `session` holds it.
+    Release {
+        /// The session id.
+        session: Bytes,
+        /// The new value.
+        value: Bytes,
+        /// The new flags.
+        flags: u64,
+    },
+    /// Change nothing; `true` if `session` holds the lock (Consul's `check-session`).
+    CheckHeld {
+        /// The session id.
+        session: Bytes,
+    },
+    /// `session` ended: if it holds the lock, release it and start the lock-delay (or delete
+    /// the key, `delete`). The shard refuses the session from then on, so an acquire that
+    /// was on its way when the session ended cannot take the lock after this.
+    SessionEnded {
+        /// The session id.
+        session: Bytes,
+        /// Delete the key instead of releasing it (Consul's `Behavior: delete`).
+        delete: bool,
+        /// Milliseconds during which no session may take the lock.
+        lock_delay_ms: u64,
+    },
+}
+
+/// A change to a Consul session's row: see [`Command::Session`]. Answered with
+/// [`CommandResult::Records`]: the row after the change, or `None` when there is no valid
+/// session to change.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub enum SessionOp {
+    /// Create the session.
+    Create(crate::session::SessionState),
+    /// Restart its TTL, unless it was invalidated.
+    Renew,
+    /// Note that it acquires `key`, unless it was invalidated: its end releases the key.
+    Hold {
+        /// The key.
+        key: Bytes,
+    },
+    /// Mark it invalidated: no key can be acquired with it from now on. With
+    /// `only_if_expired`, only if its TTL ran out by this command's time (a renewal that got
+    /// in first keeps it).
+    Invalidate {
+        /// Whether only an expired session is invalidated.
+        only_if_expired: bool,
+    },
+    /// Delete the row (after every lock it held was released).
+    Remove,
+}
+
+/// The answer to a [`LockOp`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub enum LockOutcome {
+    /// Whether the operation took effect (Consul's `true` / `false`).
+    Done(bool),
+    /// The session has ended: this shard refuses it.
+    SessionEnded,
 }
 
 /// What a transaction requires of a key before it applies anything.
@@ -213,6 +304,8 @@ impl Command {
             Command::Read { .. } => "read",
             Command::Check { .. } => "check",
             Command::Transaction { .. } => "transaction",
+            Command::Lock { .. } => "lock",
+            Command::Session { .. } => "session",
         }
     }
 
@@ -237,6 +330,8 @@ impl Command {
             | Command::Incr { key, .. }
             | Command::SetTtl { key, .. }
             | Command::Edit { key, .. }
+            | Command::Lock { key, .. }
+            | Command::Session { key, .. }
             | Command::Check { key, .. } => vec![key],
             Command::PutMany { pairs } => pairs.iter().map(|(k, _)| k).collect(),
             Command::Delete { keys, .. } | Command::Reap { keys } | Command::Read { keys } => {
@@ -286,4 +381,6 @@ pub enum CommandResult {
     /// A [`Command::Transaction`]: one result per command, or the position of the first
     /// check that failed (nothing was applied).
     Transaction(Result<Vec<CommandResult>, u32>),
+    /// A [`Command::Lock`].
+    Lock(LockOutcome),
 }

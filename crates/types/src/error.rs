@@ -40,6 +40,9 @@ pub enum ErrorCode {
     /// The key's slots moved to another shard (a split) and this node's routing has not caught
     /// up yet; nothing changed, and the request can be sent again.
     Moved,
+    /// A lock was asked for with a Consul session that does not exist or has ended; answered
+    /// with 500, as Consul does.
+    InvalidSession,
 }
 
 impl ErrorCode {
@@ -56,7 +59,7 @@ impl ErrorCode {
             | ErrorCode::StorageFailure
             | ErrorCode::Moved => 503,
             ErrorCode::Timeout => 504,
-            ErrorCode::Internal => 500,
+            ErrorCode::Internal | ErrorCode::InvalidSession => 500,
             ErrorCode::NotFound => 404,
             ErrorCode::PreconditionFailed => 412,
             ErrorCode::Conflict => 409,
@@ -95,6 +98,7 @@ impl ErrorCode {
             ErrorCode::PreconditionFailed => "precondition_failed",
             ErrorCode::Conflict => "conflict",
             ErrorCode::Moved => "moved",
+            ErrorCode::InvalidSession => "invalid_session",
         }
     }
 }

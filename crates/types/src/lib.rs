@@ -16,16 +16,18 @@ pub mod ids;
 pub mod int;
 pub mod limits;
 pub mod record;
+pub mod session;
 pub mod slot;
 pub mod timed;
 
 pub use command::{
-    Command, CommandResult, KeyCheck, LogCommand, PutCondition, StringEdit, TtlUpdate,
+    Command, CommandResult, KeyCheck, LockOp, LockOutcome, LogCommand, PutCondition, SessionOp,
+    StringEdit, TtlUpdate,
 };
 pub use error::{ErrorCode, TriremeError};
 pub use histogram::LatencyHistogram;
 pub use ids::{GroupId, NodeId, ShardId};
 pub use limits::Limits;
-pub use record::Record;
+pub use record::{LockInfo, Record};
 pub use slot::{SLOT_COUNT, ShardMap, even_range, even_ranges, key_slot};
 pub use timed::Timed;

@@ -20,6 +20,9 @@ pub struct Limits {
     pub pubsub_buffer_bytes: usize,
     /// Most operations in one Consul transaction (`/v1/txn`; Consul's default is 128).
     pub max_txn_ops: usize,
+    /// Shortest TTL a Consul session may ask for, milliseconds (Consul's `session_ttl_min`,
+    /// 10 s by default); the longest is 24 hours.
+    pub session_ttl_min_ms: u64,
 }
 
 impl Default for Limits {
@@ -31,6 +34,7 @@ impl Default for Limits {
             max_multi_commands: 10_000,
             pubsub_buffer_bytes: 32 << 20,
             max_txn_ops: 128,
+            session_ttl_min_ms: 10_000,
         }
     }
 }
@@ -43,6 +47,12 @@ impl Limits {
 
     /// Checks a key.
     pub fn check_key(&self, key: &[u8]) -> Result<(), TriremeError> {
+        if crate::session::is_internal_key(key) {
+            return Err(TriremeError::new(
+                ErrorCode::InvalidArgument,
+                "keys starting with the bytes FF \"trireme\" 00 are reserved for Trireme's own rows",
+            ));
+        }
         if key.len() > self.max_key_bytes {
             return Err(TriremeError::new(
                 ErrorCode::KeyTooLarge,

@@ -21,10 +21,33 @@ pub struct Record {
     pub modify_index: u64,
     /// When the key expires, in Unix milliseconds; `None` for never.
     pub expires_at_ms: Option<u64>,
+    /// The Consul lock on the key (`LockIndex`, `Session`); default for most keys.
+    pub lock: LockInfo,
 }
 
-/// Encoding version byte; bump when the layout changes.
+/// A key's Consul lock: which session holds it, how many times it was acquired, and until
+/// when nobody may take it after its holder's session was invalidated (the lock-delay).
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct LockInfo {
+    /// Times the lock was acquired (Consul's `LockIndex`).
+    pub index: u64,
+    /// The session holding it (Consul's `Session`), if any.
+    pub session: Option<Bytes>,
+    /// Unix milliseconds until which no session may acquire it; 0 for none.
+    pub delay_until_ms: u64,
+}
+
+impl LockInfo {
+    fn is_default(&self) -> bool {
+        self.index == 0 && self.session.is_none() && self.delay_until_ms == 0
+    }
+}
+
+/// Encoding version byte of a record without lock information.
 const FORMAT: u8 = 1;
+/// Encoding version byte of a record with it: after the header, the lock index, the delay,
+/// the session's length (one byte) and the session, then the value.
+const FORMAT_LOCKED: u8 = 2;
 const HEADER_LEN: usize = 1 + 8 * 4;
 
 /// Why stored bytes could not be read back as a record.
@@ -41,24 +64,63 @@ impl Record {
     /// Encodes the record: a fixed 33-byte header, then the value. Hand-written because it is
     /// on every read and write path.
     pub fn encode(&self) -> Bytes {
-        let mut out = BytesMut::with_capacity(HEADER_LEN + self.value.len());
-        out.put_u8(FORMAT);
+        let locked = !self.lock.is_default();
+        let mut out = BytesMut::with_capacity(HEADER_LEN + 64 + self.value.len());
+        out.put_u8(if locked { FORMAT_LOCKED } else { FORMAT });
         out.put_u64(self.flags);
         out.put_u64(self.create_index);
         out.put_u64(self.modify_index);
         out.put_u64(self.expires_at_ms.unwrap_or(0));
+        if locked {
+            out.put_u64(self.lock.index);
+            out.put_u64(self.lock.delay_until_ms);
+            let session = self.lock.session.as_deref().unwrap_or_default();
+            // Session ids are 36-byte UUIDs; anything longer is cut rather than corrupt.
+            let session = &session[..session.len().min(255)];
+            out.put_u8(session.len() as u8);
+            out.put_slice(session);
+        }
         out.put_slice(&self.value);
         out.freeze()
     }
 
-    /// Decodes what [`Record::encode`] wrote.
-    pub fn decode(bytes: &[u8]) -> Result<Self, CorruptRecord> {
+    /// Where the value starts in encoded bytes, and the lock information before it.
+    fn value_start(bytes: &[u8]) -> Result<(usize, LockInfo), CorruptRecord> {
         if bytes.len() < HEADER_LEN {
             return Err(CorruptRecord("shorter than the header"));
         }
-        if bytes[0] != FORMAT {
-            return Err(CorruptRecord("unknown format version"));
+        match bytes[0] {
+            FORMAT => Ok((HEADER_LEN, LockInfo::default())),
+            FORMAT_LOCKED => {
+                let fixed = HEADER_LEN + 8 + 8 + 1;
+                if bytes.len() < fixed {
+                    return Err(CorruptRecord("shorter than the lock header"));
+                }
+                let word = |at: usize| {
+                    let mut buf = [0u8; 8];
+                    buf.copy_from_slice(&bytes[at..at + 8]);
+                    u64::from_be_bytes(buf)
+                };
+                let len = bytes[fixed - 1] as usize;
+                let session = bytes
+                    .get(fixed..fixed + len)
+                    .ok_or(CorruptRecord("shorter than its session"))?;
+                Ok((
+                    fixed + len,
+                    LockInfo {
+                        index: word(HEADER_LEN),
+                        delay_until_ms: word(HEADER_LEN + 8),
+                        session: (len > 0).then(|| Bytes::copy_from_slice(session)),
+                    },
+                ))
+            }
+            _ => Err(CorruptRecord("unknown format version")),
         }
+    }
+
+    /// Decodes what [`Record::encode`] wrote.
+    pub fn decode(bytes: &[u8]) -> Result<Self, CorruptRecord> {
+        let (value_at, lock) = Self::value_start(bytes)?;
         let word = |i: usize| {
             let start = 1 + 8 * i;
             let mut buf = [0u8; 8];
@@ -71,14 +133,16 @@ impl Record {
             create_index: word(1),
             modify_index: word(2),
             expires_at_ms: (expires != 0).then_some(expires),
-            value: Bytes::copy_from_slice(&bytes[HEADER_LEN..]),
+            value: Bytes::copy_from_slice(&bytes[value_at..]),
+            lock,
         })
     }
 
     /// The value in encoded bytes, borrowed rather than copied (`None` when the bytes are too
     /// short to be a record), for a caller that looks at many values and keeps few.
     pub fn peek_value(bytes: &[u8]) -> Option<&[u8]> {
-        bytes.get(HEADER_LEN..)
+        let (at, _) = Self::value_start(bytes).ok()?;
+        bytes.get(at..)
     }
 
     /// Reads only the expiry from encoded bytes, without copying the value.
@@ -103,6 +167,7 @@ mod tests {
             create_index: 7,
             modify_index: 9,
             expires_at_ms: Some(1_700_000_000_000),
+            lock: LockInfo::default(),
         };
         let bytes = record.encode();
         assert_eq!(bytes.len(), HEADER_LEN + 5);
@@ -110,6 +175,38 @@ mod tests {
         assert_eq!(Record::peek_expiry(&bytes), Some(1_700_000_000_000));
         assert_eq!(Record::peek_value(&bytes), Some(&b"hello"[..]));
         assert_eq!(Record::peek_value(b"short"), None);
+    }
+
+    #[test]
+    fn a_locked_record_round_trips_and_keeps_its_value_where_peeks_find_it() {
+        let record = Record {
+            value: Bytes::from_static(b"leader=n2"),
+            flags: 3_304_740_253_564_472_344,
+            create_index: 4,
+            modify_index: 8,
+            expires_at_ms: Some(1_700_000_000_000),
+            lock: LockInfo {
+                index: 2,
+                session: Some(Bytes::from_static(b"adf4238a-882b-9ddc-4a9d-5b6758e4159e")),
+                delay_until_ms: 1_700_000_015_000,
+            },
+        };
+        let bytes = record.encode();
+        assert_eq!(bytes[0], FORMAT_LOCKED);
+        assert_eq!(Record::decode(&bytes), Ok(record.clone()));
+        assert_eq!(Record::peek_value(&bytes), Some(&b"leader=n2"[..]));
+        assert_eq!(Record::peek_expiry(&bytes), Some(1_700_000_000_000));
+        let released = Record {
+            lock: LockInfo {
+                session: None,
+                ..record.lock.clone()
+            },
+            ..record
+        };
+        assert_eq!(Record::decode(&released.encode()), Ok(released));
+        let mut cut = bytes.to_vec();
+        cut.truncate(HEADER_LEN + 17 + 3);
+        assert!(Record::decode(&cut).is_err());
     }
 
     #[test]
@@ -121,6 +218,7 @@ mod tests {
             create_index: 1,
             modify_index: 1,
             expires_at_ms: None,
+            lock: LockInfo::default(),
         }
         .encode()
         .to_vec();
@@ -137,6 +235,7 @@ mod tests {
             create_index: 1,
             modify_index: 1,
             expires_at_ms: Some(100),
+            lock: LockInfo::default(),
         };
         assert!(!record.is_expired(99));
         assert!(record.is_expired(100));

@@ -44,10 +44,10 @@ fn entries_body<'a>(entries: impl IntoIterator<Item = (&'a [u8], &'a Record)>) -
         if i > 0 {
             out.push(b',');
         }
-        out.extend_from_slice(b"{\"LockIndex\":0,\"Key\":");
+        // Writing to a Vec cannot fail.
+        let _ = write!(out, "{{\"LockIndex\":{},\"Key\":", record.lock.index);
         serde_json::to_writer(&mut out, &*String::from_utf8_lossy(key))
             .expect("writing a string to a Vec cannot fail");
-        // Writing to a Vec cannot fail either.
         let _ = write!(out, ",\"Flags\":{},\"Value\":", record.flags);
         if record.value.is_empty() {
             out.extend_from_slice(b"null");
@@ -60,6 +60,11 @@ fn entries_body<'a>(entries: impl IntoIterator<Item = (&'a [u8], &'a Record)>) -
                 .encode_slice(&record.value, &mut out[at..at + len])
                 .unwrap_or(0);
             debug_assert_eq!(written, len);
+        }
+        if let Some(session) = &record.lock.session {
+            out.extend_from_slice(b",\"Session\":");
+            serde_json::to_writer(&mut out, &*String::from_utf8_lossy(session))
+                .expect("writing a string to a Vec cannot fail");
         }
         let _ = write!(
             out,
@@ -202,19 +207,29 @@ pub(crate) async fn put(
     if key.is_empty() {
         return Err(ApiError::invalid("Missing key name"));
     }
-    if query.str("acquire").is_some() || query.str("release").is_some() {
-        return Err(ApiError::invalid(
-            "sessions (?acquire, ?release) are not supported",
-        ));
+    let flags = query.u64("flags")?.unwrap_or(0);
+    match (query.str("acquire"), query.str("release")) {
+        (Some(_), Some(_)) => {
+            return Err(ApiError::invalid(
+                "Conflicting flags: ?acquire and ?release together",
+            ));
+        }
+        (Some(session), None) => {
+            let taken = state.node.acquire(key.into(), body, flags, session).await?;
+            return Ok(bool_response(taken));
+        }
+        (None, Some(session)) => {
+            let released = state.node.release(key.into(), body, flags, session).await?;
+            return Ok(bool_response(released));
+        }
+        (None, None) => {}
     }
     let condition = match query.u64("cas")? {
         None => PutCondition::Always,
         Some(0) => PutCondition::IfAbsent,
         Some(index) => PutCondition::IfModifyIndex(index),
     };
-    let request = PutRequest::new(key, body)
-        .flags(query.u64("flags")?.unwrap_or(0))
-        .condition(condition);
+    let request = PutRequest::new(key, body).flags(flags).condition(condition);
     let outcome = state.node.put(request).await?;
     Ok(bool_response(outcome.written))
 }
@@ -257,6 +272,7 @@ mod tests {
             create_index: 5,
             modify_index: 9,
             expires_at_ms: None,
+            lock: Default::default(),
         };
         let parse = |body: Vec<u8>| -> serde_json::Value {
             serde_json::from_slice(&body).expect("the body is JSON")
@@ -281,5 +297,20 @@ mod tests {
         assert_eq!(two[0]["Value"], serde_json::Value::Null);
         assert_eq!(two[1]["Value"], "AP9hYg==");
         assert_eq!(parse(entries_body([])), serde_json::json!([]));
+        let locked = Record {
+            lock: trireme_types::LockInfo {
+                index: 2,
+                session: Some(Bytes::from_static(b"adf4238a-882b-9ddc-4a9d-5b6758e4159e")),
+                delay_until_ms: 0,
+            },
+            ..record.clone()
+        };
+        let entry = &parse(entries_body([(&b"k"[..], &locked)]))[0];
+        assert_eq!(entry["LockIndex"], 2);
+        assert_eq!(entry["Session"], "adf4238a-882b-9ddc-4a9d-5b6758e4159e");
+        assert_eq!(
+            parse(entries_body([(&b"k"[..], &record)]))[0].get("Session"),
+            None
+        );
     }
 }

@@ -4,6 +4,7 @@ pub(crate) mod admin;
 pub(crate) mod documents;
 pub(crate) mod kv;
 pub(crate) mod metrics;
+pub(crate) mod session;
 pub(crate) mod status;
 pub(crate) mod txn;
 

@@ -4,8 +4,10 @@
 //! one log entry: each condition (`cas`, `check-index`, `check-not-exists`, `delete-cas`, and
 //! `get`'s "the key exists") is judged on the state the operations before it left, as Consul
 //! judges it, and if one fails everything the transaction did is undone. Every key must be in
-//! one shard: a `{hash tag}` keeps keys together. Prefix operations (`get-tree`,
-//! `delete-tree`) and session operations are refused.
+//! one shard: a `{hash tag}` keeps keys together. `lock`, `unlock` and `check-session` are
+//! conditions too (a lock that cannot be taken undoes the transaction); a `lock` first notes
+//! the key in its session's row, as an acquire does. Prefix operations (`get-tree`,
+//! `delete-tree`) are refused.
 
 use crate::routes::request_body;
 use crate::{ApiError, AppState};
@@ -20,7 +22,7 @@ use trireme_cluster::{
     Command, CommandResult, FromApplied, KeyCheck, PutCondition, PutOutcome, PutRequest, Records,
     TransactionRequest,
 };
-use trireme_types::{ErrorCode, Record, TriremeError};
+use trireme_types::{ErrorCode, LockOp, Record, TriremeError};
 
 /// One element of the request body: Consul also has `Node`, `Service` and `Check`
 /// operations, which are refused here.
@@ -49,6 +51,8 @@ struct KvOp {
     flags: u64,
     #[serde(default)]
     index: u64,
+    #[serde(default)]
+    session: String,
 }
 
 #[derive(Serialize)]
@@ -71,6 +75,8 @@ struct KvEntry {
     key: String,
     flags: u64,
     value: Option<String>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    session: Option<String>,
     create_index: u64,
     modify_index: u64,
 }
@@ -98,6 +104,8 @@ struct Condition {
     verb: &'static str,
     key: Bytes,
     check: KeyCheck,
+    /// The session of a lock operation.
+    session: String,
 }
 
 /// `PUT /v1/txn`.
@@ -126,6 +134,8 @@ pub(crate) async fn txn(
     let mut commands = Vec::new();
     let mut answers = Vec::new();
     let mut keys: Vec<(usize, Bytes)> = Vec::new();
+    // The `lock` operations: (operation, session, key), noted in their sessions first.
+    let mut locks: Vec<(usize, String, Bytes)> = Vec::new();
     for (i, op) in ops.into_iter().enumerate() {
         let kv = match op {
             TxnOp { kv: Some(kv), .. } => kv,
@@ -168,6 +178,7 @@ pub(crate) async fn txn(
                 verb: known_verb(&kv.verb),
                 key: key.clone(),
                 check,
+                session: String::new(),
             }));
         };
         let put = || {
@@ -226,9 +237,46 @@ pub(crate) async fn txn(
                 )));
             }
             "lock" | "unlock" | "check-session" => {
-                return Err(ApiError::invalid(format!(
-                    "operation {i}: {verb} needs sessions, which are not supported yet"
-                )));
+                if kv.session.is_empty() {
+                    return Err(ApiError::invalid(format!(
+                        "operation {i}: {verb} needs a Session"
+                    )));
+                }
+                let session = Bytes::from(kv.session.clone().into_bytes());
+                let op = match verb {
+                    "lock" => {
+                        locks.push((i, kv.session.clone(), key.clone()));
+                        LockOp::Acquire {
+                            session,
+                            value: value.clone(),
+                            flags: kv.flags,
+                        }
+                    }
+                    "unlock" => LockOp::Release {
+                        session,
+                        value: value.clone(),
+                        flags: kv.flags,
+                    },
+                    _ => LockOp::CheckHeld { session },
+                };
+                commands.push(Command::Lock {
+                    key: key.clone(),
+                    op,
+                });
+                answers.push(Answer::None);
+                conditions.resize_with(commands.len() - 1, || None);
+                conditions.push(Some(Condition {
+                    op: i,
+                    verb: known_verb(verb),
+                    key: key.clone(),
+                    check: KeyCheck::Exists,
+                    session: kv.session.clone(),
+                }));
+                commands.push(read());
+                answers.push(Answer::Read {
+                    key: kv.key.clone(),
+                    with_value: false,
+                });
             }
             other => {
                 return Err(ApiError::invalid(format!(
@@ -252,6 +300,18 @@ pub(crate) async fn txn(
                     String::from_utf8_lossy(first)
                 ),
             }]));
+        }
+    }
+    for (op, session, key) in locks {
+        match state.node.note_lock(&session, key).await {
+            Ok(()) => {}
+            Err(e) if e.to_client().code == ErrorCode::InvalidSession => {
+                return Ok(conflict(vec![TxnError {
+                    op_index: op,
+                    what: e.to_client().message,
+                }]));
+            }
+            Err(e) => return Err(e.into()),
         }
     }
     let request = TransactionRequest {
@@ -292,11 +352,19 @@ fn entry_of(answer: Answer, result: CommandResult) -> Result<Option<KvEntry>, Ap
         Answer::None => None,
         Answer::Written { key, flags } => {
             let outcome = PutOutcome::read(result)?;
+            let lock = outcome
+                .previous
+                .as_ref()
+                .map(|r| r.lock.clone())
+                .unwrap_or_default();
             Some(KvEntry {
-                lock_index: 0,
+                lock_index: lock.index,
                 key,
                 flags,
                 value: None,
+                session: lock
+                    .session
+                    .map(|s| String::from_utf8_lossy(&s).into_owned()),
                 create_index: outcome
                     .previous
                     .as_ref()
@@ -307,11 +375,16 @@ fn entry_of(answer: Answer, result: CommandResult) -> Result<Option<KvEntry>, Ap
         Answer::Read { key, with_value } => {
             let record: Option<Record> = Records::read(result)?.0.into_iter().next().flatten();
             record.map(|r| KvEntry {
-                lock_index: 0,
+                lock_index: r.lock.index,
                 key,
                 flags: r.flags,
                 value: (with_value && !r.value.is_empty())
                     .then(|| base64::engine::general_purpose::STANDARD.encode(&r.value)),
+                session: r
+                    .lock
+                    .session
+                    .as_ref()
+                    .map(|s| String::from_utf8_lossy(s).into_owned()),
                 create_index: r.create_index,
                 modify_index: r.modify_index,
             })
@@ -327,6 +400,9 @@ fn known_verb(verb: &str) -> &'static str {
         "check-index" => "check-index",
         "check-not-exists" => "check-not-exists",
         "delete-cas" => "delete-cas",
+        "lock" => "lock",
+        "unlock" => "unlock",
+        "check-session" => "check-session",
         _ => "other",
     }
 }
@@ -338,13 +414,26 @@ async fn failure_message(state: &AppState, condition: &Condition) -> String {
         "cas" => format!("failed to set key {key:?}, index is stale"),
         "delete-cas" => format!("failed to delete key {key:?}, index is stale"),
         "check-not-exists" => format!("key {key:?} exists"),
-        "check-index" => {
-            let current = state
-                .node
-                .get_record(&condition.key, trireme_cluster::ReadMode::Default)
+        "lock" => {
+            format!("failed to lock key {key:?}, lock is already held or the session has ended")
+        }
+        "unlock" => {
+            format!("failed to unlock key {key:?}, lock isn't held, or is held by another session")
+        }
+        "check-session" => {
+            let current = current_record(state, &condition.key)
                 .await
-                .ok()
-                .flatten()
+                .and_then(|r| r.lock.session)
+                .map(|s| String::from_utf8_lossy(&s).into_owned())
+                .unwrap_or_default();
+            format!(
+                "failed session check for key {key:?}, current session {current:?} != {:?}",
+                condition.session
+            )
+        }
+        "check-index" => {
+            let current = current_record(state, &condition.key)
+                .await
                 .map(|r| r.modify_index);
             match (condition.check, current) {
                 (KeyCheck::At(Some(expected)), Some(now)) => {
@@ -355,6 +444,16 @@ async fn failure_message(state: &AppState, condition: &Condition) -> String {
         }
         _ => format!("key {key:?} doesn't exist"),
     }
+}
+
+/// The key as it is now, to explain a failed condition (`None` if it cannot be read).
+async fn current_record(state: &AppState, key: &[u8]) -> Option<Record> {
+    state
+        .node
+        .get_record(key, trireme_cluster::ReadMode::Default)
+        .await
+        .ok()
+        .flatten()
 }
 
 fn conflict(errors: Vec<TxnError>) -> Response {

@@ -85,6 +85,8 @@ pub struct ClusterOptions {
     pub balance_leaders: bool,
     /// Lines of the `[cluster]` table of the nodes' config (automatic splits), if any.
     pub cluster: String,
+    /// Lines of the `[limits]` table of the nodes' config, if any.
+    pub limits: String,
 }
 
 impl Default for ClusterOptions {
@@ -98,6 +100,7 @@ impl Default for ClusterOptions {
             log: "info,openraft=error,openraft::raft::api::protocol=info".into(),
             balance_leaders: true,
             cluster: String::new(),
+            limits: String::new(),
         }
     }
 }
@@ -113,6 +116,9 @@ impl ClusterOptions {
         );
         if !self.cluster.is_empty() {
             toml.push_str(&format!("[cluster]\n{}\n", self.cluster));
+        }
+        if !self.limits.is_empty() {
+            toml.push_str(&format!("[limits]\n{}\n", self.limits));
         }
         toml
     }
