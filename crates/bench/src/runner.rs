@@ -452,9 +452,12 @@ impl Worker {
             self.keygen.next_index(&mut self.rng)
         };
         let key = KeyGenerator::key(index);
-        // A cas writes too: it needs a value of the scenario's size like put and update.
-        let value = matches!(op, Operation::Put | Operation::Update | Operation::Cas)
-            .then(|| self.values.next_value(&mut self.rng));
+        // A cas and a txn write too: they need a value of the scenario's size like put.
+        let value = matches!(
+            op,
+            Operation::Put | Operation::Update | Operation::Cas | Operation::Txn
+        )
+        .then(|| self.values.next_value(&mut self.rng));
         let start = Instant::now();
         let result = self
             .driver

@@ -72,11 +72,14 @@ pub enum Operation {
     Search,
     /// Compare-and-set: read, then conditionally write (YCSB read-modify-write).
     Cas,
+    /// A Consul transaction (`PUT /v1/txn`) of four `set`s, on keys that share the drawn
+    /// key's hash tag (`{key}/0` to `{key}/3`), so one shard applies them together.
+    Txn,
 }
 
 impl Operation {
     /// Every operation, in the order of the `[operations]` table.
-    pub const ALL: [Operation; 7] = [
+    pub const ALL: [Operation; 8] = [
         Operation::Get,
         Operation::Put,
         Operation::Delete,
@@ -84,6 +87,7 @@ impl Operation {
         Operation::List,
         Operation::Search,
         Operation::Cas,
+        Operation::Txn,
     ];
 
     /// The lowercase name used in scenario files and reports.
@@ -97,6 +101,7 @@ impl Operation {
             Operation::List => "list",
             Operation::Search => "search",
             Operation::Cas => "cas",
+            Operation::Txn => "txn",
         }
     }
 }
@@ -132,6 +137,9 @@ pub struct OperationWeights {
     /// Weight of `cas`.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub cas: Option<u32>,
+    /// Weight of `txn`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub txn: Option<u32>,
 }
 
 impl OperationWeights {
@@ -146,6 +154,7 @@ impl OperationWeights {
             Operation::List => self.list,
             Operation::Search => self.search,
             Operation::Cas => self.cas,
+            Operation::Txn => self.txn,
         };
         w.unwrap_or(0)
     }

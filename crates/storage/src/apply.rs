@@ -1174,6 +1174,55 @@ mod tests {
     }
 
     #[test]
+    fn transactions_sharing_an_entry_apply_or_undo_each_on_its_own() {
+        let dir = tempfile::tempdir().unwrap();
+        let storage = Storage::open(dir.path(), &StorageOptions::default()).unwrap();
+        let key = |k: &str| Bytes::copy_from_slice(k.as_bytes());
+        let guarded = |k: &str, expected: Option<u64>| Command::Transaction {
+            watches: vec![(key(k), KeyCheck::At(expected))],
+            commands: vec![
+                put(k, "txn", PutCondition::Always, TtlUpdate::Clear),
+                put(
+                    &format!("{k}-side"),
+                    "txn",
+                    PutCondition::Always,
+                    TtlUpdate::Clear,
+                ),
+            ],
+        };
+        // One entry (index 1): a put, a transaction whose watch fails (b exists at no
+        // index yet seen: it expects index 7), one whose watch holds (c is missing).
+        let results = run(
+            &storage,
+            1,
+            &[cmd(
+                1,
+                Command::Batch(vec![
+                    put("a", "plain", PutCondition::Always, TtlUpdate::Clear),
+                    guarded("b", Some(7)),
+                    guarded("c", None),
+                ]),
+            )],
+        );
+        let CommandResult::Batch(results) = &results[0] else {
+            panic!("{results:?}");
+        };
+        assert_eq!(results[1], CommandResult::Transaction(Err(0)));
+        assert!(matches!(results[2], CommandResult::Transaction(Ok(_))));
+        assert_eq!(
+            storage.get(0, b"a", 1).unwrap().unwrap().value,
+            key("plain")
+        );
+        assert_eq!(storage.get(0, b"b", 1).unwrap(), None);
+        assert_eq!(storage.get(0, b"b-side", 1).unwrap(), None);
+        assert_eq!(storage.get(0, b"c", 1).unwrap().unwrap().value, key("txn"));
+        assert_eq!(
+            storage.get(0, b"c-side", 1).unwrap().unwrap().value,
+            key("txn")
+        );
+    }
+
+    #[test]
     fn expiry_follows_the_command_clock() {
         let dir = tempfile::tempdir().unwrap();
         let storage = Storage::open(dir.path(), &StorageOptions::default()).unwrap();

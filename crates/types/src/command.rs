@@ -311,13 +311,15 @@ impl Command {
 
     /// Whether the command names every key it writes, so it can share a log entry with
     /// others; a prefix delete (whose keys are known only when applied) or a batch cannot.
+    /// A transaction can: it is applied whole or undone whole where it stands in the entry,
+    /// and one in-flight entry per shard would otherwise serialize every transaction behind
+    /// its own fdatasync.
     pub fn can_share_an_entry(&self) -> bool {
         !matches!(
             self,
             Command::DeletePrefix { .. }
                 | Command::Batch(_)
                 | Command::Split { .. }
-                | Command::Transaction { .. }
                 | Command::Check { .. }
         )
     }

@@ -194,7 +194,7 @@ impl EtcdDriver {
     /// way to do (it cannot look inside values).
     #[must_use]
     pub fn supports(op: Operation) -> bool {
-        op != Operation::Search
+        !matches!(op, Operation::Search | Operation::Txn)
     }
 
     /// POSTs `request` as JSON to `path` and parses the 2xx answer as `T`; any other status
@@ -335,7 +335,9 @@ impl EtcdDriver {
                 }
             }
             Operation::List => self.list(key, scan_prefix(key), LIST_LIMIT).await.map(drop),
-            Operation::Search => Err(DriverError::Unsupported { op, driver: "etcd" }),
+            Operation::Search | Operation::Txn => {
+                Err(DriverError::Unsupported { op, driver: "etcd" })
+            }
         }
     }
 }

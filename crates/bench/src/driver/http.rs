@@ -56,6 +56,27 @@ impl HttpDriver {
         op != Operation::Search
     }
 
+    /// A transaction of four `set`s on `{key}/0` to `{key}/3` (one shard: the braces make
+    /// `key` their hash tag); a 409 is a [`DriverError::Conflict`].
+    pub async fn txn(&mut self, key: &str, value: &[u8]) -> Result<(), DriverError> {
+        use base64::Engine as _;
+        let value = base64::engine::general_purpose::STANDARD.encode(value);
+        let ops: Vec<serde_json::Value> = (0..4)
+            .map(|i| {
+                serde_json::json!({"KV": {"Verb": "set", "Key": format!("{{{key}}}/{i}"), "Value": value}})
+            })
+            .collect();
+        let body = serde_json::to_vec(&ops)
+            .map_err(|e| DriverError::Protocol(format!("cannot encode a transaction: {e}")))?;
+        match self.request("PUT", "/v1/txn", &body).await? {
+            (200, _) => Ok(()),
+            (409, body) => Err(DriverError::Conflict(
+                String::from_utf8_lossy(&body).into_owned(),
+            )),
+            (status, body) => Err(Self::unexpected(status, &body)),
+        }
+    }
+
     /// Sends one request and returns the status and body. Any failure drops the connection;
     /// the next request opens a new one.
     pub async fn request(
@@ -160,6 +181,7 @@ impl HttpDriver {
                 }
             }
             Operation::List => self.list(list_prefix(key)).await.map(drop),
+            Operation::Txn => self.txn(key, value).await,
             Operation::Search => Err(DriverError::Unsupported {
                 op,
                 driver: "consul",

@@ -62,10 +62,10 @@ impl OrchestrateDriver {
         &self.target
     }
 
-    /// Every operation has a documents-API counterpart.
+    /// Every operation but `txn` has a documents-API counterpart.
     #[must_use]
-    pub fn supports(_op: Operation) -> bool {
-        true
+    pub fn supports(op: Operation) -> bool {
+        op != Operation::Txn
     }
 
     /// The read mode as a query parameter after `separator` (`?` or `&`); empty by default.
@@ -225,6 +225,10 @@ impl OrchestrateDriver {
                 let group = rng.random_range(0..GROUPS);
                 self.search(&format!("group:g{group}"), 10).await.map(drop)
             }
+            Operation::Txn => Err(DriverError::Unsupported {
+                op,
+                driver: "orchestrate",
+            }),
         }
     }
 }

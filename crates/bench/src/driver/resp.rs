@@ -210,7 +210,7 @@ impl RespDriver {
             Operation::Put => self.put(key, value).await,
             Operation::Update => self.update(key, value).await,
             Operation::Delete => self.delete(key).await.map(drop),
-            Operation::List | Operation::Search | Operation::Cas => {
+            Operation::List | Operation::Search | Operation::Cas | Operation::Txn => {
                 Err(DriverError::Unsupported { op, driver: "resp" })
             }
         }
