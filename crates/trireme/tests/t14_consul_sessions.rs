@@ -239,6 +239,75 @@ async fn a_killed_holders_lock_goes_to_the_next_contender_after_its_ttl() {
     .await;
 }
 
+/// Sends `signal` to a client this test started, by its PID.
+fn signal(child: &Child, signal: rustix::process::Signal) {
+    let pid = child
+        .id()
+        .and_then(|id| rustix::process::Pid::from_raw(id as i32))
+        .expect("the client's PID");
+    rustix::process::kill_process(pid, signal).expect("signal the client");
+}
+
+fn unix_ns() -> u64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_nanos() as u64)
+}
+
+/// A holder paused (SIGSTOP) while it holds the lock stops renewing its session (TTL 1 s,
+/// renewed every 0.5 s, lock-delay 1 s). The lock must not go to anyone while the paused
+/// holder's session could still be valid and its lock-delay run: not before 2×TTL after its
+/// last renewal (at most 0.5 s before the pause) plus the delay, 2.5 s after the pause.
+/// Resumed, the holder learns that it lost the lock.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_paused_holders_lock_waits_for_its_session_and_lock_delay() {
+    let out = tempfile::tempdir().expect("temp dir");
+    let binary = clients::go_build("consul/lock", out.path()).await;
+    let c = TestCluster::start(short_ttls()).await;
+    bounded(Duration::from_secs(120), async {
+        let (holder, mut holder_lines) = spawn(lock_client(
+            &binary,
+            &[
+                "hold-renewing",
+                &addr(c.node(0)),
+                "service/leader",
+                "H",
+                "1s",
+            ],
+        ));
+        assert_eq!(
+            next_event(&mut holder_lines, "the holder's lock")
+                .await
+                .event,
+            "acquired"
+        );
+        signal(&holder, rustix::process::Signal::STOP);
+        let paused_at = unix_ns();
+        let (_contender, mut lines) = spawn(lock_client(
+            &binary,
+            &[
+                "contend",
+                &addr(c.node(1)),
+                "service/leader",
+                "N",
+                "1",
+                "100000",
+            ],
+        ));
+        let next = next_event(&mut lines, "the contender's lock").await;
+        assert_eq!(next.event, "acquired");
+        let after = Duration::from_nanos(next.at_ns.saturating_sub(paused_at));
+        assert!(
+            after >= Duration::from_millis(2500),
+            "granted {after:?} after the pause"
+        );
+        signal(&holder, rustix::process::Signal::CONT);
+        let lost = next_event(&mut holder_lines, "the holder learning of its loss").await;
+        assert_eq!(lost.event, "lost");
+    })
+    .await;
+}
+
 /// The node the holder talks to is killed: the holder can no longer renew its session,
 /// which ends after its TTL, and the lock goes to a contender on another node.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -8,6 +8,9 @@
 //	                                            with api.Lock's own session (TTL default 15s)
 //	lock hold ADDR KEY NAME TTL                 take the lock with a session of TTL, then wait
 //	                                            until killed (its session is never renewed)
+//	lock hold-renewing ADDR KEY NAME TTL        take the lock with a session of TTL that it
+//	                                            renews (api's RenewPeriodic), then wait: prints
+//	                                            "lost" if the lock is lost (after a pause)
 //	lock semaphore ADDR PREFIX NAME LIMIT ROUNDS HOLD_MS
 //
 // Prints one JSON line per event, {"name", "event", "unix_ns"}: "acquired" and "releasing"
@@ -95,6 +98,26 @@ func main() {
 		if err != nil {
 			fail(err)
 		}
+		lock, err := client.LockOpts(&api.LockOptions{Key: key, Value: []byte(name), Session: id})
+		if err != nil {
+			fail(err)
+		}
+		lost, err := lock.Lock(nil)
+		if err != nil || lost == nil {
+			fail(fmt.Errorf("lock: %v", err))
+		}
+		event(name, "acquired")
+		<-lost
+		event(name, "lost")
+		select {}
+	case "hold-renewing":
+		key, name, ttl := os.Args[3], os.Args[4], os.Args[5]
+		session := client.Session()
+		id, _, err := session.Create(&api.SessionEntry{Name: name, TTL: ttl, LockDelay: time.Second}, nil)
+		if err != nil {
+			fail(err)
+		}
+		go session.RenewPeriodic(ttl, id, nil, make(chan struct{}))
 		lock, err := client.LockOpts(&api.LockOptions{Key: key, Value: []byte(name), Session: id})
 		if err != nil {
 			fail(err)
