@@ -33,7 +33,7 @@ type Built struct {
 func BuildOperations(recs []Record) Built {
 	var b Built
 	for _, r := range recs {
-		if r.Status == statusFail {
+		if r.Status == statusFail || !registerOp(r.Op) {
 			continue
 		}
 		if r.Op == opRead && r.Mode == modeStale {
@@ -146,35 +146,54 @@ func CheckLinearizable(ops []porcupine.Operation, timeout time.Duration) LinResu
 	res, info := porcupine.CheckOperationsVerbose(registerModel, ops, timeout)
 	out := LinResult{Keys: len(keys), IllegalKeys: []string{}, Ops: ops, Info: info}
 	out.TimedOut = timeout > 0 && time.Since(start) >= timeout
+	// Partitions come back in sorted key order (partitionByKey).
+	out.Verdict, out.IllegalKeys = judge(res, info, ops, keys, func(op porcupine.Operation) string {
+		return op.Input.(regInput).Key
+	})
+	if out.Verdict == verdictUnknown {
+		out.TimedOut = true
+	}
+	return out
+}
+
+// judge turns porcupine's result into a verdict and, when illegal, the names
+// of the partitions at fault. names are the partitions in the order the
+// model's Partition returned them; nameOf names an operation's partition.
+func judge(res porcupine.CheckResult, info porcupine.LinearizationInfo, ops []porcupine.Operation,
+	names []string, nameOf func(porcupine.Operation) string) (string, []string) {
 	switch res {
 	case porcupine.Ok:
-		out.Verdict = verdictOk
+		return verdictOk, []string{}
 	case porcupine.Illegal:
-		out.Verdict = verdictIllegal
-		// Partitions come back in sorted key order (partitionByKey); a key
-		// is illegal when no partial linearization covers all its ops.
 		sizes := map[string]int{}
 		for _, op := range ops {
-			sizes[op.Input.(regInput).Key]++
+			sizes[nameOf(op)]++
 		}
-		partials := info.PartialLinearizations()
-		for i, k := range keys {
-			complete := false
-			if i < len(partials) {
-				for _, p := range partials[i] {
-					if len(p) == sizes[k] {
-						complete = true
-						break
-					}
+		return verdictIllegal, incompletePartitions(names, sizes, info)
+	default:
+		return verdictUnknown, []string{}
+	}
+}
+
+// incompletePartitions names the partitions (given in the order the model's
+// Partition returned them, with their sizes) that no partial linearization
+// covers whole: the illegal ones.
+func incompletePartitions(names []string, sizes map[string]int, info porcupine.LinearizationInfo) []string {
+	out := []string{}
+	partials := info.PartialLinearizations()
+	for i, name := range names {
+		complete := false
+		if i < len(partials) {
+			for _, p := range partials[i] {
+				if len(p) == sizes[name] {
+					complete = true
+					break
 				}
 			}
-			if !complete {
-				out.IllegalKeys = append(out.IllegalKeys, k)
-			}
 		}
-	default:
-		out.Verdict = verdictUnknown
-		out.TimedOut = true
+		if !complete {
+			out = append(out, name)
+		}
 	}
 	return out
 }

@@ -94,7 +94,8 @@ func TestSequentialLegal(t *testing.T) {
 		read(0, "a", nil, 120, 130),
 	)
 	expectVerdict(t, rep, verdictOk, 0)
-	want := Summary{Ops: 7, CheckedOps: 7, Keys: 1, Linearizable: "ok", IllegalKeys: []string{}}
+	want := Summary{Ops: 7, CheckedOps: 7, Keys: 1, Linearizable: "ok", IllegalKeys: []string{},
+		TxnLinearizable: "ok", IllegalGroups: []string{}}
 	if !reflect.DeepEqual(rep.Summary, want) {
 		t.Fatalf("summary = %+v, want %+v", rep.Summary, want)
 	}
@@ -475,7 +476,8 @@ func TestRunWritesVisualizationOnViolation(t *testing.T) {
 		t.Fatalf("stdout %q: %v", stdout.String(), err)
 	}
 	want := Summary{Ops: 9, CheckedOps: 6, Keys: 2, StaleReads: 3, Linearizable: "illegal",
-		IllegalKeys: []string{"a"}, StaleViolations: 1, UnknownWrites: 1}
+		IllegalKeys: []string{"a"}, StaleViolations: 1, UnknownWrites: 1,
+		TxnLinearizable: "ok", IllegalGroups: []string{}}
 	if !reflect.DeepEqual(s, want) {
 		t.Fatalf("summary = %+v, want %+v", s, want)
 	}
@@ -503,7 +505,8 @@ func TestRunOkWritesNothing(t *testing.T) {
 	if code := run([]string{"--out", out, p}, nil, &stdout, &stderr); code != 0 {
 		t.Fatalf("exit = %d; stderr %s", code, stderr.String())
 	}
-	want := `{"ops":2,"checked_ops":2,"keys":1,"stale_reads":0,"linearizable":"ok","illegal_keys":[],"stale_violations":0,"unknown_writes":0}` + "\n"
+	want := `{"ops":2,"checked_ops":2,"keys":1,"stale_reads":0,"linearizable":"ok","illegal_keys":[],"stale_violations":0,"unknown_writes":0,` +
+		`"txns":0,"txn_groups":0,"txn_linearizable":"ok","illegal_groups":[],"lock_holds":0,"lock_violations":0}` + "\n"
 	if stdout.String() != want {
 		t.Fatalf("stdout = %q, want %q", stdout.String(), want)
 	}

@@ -16,6 +16,16 @@ const (
 	opCas    = "cas"
 	opDelete = "delete"
 
+	// Multi-key transactions (see txn.go).
+	opTxn = "txn"
+
+	// Locks and the sessions that hold them (see lock.go).
+	opAcquire        = "acquire"
+	opRelease        = "release"
+	opRenew          = "renew"
+	opSessionCreate  = "session-create"
+	opSessionDestroy = "session-destroy"
+
 	statusOk      = "ok"
 	statusFail    = "fail"
 	statusUnknown = "unknown"
@@ -27,20 +37,33 @@ const (
 
 // Record is one validated line of a history file.
 type Record struct {
-	Line   int    // 1-based line number in the file
-	Client int64  // client id
-	Node   string // node the request was sent to
-	Proto  string // "http" or "resp" (informational)
-	Op     string // read, write, cas, delete
-	Key    string
+	Line   int     // 1-based line number in the file
+	Client int64   // client id
+	Node   string  // node the request was sent to
+	Proto  string  // "http" or "resp" (informational)
+	Op     string  // read, write, cas, delete, txn, acquire, release, renew, session-*
+	Key    string  // txn: the group of keys it works on; session ops: may be empty
 	Mode   string  // reads only: default, consistent, stale
 	Value  *string // read: value read (nil = absent); write/cas: value written
 	Expect *string // cas only: required current value (nil = key must be absent)
-	Result bool    // cas only, status ok: whether it applied
+	Result bool    // cas, txn, acquire, release with status ok: whether it applied
 	Index  *int64  // reads only: ModifyIndex of the record read, if known
 	Status string  // ok, fail, unknown
 	Call   int64
 	Return int64
+
+	Txn     []TxnStep // txn only: its operations, in order
+	Session string    // lock and session ops: the session
+	Lease   int64     // session-create: how long after a successful create or renew call no other session may take a lock this one holds (ns)
+}
+
+// TxnStep is one operation of a transaction: get (Value is what it read when
+// the transaction applied), set (Value is written), delete, or
+// check-not-exists.
+type TxnStep struct {
+	Verb  string  `json:"verb"`
+	Key   string  `json:"key"`
+	Value *string `json:"value"`
 }
 
 // optString is a JSON string that may be null or missing.
@@ -82,6 +105,10 @@ type rawRecord struct {
 	Status *string   `json:"status"`
 	Call   *int64    `json:"call"`
 	Return *int64    `json:"return"`
+
+	Txn     []TxnStep `json:"txn"`
+	Session *string   `json:"session"`
+	Lease   *int64    `json:"lease"`
 }
 
 // InputError is a malformed history line.
@@ -130,7 +157,7 @@ func parseLine(text []byte, line int) (Record, error) {
 		return bad("missing \"client\"")
 	case raw.Op == nil:
 		return bad("missing \"op\"")
-	case raw.Key == nil:
+	case raw.Key == nil && !sessionOp(*raw.Op):
 		return bad("missing \"key\"")
 	case raw.Status == nil:
 		return bad("missing \"status\"")
@@ -145,10 +172,12 @@ func parseLine(text []byte, line int) (Record, error) {
 		Node:   raw.Node,
 		Proto:  raw.Proto,
 		Op:     *raw.Op,
-		Key:    *raw.Key,
 		Status: *raw.Status,
 		Call:   *raw.Call,
 		Return: *raw.Return,
+	}
+	if raw.Key != nil {
+		rec.Key = *raw.Key
 	}
 	if rec.Return < rec.Call {
 		return bad("\"return\" (%d) is before \"call\" (%d)", rec.Return, rec.Call)
@@ -189,8 +218,57 @@ func parseLine(text []byte, line int) (Record, error) {
 			rec.Result = *raw.Result
 		}
 	case opDelete:
+	case opTxn:
+		if len(raw.Txn) == 0 {
+			return bad("txn without its \"txn\" operations")
+		}
+		for i, step := range raw.Txn {
+			switch step.Verb {
+			case verbGet, verbDelete, verbCheckNotExists:
+			case verbSet:
+				if step.Value == nil {
+					return bad("txn operation %d: set without a \"value\"", i)
+				}
+			default:
+				return bad("txn operation %d: unknown \"verb\" %q (want get, set, delete or check-not-exists)", i, step.Verb)
+			}
+		}
+		rec.Txn = raw.Txn
+		if rec.Status == statusOk {
+			if raw.Result == nil {
+				return bad("completed txn without a \"result\"")
+			}
+			rec.Result = *raw.Result
+		}
+	case opAcquire, opRelease, opRenew, opSessionCreate, opSessionDestroy:
+		if raw.Session == nil || *raw.Session == "" {
+			return bad("%s without a \"session\"", rec.Op)
+		}
+		rec.Session = *raw.Session
+		if (rec.Op == opAcquire || rec.Op == opRelease) && rec.Status == statusOk {
+			if raw.Result == nil {
+				return bad("completed %s without a \"result\"", rec.Op)
+			}
+			rec.Result = *raw.Result
+		}
+		if rec.Op == opSessionCreate && rec.Status == statusOk {
+			if raw.Lease == nil || *raw.Lease <= 0 {
+				return bad("completed session-create without a positive \"lease\"")
+			}
+			rec.Lease = *raw.Lease
+		}
 	default:
-		return bad("unknown \"op\" %q (want read, write, cas or delete)", rec.Op)
+		return bad("unknown \"op\" %q (want read, write, cas, delete, txn, acquire, release, renew, session-create or session-destroy)", rec.Op)
 	}
 	return rec, nil
+}
+
+// sessionOp tells the operations that need no key.
+func sessionOp(op string) bool {
+	return op == opRenew || op == opSessionCreate || op == opSessionDestroy
+}
+
+// registerOp tells the operations of the single-key register model.
+func registerOp(op string) bool {
+	return op == opRead || op == opWrite || op == opCas || op == opDelete
 }

@@ -1,5 +1,7 @@
 // Command checker checks a history recorded by Trireme's chaos runner for
-// linearizability (with porcupine) and for monotonic stale reads.
+// linearizability (with porcupine) of single keys and of multi-key
+// transactions, for monotonic stale reads, and for locks never held by two
+// sessions at once.
 //
 // Usage:
 //
@@ -15,15 +17,27 @@
 //   - client (int, required): client id. A client issues one operation at a time.
 //   - node (string): the node the request was sent to.
 //   - proto (string): "http" or "resp" (informational).
-//   - op (required): "read" | "write" | "cas" | "delete".
-//   - key (string, required).
+//   - op (required): "read" | "write" | "cas" | "delete" | "txn" | "acquire" |
+//     "release" | "renew" | "session-create" | "session-destroy".
+//   - key (string, required but for renew and session-*): txn: the name of
+//     the group of keys it works on (a group's keys are changed only by txns);
+//     acquire, release: the lock's key.
 //   - mode (reads only, required for reads): "default" | "consistent" | "stale".
 //   - value: read: the value read, or null when the key was absent; write:
 //     the value written; cas: the new value; absent/null for delete. A read's
 //     missing value counts as null.
 //   - expect (cas only): the value the key must hold for the cas to apply, or
 //     null (or missing) meaning the key must be absent (create-only).
-//   - result (cas only, bool, required when status is "ok"): whether it applied.
+//   - result (cas, txn, acquire, release; bool, required when status is "ok"):
+//     whether it applied (took the lock, released it).
+//   - txn (txn only): its operations in order, each {"verb", "key", "value"}:
+//     get (value: what it read, when the txn applied), set (value: written),
+//     delete, check-not-exists. A get of an absent key or a check-not-exists
+//     of a present one fails the txn, which then changes nothing.
+//   - session (acquire, release, renew, session-*): the session id.
+//   - lease (session-create, int ns, required when status is "ok"): how long
+//     after the call of a successful create or renew no other session may
+//     take a lock this one holds.
 //   - index (reads only, int or null): the record's ModifyIndex when known.
 //   - status (required): "ok" (completed, result known), "fail" (certainly
 //     did not take effect), "unknown" (timed out or connection broke: a
@@ -45,14 +59,21 @@
 //  2. Monotonic stale reads: for each (client, node, key), completed stale
 //     reads with a non-null index must not see the index decrease in call
 //     order (with --monotonic-all-modes, reads of every mode take part).
+//  3. Linearizability of the txns against a model of each group's keys
+//     (partitioned by group), failed and unknown ones as in 1.
+//  4. Locks: the spans in which a session certainly held a lock (lock.go)
+//     must not overlap between sessions.
 //
 // Output: one JSON summary line on stdout,
 //
-//	{"ops":N,"checked_ops":M,"keys":K,"stale_reads":S,"linearizable":"ok"|"illegal"|"unknown","illegal_keys":[...],"stale_violations":V,"unknown_writes":U}
+//	{"ops":N,"checked_ops":M,"keys":K,"stale_reads":S,"linearizable":"ok"|"illegal"|"unknown","illegal_keys":[...],"stale_violations":V,"unknown_writes":U,
+//	 "txns":T,"txn_groups":G,"txn_linearizable":"ok"|"illegal"|"unknown","illegal_groups":[...],"lock_holds":H,"lock_violations":L}
 //
-// and a human summary on stderr. With --out DIR the keys found illegal are
-// drawn (porcupine's visualization) to DIR/linearizability.html, and stale
-// violations are listed one JSON object a line in DIR/stale_violations.jsonl.
+// and a human summary on stderr. With --out DIR, on a violation, the keys
+// found illegal are drawn (porcupine's visualization) to
+// DIR/linearizability.html, the transactions to DIR/transactions.html, and
+// stale and lock violations are listed one JSON object a line in
+// DIR/stale_violations.jsonl and DIR/lock_violations.jsonl.
 //
 // Exit status: 0 linearizable and no stale violation; 1 a violation; 2 the
 // check timed out (and found no violation), or bad usage or input.
@@ -82,6 +103,12 @@ type Summary struct {
 	IllegalKeys     []string `json:"illegal_keys"`
 	StaleViolations int      `json:"stale_violations"`
 	UnknownWrites   int      `json:"unknown_writes"`
+	Txns            int      `json:"txns"`
+	TxnGroups       int      `json:"txn_groups"`
+	TxnLinearizable string   `json:"txn_linearizable"`
+	IllegalGroups   []string `json:"illegal_groups"`
+	LockHolds       int      `json:"lock_holds"`
+	LockViolations  int      `json:"lock_violations"`
 }
 
 // Options controls a check.
@@ -95,25 +122,30 @@ type Report struct {
 	Summary    Summary
 	Lin        LinResult
 	Violations []StaleViolation
+	Txn        TxnResult
+	Locks      []LockViolation
 }
 
 // ExitCode is 1 on any violation, 2 when the check timed out without finding
 // one, 0 otherwise.
 func (r Report) ExitCode() int {
 	switch {
-	case r.Lin.Verdict == verdictIllegal || len(r.Violations) > 0:
+	case r.Lin.Verdict == verdictIllegal || len(r.Violations) > 0 ||
+		r.Txn.Verdict == verdictIllegal || len(r.Locks) > 0:
 		return 1
-	case r.Lin.Verdict == verdictUnknown:
+	case r.Lin.Verdict == verdictUnknown || r.Txn.Verdict == verdictUnknown:
 		return 2
 	}
 	return 0
 }
 
-// Analyze runs both checks over parsed records.
+// Analyze runs every check over parsed records.
 func Analyze(recs []Record, opts Options) Report {
 	built := BuildOperations(recs)
 	lin := CheckLinearizable(built.Ops, opts.Timeout)
 	viol := CheckMonotonicReads(recs, opts.MonotonicAllModes)
+	txn := CheckTransactions(recs, opts.Timeout)
+	holds, locks := CheckLocks(recs)
 	return Report{
 		Summary: Summary{
 			Ops:             len(recs),
@@ -124,9 +156,17 @@ func Analyze(recs []Record, opts Options) Report {
 			IllegalKeys:     lin.IllegalKeys,
 			StaleViolations: len(viol),
 			UnknownWrites:   built.UnknownWrites,
+			Txns:            txn.Ops,
+			TxnGroups:       txn.Groups,
+			TxnLinearizable: txn.Verdict,
+			IllegalGroups:   txn.IllegalGroups,
+			LockHolds:       len(holds),
+			LockViolations:  len(locks),
 		},
 		Lin:        lin,
 		Violations: viol,
+		Txn:        txn,
+		Locks:      locks,
 	}
 }
 
@@ -203,6 +243,20 @@ func printHuman(w io.Writer, rep Report, timeout time.Duration) {
 		fmt.Fprintf(w, "  client %d on node %s, key %s: index %d (line %d) after index %d (line %d)\n",
 			v.Client, v.Node, v.Key, v.LaterIndex, v.LaterLine, v.EarlierIndex, v.EarlierLine)
 	}
+	switch s.TxnLinearizable {
+	case verdictOk:
+		fmt.Fprintf(w, "transactions: %d over %d groups, linearizable\n", s.Txns, s.TxnGroups)
+	case verdictIllegal:
+		fmt.Fprintf(w, "transactions: ILLEGAL in %d group(s): %s\n", len(s.IllegalGroups), strings.Join(s.IllegalGroups, ", "))
+	default:
+		fmt.Fprintf(w, "transactions: UNKNOWN (no verdict within %v; raise --timeout)\n", timeout)
+	}
+	fmt.Fprintf(w, "locks: %d certain holds, %d overlap(s)\n", s.LockHolds, len(rep.Locks))
+	for _, v := range rep.Locks {
+		fmt.Fprintf(w, "  key %s: session %s (client %d, line %d) held it until %d, session %s (client %d, line %d) from %d\n",
+			v.Key, v.First.Session, v.First.Client, v.First.Line, v.First.To,
+			v.Second.Session, v.Second.Client, v.Second.Line, v.Second.From)
+	}
 }
 
 // illegalInfo checks the illegal keys again on their own, so that the
@@ -220,37 +274,49 @@ func illegalInfo(lin LinResult, timeout time.Duration) porcupine.LinearizationIn
 	return info
 }
 
-// writeArtifacts writes the visualization of an illegal history and the list
-// of stale violations, when there are any.
+// writeArtifacts writes the visualization of an illegal history and the lists
+// of stale and lock violations, when there are any.
 func writeArtifacts(dir string, rep Report, timeout time.Duration, stderr io.Writer) error {
-	if rep.Lin.Verdict != verdictIllegal && len(rep.Violations) == 0 {
+	if rep.ExitCode() != 1 {
 		return nil
 	}
 	if err := os.MkdirAll(dir, 0o755); err != nil {
 		return err
 	}
 	var errs []error
-	if rep.Lin.Verdict == verdictIllegal {
-		p := filepath.Join(dir, "linearizability.html")
-		if err := porcupine.VisualizePath(registerModel, illegalInfo(rep.Lin, timeout), p); err != nil {
+	written := func(p string, err error) {
+		if err != nil {
 			errs = append(errs, fmt.Errorf("writing %s: %w", p, err))
 		} else {
-			fmt.Fprintf(stderr, "visualization: %s\n", p)
+			fmt.Fprintf(stderr, "written: %s\n", p)
 		}
+	}
+	if rep.Lin.Verdict == verdictIllegal {
+		p := filepath.Join(dir, "linearizability.html")
+		written(p, porcupine.VisualizePath(registerModel, illegalInfo(rep.Lin, timeout), p))
+	}
+	if rep.Txn.Verdict == verdictIllegal {
+		p := filepath.Join(dir, "transactions.html")
+		written(p, porcupine.VisualizePath(txnModel, rep.Txn.Info, p))
 	}
 	if len(rep.Violations) > 0 {
 		p := filepath.Join(dir, "stale_violations.jsonl")
-		var b strings.Builder
-		for _, v := range rep.Violations {
-			line, _ := json.Marshal(v)
-			b.Write(line)
-			b.WriteByte('\n')
-		}
-		if err := os.WriteFile(p, []byte(b.String()), 0o644); err != nil {
-			errs = append(errs, fmt.Errorf("writing %s: %w", p, err))
-		} else {
-			fmt.Fprintf(stderr, "stale violations: %s\n", p)
-		}
+		written(p, writeLines(p, rep.Violations))
+	}
+	if len(rep.Locks) > 0 {
+		p := filepath.Join(dir, "lock_violations.jsonl")
+		written(p, writeLines(p, rep.Locks))
 	}
 	return errors.Join(errs...)
+}
+
+// writeLines writes one JSON object a line.
+func writeLines[T any](path string, items []T) error {
+	var b strings.Builder
+	for _, item := range items {
+		line, _ := json.Marshal(item)
+		b.Write(line)
+		b.WriteByte('\n')
+	}
+	return os.WriteFile(path, []byte(b.String()), 0o644)
 }

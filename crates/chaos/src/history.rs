@@ -11,7 +11,7 @@ use crate::ChaosError;
 
 /// What an operation did.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(rename_all = "lowercase")]
+#[serde(rename_all = "kebab-case")]
 pub enum OpKind {
     /// GET (HTTP or RESP).
     Read,
@@ -21,6 +21,29 @@ pub enum OpKind {
     Cas,
     /// DELETE / DEL.
     Delete,
+    /// `PUT /v1/txn` on the keys of one group (`key` names the group).
+    Txn,
+    /// `PUT ?acquire=` of a lock key.
+    Acquire,
+    /// `PUT ?release=` of a lock key.
+    Release,
+    /// `PUT /v1/session/renew`.
+    Renew,
+    /// `PUT /v1/session/create`.
+    SessionCreate,
+    /// `PUT /v1/session/destroy`.
+    SessionDestroy,
+}
+
+/// One operation of a transaction, as the checker reads it.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct TxnStep {
+    /// `get`, `set`, `delete` or `check-not-exists`.
+    pub verb: String,
+    /// The key.
+    pub key: String,
+    /// Set: the value written. Get: the value read (when the transaction applied).
+    pub value: Option<String>,
 }
 
 /// How an operation ended.
@@ -56,7 +79,8 @@ pub struct Event {
     /// Cas: the value the key had to hold (None = absent: create only).
     #[serde(skip_serializing_if = "Option::is_none", default)]
     pub expect: Option<String>,
-    /// Cas: whether it applied.
+    /// Cas and txn: whether it applied. Acquire and release: whether the lock was taken or
+    /// released.
     #[serde(skip_serializing_if = "Option::is_none", default)]
     pub result: Option<bool>,
     /// HTTP reads that found a value: its ModifyIndex.
@@ -69,6 +93,41 @@ pub struct Event {
     /// Completion, nanoseconds since the run's clock started.
     #[serde(rename = "return")]
     pub ret: u64,
+    /// Txn: its operations, in order.
+    #[serde(skip_serializing_if = "Option::is_none", default)]
+    pub txn: Option<Vec<TxnStep>>,
+    /// Lock and session operations: the session.
+    #[serde(skip_serializing_if = "Option::is_none", default)]
+    pub session: Option<String>,
+    /// Session create: for how long after the call of a successful create or renew no other
+    /// session may take a lock this one holds (nanoseconds).
+    #[serde(skip_serializing_if = "Option::is_none", default)]
+    pub lease: Option<u64>,
+}
+
+impl Event {
+    /// An operation of `client` on `node`, called at `call`, not yet finished.
+    #[must_use]
+    pub fn new(client: u32, node: &str, proto: &str, op: OpKind, key: &str, call: u64) -> Self {
+        Event {
+            client,
+            node: node.to_string(),
+            proto: proto.to_string(),
+            op,
+            key: key.to_string(),
+            mode: None,
+            value: None,
+            expect: None,
+            result: None,
+            index: None,
+            status: Status::Ok,
+            call,
+            ret: call,
+            txn: None,
+            session: None,
+            lease: None,
+        }
+    }
 }
 
 /// Writes `events`, sorted by invocation time, one JSON object per line.
@@ -105,6 +164,9 @@ mod tests {
                 status: Status::Ok,
                 call: 20,
                 ret: 30,
+                txn: None,
+                session: None,
+                lease: None,
             },
             Event {
                 client: 1,
@@ -120,6 +182,15 @@ mod tests {
                 status: Status::Unknown,
                 call: 10,
                 ret: 40,
+                txn: None,
+                session: None,
+                lease: None,
+            },
+            Event {
+                op: OpKind::SessionCreate,
+                session: Some("s1".into()),
+                lease: Some(5),
+                ..Event::new(3, "n3", "http", OpKind::SessionCreate, "", 50)
             },
         ];
         let dir = tempfile::tempdir().unwrap();
@@ -132,6 +203,7 @@ mod tests {
             [
                 r#"{"client":1,"node":"n2","proto":"resp","op":"read","key":"k1","mode":"default","value":null,"status":"unknown","call":10,"return":40}"#,
                 r#"{"client":2,"node":"n1","proto":"http","op":"cas","key":"k1","value":"c2-5","result":false,"status":"ok","call":20,"return":30}"#,
+                r#"{"client":3,"node":"n3","proto":"http","op":"session-create","key":"","value":null,"status":"ok","call":50,"return":50,"session":"s1","lease":5}"#,
             ]
         );
         let back: Event = serde_json::from_str(lines[1]).unwrap();

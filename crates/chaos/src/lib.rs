@@ -11,7 +11,9 @@
 //! - [`delay`]: user-space proxies on the peer links, for delay faults.
 //! - [`schedule`]: the fault plan, a pure function of the seed.
 //! - [`workload`]: clients over HTTP (Consul KV) and RESP, each operation recorded in
-//!   [`history`] with its invocation and completion times.
+//!   [`history`] with its invocation and completion times; [`txns`]: clients of Consul
+//!   transactions over groups of keys; [`locks`]: clients that take Consul locks with
+//!   sessions, and sometimes stall while holding one.
 //! - [`elastic`]: splits and membership changes (join, drain, replace) between the faults.
 //! - [`run`]: drives one run and its verification ([`verify`]).
 
@@ -23,9 +25,11 @@ pub mod delay;
 pub mod elastic;
 pub mod history;
 pub mod lab;
+pub mod locks;
 pub mod nodes;
 pub mod run;
 pub mod schedule;
+pub mod txns;
 pub mod verify;
 pub mod workload;
 

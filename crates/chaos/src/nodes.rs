@@ -67,7 +67,9 @@ election_timeout_min_ms = 500\n\
 election_timeout_max_ms = 1000\n\
 request_timeout_ms = 2000\n\
 snapshot_every = 300\n\
-keep_after_snapshot = 50\n";
+keep_after_snapshot = 50\n\
+[limits]\n\
+session_ttl_min_ms = 1000\n";
 
 impl NodeProcess {
     /// The node's HTTP base URL (reachable from the hub namespace).

@@ -18,6 +18,7 @@ use crate::nodes::{self, NodeProcess, NodeState, Role, ServerSettings};
 use crate::schedule::{self, Extent, Fault, FaultKind, Step, TAIL, Target};
 use crate::verify::{self, Divergence, Verdict};
 use crate::workload::{self, Endpoints, Workload};
+use crate::{locks, txns};
 
 /// Settings of one run.
 #[derive(Debug, Clone)]
@@ -36,6 +37,14 @@ pub struct ChaosConfig {
     pub clients: u32,
     /// Keys the clients share (fewer keys, more contention).
     pub keys: u32,
+    /// Clients of Consul transactions (besides `clients`), over `txn_groups` groups of keys.
+    pub txn_clients: u32,
+    /// Groups of keys the transaction clients share.
+    pub txn_groups: u32,
+    /// Clients taking Consul locks with sessions (besides `clients`), over `locks` keys.
+    pub lock_clients: u32,
+    /// Lock keys the lock clients contend for.
+    pub locks: u32,
     /// Operations per second of all clients together (paced).
     pub rate: f64,
     /// Fault kinds the plan draws from.
@@ -52,6 +61,8 @@ pub struct ChaosConfig {
     pub membership: bool,
     /// Records `?stale` reads as default ones (a planted bug: the check must then fail).
     pub stale_as_default: bool,
+    /// Added to the leases the lock clients record (a planted bug: the check must then fail).
+    pub overstate_lease: Duration,
     /// Where the history, logs, summary and checker output go.
     pub out: PathBuf,
     /// The Go checker's source directory (`chaos/checker`).
@@ -90,7 +101,7 @@ pub struct RunSummary {
     pub ops_failed: u64,
     /// ... of which ended with an unknown outcome.
     pub ops_unknown: u64,
-    /// Acknowledged writes (PUT, SET, applied CAS, DELETE, DEL).
+    /// Acknowledged writes (PUT, SET, applied CAS and transactions, DELETE, DEL).
     pub acknowledged_writes: u64,
     /// The faults injected.
     pub faults: Vec<FaultRecord>,
@@ -114,8 +125,9 @@ pub struct RunSummary {
     pub membership_settled: bool,
     /// The checker's verdict.
     pub checker: Verdict,
-    /// True when the history is linearizable, no stale read went backwards, every shard
-    /// recovered, and the replicas agree.
+    /// True when the history is linearizable (single keys and transactions), no stale read
+    /// went backwards, no lock was held by two sessions at once, every shard recovered, and
+    /// the replicas agree.
     pub passed: bool,
     /// Where everything was written.
     pub out: PathBuf,
@@ -136,6 +148,13 @@ pub fn run(config: &ChaosConfig) -> Result<RunSummary, ChaosError> {
         return Err(ChaosError::Config(
             "a chaos run needs at least 3 nodes".into(),
         ));
+    }
+    // Servers started on an earlier run's data would answer with its values.
+    if config.out.join("history.jsonl").exists() || config.out.join("node.toml").exists() {
+        return Err(ChaosError::Config(format!(
+            "{} already holds a run: give another --out, or remove it",
+            config.out.display()
+        )));
     }
     std::fs::create_dir_all(&config.out).map_err(|e| ChaosError::io(config.out.display(), e))?;
     let tag = format!("{}", std::process::id() % 100_000);
@@ -196,8 +215,13 @@ pub fn run(config: &ChaosConfig) -> Result<RunSummary, ChaosError> {
         .filter(|e| e.status == Status::Ok)
         .filter(|e| match e.op {
             OpKind::Write | OpKind::Delete => true,
-            OpKind::Cas => e.result == Some(true),
-            OpKind::Read => false,
+            OpKind::Cas | OpKind::Txn => e.result == Some(true),
+            OpKind::Read
+            | OpKind::Acquire
+            | OpKind::Release
+            | OpKind::Renew
+            | OpKind::SessionCreate
+            | OpKind::SessionDestroy => false,
         })
         .count() as u64;
     let max_recovery = |kinds: &[&str]| {
@@ -269,10 +293,17 @@ async fn drive(
         stop: Arc::new(AtomicBool::new(false)),
         seed: config.seed,
         stale_as_default: config.stale_as_default,
+        overstate_lease: config.overstate_lease,
     };
-    let clients: Vec<_> = (0..config.clients)
+    // Client ids: the register clients first, then the transaction and the lock clients.
+    let txn_ids = config.clients..config.clients + config.txn_clients;
+    let lock_ids = txn_ids.end..txn_ids.end + config.lock_clients;
+    let mut clients: Vec<_> = (0..config.clients)
         .map(|id| tokio::spawn(workload::client(id, work.clone())))
         .collect();
+    clients
+        .extend(txn_ids.map(|id| tokio::spawn(txns::client(id, work.clone(), config.txn_groups))));
+    clients.extend(lock_ids.map(|id| tokio::spawn(locks::client(id, work.clone(), config.locks))));
 
     let mut records = Vec::new();
     let mut elastic = Elastic::new(config.splits, config.membership);

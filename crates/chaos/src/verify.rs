@@ -274,6 +274,9 @@ pub async fn final_reads(
                     status: Status::Ok,
                     call,
                     ret: since(clock),
+                    txn: None,
+                    session: None,
+                    lease: None,
                 });
                 break;
             }

@@ -88,6 +88,9 @@ pub struct Workload {
     /// Records `?stale` reads as default ones: a planted bug, so a history that must fail the
     /// check shows the whole pipeline catching it.
     pub stale_as_default: bool,
+    /// Added to the lease the lock clients record: a planted bug (a paused holder then seems
+    /// to hold its lock after it was granted to another), which the check must catch.
+    pub overstate_lease: Duration,
 }
 
 /// Nanoseconds since the run's clock started.
@@ -122,7 +125,7 @@ pub enum Outcome<T> {
 }
 
 /// A request that got no answer: certain failure only when the connection was never made.
-fn unanswered<T>(e: &reqwest::Error) -> Outcome<T> {
+pub(crate) fn unanswered<T>(e: &reqwest::Error) -> Outcome<T> {
     if e.is_connect() {
         Outcome::Fail(format!("connect: {e}"))
     } else {
@@ -132,7 +135,7 @@ fn unanswered<T>(e: &reqwest::Error) -> Outcome<T> {
 
 /// An error answer: 400 / 413 (refused as bad input) and 503 (no leader, not ready) mean the
 /// request was never proposed; anything else (504 timeout, 500) may have been applied.
-fn refused<T>(status: reqwest::StatusCode) -> Outcome<T> {
+pub(crate) fn refused<T>(status: reqwest::StatusCode) -> Outcome<T> {
     match status.as_u16() {
         400 | 413 | 503 => Outcome::Fail(status.to_string()),
         _ => Outcome::Unknown(status.to_string()),
@@ -180,18 +183,19 @@ pub async fn http_read(
     }
 }
 
-/// PUT (or with `cas`, PUT `?cas=`), or DELETE when `value` is None; the answer's `true` or
-/// `false`.
+/// PUT (with a `query` such as `cas=7` or `acquire=<session>`), or DELETE when `value` is
+/// None; the answer's `true` or `false`.
 pub async fn http_write(
     client: &reqwest::Client,
     base: &str,
     key: &str,
     value: Option<&str>,
-    cas: Option<u64>,
+    query: Option<&str>,
 ) -> Outcome<bool> {
     let mut url = kv_url(base, key);
-    if let Some(index) = cas {
-        url.push_str(&format!("?cas={index}"));
+    if let Some(query) = query {
+        url.push('?');
+        url.push_str(query);
     }
     let request = match value {
         Some(v) => client.put(url).body(v.to_string()),
@@ -212,17 +216,30 @@ pub async fn http_write(
     }
 }
 
-/// Client `id`'s loop: paced operations until the deadline; returns its history.
-pub async fn client(id: u32, work: Workload) -> Vec<Event> {
+/// Client `id`'s random stream: stream `id + 1` of the run's seed.
+pub(crate) fn client_rng(work: &Workload, id: u32) -> ChaCha8Rng {
     let mut rng = ChaCha8Rng::seed_from_u64(work.seed);
     rng.set_stream(u64::from(id) + 1);
+    rng
+}
+
+/// A client's pace: one tick per operation at `client_rate`, never catching up on ticks a
+/// slow operation missed.
+pub(crate) fn pacer(work: &Workload) -> tokio::time::Interval {
+    let period = Duration::from_secs_f64(1.0 / work.client_rate.max(0.1));
+    let mut ticker = tokio::time::interval(period);
+    ticker.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    ticker
+}
+
+/// Client `id`'s loop: paced operations until the deadline; returns its history.
+pub async fn client(id: u32, work: Workload) -> Vec<Event> {
+    let mut rng = client_rng(&work, id);
     let http = http_client();
     let mut resp: HashMap<String, RespDriver> = HashMap::new();
     let mut events = Vec::new();
     let mut counter = 0u64;
-    let period = Duration::from_secs_f64(1.0 / work.client_rate.max(0.1));
-    let mut ticker = tokio::time::interval(period);
-    ticker.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    let mut ticker = pacer(&work);
     loop {
         ticker.tick().await;
         if work.stop.load(Ordering::Relaxed) {
@@ -234,21 +251,7 @@ pub async fn client(id: u32, work: Workload) -> Vec<Event> {
         let key = format!("k{}", rng.random_range(0..work.keys));
         counter += 1;
         let value = format!("c{id}-{counter}");
-        let base = Event {
-            client: id,
-            node: node.name.clone(),
-            proto: "http".into(),
-            op: OpKind::Read,
-            key: key.clone(),
-            mode: None,
-            value: None,
-            expect: None,
-            result: None,
-            index: None,
-            status: Status::Ok,
-            call: 0,
-            ret: 0,
-        };
+        let base = Event::new(id, &node.name, "http", OpKind::Read, &key, 0);
         match rng.random_range(0..100u32) {
             0..15 => events.push(read(&http, &work, node, base, "default").await.0),
             15..30 => events.push(read(&http, &work, node, base, "consistent").await.0),
@@ -288,8 +291,9 @@ pub async fn client(id: u32, work: Workload) -> Vec<Event> {
                     call: since(work.clock),
                     ..base
                 };
+                let query = format!("cas={index}");
                 let outcome =
-                    http_write(&http, &node.http_base, &key, Some(&value), Some(index)).await;
+                    http_write(&http, &node.http_base, &key, Some(&value), Some(&query)).await;
                 finish(&mut e, work.clock, outcome, |e, applied| {
                     e.result = Some(applied)
                 });
@@ -326,7 +330,7 @@ pub async fn client(id: u32, work: Workload) -> Vec<Event> {
 }
 
 /// Sets the status and completion time of `e` from `outcome`, calling `on_ok` with the answer.
-fn finish<T>(
+pub(crate) fn finish<T>(
     e: &mut Event,
     clock: Instant,
     outcome: Outcome<T>,

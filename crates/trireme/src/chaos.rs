@@ -34,6 +34,21 @@ pub struct ChaosArgs {
     /// Operations per second of all clients together.
     #[arg(long, default_value_t = 200.0)]
     pub rate: f64,
+    /// Clients of Consul transactions (`/v1/txn`) on groups of keys, besides --clients; at
+    /// the same pace each as the other clients.
+    #[arg(long, default_value_t = 2)]
+    pub txn_clients: u32,
+    /// Groups of three keys the transaction clients share.
+    #[arg(long, default_value_t = 2)]
+    pub txn_groups: u32,
+    /// Clients taking Consul locks with sessions, besides --clients: each renews its
+    /// session, takes a lock, holds it, releases it, and now and then stalls while holding
+    /// one past its session's TTL.
+    #[arg(long, default_value_t = 3)]
+    pub lock_clients: u32,
+    /// Lock keys the lock clients contend for.
+    #[arg(long, default_value_t = 1)]
+    pub locks: u32,
     /// Fault kinds, comma-separated: partition, one-way, loss, delay, kill, kill-all, pause,
     /// and the ones aimed at replica moves, kill-mover (the source or target of a move) and
     /// isolate-meta (the metadata leader). Default: all of them, the last two only with
@@ -62,6 +77,10 @@ pub struct ChaosArgs {
     /// (the run is then expected to fail).
     #[arg(long, hide = true)]
     pub self_test_stale_as_default: bool,
+    /// Self-test: the lock clients record leases 30 s longer than the server promises, a
+    /// planted bug the lock check must catch once a stalled holder's lock is taken over.
+    #[arg(long, hide = true)]
+    pub self_test_overstate_lease: bool,
     /// The Go checker's source directory.
     #[arg(long, default_value = concat!(env!("CARGO_MANIFEST_DIR"), "/../../chaos/checker"))]
     pub checker: PathBuf,
@@ -127,18 +146,27 @@ pub fn run(args: ChaosArgs) -> anyhow::Result<()> {
             duration,
             clients: args.clients,
             keys: args.keys,
+            txn_clients: args.txn_clients,
+            txn_groups: args.txn_groups,
+            lock_clients: args.lock_clients,
+            locks: args.locks,
             rate: args.rate,
             faults: faults.clone(),
             fault_count: args.fault_count,
             splits: args.splits,
             membership: args.membership,
             stale_as_default: args.self_test_stale_as_default,
+            overstate_lease: if args.self_test_overstate_lease {
+                std::time::Duration::from_secs(30)
+            } else {
+                std::time::Duration::ZERO
+            },
             out: out.join(format!("seed-{seed}")),
             checker: checker.clone(),
         };
         let summary = trireme_chaos::run(&config).with_context(|| format!("seed {seed}"))?;
         println!(
-            "seed {seed}: {} — {} ops ({} ok, {} unknown, {} failed), {} acknowledged writes, {} faults, linearizable: {}, stale violations: {}, divergent keys: {}, longest recovery after a partition: {}",
+            "seed {seed}: {} — {} ops ({} ok, {} unknown, {} failed), {} acknowledged writes, {} faults, linearizable: {}, transactions: {}, stale violations: {}, lock holds: {} with {} overlaps, divergent keys: {}, longest recovery after a partition: {}",
             if summary.passed { "PASS" } else { "FAIL" },
             summary.ops,
             summary.ops_ok,
@@ -147,7 +175,10 @@ pub fn run(args: ChaosArgs) -> anyhow::Result<()> {
             summary.acknowledged_writes,
             summary.faults.len(),
             summary.checker.summary["linearizable"],
+            summary.checker.summary["txn_linearizable"],
             summary.checker.summary["stale_violations"],
+            summary.checker.summary["lock_holds"],
+            summary.checker.summary["lock_violations"],
             summary.divergent_keys.len(),
             summary
                 .max_recovery_after_partition_ms

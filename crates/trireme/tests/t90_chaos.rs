@@ -4,8 +4,11 @@
 //! some of them aimed at the moves; histories checked for linearizability
 //! by the Go checker; every replica compared after healing, and every shard back at its
 //! replication factor.
-//! A planted bug (stale reads recorded as default reads) must make the check fail, which shows
-//! the pipeline can see a violation at all. Needs root, iproute2, iptables and Go (the test
+//! Beside the single-key clients run Consul transaction clients (checked against a multi-key
+//! model) and lock clients whose holders sometimes stall past their session's TTL (no lock may
+//! be granted to another session before the stalled holder's lease and lock-delay ran out).
+//! Planted bugs (stale reads recorded as default reads; leases recorded longer than the server
+//! promises) must make the check fail, which shows the pipeline can see a violation at all. Needs root, iproute2, iptables and Go (the test
 //! script installs the Debian packages).
 //!
 //! The soak is the same command with more seeds: `trireme chaos --seeds 200` (README).
@@ -50,8 +53,15 @@ fn summary(out: &Path, seed: u64) -> serde_json::Value {
 /// What every passing seed must show: a real workload, faults injected, nothing lost.
 fn assert_clean(s: &serde_json::Value) {
     assert_eq!(s["passed"], true, "{s:#}");
-    assert_eq!(s["checker"]["summary"]["linearizable"], "ok", "{s:#}");
-    assert_eq!(s["checker"]["summary"]["stale_violations"], 0, "{s:#}");
+    let checked = &s["checker"]["summary"];
+    assert_eq!(checked["linearizable"], "ok", "{s:#}");
+    assert_eq!(checked["stale_violations"], 0, "{s:#}");
+    assert_eq!(checked["txn_linearizable"], "ok", "{s:#}");
+    assert_eq!(checked["lock_violations"], 0, "{s:#}");
+    assert!(
+        checked["txns"].as_u64() > Some(50),
+        "transactions ran: {s:#}"
+    );
     assert_eq!(
         s["divergent_keys"].as_array().map(Vec::len),
         Some(0),
@@ -101,7 +111,12 @@ fn mixed_faults_on_three_nodes_keep_every_promise() {
     );
     assert!(run.status.success(), "some seed failed");
     for seed in 1..=4 {
-        assert_clean(&summary(out.path(), seed));
+        let s = summary(out.path(), seed);
+        assert_clean(&s);
+        assert!(
+            s["checker"]["summary"]["lock_holds"].as_u64() > Some(0),
+            "locks were taken: {s:#}"
+        );
     }
 }
 
@@ -213,25 +228,39 @@ fn ten_kill_all_and_restart_cycles_lose_nothing() {
     assert!(faults.iter().all(|f| f["kind"] == "kill-all"), "{s:#}");
 }
 
-#[test]
-fn a_planted_stale_read_bug_is_caught() {
-    let _one = ONE_AT_A_TIME.lock().unwrap_or_else(|p| p.into_inner());
-    let out = tempfile::tempdir().expect("tempdir");
+/// Runs seed 2 with a planted bug (`flag`), which must make it fail; its summary.
+fn planted(out: &Path, faults: &str, duration: &str, flag: &str) -> serde_json::Value {
     let run = chaos(
-        out.path(),
+        out,
         &[
             "--seed",
             "2",
             "--faults",
-            "partition",
+            faults,
             "--duration",
-            "20s",
-            "--self-test-stale-as-default",
+            duration,
+            flag,
         ],
     );
-    assert!(!run.status.success(), "the planted bug went unnoticed");
-    let s = summary(out.path(), 2);
+    assert!(
+        !run.status.success(),
+        "the planted bug {flag} went unnoticed"
+    );
+    let s = summary(out, 2);
     assert_eq!(s["passed"], false);
+    s
+}
+
+#[test]
+fn a_planted_stale_read_bug_is_caught() {
+    let _one = ONE_AT_A_TIME.lock().unwrap_or_else(|p| p.into_inner());
+    let out = tempfile::tempdir().expect("tempdir");
+    let s = planted(
+        out.path(),
+        "partition",
+        "20s",
+        "--self-test-stale-as-default",
+    );
     assert_eq!(s["checker"]["summary"]["linearizable"], "illegal", "{s:#}");
     assert!(
         out.path().join("seed-2/linearizability.html").is_file(),
@@ -239,4 +268,25 @@ fn a_planted_stale_read_bug_is_caught() {
     );
     // The replicas themselves are fine: the bug is only in how reads were labelled.
     assert_eq!(s["divergent_keys"].as_array().map(Vec::len), Some(0));
+}
+
+#[test]
+fn a_planted_lock_lease_bug_is_caught() {
+    let _one = ONE_AT_A_TIME.lock().unwrap_or_else(|p| p.into_inner());
+    let out = tempfile::tempdir().expect("tempdir");
+    let s = planted(
+        out.path(),
+        "pause,partition",
+        "30s",
+        "--self-test-overstate-lease",
+    );
+    let checked = &s["checker"]["summary"];
+    assert!(checked["lock_violations"].as_u64() > Some(0), "{s:#}");
+    assert!(
+        out.path().join("seed-2/lock_violations.jsonl").is_file(),
+        "the overlapping holds are listed"
+    );
+    // Everything else held: the bug is only in what the clients believed.
+    assert_eq!(checked["linearizable"], "ok", "{s:#}");
+    assert_eq!(checked["txn_linearizable"], "ok", "{s:#}");
 }
