@@ -23,8 +23,8 @@ use trireme_raft::ReadMode;
 use trireme_storage::{Watch, WatchTarget};
 use trireme_types::{Record, ShardId};
 
-/// Longest wait a node asks of another at once: a request whose client hung up leaves its
-/// waiter on the other node for at most this long.
+/// Longest wait a node asks of another at once (a request whose client hung up cancels its
+/// wait on the other node; should the cancel be lost, the waiter lingers at most this long).
 const REMOTE_ROUND: Duration = Duration::from_secs(60);
 
 /// Time added to a remote wait's own limit for the answer to travel back.
@@ -221,7 +221,7 @@ impl Node {
             wait_ms: u64::try_from(wait.as_millis()).unwrap_or(u64::MAX),
         };
         Ok(self
-            .forward_op::<()>(to, shard, op, wait + REMOTE_MARGIN)
+            .forward_wait_op::<()>(to, shard, op, wait + REMOTE_MARGIN)
             .await?
             .is_some())
     }

@@ -614,9 +614,10 @@ impl Node {
         }
     }
 
-    /// Sends `op` for `shard` to node `to` alone (no leader hints followed) and waits up to
-    /// `left` for its answer: `Ok(None)` when `to` says it cannot serve it.
-    pub(crate) async fn forward_op<A: DeserializeOwned>(
+    /// Sends `op`, which only waits, for `shard` to node `to` alone (no leader hints
+    /// followed) and waits up to `left` for its answer: `Ok(None)` when `to` says it cannot
+    /// serve it. Dropped before the answer, it tells `to` to stop waiting.
+    pub(crate) async fn forward_wait_op<A: DeserializeOwned>(
         &self,
         to: u64,
         shard: ShardId,
@@ -628,7 +629,7 @@ impl Node {
             .map_err(|e| ClusterError::Internal(format!("cannot encode: {e}")))?;
         let answer = self
             .transport
-            .forward(to, payload, left)
+            .forward_cancellable(to, payload, left)
             .await
             .map_err(|e| unreachable_node(to, e))?;
         match postcard::from_bytes(&answer) {

@@ -92,9 +92,9 @@ async fn consuls_go_client_watches_keys_and_prefixes() {
 }
 
 /// On a 4-node cluster a node without a replica of the key's shard waits on another node;
-/// a write wakes it at once. Then the shard's leader is killed: the index the watcher holds
-/// is still the key's on every node left, a blocking query there holds, and the next write
-/// wakes it with a higher index.
+/// a write wakes it at once, and a watcher that hangs up frees that wait at once. Then the
+/// shard's leader is killed: the index the watcher holds is still the key's on every node
+/// left, a blocking query there holds, and the next write wakes it with a higher index.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_watch_survives_a_remote_wait_and_a_leader_killed() {
     let mut c = TestCluster::start(ClusterOptions {
@@ -119,21 +119,31 @@ async fn a_watch_survives_a_remote_wait_and_a_leader_killed() {
         let url = c.node(outsider).kv_url(&key);
         let (_, first, _) = get(&patient(), &url).await;
 
+        // The waits of the outsider's watchers, registered on the nodes holding the shard.
+        let remote_waits = async |n: u64| {
+            poll_until(
+                Duration::from_secs(10),
+                Duration::from_millis(20),
+                || async {
+                    let mut total = 0;
+                    for i in (0..4).filter(|&i| i != outsider) {
+                        total += waiting(c.node(i)).await;
+                    }
+                    if total == n { Ok(()) } else { Err(total) }
+                },
+            )
+            .await
+            .unwrap_or_else(|total| panic!("{total} remote waits, never {n}"));
+        };
+
+        // A watcher that hangs up frees its remote wait at once (not after its round).
+        let quitter = watch(url.clone(), first);
+        remote_waits(1).await;
+        quitter.abort();
+        remote_waits(0).await;
+
         let watcher = watch(url.clone(), first);
-        // The wait is registered on a node holding the shard, not on the outsider.
-        poll_until(
-            Duration::from_secs(10),
-            Duration::from_millis(20),
-            || async {
-                let mut total = 0;
-                for i in (0..4).filter(|&i| i != outsider) {
-                    total += waiting(c.node(i)).await;
-                }
-                if total >= 1 { Ok(()) } else { Err(()) }
-            },
-        )
-        .await
-        .expect("the remote wait never registered");
+        remote_waits(1).await;
         c.put(writer, &key, "v2").await;
         let (status, second, body, took) = watcher.await.expect("watcher");
         assert_eq!(status, 200, "{body}");

@@ -5,6 +5,7 @@
 use super::wire::{self, Frame, MAX_FRAME, Request, Response};
 use bytes::BytesMut;
 use futures::StreamExt;
+use futures::future::{AbortHandle, Abortable};
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
@@ -36,6 +37,8 @@ pub(crate) struct Link {
     pub(crate) serial: u64,
     out: mpsc::UnboundedSender<Frame>,
     pending: Mutex<HashMap<u64, oneshot::Sender<Response>>>,
+    /// Forwarded requests being served for the peer, by id, so that a `Cancel` can stop one.
+    serving: Mutex<HashMap<u64, AbortHandle>>,
     next_id: AtomicU64,
     closed: AtomicBool,
     /// Wakes the writer when the link closes, so it drops its half of the socket.
@@ -70,6 +73,7 @@ impl Link {
             serial,
             out,
             pending: Mutex::new(HashMap::new()),
+            serving: Mutex::new(HashMap::new()),
             next_id: AtomicU64::new(1),
             closed: AtomicBool::new(false),
             closing: Notify::new(),
@@ -90,6 +94,25 @@ impl Link {
         request: Request,
         timeout: Duration,
     ) -> Result<Response, CallError> {
+        self.call_with(request, timeout, false).await
+    }
+
+    /// Like [`Link::call`], but if the caller stops waiting (the future is dropped or times
+    /// out) the peer is told to stop serving the request.
+    pub(crate) async fn call_cancellable(
+        &self,
+        request: Request,
+        timeout: Duration,
+    ) -> Result<Response, CallError> {
+        self.call_with(request, timeout, true).await
+    }
+
+    async fn call_with(
+        &self,
+        request: Request,
+        timeout: Duration,
+        cancellable: bool,
+    ) -> Result<Response, CallError> {
         let id = self.next_id.fetch_add(1, Ordering::Relaxed);
         let (tx, rx) = oneshot::channel();
         self.lock_pending().insert(id, tx);
@@ -100,7 +123,18 @@ impl Link {
                 self.peer
             )));
         }
-        match tokio::time::timeout(timeout, rx).await {
+        // Built only when needed: a guard built and dropped at once would cancel the call.
+        let mut abandon = if cancellable {
+            Some(Abandon { link: self, id })
+        } else {
+            None
+        };
+        let answer = tokio::time::timeout(timeout, rx).await;
+        if let (Some(guard), Ok(Ok(_))) = (&mut abandon, &answer) {
+            // Answered: nothing left to cancel.
+            guard.id = 0;
+        }
+        match answer {
             Ok(Ok(response)) => Ok(response),
             Ok(Err(_)) => Err(CallError::Lost(format!(
                 "the link to node {:016x} closed before it answered",
@@ -111,6 +145,13 @@ impl Link {
                 Err(CallError::Timeout(timeout))
             }
         }
+    }
+
+    fn lock_serving(&self) -> std::sync::MutexGuard<'_, HashMap<u64, AbortHandle>> {
+        // As `lock_pending`.
+        self.serving
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
     }
 
     fn respond(&self, id: u64, response: Response) {
@@ -130,6 +171,23 @@ impl Link {
         self.pending
             .lock()
             .unwrap_or_else(std::sync::PoisonError::into_inner)
+    }
+}
+
+/// Armed while a cancellable call waits: dropped before the answer came (the caller gave up,
+/// or its own caller hung up), it forgets the call and tells the peer to stop serving it.
+struct Abandon<'a> {
+    link: &'a Link,
+    /// The request's id; 0 once answered.
+    id: u64,
+}
+
+impl Drop for Abandon<'_> {
+    fn drop(&mut self) {
+        if self.id != 0 && !self.link.is_closed() {
+            self.link.lock_pending().remove(&self.id);
+            let _ = self.link.out.send(Frame::Cancel { id: self.id });
+        }
     }
 }
 
@@ -184,9 +242,27 @@ async fn read_loop<I: Inbound>(read: OwnedReadHalf, link: Arc<Link>, inbound: Ar
         };
         match wire::decode(&body) {
             Ok(Frame::Request { id, request }) => {
-                let link = link.clone();
+                let cancellable = matches!(request, Request::Forward { .. });
                 let serve = inbound.clone().serve(peer, request);
-                tokio::spawn(async move { link.respond(id, serve.await) });
+                let link = link.clone();
+                if cancellable {
+                    // Registered before the task starts, removed when it ends either way.
+                    let (abort, registration) = AbortHandle::new_pair();
+                    link.lock_serving().insert(id, abort);
+                    tokio::spawn(async move {
+                        if let Ok(response) = Abortable::new(serve, registration).await {
+                            link.respond(id, response);
+                        }
+                        link.lock_serving().remove(&id);
+                    });
+                } else {
+                    tokio::spawn(async move { link.respond(id, serve.await) });
+                }
+            }
+            Ok(Frame::Cancel { id }) => {
+                if let Some(abort) = link.lock_serving().remove(&id) {
+                    abort.abort();
+                }
             }
             Ok(Frame::Response { id, response }) => {
                 let waiter = link.lock_pending().remove(&id);

@@ -331,7 +331,20 @@ impl PeerTransport {
         payload: Vec<u8>,
         timeout: Duration,
     ) -> Result<Vec<u8>, PeerError> {
-        self.call_handler(to, wire::Request::Forward { payload }, timeout)
+        self.call_handler(to, wire::Request::Forward { payload }, timeout, false)
+            .await
+    }
+
+    /// Like [`PeerTransport::forward`], for a request that only waits: when the caller
+    /// stops waiting (its future is dropped, or the time is up), `to` is told to stop
+    /// serving it. Never for a write, whose serving must not be cut short.
+    pub async fn forward_cancellable(
+        &self,
+        to: u64,
+        payload: Vec<u8>,
+        timeout: Duration,
+    ) -> Result<Vec<u8>, PeerError> {
+        self.call_handler(to, wire::Request::Forward { payload }, timeout, true)
             .await
     }
 
@@ -343,7 +356,7 @@ impl PeerTransport {
         payload: Vec<u8>,
         timeout: Duration,
     ) -> Result<Vec<u8>, PeerError> {
-        self.call_handler(to, wire::Request::Admin { payload }, timeout)
+        self.call_handler(to, wire::Request::Admin { payload }, timeout, false)
             .await
     }
 
@@ -353,6 +366,7 @@ impl PeerTransport {
         to: u64,
         request: wire::Request,
         timeout: Duration,
+        cancellable: bool,
     ) -> Result<Vec<u8>, PeerError> {
         let deadline = tokio::time::Instant::now() + timeout;
         // A node without a link now is most likely down: wait for a dial in progress, but
@@ -371,7 +385,12 @@ impl PeerTransport {
             }
         };
         let left = deadline.saturating_duration_since(tokio::time::Instant::now());
-        match link.call(request, left).await {
+        let answer = if cancellable {
+            link.call_cancellable(request, left).await
+        } else {
+            link.call(request, left).await
+        };
+        match answer {
             Ok(wire::Response::Forward(answer)) => Ok(answer),
             // Only a node that has not started serving answers with `Failed`: the request was
             // not served, and the caller may send it elsewhere.

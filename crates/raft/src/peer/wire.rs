@@ -60,6 +60,13 @@ pub(crate) enum Frame {
         /// The cluster layer's encoded answer.
         payload: Vec<u8>,
     },
+    /// The sender no longer waits for the answer to its request `id`: stop serving it.
+    /// Sent only for requests that merely wait (a blocking query's remote wait), so that a
+    /// client that hung up frees the waiter on the other node at once.
+    Cancel {
+        /// The request's id.
+        id: u64,
+    },
 }
 
 /// Requests: Raft RPCs addressed to a group, and client requests forwarded to another node.
