@@ -10,6 +10,7 @@
 #![deny(clippy::unwrap_used)]
 #![cfg_attr(test, allow(clippy::unwrap_used))]
 
+mod backup;
 mod balance;
 mod blocking;
 mod config;

@@ -36,7 +36,7 @@ use trireme_types::{
 pub const MAX_ENTRY_BYTES: usize = 64 << 20;
 
 /// Refuses a write whose keys and values pass [`MAX_ENTRY_BYTES`].
-fn check_entry_size(bytes: usize) -> Result<(), ClusterError> {
+pub(crate) fn check_entry_size(bytes: usize) -> Result<(), ClusterError> {
     if bytes > MAX_ENTRY_BYTES {
         return Err(ClusterError::Request(TriremeError::new(
             ErrorCode::RequestTooLarge,
@@ -102,7 +102,7 @@ impl Node {
     ///
     /// The attempt is boxed: a request's future nests every layer from the front end down to
     /// the peer link, and one more generic layer here put it past the compiler's depth limit.
-    async fn routed<T, F, Fut>(&self, mut op: F) -> Result<T, ClusterError>
+    pub(crate) async fn routed<T, F, Fut>(&self, mut op: F) -> Result<T, ClusterError>
     where
         F: FnMut(Arc<ShardMap>) -> Fut,
         Fut: Future<Output = Result<T, ClusterError>> + Send,

@@ -2,7 +2,7 @@
 //! open connections, so slow or idle clients cannot starve the others.
 
 use crate::AppState;
-use crate::routes::{admin, documents, kv, metrics, session, status, txn};
+use crate::routes::{admin, backup, documents, kv, metrics, session, status, txn};
 use crate::state::{HttpMetrics, OpenConnection};
 use axum::Router;
 use axum::extract::DefaultBodyLimit;
@@ -85,6 +85,8 @@ pub fn router(state: AppState) -> Router {
         .route("/v1/cluster/status", get(admin::status))
         .route("/v1/cluster/nodes/{name}/remove", post(admin::remove_node))
         .route("/v1/cluster/shards/{shard}/split", post(admin::split_shard))
+        .route("/v1/backup/shard/{shard}", get(backup::export))
+        .route("/v1/backup/restore", post(backup::restore))
         .route("/v1/health", get(status::health))
         .route("/metrics", get(metrics::metrics))
         .layer(DefaultBodyLimit::max(body_limit))

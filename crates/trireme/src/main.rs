@@ -1,6 +1,7 @@
 //! `trireme`: one binary for running a node, starting a local cluster and looking at it, and
 //! benchmarking. Errors go to stderr with a non-zero exit.
 
+mod backup;
 mod bench;
 mod bench_probe;
 mod bench_qualify;
@@ -43,6 +44,11 @@ enum Commands {
     /// Chaos: a cluster in network namespaces under faults, histories checked for
     /// linearizability (needs root, iproute2, iptables and Go).
     Chaos(chaos::ChaosArgs),
+    /// Write every shard's keys (values, flags, expiry) to a file, while the cluster serves.
+    Backup(backup::BackupArgs),
+    /// Write a backup's keys into an empty cluster of any shape; a damaged file is refused
+    /// before anything is written.
+    Restore(backup::RestoreArgs),
 }
 
 fn main() -> ExitCode {
@@ -54,6 +60,8 @@ fn main() -> ExitCode {
         Commands::Kv(args) => return kv::run(args),
         Commands::Bench(args) => bench::run(*args),
         Commands::Chaos(args) => chaos::run(args),
+        Commands::Backup(args) => backup::run_backup(args),
+        Commands::Restore(args) => backup::run_restore(args),
     };
     match result {
         Ok(()) => ExitCode::SUCCESS,

@@ -8,6 +8,7 @@
 #![deny(clippy::unwrap_used)]
 
 pub mod admin;
+pub mod backup;
 pub mod cluster_status;
 pub mod command;
 pub mod error;

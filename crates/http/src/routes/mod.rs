@@ -1,6 +1,7 @@
 //! One module per family of endpoints.
 
 pub(crate) mod admin;
+pub(crate) mod backup;
 pub(crate) mod documents;
 pub(crate) mod kv;
 pub(crate) mod metrics;

@@ -1,0 +1,171 @@
+//! Backup and restore on a node's side: a shard's live keys streamed out from one point in
+//! time, and backed-up keys written back, routed by the cluster's current shape.
+//!
+//! The export is served by the shard's leader after a linearizable read barrier, from one
+//! storage snapshot: every key acknowledged before the request is in it, and nothing written
+//! after the snapshot is. Shards are exported one by one, so a backup is a consistent cut of
+//! each shard, not of the cluster as a whole. Internal keys (sessions) and locks are left
+//! out: sessions do not outlive their clients.
+
+use crate::forward::Write;
+use crate::request::FromApplied;
+use crate::{ClusterError, Node};
+use bytes::Bytes;
+use std::collections::BTreeMap;
+use tokio::sync::mpsc;
+use trireme_raft::ReadMode;
+use trireme_types::backup::{BackupEntry, Frame, encode_frame};
+use trireme_types::session::is_internal_key;
+use trireme_types::{
+    Command, CommandResult, ErrorCode, LogCommand, PutCondition, Record, ShardId, TriremeError,
+    TtlUpdate, key_slot,
+};
+
+/// Bytes of frames sent at once.
+const CHUNK: usize = 256 << 10;
+
+/// Whether a restore's batch for one shard came back with keys a split moved away.
+struct Restored {
+    moved: bool,
+}
+
+impl FromApplied for Restored {
+    const WHAT: &'static str = "a restore batch";
+
+    fn from_applied(result: CommandResult) -> Result<Self, CommandResult> {
+        match result {
+            CommandResult::Batch(results) => Ok(Restored {
+                moved: results.iter().any(|r| matches!(r, CommandResult::Moved)),
+            }),
+            other => Err(other),
+        }
+    }
+}
+
+impl Node {
+    /// Streams `shard`'s live keys as backup frames (entries, then an end frame with their
+    /// count), in chunks. Only the shard's leader exports; another node answers `NotLeader`.
+    pub async fn export_shard(
+        &self,
+        shard: ShardId,
+    ) -> Result<mpsc::Receiver<Result<Bytes, ClusterError>>, ClusterError> {
+        let group = self.group(shard).ok_or_else(|| {
+            ClusterError::Request(TriremeError::new(
+                ErrorCode::NotFound,
+                format!(
+                    "node {} holds no replica of shard {shard}",
+                    self.config.name
+                ),
+            ))
+        })?;
+        group.read_barrier(ReadMode::Consistent).await?;
+        let slots = self.owned_slots(shard)?;
+        let storage = self.storage.clone();
+        let (tx, rx) = mpsc::channel(4);
+        tokio::task::spawn_blocking(move || {
+            let view = storage.shard_view(shard.0);
+            let now = crate::now_ms();
+            let mut chunk = Vec::with_capacity(CHUNK);
+            let mut entries = 0u64;
+            let mut gone = false;
+            let mut corrupt = None;
+            let walked = view.for_each_record(|key, raw| {
+                let owned = slots.is_none_or(|(a, b)| (a..=b).contains(&key_slot(key)));
+                if gone || corrupt.is_some() || !owned || is_internal_key(key) {
+                    return;
+                }
+                let record = match Record::decode(raw) {
+                    Ok(record) => record,
+                    Err(e) => {
+                        corrupt = Some(format!("key {:?}: {e}", String::from_utf8_lossy(key)));
+                        return;
+                    }
+                };
+                if record.is_expired(now) {
+                    return;
+                }
+                chunk.extend(encode_frame(&Frame::Entry(BackupEntry {
+                    key: Bytes::copy_from_slice(key),
+                    value: record.value,
+                    flags: record.flags,
+                    expires_at_ms: record.expires_at_ms,
+                })));
+                entries += 1;
+                if chunk.len() >= CHUNK {
+                    let full = std::mem::replace(&mut chunk, Vec::with_capacity(CHUNK));
+                    // The receiver is gone when the client hung up: stop sending.
+                    gone = tx.blocking_send(Ok(Bytes::from(full))).is_err();
+                }
+            });
+            let last = match (walked, corrupt) {
+                (Err(e), _) => Err(ClusterError::Storage(e)),
+                (Ok(()), Some(what)) => Err(ClusterError::Internal(format!(
+                    "shard {shard} holds an undecodable record, {what}"
+                ))),
+                (Ok(()), None) => {
+                    chunk.extend(encode_frame(&Frame::End {
+                        entries,
+                        checksum: 0,
+                    }));
+                    Ok(Bytes::from(chunk))
+                }
+            };
+            if !gone {
+                let _ = tx.blocking_send(last);
+            }
+        });
+        Ok(rx)
+    }
+
+    /// Writes backed-up keys with their flags and expiry (keys already expired are skipped),
+    /// one batch per shard of the current map; returns how many were written.
+    pub async fn restore(&self, entries: Vec<BackupEntry>) -> Result<u64, ClusterError> {
+        let now = crate::now_ms();
+        let mut live = Vec::with_capacity(entries.len());
+        for e in entries {
+            self.check_key(&e.key)?;
+            self.config.limits.check_value(&e.value)?;
+            if e.expires_at_ms.is_none_or(|at| at > now) {
+                live.push(e);
+            }
+        }
+        crate::router::check_entry_size(live.iter().map(|e| e.key.len() + e.value.len()).sum())?;
+        let written = live.len() as u64;
+        self.routed(|routing| {
+            let mut per_shard: BTreeMap<ShardId, Vec<Command>> = BTreeMap::new();
+            for e in &live {
+                per_shard
+                    .entry(routing.shard_of_key(&e.key))
+                    .or_default()
+                    .push(Command::Put {
+                        key: e.key.clone(),
+                        value: e.value.clone(),
+                        flags: Some(e.flags),
+                        condition: PutCondition::Always,
+                        ttl: e.expires_at_ms.map_or(TtlUpdate::Clear, TtlUpdate::At),
+                    });
+            }
+            async move {
+                futures::future::try_join_all(per_shard.into_iter().map(
+                    |(shard, puts)| async move {
+                        let log = LogCommand {
+                            now_ms: crate::now_ms(),
+                            command: Command::Batch(puts),
+                        };
+                        let result = self.on_shard(shard, Write(log)).await?;
+                        match Restored::read(result)? {
+                            // Written again once routed anew: putting a value twice is
+                            // harmless.
+                            Restored { moved: true } => Err(crate::forward::moved(shard)),
+                            Restored { moved: false } => Ok(()),
+                        }
+                    },
+                ))
+                .await
+                .map(drop)
+            }
+        })
+        .await?;
+        Ok(written)
+    }
+}

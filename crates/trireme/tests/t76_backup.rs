@@ -1,0 +1,277 @@
+//! Area 76: `trireme backup` and `trireme restore` against real clusters: a backup of a
+//! 3-node, 4-shard cluster taken while a client keeps writing, restored into a one-node
+//! cluster of another shard count with every value, flag, expiry and document intact; a
+//! damaged or truncated file, or a target that is not empty, refused with nothing written.
+
+mod common;
+
+use common::cluster::{ClusterOptions, TestCluster};
+use common::{RawResp, Reply, ReplyExt, StartOptions, TestNode, binary, http_client};
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::time::Duration;
+
+/// Runs `trireme ARGS` within 120 s: success, stdout, stderr.
+async fn trireme(args: &[&str]) -> (bool, String, String) {
+    let output = tokio::time::timeout(
+        Duration::from_secs(120),
+        tokio::process::Command::new(binary())
+            .args(args)
+            .kill_on_drop(true)
+            .output(),
+    )
+    .await
+    .unwrap_or_else(|_| panic!("trireme {args:?} did not finish within 120 s"))
+    .expect("run trireme");
+    (
+        output.status.success(),
+        String::from_utf8_lossy(&output.stdout).into_owned(),
+        String::from_utf8_lossy(&output.stderr).into_owned(),
+    )
+}
+
+/// The keys a node lists (`?keys`), empty when it has none.
+async fn keys(base: &str) -> Vec<String> {
+    let resp = http_client()
+        .get(format!("{base}/v1/kv/?keys"))
+        .send()
+        .await
+        .expect("GET ?keys");
+    if resp.status() == 404 {
+        return Vec::new();
+    }
+    resp.json().await.expect("a JSON list of keys")
+}
+
+/// Entry `key` as `/v1/kv` answers it.
+async fn entry(base: &str, key: &str) -> serde_json::Value {
+    let resp = http_client()
+        .get(format!("{base}/v1/kv/{key}"))
+        .send()
+        .await
+        .expect("GET");
+    assert_eq!(resp.status(), 200, "{key}");
+    let body: serde_json::Value = resp.json().await.expect("JSON");
+    body[0].clone()
+}
+
+fn value_of(entry: &serde_json::Value) -> String {
+    use base64::Engine as _;
+    let b64 = entry["Value"].as_str().unwrap_or_default();
+    String::from_utf8(
+        base64::engine::general_purpose::STANDARD
+            .decode(b64)
+            .expect("base64"),
+    )
+    .expect("UTF-8")
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_backup_taken_under_writes_restores_into_a_cluster_of_another_shape() {
+    let source = TestCluster::start(ClusterOptions {
+        nodes: 3,
+        shards: 4,
+        ..ClusterOptions::default()
+    })
+    .await;
+    let base = source.node(0).http_url();
+    let pairs: Vec<(String, String)> = (0..300)
+        .map(|i| (format!("b/k{i}"), format!("v{i}")))
+        .collect();
+    source.put_all(&pairs, 4).await;
+    let client = http_client();
+    let put = |url: String, body: &'static str| {
+        let client = client.clone();
+        async move {
+            let resp = client.put(url).body(body).send().await.expect("PUT");
+            assert!(resp.status().is_success(), "{}", resp.status());
+        }
+    };
+    put(format!("{base}/v1/kv/flagged?flags=42"), "f").await;
+    put(format!("{base}/v0/users/alice"), r#"{"name":"Alice"}"#).await;
+    let mut resp = RawResp::connect(source.node(1).resp_addr()).await;
+    let ok = resp
+        .cmd(&[b"SET", b"expiring", b"soon", b"PX", b"600000"])
+        .await;
+    assert_eq!(ok, b"+OK\r\n");
+    let ok = resp
+        .cmd(&[b"SET", b"bin\xff\x00key", b"\x00\x01\x02"])
+        .await;
+    assert_eq!(ok, b"+OK\r\n");
+    // A key held by a lock: its value is kept, the lock (and the session) are not.
+    let session: serde_json::Value = client
+        .put(format!("{base}/v1/session/create"))
+        .body("{}")
+        .send()
+        .await
+        .expect("session")
+        .json()
+        .await
+        .expect("JSON");
+    let id = session["ID"].as_str().expect("ID").to_string();
+    let took = client
+        .put(format!("{base}/v1/kv/locked?acquire={id}"))
+        .body("leader")
+        .send()
+        .await
+        .expect("acquire")
+        .text()
+        .await
+        .expect("body");
+    assert_eq!(took, "true");
+
+    // A client keeps writing while the backup runs: the cluster serves throughout.
+    let stop = Arc::new(AtomicBool::new(false));
+    let during = Arc::new(AtomicU64::new(0));
+    let writer = {
+        let (stop, during, base, client) =
+            (stop.clone(), during.clone(), base.clone(), client.clone());
+        tokio::spawn(async move {
+            while !stop.load(Ordering::Relaxed) {
+                let n = during.load(Ordering::Relaxed);
+                let resp = client
+                    .put(format!("{base}/v1/kv/during/k{n}"))
+                    .body("x")
+                    .send()
+                    .await
+                    .expect("PUT during the backup");
+                assert_eq!(resp.status(), 200);
+                during.fetch_add(1, Ordering::Relaxed);
+            }
+        })
+    };
+    let started = common::wait_until(Duration::from_secs(10), Duration::from_millis(5), || {
+        let during = during.clone();
+        async move { during.load(Ordering::Relaxed) >= 5 }
+    })
+    .await;
+    assert!(started, "the writer never got going");
+    let dir = tempfile::tempdir().expect("tempdir");
+    let file = dir.path().join("cluster.trb");
+    let file_arg = file.to_str().expect("path");
+    let (ok, out, err) = trireme(&["backup", "--target", &base, "--out", file_arg]).await;
+    stop.store(true, Ordering::Relaxed);
+    writer.await.expect("writer");
+    assert!(ok, "backup failed: {out}{err}");
+    assert!(out.contains("from 4 shards"), "{out}");
+    assert!(
+        during.load(Ordering::Relaxed) > 0,
+        "writes were served during the backup"
+    );
+    assert!(!dir.path().join("cluster.partial").exists());
+
+    // Into one node with 2 shards.
+    let target = TestNode::start(StartOptions::default().shards(2)).await;
+    let into = target.http_url();
+    let (ok, out, err) = trireme(&["restore", file_arg, "--target", &into]).await;
+    assert!(ok, "restore failed: {out}{err}");
+    for (key, value) in &pairs {
+        assert_eq!(value_of(&entry(&into, key).await), *value, "{key}");
+    }
+    let flagged = entry(&into, "flagged").await;
+    assert_eq!(flagged["Flags"], 42);
+    let locked = entry(&into, "locked").await;
+    assert_eq!(value_of(&locked), "leader");
+    assert!(
+        locked.get("Session").is_none_or(|s| s.is_null()),
+        "{locked}"
+    );
+    let doc: serde_json::Value = client
+        .get(format!("{into}/v0/users/alice"))
+        .send()
+        .await
+        .expect("GET document")
+        .json()
+        .await
+        .expect("JSON");
+    assert_eq!(doc["name"], "Alice");
+    let found: serde_json::Value = client
+        .get(format!("{into}/v0/users?query=name:alice"))
+        .send()
+        .await
+        .expect("search")
+        .json()
+        .await
+        .expect("JSON");
+    assert_eq!(found["total_count"], 1, "{found}");
+    let mut resp = RawResp::connect(target.resp_addr()).await;
+    let pttl = Reply::parse(&resp.cmd(&[b"PTTL", b"expiring"]).await).int();
+    assert!((1..=600_000).contains(&pttl), "PTTL {pttl}");
+    let bin = resp.cmd(&[b"GET", b"bin\xff\x00key"]).await;
+    assert_eq!(bin, b"$3\r\n\x00\x01\x02\r\n");
+    // Every key the backup held, and the ones written during it that it caught.
+    let restored = keys(&into).await;
+    assert!(restored.len() >= pairs.len() + 4, "{} keys", restored.len());
+    let n = restored.len();
+    assert!(
+        out.starts_with(&format!("restored {n} of {n} keys")),
+        "{out}"
+    );
+
+    // Restoring again into the same cluster: refused, nothing written.
+    let (ok, _, err) = trireme(&["restore", file_arg, "--target", &into]).await;
+    assert!(!ok);
+    assert!(err.contains("restore into an empty cluster"), "{err}");
+    assert_eq!(keys(&into).await.len(), restored.len());
+}
+
+#[tokio::test]
+async fn a_damaged_or_truncated_backup_is_refused_before_anything_is_written() {
+    let source = TestNode::start(StartOptions::default()).await;
+    let base = source.http_url();
+    let client = http_client();
+    for i in 0..50 {
+        let resp = client
+            .put(format!("{base}/v1/kv/k{i}"))
+            .body(format!("value {i}"))
+            .send()
+            .await
+            .expect("PUT");
+        assert_eq!(resp.status(), 200);
+    }
+    let dir = tempfile::tempdir().expect("tempdir");
+    let file = dir.path().join("good.trb");
+    let (ok, out, err) = trireme(&[
+        "backup",
+        "--target",
+        &base,
+        "--out",
+        file.to_str().expect("path"),
+    ])
+    .await;
+    assert!(ok, "{out}{err}");
+    let good = std::fs::read(&file).expect("backup file");
+
+    let target = TestNode::start(StartOptions::default()).await;
+    let into = target.http_url();
+    let mut flipped = good.clone();
+    let middle = flipped.len() / 2;
+    flipped[middle] ^= 0x20;
+    let cases: [(&str, Vec<u8>, &str); 3] = [
+        ("flipped.trb", flipped, "damaged"),
+        ("short.trb", good[..good.len() - 5].to_vec(), "truncated"),
+        (
+            "other.trb",
+            b"key,value\nk1,v1\n".to_vec(),
+            "not a Trireme backup",
+        ),
+    ];
+    for (name, bytes, says) in cases {
+        let path = dir.path().join(name);
+        std::fs::write(&path, bytes).expect("write");
+        let (ok, _, err) =
+            trireme(&["restore", path.to_str().expect("path"), "--target", &into]).await;
+        assert!(!ok, "{name} was accepted");
+        assert!(
+            err.contains(says) && err.contains("nothing was written"),
+            "{name}: {err}"
+        );
+        assert_eq!(keys(&into).await, Vec::<String>::new(), "{name}");
+    }
+    // The good file restores.
+    let (ok, out, err) =
+        trireme(&["restore", file.to_str().expect("path"), "--target", &into]).await;
+    assert!(ok, "{out}{err}");
+    assert!(out.starts_with("restored 50 of 50 keys"), "{out}");
+    assert_eq!(keys(&into).await.len(), 50);
+}
