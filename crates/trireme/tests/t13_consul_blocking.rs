@@ -1,5 +1,6 @@
 //! Area 13: Consul blocking queries (`?index=&wait=`). Consul's Go client watches a key, a
-//! prefix and a key listing on a 3-node cluster; raw requests check the index across a node
+//! prefix and a key listing on a 3-node cluster, and keeps a watch across a killed leader by
+//! blocking through another node; raw requests check the index across a node
 //! with no replica of the key (its wait runs on another node), a leader killed under a
 //! watcher, a shard split, a client that hangs up, and the parameters refused.
 
@@ -89,6 +90,61 @@ async fn consuls_go_client_watches_keys_and_prefixes() {
     let output = clients::run_bounded(client, Duration::from_secs(120), "the Consul client").await;
     let seen = clients::json_line(&output, &c.logs());
     assert_eq!(seen["failures"], Value::Null, "{seen}");
+}
+
+/// Consul's Go client keeps its watch across a failover: it reads a key's index through the
+/// shard's leader, the leader is killed, and the client blocks through another node with the
+/// index it has. That node must hold the query (not answer at once with an index that went
+/// back, which the client would take for a reset) until the next write, then answer with the
+/// new value and a higher index.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn consuls_go_client_keeps_its_watch_across_a_leader_killed() {
+    let out = tempfile::tempdir().expect("temp dir");
+    let binary = clients::go_build("consul/failover", out.path()).await;
+    let mut c = TestCluster::start(ClusterOptions::default()).await;
+    let key = "failover/k";
+    c.put(0, key, "v1").await;
+    let shard = c.shard_of(key);
+    let leader = leader_of(&c, shard).await;
+    let go = |args: Vec<String>| {
+        let mut command = tokio::process::Command::new(&binary);
+        command.args(args);
+        clients::run_bounded(command, Duration::from_secs(60), "the Consul client")
+    };
+    let addr = |c: &TestCluster, i: usize| {
+        c.node(i)
+            .http_url()
+            .trim_start_matches("http://")
+            .to_string()
+    };
+    let first = clients::json_line(
+        &go(vec!["index".into(), addr(&c, leader), key.into()]).await,
+        "index",
+    );
+    let index = first["index"].as_u64().expect("index");
+    assert_eq!(first["value"], "v1");
+
+    c.kill9(leader).await;
+    // The watcher comes back once the shard has a leader again, as a client retrying would.
+    leader_of(&c, shard).await;
+    let via = c.running()[0];
+    let writer = c.running()[1];
+    let watcher = tokio::spawn(go(vec![
+        "wait".into(),
+        addr(&c, via),
+        key.into(),
+        index.to_string(),
+    ]));
+    until_waiting(c.node(via), 1).await;
+    c.put(writer, key, "v2").await;
+    let output = watcher.await.expect("watcher");
+    let woke = clients::json_line(&output, &c.logs_tail(40));
+    assert_eq!(woke["value"], "v2", "held until the write: {woke}");
+    assert!(
+        woke["index"].as_u64() > Some(index),
+        "index {} after {index}",
+        woke["index"]
+    );
 }
 
 /// On a 4-node cluster a node without a replica of the key's shard waits on another node;
