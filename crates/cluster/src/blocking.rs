@@ -75,7 +75,8 @@ impl Node {
         .await
     }
 
-    async fn block_on<T, F, Fut>(
+    /// Answers with `read` once its index passes `block.min_index`, or after `block.wait`.
+    pub(crate) async fn block_on<T, F, Fut>(
         &self,
         target: WatchTarget,
         block: Blocking,

@@ -19,11 +19,12 @@
 //! the TTL after their last renewal, Consul's grace) and finishes ends that a crash cut short.
 
 use crate::request::Records;
-use crate::{ClusterError, Node};
+use crate::{Blocking, ClusterError, Node, ReadMeta};
 use bytes::Bytes;
 use std::sync::Arc;
 use std::time::Duration;
 use trireme_raft::ReadMode;
+use trireme_storage::WatchTarget;
 use trireme_types::session::{SessionBehavior, SessionState, session_key, sessions_prefix};
 use trireme_types::{Command, ErrorCode, LockOp, LockOutcome, Record, SessionOp, TriremeError};
 
@@ -141,32 +142,60 @@ impl Node {
             .ok_or_else(|| ClusterError::Internal(format!("session {id} was not created")))
     }
 
-    /// Session `id`, unless it does not exist or has ended.
-    pub async fn session_info(&self, id: &str) -> Result<Option<SessionInfo>, ClusterError> {
-        let (record, _, _) = self
-            .get_unchecked(&session_key(id), ReadMode::Default)
-            .await?;
-        Ok(record
+    /// Session `id` if it has not ended, with the index of its row (the row's ModifyIndex,
+    /// or its shard's removal watermark once the row is gone, as for any key); with
+    /// `block`, once that index passes the client's, or when the wait is over.
+    pub async fn session_info(
+        &self,
+        id: &str,
+        mode: ReadMode,
+        block: Option<Blocking>,
+    ) -> Result<(Option<SessionInfo>, ReadMeta), ClusterError> {
+        let key = session_key(id);
+        let read = || self.get_unchecked(&key, mode);
+        let (record, meta) = match block {
+            Some(block) => {
+                self.block_on(WatchTarget::Key(key.clone()), block, read)
+                    .await?
+            }
+            None => {
+                let (record, meta, _) = read().await?;
+                (record, meta)
+            }
+        };
+        let info = record
             .as_ref()
             .and_then(SessionInfo::of)
-            .filter(|s| !s.state.invalidated))
+            .filter(|s| !s.state.invalidated);
+        Ok((info, meta))
     }
 
-    /// Every session that has not ended, in id order.
-    pub async fn session_list(&self) -> Result<Vec<SessionInfo>, ClusterError> {
-        let (rows, _, _) = self
-            .list_indexed(
-                &sessions_prefix(),
-                std::ops::Bound::Unbounded,
-                ReadMode::Default,
-                usize::MAX,
-            )
-            .await?;
-        Ok(rows
+    /// Every session that has not ended, in id order, with the index of the sessions' rows
+    /// (a renewal moves it too); with `block`, once that index passes the client's, or when
+    /// the wait is over.
+    pub async fn session_list(
+        &self,
+        mode: ReadMode,
+        block: Option<Blocking>,
+    ) -> Result<(Vec<SessionInfo>, ReadMeta), ClusterError> {
+        let prefix = sessions_prefix();
+        let read = || self.list_indexed(&prefix, std::ops::Bound::Unbounded, mode, usize::MAX);
+        let (rows, meta) = match block {
+            Some(block) => {
+                self.block_on(WatchTarget::Prefix(prefix.clone()), block, read)
+                    .await?
+            }
+            None => {
+                let (rows, meta, _) = read().await?;
+                (rows, meta)
+            }
+        };
+        let live = rows
             .iter()
             .filter_map(|(_, r)| SessionInfo::of(r))
             .filter(|s| !s.state.invalidated)
-            .collect())
+            .collect();
+        Ok((live, meta))
     }
 
     /// Restarts session `id`'s TTL; `None` when it does not exist or has ended.

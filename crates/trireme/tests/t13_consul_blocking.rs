@@ -7,7 +7,7 @@
 mod common;
 
 use common::cluster::{ClusterOptions, TestCluster, bounded, header, poll_until};
-use common::{StartOptions, TestNode, clients};
+use common::{StartOptions, TestNode, blocking_queries_waiting, clients, until_blocking_queries};
 use serde_json::Value;
 use std::time::{Duration, Instant};
 
@@ -42,37 +42,6 @@ fn watch(url: String, index: u64) -> tokio::task::JoinHandle<(u16, u64, String, 
             get(&patient(), &format!("{url}{sep}index={index}&wait=30s")).await;
         (status, index, body, started.elapsed())
     })
-}
-
-/// How many blocking queries wait on node `node`, from `/metrics`.
-async fn waiting(node: &TestNode) -> u64 {
-    let text = reqwest::get(format!("{}/metrics", node.http_url()))
-        .await
-        .expect("GET /metrics")
-        .text()
-        .await
-        .unwrap_or_default();
-    text.lines()
-        .find_map(|l| l.strip_prefix("trireme_blocking_queries_waiting "))
-        .and_then(|v| v.trim().parse().ok())
-        .unwrap_or(0)
-}
-
-/// Waits until node `node` has `n` blocking queries waiting.
-async fn until_waiting(node: &TestNode, n: u64) {
-    poll_until(
-        Duration::from_secs(10),
-        Duration::from_millis(20),
-        || async {
-            if waiting(node).await == n {
-                Ok(())
-            } else {
-                Err(())
-            }
-        },
-    )
-    .await
-    .unwrap_or_else(|_| panic!("never {n} blocking queries waiting"));
 }
 
 /// `github.com/hashicorp/consul/api` with its defaults: Get, List and Keys with `WaitIndex`
@@ -135,7 +104,7 @@ async fn consuls_go_client_keeps_its_watch_across_a_leader_killed() {
         key.into(),
         index.to_string(),
     ]));
-    until_waiting(c.node(via), 1).await;
+    until_blocking_queries(c.node(via), 1).await;
     c.put(writer, key, "v2").await;
     let output = watcher.await.expect("watcher");
     let woke = clients::json_line(&output, &c.logs_tail(40));
@@ -183,7 +152,7 @@ async fn a_watch_survives_a_remote_wait_and_a_leader_killed() {
                 || async {
                     let mut total = 0;
                     for i in (0..4).filter(|&i| i != outsider) {
-                        total += waiting(c.node(i)).await;
+                        total += blocking_queries_waiting(c.node(i)).await;
                     }
                     if total == n { Ok(()) } else { Err(total) }
                 },
@@ -332,9 +301,9 @@ async fn a_client_that_hangs_up_frees_its_waiter_and_bad_parameters_are_refused(
     client.put(&url).body("x").send().await.expect("PUT");
     let (_, index, _) = get(&client, &url).await;
     let watcher = watch(url.clone(), index);
-    until_waiting(&node, 1).await;
+    until_blocking_queries(&node, 1).await;
     watcher.abort();
-    until_waiting(&node, 0).await;
+    until_blocking_queries(&node, 0).await;
 
     for (query, says) in [
         ("index=abc", "Invalid index"),

@@ -2,12 +2,13 @@
 //! from two processes on two nodes (their holds never overlap) and shares a resource with
 //! `api.Semaphore`; a lock whose holder was killed, or whose holder's node was killed, goes
 //! to the next contender once the session's TTL runs out. Raw requests check Consul's shapes,
-//! the lock-delay, `Behavior: delete`, and the errors for what is refused.
+//! the lock-delay, `Behavior: delete`, session reads as blocking queries, and the errors for
+//! what is refused.
 
 mod common;
 
 use common::cluster::{ClusterOptions, TestCluster, bounded, poll_until};
-use common::{StartOptions, TestNode, clients};
+use common::{StartOptions, TestNode, blocking_queries_waiting, clients, until_blocking_queries};
 use serde_json::{Value, json};
 use std::path::Path;
 use std::process::Stdio;
@@ -610,6 +611,93 @@ async fn an_unrenewed_session_ends_after_its_ttl() {
     );
     let entry = kv_entry(&node, "job").await;
     assert_eq!(entry["Session"], Value::Null, "{entry}");
+}
+
+/// `GET url`: status, `X-Consul-Index`, body as JSON.
+async fn get_indexed(client: &reqwest::Client, url: &str) -> (u16, u64, Value) {
+    let resp = client.get(url).send().await.expect("GET");
+    let status = resp.status().as_u16();
+    let index = resp
+        .headers()
+        .get("X-Consul-Index")
+        .and_then(|v| v.to_str().ok())
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(0);
+    (status, index, resp.json().await.unwrap_or(Value::Null))
+}
+
+/// Session reads are blocking queries too: `info` waits until its session changes or ends,
+/// `list` until a session is created (or renewed, or ends), each answering with a higher
+/// index; with nothing changing they hold for their wait.
+#[tokio::test]
+async fn session_reads_block_until_sessions_change() {
+    let node = TestNode::start(StartOptions::default()).await;
+    let http = reqwest::Client::new();
+    let base = node.http_url();
+    let create = async || {
+        let (_, created) = put(&http, &format!("{base}/v1/session/create"), "{}").await;
+        created["ID"].as_str().expect("an ID").to_string()
+    };
+    let first = create().await;
+    let (status, index, found) =
+        get_indexed(&http, &format!("{base}/v1/session/info/{first}")).await;
+    assert_eq!(status, 200);
+    assert_eq!(found[0]["ID"], first.as_str());
+    assert!(index > 0);
+
+    // info, woken by the session's end.
+    let waiter = {
+        let (http, url) = (
+            http.clone(),
+            format!("{base}/v1/session/info/{first}?index={index}&wait=20s"),
+        );
+        tokio::spawn(async move {
+            let started = Instant::now();
+            let answer = get_indexed(&http, &url).await;
+            (answer, started.elapsed())
+        })
+    };
+    until_blocking_queries(&node, 1).await;
+    assert_eq!(
+        put(&http, &format!("{base}/v1/session/destroy/{first}"), "").await,
+        (200, json!(true))
+    );
+    let ((status, after, found), took) = waiter.await.expect("waiter");
+    assert_eq!((status, found), (200, json!([])));
+    assert!(after > index, "index {after} after {index}");
+    assert!(took < Duration::from_secs(10), "woken after {took:?}");
+
+    // list, woken by a new session.
+    let (_, listed, sessions) = get_indexed(&http, &format!("{base}/v1/session/list")).await;
+    assert_eq!(sessions, json!([]));
+    let waiter = {
+        let (http, url) = (
+            http.clone(),
+            format!("{base}/v1/session/list?index={listed}&wait=20s"),
+        );
+        tokio::spawn(async move { get_indexed(&http, &url).await })
+    };
+    until_blocking_queries(&node, 1).await;
+    let second = create().await;
+    let (status, after, sessions) = waiter.await.expect("waiter");
+    assert_eq!(status, 200);
+    assert_eq!(sessions[0]["ID"], second.as_str(), "{sessions}");
+    assert!(after > listed, "index {after} after {listed}");
+
+    // Nothing changes: held for the wait, the same index back.
+    let started = Instant::now();
+    let (status, same, _) = get_indexed(
+        &http,
+        &format!("{base}/v1/session/node/n1?index={after}&wait=1s"),
+    )
+    .await;
+    assert_eq!(status, 200);
+    assert_eq!(same, after);
+    assert!(started.elapsed() >= Duration::from_secs(1));
+
+    let (status, error) = get(&http, &format!("{base}/v1/session/list?index=soon")).await;
+    assert_eq!(status, 400, "{error}");
+    assert_eq!(blocking_queries_waiting(&node).await, 0);
 }
 
 /// `/v1/txn`'s `lock`, `unlock` and `check-session`: conditions like the others, so a lock

@@ -76,7 +76,8 @@ fn entries_body<'a>(entries: impl IntoIterator<Item = (&'a [u8], &'a Record)>) -
     out
 }
 
-fn consul_headers(meta: &ReadMeta) -> HeaderMap {
+/// `X-Consul-Index`, `X-Consul-KnownLeader` and `X-Consul-LastContact` of a read.
+pub(crate) fn consul_headers(meta: &ReadMeta) -> HeaderMap {
     // Room for these three and the content type: no regrowth on the way out.
     let mut headers = HeaderMap::with_capacity(4);
     headers.insert("X-Consul-Index", HeaderValue::from(meta.index.max(1)));

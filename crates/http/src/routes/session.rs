@@ -1,17 +1,19 @@
 //! `/v1/session/*`: Consul's sessions (create, destroy, info, list, node, renew), in Consul's
 //! JSON shapes, so that `api.Session`, `api.Lock` and `api.Semaphore` work unchanged.
 
+use crate::query::Query;
+use crate::routes::kv::{consul_headers, read_mode};
 use crate::routes::request_body;
 use crate::{ApiError, AppState};
 use axum::Json;
 use axum::body::Bytes;
 use axum::extract::rejection::BytesRejection;
 use axum::extract::{Path, State};
-use axum::http::StatusCode;
+use axum::http::{StatusCode, Uri};
 use axum::response::{IntoResponse, Response};
 use serde_json::{Value, json};
 use std::time::Duration;
-use trireme_cluster::{SessionInfo, SessionRequest, is_session_id};
+use trireme_cluster::{Blocking, ReadMeta, ReadMode, SessionInfo, SessionRequest, is_session_id};
 use trireme_types::session::SessionBehavior;
 
 /// Lock-delay when the request names none, and the longest one allowed (Consul's).
@@ -158,34 +160,48 @@ pub(crate) async fn destroy(
     Ok(Json(true))
 }
 
-/// `GET /v1/session/info/<id>`: a list of one entry, or an empty list.
+/// The read mode and blocking query (`?index=&wait=`) a session read asks for.
+fn read_of(uri: &Uri) -> Result<(ReadMode, Option<Blocking>), ApiError> {
+    let query = Query::parse(uri.query());
+    Ok((read_mode(&query)?, crate::blocking::blocking(&query)?))
+}
+
+/// Entries as Consul lists them, with the read's index headers.
+fn listed<'a>(meta: &ReadMeta, sessions: impl Iterator<Item = &'a SessionInfo>) -> Response {
+    let body: Vec<Value> = sessions.map(entry).collect();
+    (consul_headers(meta), Json(body)).into_response()
+}
+
+/// `GET /v1/session/info/<id>`: a list of one entry, or an empty list; blocks with
+/// `?index=` until the session changes or ends.
 pub(crate) async fn info(
     State(state): State<AppState>,
     Path(id): Path<String>,
-) -> Result<Json<Vec<Value>>, ApiError> {
+    uri: Uri,
+) -> Result<Response, ApiError> {
     check_id(&id)?;
-    let found = state.node.session_info(&id).await?;
-    Ok(Json(found.iter().map(entry).collect()))
+    let (mode, block) = read_of(&uri)?;
+    let (found, meta) = state.node.session_info(&id, mode, block).await?;
+    Ok(listed(&meta, found.iter()))
 }
 
-/// `GET /v1/session/list`: every live session.
-pub(crate) async fn list(State(state): State<AppState>) -> Result<Json<Vec<Value>>, ApiError> {
-    let all = state.node.session_list().await?;
-    Ok(Json(all.iter().map(entry).collect()))
+/// `GET /v1/session/list`: every live session; blocks with `?index=` until one is created,
+/// renewed or ends.
+pub(crate) async fn list(State(state): State<AppState>, uri: Uri) -> Result<Response, ApiError> {
+    let (mode, block) = read_of(&uri)?;
+    let (all, meta) = state.node.session_list(mode, block).await?;
+    Ok(listed(&meta, all.iter()))
 }
 
-/// `GET /v1/session/node/<node>`: the live sessions of one node.
+/// `GET /v1/session/node/<node>`: the live sessions of one node; blocks as `list` does.
 pub(crate) async fn of_node(
     State(state): State<AppState>,
     Path(node): Path<String>,
-) -> Result<Json<Vec<Value>>, ApiError> {
-    let all = state.node.session_list().await?;
-    Ok(Json(
-        all.iter()
-            .filter(|s| s.state.node == node)
-            .map(entry)
-            .collect(),
-    ))
+    uri: Uri,
+) -> Result<Response, ApiError> {
+    let (mode, block) = read_of(&uri)?;
+    let (all, meta) = state.node.session_list(mode, block).await?;
+    Ok(listed(&meta, all.iter().filter(|s| s.state.node == node)))
 }
 
 /// `PUT /v1/session/renew/<id>`: the renewed entry in a list, or 404 when the session does

@@ -766,3 +766,28 @@ impl ReplyExt for Reply {
             .unwrap_or_else(|| panic!("expected a bulk reply, got {self:?}"))
     }
 }
+
+/// How many Consul blocking queries wait on `node`, from its `/metrics`.
+pub async fn blocking_queries_waiting(node: &TestNode) -> u64 {
+    let text = reqwest::get(format!("{}/metrics", node.http_url()))
+        .await
+        .expect("GET /metrics")
+        .text()
+        .await
+        .unwrap_or_default();
+    text.lines()
+        .find_map(|l| l.strip_prefix("trireme_blocking_queries_waiting "))
+        .and_then(|v| v.trim().parse().ok())
+        .unwrap_or(0)
+}
+
+/// Waits (10 s at most) until `n` blocking queries wait on `node`.
+pub async fn until_blocking_queries(node: &TestNode, n: u64) {
+    let reached = wait_until(
+        Duration::from_secs(10),
+        Duration::from_millis(20),
+        || async { blocking_queries_waiting(node).await == n },
+    )
+    .await;
+    assert!(reached, "never {n} blocking queries waiting");
+}
