@@ -63,7 +63,7 @@ impl Node {
         let storage = self.storage.clone();
         let (tx, rx) = mpsc::channel(4);
         tokio::task::spawn_blocking(move || {
-            let view = storage.shard_view(shard.0);
+            let view = storage.shard_view(shard);
             let now = crate::now_ms();
             let mut chunk = Vec::with_capacity(CHUNK);
             let mut entries = 0u64;

@@ -188,13 +188,13 @@ impl Node {
             // Rows first, the watermark second (see `Storage::removal_watermark`).
             let part = match &target {
                 WatchTarget::Key(key) => {
-                    let found = storage.get(shard.0, key, now)?;
-                    let removed = storage.removal_watermark(shard.0)?;
+                    let found = storage.get(shard, key, now)?;
+                    let removed = storage.removal_watermark(shard)?;
                     ShardIndex::of_key(shard, found.as_ref(), removed)
                 }
                 WatchTarget::Prefix(prefix) => {
-                    let rows = storage.scan(shard.0, prefix, None, usize::MAX, now, slots)?;
-                    let removed = storage.removal_watermark(shard.0)?;
+                    let rows = storage.scan(shard, prefix, None, usize::MAX, now, slots)?;
+                    let removed = storage.removal_watermark(shard)?;
                     let highest = rows.iter().map(|(_, r)| r.modify_index).max();
                     ShardIndex::of_rows(shard, highest, removed)
                 }

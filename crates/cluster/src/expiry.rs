@@ -21,7 +21,7 @@ async fn reap_once(node: Arc<Node>) {
             continue;
         }
         let storage = node.storage.clone();
-        let shard = group.shard().0;
+        let shard = group.shard();
         let now = crate::now_ms();
         let due =
             tokio::task::spawn_blocking(move || storage.expired_keys(shard, now, REAP_BATCH)).await;
@@ -29,7 +29,7 @@ async fn reap_once(node: Arc<Node>) {
             Ok(Ok(keys)) if !keys.is_empty() => keys,
             Ok(Ok(_)) => continue,
             Ok(Err(e)) => {
-                tracing::warn!(shard, error = %e, "expiry scan failed");
+                tracing::warn!(shard = shard.0, error = %e, "expiry scan failed");
                 continue;
             }
             // The runtime is shutting down.
@@ -37,11 +37,11 @@ async fn reap_once(node: Arc<Node>) {
         };
         let count = keys.len();
         match node
-            .write_shard::<Done>(group.shard(), Command::Reap { keys })
+            .write_shard::<Done>(shard, Command::Reap { keys })
             .await
         {
-            Ok(_) => tracing::debug!(shard, count, "reaped expired keys"),
-            Err(e) => tracing::debug!(shard, error = %e, "reap not applied"),
+            Ok(_) => tracing::debug!(shard = shard.0, count, "reaped expired keys"),
+            Err(e) => tracing::debug!(shard = shard.0, error = %e, "reap not applied"),
         }
     }
 }

@@ -123,7 +123,7 @@ pub(crate) trait ReadQuery: Clone + Send + Sync + 'static {
     fn run(
         &self,
         storage: &Storage,
-        shard: u32,
+        shard: ShardId,
         now: u64,
         slots: Option<(u16, u16)>,
     ) -> Result<Self::Found, ClusterError>;
@@ -153,7 +153,7 @@ impl<Q: ReadQuery> ShardRequest for Read<Q> {
         let found = node.slots_to_read(shard, self.slots).and_then(|only| {
             let found = self
                 .query
-                .run(&node.storage, group.shard().0, crate::now_ms(), only)?;
+                .run(&node.storage, group.shard(), crate::now_ms(), only)?;
             Ok((found, freshness(node, &group)?))
         });
         Some(found)
@@ -161,7 +161,7 @@ impl<Q: ReadQuery> ShardRequest for Read<Q> {
 
     async fn serve(self, node: &Node, group: &ShardGroup) -> Result<Self::Answer, ClusterError> {
         group.read_barrier(self.mode).await?;
-        let shard = group.shard().0;
+        let shard = group.shard();
         let only = node.slots_to_read(group.shard(), self.slots)?;
         let found = if self.query.is_cheap() {
             self.query
@@ -195,7 +195,7 @@ impl ReadQuery for GetKeys {
     fn run(
         &self,
         storage: &Storage,
-        shard: u32,
+        shard: ShardId,
         now: u64,
         _: Option<(u16, u16)>,
     ) -> Result<Self::Found, ClusterError> {
@@ -235,7 +235,7 @@ impl ReadQuery for ScanRows {
     fn run(
         &self,
         storage: &Storage,
-        shard: u32,
+        shard: ShardId,
         now: u64,
         slots: Option<(u16, u16)>,
     ) -> Result<Self::Found, ClusterError> {
@@ -268,7 +268,7 @@ impl ReadQuery for CountRows {
     fn run(
         &self,
         storage: &Storage,
-        shard: u32,
+        shard: ShardId,
         now: u64,
         slots: Option<(u16, u16)>,
     ) -> Result<u64, ClusterError> {
@@ -303,7 +303,7 @@ impl ReadQuery for SearchRows {
     fn run(
         &self,
         storage: &Storage,
-        shard: u32,
+        shard: ShardId,
         now: u64,
         slots: Option<(u16, u16)>,
     ) -> Result<Self::Found, ClusterError> {
@@ -745,7 +745,7 @@ fn freshness(node: &Node, group: &ShardGroup) -> Result<Freshness, ClusterError>
     Ok(Freshness {
         known_leader,
         applied,
-        removed: node.storage.removal_watermark(group.shard().0)?,
+        removed: node.storage.removal_watermark(group.shard())?,
         last_contact_ms: group.last_contact_ms().unwrap_or(u64::MAX / 2),
     })
 }
@@ -773,7 +773,7 @@ impl Node {
     /// touched it, else as the cluster was bootstrapped (`None` for a shard made by a split
     /// whose first state has not arrived here).
     pub(crate) fn owned_slots(&self, shard: ShardId) -> Result<Option<(u16, u16)>, ClusterError> {
-        Ok(match self.storage.slot_range(shard.0)? {
+        Ok(match self.storage.slot_range(shard)? {
             Some(owned) => Some(owned),
             None => trireme_types::even_range(self.bootstrap_shards, shard.0),
         })

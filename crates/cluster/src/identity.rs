@@ -4,9 +4,10 @@
 use crate::{ClusterError, NodeConfig};
 use serde::{Deserialize, Serialize};
 use trireme_storage::Storage;
+use trireme_types::GroupId;
 
 /// Stored in the metadata group's `raft_meta` rows.
-const GROUP: u32 = 0;
+const GROUP: GroupId = GroupId(0);
 const NAME: &str = "identity";
 
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]

@@ -185,7 +185,7 @@ impl Node {
                         // Applied now, or by an earlier request: the shard's range shows which.
                         Ok(_) => {
                             let applied =
-                                self.storage.slot_range(shard.0).ok().flatten().is_some_and(
+                                self.storage.slot_range(shard).ok().flatten().is_some_and(
                                     |(start, end)| start == range.0 && end + 1 == at_slot,
                                 );
                             return if applied {

@@ -349,7 +349,7 @@ impl Node {
     pub(crate) fn read_map_row(&self) -> Result<Option<(ClusterMap, u64)>, ClusterError> {
         let Some(record) = self
             .storage
-            .get(META_SHARD.0, meta::PLACEMENT_KEY, crate::now_ms())?
+            .get(META_SHARD, meta::PLACEMENT_KEY, crate::now_ms())?
         else {
             return Ok(None);
         };
@@ -489,7 +489,7 @@ impl Node {
     async fn open_shards(&self, map: &ClusterMap) -> Result<(), ClusterError> {
         let mut voting = Vec::new();
         for shard in (0..map.shard_count()).map(ShardId) {
-            let on_disk = self.storage.has_group_state(GroupId::of_shard(shard).0)?;
+            let on_disk = self.storage.has_group_state(GroupId::of_shard(shard))?;
             if !map.should_open(shard, self.node_id) && !on_disk {
                 continue;
             }
@@ -556,7 +556,7 @@ impl Node {
         };
         if !self
             .storage
-            .has_group_state(GroupId::of_shard(ShardId(parent)).0)?
+            .has_group_state(GroupId::of_shard(ShardId(parent)))?
         {
             return Ok(false);
         }
@@ -675,7 +675,7 @@ impl Node {
     /// Reloads the node rows of the metadata group into the directory and the transport.
     fn refresh_directory(&self) {
         let rows = match self.storage.scan(
-            META_SHARD.0,
+            META_SHARD,
             meta::NODE_PREFIX,
             None,
             100_000,

@@ -318,7 +318,7 @@ async fn end_due_sessions(node: Arc<Node>) {
         if !group.is_leader() {
             continue;
         }
-        let shard = group.shard().0;
+        let shard = group.shard();
         let now = crate::now_ms();
         let rows = match node
             .storage
@@ -326,7 +326,7 @@ async fn end_due_sessions(node: Arc<Node>) {
         {
             Ok(rows) => rows,
             Err(e) => {
-                tracing::warn!(shard, error = %e, "session scan failed");
+                tracing::warn!(shard = shard.0, error = %e, "session scan failed");
                 continue;
             }
         };

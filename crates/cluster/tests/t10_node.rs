@@ -135,7 +135,12 @@ async fn expired_keys_vanish_and_are_reaped_through_the_log() {
     );
     // Wait (bounded) for the leader's reaper to delete the row itself, through the log.
     let deadline = Instant::now() + Duration::from_secs(10);
-    while node.storage().get_raw(shard, b"ttl").unwrap().is_some() {
+    while node
+        .storage()
+        .get_raw(ShardId(shard), b"ttl")
+        .unwrap()
+        .is_some()
+    {
         assert!(Instant::now() < deadline, "expired key was never reaped");
         tokio::time::sleep(Duration::from_millis(20)).await;
     }

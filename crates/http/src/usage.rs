@@ -60,7 +60,7 @@ impl UsageCache {
                 .into_iter()
                 .filter_map(|replica| {
                     let shard = replica.shard.0;
-                    match node.storage().shard_usage(shard) {
+                    match node.storage().shard_usage(replica.shard) {
                         Ok((rows, bytes)) => Some((shard, rows, bytes)),
                         Err(e) => {
                             tracing::warn!(shard, error = %e, "cannot count the shard's rows");

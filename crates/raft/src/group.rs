@@ -220,8 +220,8 @@ impl ShardGroup {
             node_id,
             config,
             GroupNetworkFactory::new(transport.clone(), group.0),
-            LogStore::new(storage.clone(), group.0).with_budget(budget.clone()),
-            ShardStateMachine::new(storage.clone(), shard.0)
+            LogStore::new(storage.clone(), group).with_budget(budget.clone()),
+            ShardStateMachine::new(storage.clone(), shard)
                 .on_node(node_id)
                 .with_budget(budget),
         )
@@ -635,8 +635,8 @@ impl ShardGroup {
     pub async fn destroy(&self) -> Result<u64, RaftLayerError> {
         self.shutdown().await;
         let storage = self.storage.clone();
-        let (group, shard) = (self.group.0, self.shard.0);
-        let snapshot = crate::state_machine::snapshot_path(storage.dir(), shard);
+        let (group, shard) = (self.group, self.shard);
+        let snapshot = crate::state_machine::snapshot_path(storage.dir(), shard.0);
         let deleted = tokio::task::spawn_blocking(move || {
             let rows = storage.drop_replica(group, shard)?;
             match std::fs::remove_file(&snapshot) {

@@ -21,6 +21,7 @@ use std::io;
 use std::ops::{Bound, RangeBounds};
 use std::sync::{Arc, Mutex};
 use trireme_storage::Storage;
+use trireme_types::GroupId;
 
 const VOTE: &str = "vote";
 const PURGED: &str = "purged";
@@ -29,7 +30,7 @@ const PURGED: &str = "purged";
 #[derive(Clone, Debug)]
 pub struct LogStore {
     storage: Arc<Storage>,
-    group: u32,
+    group: GroupId,
     recent: Arc<Mutex<RecentEntries>>,
     budget: Option<Arc<LogBudget>>,
 }
@@ -112,7 +113,7 @@ impl RecentEntries {
 
 impl LogStore {
     /// The log of `group` inside `storage`.
-    pub fn new(storage: Arc<Storage>, group: u32) -> Self {
+    pub fn new(storage: Arc<Storage>, group: GroupId) -> Self {
         Self {
             storage,
             group,
@@ -301,7 +302,7 @@ impl RaftLogStorage<TypeConfig> for LogStore {
         let group = self.group;
         tokio::task::spawn_blocking(move || {
             if let Err(e) = storage.delete_log_range(group, 0, upto) {
-                tracing::warn!(group, error = %e, "deleting purged log entries failed; they are ignored");
+                tracing::warn!(group = group.0, error = %e, "deleting purged log entries failed; they are ignored");
             }
         });
         Ok(())

@@ -35,7 +35,7 @@ const MEMBERSHIP: &str = "membership";
 #[derive(Clone, Debug)]
 pub struct ShardStateMachine {
     storage: Arc<Storage>,
-    shard: u32,
+    shard: ShardId,
     /// The node this replica is on: a split seeds the new shard here only if this node was
     /// one of the shard's voters.
     node: Option<u64>,
@@ -138,7 +138,7 @@ const INSTALL_PIECE_PAUSE: std::time::Duration = std::time::Duration::from_milli
 /// while every other write of the node waited behind it. Returns the number of pieces.
 fn install_by_pieces(
     storage: &Storage,
-    shard: u32,
+    shard: ShardId,
     records: &[u8],
     meta: Vec<(String, Vec<u8>)>,
 ) -> Result<usize, io::Error> {
@@ -274,7 +274,7 @@ fn checksum_of(encoded_meta: &[u8], data: &[u8]) -> u64 {
 
 impl ShardStateMachine {
     /// The state machine of `shard` inside `storage`.
-    pub fn new(storage: Arc<Storage>, shard: u32) -> Self {
+    pub fn new(storage: Arc<Storage>, shard: ShardId) -> Self {
         Self {
             storage,
             shard,
@@ -310,12 +310,12 @@ impl ShardStateMachine {
     }
 
     fn snapshot_path(&self) -> PathBuf {
-        snapshot_path(self.storage.dir(), self.shard)
+        snapshot_path(self.storage.dir(), self.shard.0)
     }
 
     fn read_applied(
         storage: &Storage,
-        shard: u32,
+        shard: ShardId,
     ) -> Result<(Option<LogIdOf<TypeConfig>>, StoredMembershipOf<TypeConfig>), io::Error> {
         let applied = match storage
             .data_meta(shard, APPLIED)
@@ -389,7 +389,7 @@ impl ShardStateMachine {
     ) -> Result<CommandResult, io::Error> {
         let (_, membership) = Self::read_applied(&self.storage, self.shard)?;
         let voters: BTreeSet<u64> = membership.membership().voter_ids().collect();
-        let child_group = GroupId::of_shard(ShardId(split.child)).0;
+        let child_group = GroupId::of_shard(split.child);
         let fresh = !self
             .storage
             .has_shard_state(split.child)
@@ -431,8 +431,8 @@ impl ShardStateMachine {
         match moved {
             Some(rows) => {
                 tracing::info!(
-                    shard = self.shard,
-                    child = split.child,
+                    shard = self.shard.0,
+                    child = split.child.0,
                     at_slot = split.at_slot,
                     rows,
                     seeded = seed.is_some(),
@@ -526,7 +526,7 @@ impl RaftSnapshotBuilder<TypeConfig> for ShardStateMachine {
             self.snapshot_built(data.len(), meta.last_log_id.as_ref().map(|id| id.index()));
         }
         tracing::info!(
-            shard,
+            shard = shard.0,
             bytes = data.len(),
             ms = started.elapsed().as_millis() as u64,
             saved,
@@ -568,7 +568,7 @@ impl RaftStateMachine<TypeConfig> for ShardStateMachine {
             {
                 let split = ShardSplit {
                     parent: self.shard,
-                    child: *child,
+                    child: ShardId(*child),
                     at_slot: *at_slot,
                     range: *range,
                 };
@@ -633,7 +633,7 @@ impl RaftStateMachine<TypeConfig> for ShardStateMachine {
         let bytes = data.len();
         self.save_snapshot_file(meta, data).await?;
         tracing::info!(
-            shard,
+            shard = shard.0,
             bytes,
             pieces,
             import_ms = imported.as_millis() as u64,
@@ -680,7 +680,8 @@ mod tests {
     use trireme_storage::StorageOptions;
     use trireme_types::{Command, LogCommand, PutCondition, TtlUpdate};
 
-    const SHARD: u32 = 3;
+    const SHARD: ShardId = ShardId(3);
+    const CHILD: ShardId = ShardId(4);
 
     /// A state machine whose shard holds `a` and `b`, applied up to index 7.
     fn state_machine_with_two_keys(dir: &TempDir) -> ShardStateMachine {
@@ -770,7 +771,7 @@ mod tests {
         let mut leader = state_machine_with_two_keys(&from);
         let split = ShardSplit {
             parent: SHARD,
-            child: SHARD + 1,
+            child: CHILD,
             at_slot: 8192,
             range: (0, 16383),
         };
@@ -836,7 +837,7 @@ mod tests {
             .expect("apply");
         let split = ShardSplit {
             parent: SHARD,
-            child: SHARD + 1,
+            child: CHILD,
             at_slot: 16000,
             range: (0, 16383),
         };
@@ -961,7 +962,7 @@ mod tests {
             expected,
             "no hint"
         );
-        let empty = encode_records(&storage.shard_view(SHARD + 1), &[], 0).expect("stream");
+        let empty = encode_records(&storage.shard_view(CHILD), &[], 0).expect("stream");
         assert_eq!(
             empty,
             encode(&Vec::<(Vec<u8>, Vec<u8>)>::new()).expect("encode")

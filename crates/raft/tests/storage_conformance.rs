@@ -19,8 +19,8 @@ impl StoreBuilder<TypeConfig, LogStore, ShardStateMachine, TempDir> for FjallBui
             .map_err(|e| StorageError::read(TypeConfig::err_from_error(&e)))?;
         Ok((
             dir,
-            LogStore::new(storage.clone(), 1),
-            ShardStateMachine::new(storage, 0),
+            LogStore::new(storage.clone(), trireme_types::GroupId(1)),
+            ShardStateMachine::new(storage, trireme_types::ShardId(0)),
         ))
     }
 }

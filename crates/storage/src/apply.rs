@@ -8,7 +8,7 @@ use std::collections::HashMap;
 use trireme_types::session::{SessionState, is_internal_key};
 use trireme_types::{
     Command, CommandResult, ErrorCode, KeyCheck, LockInfo, LockOp, LockOutcome, LogCommand,
-    PutCondition, Record, SessionOp, StringEdit, TtlUpdate,
+    PutCondition, Record, SessionOp, ShardId, StringEdit, TtlUpdate,
 };
 
 /// One committed log entry to apply: its index, and the command if it carries one (blank and
@@ -106,7 +106,7 @@ impl<'s> Pending<'s> {
         if let Some(change) = self.changes.get(key) {
             return Ok(change.clone());
         }
-        let stored = self.storage.get_raw(self.shard, key)?;
+        let stored = self.storage.get_raw(ShardId(self.shard), key)?;
         self.stored_expiry
             .entry(key.clone())
             .or_insert_with(|| stored.as_ref().and_then(|r| r.expires_at_ms));
@@ -225,7 +225,7 @@ impl<'s> Pending<'s> {
     /// The sessions this shard refuses (ended), loaded from its row on first use.
     fn ended_sessions(&mut self) -> Result<&mut Vec<(Bytes, u64)>, StorageError> {
         if self.ended.is_none() {
-            let stored = match self.storage.data_meta(self.shard, ENDED_ROW)? {
+            let stored = match self.storage.data_meta(ShardId(self.shard), ENDED_ROW)? {
                 Some(bytes) => decode_ended(&bytes)?,
                 None => Vec::new(),
             };
@@ -695,16 +695,17 @@ impl Storage {
     /// re-applies entries past the last applied id found here.
     pub fn apply(
         &self,
-        shard: u32,
+        shard: ShardId,
         entries: &[ApplyEntry<'_>],
         meta: &[(&str, Vec<u8>)],
     ) -> Result<Vec<CommandResult>, StorageError> {
+        let shard = shard.0;
         self.check_writable()?;
         let started = std::time::Instant::now();
         let mut pending = Pending {
             storage: self,
             shard,
-            owned: self.slot_range(shard)?,
+            owned: self.slot_range(ShardId(shard))?,
             changes: HashMap::new(),
             order: Vec::new(),
             stored_expiry: HashMap::new(),
@@ -778,7 +779,8 @@ impl Storage {
 
     /// A point-in-time view of `shard`, to read its rows from more than once (or one at a time)
     /// and always see the same ones.
-    pub fn shard_view(&self, shard: u32) -> ShardView<'_> {
+    pub fn shard_view(&self, shard: ShardId) -> ShardView<'_> {
+        let shard = shard.0;
         ShardView {
             storage: self,
             snapshot: self.db.snapshot(),
@@ -787,7 +789,8 @@ impl Storage {
     }
 
     /// Replaces everything stored for `shard` with `export`, atomically.
-    pub fn import_shard(&self, shard: u32, export: &ShardExport) -> Result<(), StorageError> {
+    pub fn import_shard(&self, shard: ShardId, export: &ShardExport) -> Result<(), StorageError> {
+        let shard = shard.0;
         self.check_writable()?;
         // A key must not be both removed and inserted in one batch, so only stale keys go.
         let incoming: std::collections::HashSet<&[u8]> =
@@ -858,7 +861,8 @@ impl Storage {
     /// their expiry entries, in one batch: a piece of a snapshot being installed into a
     /// replica that holds nothing yet ([`Storage::import_shard`] does it in one batch when
     /// the replica has state to replace).
-    pub fn import_rows(&self, shard: u32, rows: &[(&[u8], &[u8])]) -> Result<(), StorageError> {
+    pub fn import_rows(&self, shard: ShardId, rows: &[(&[u8], &[u8])]) -> Result<(), StorageError> {
+        let shard = shard.0;
         self.check_writable()?;
         let mut batch = self.db.batch();
         for (key, value) in rows {
@@ -875,9 +879,10 @@ impl Storage {
     /// an install by pieces, which makes the installed rows the shard's state.
     pub fn replace_shard_meta(
         &self,
-        shard: u32,
+        shard: ShardId,
         meta: &[(String, Vec<u8>)],
     ) -> Result<(), StorageError> {
+        let shard = shard.0;
         self.check_writable()?;
         let mut batch = self.db.batch();
         self.stage_meta(&mut batch, shard, meta)?;
@@ -913,7 +918,8 @@ impl Storage {
             at_slot,
             range,
         } = *split;
-        let stored = self.slot_range(parent)?;
+        let (parent, child) = (parent.0, child.0);
+        let stored = self.slot_range(ShardId(parent))?;
         let mut batch = self.db.batch();
         for (name, value) in parent_meta {
             batch.insert(
@@ -979,7 +985,7 @@ impl Storage {
                 encode_removal(index),
             );
             // The keys that move keep being refused to the sessions that ended.
-            if let Some(ended) = self.data_meta(parent, ENDED_ROW)? {
+            if let Some(ended) = self.data_meta(ShardId(parent), ENDED_ROW)? {
                 batch.insert(
                     &self.data_meta,
                     owned_key(child, ENDED_ROW.as_bytes()),
@@ -995,7 +1001,8 @@ impl Storage {
     }
 
     /// Whether `shard` has any state-machine state here (rows or an applied log id).
-    pub fn has_shard_state(&self, shard: u32) -> Result<bool, StorageError> {
+    pub fn has_shard_state(&self, shard: ShardId) -> Result<bool, StorageError> {
+        let shard = shard.0;
         Ok(self.data_meta.prefix(shard.to_be_bytes()).next().is_some()
             || self.data.prefix(shard.to_be_bytes()).next().is_some())
     }
@@ -1005,9 +1012,9 @@ impl Storage {
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct ShardSplit {
     /// The shard split.
-    pub parent: u32,
+    pub parent: ShardId,
     /// The new shard.
-    pub child: u32,
+    pub child: ShardId,
     /// The first slot the new shard owns.
     pub at_slot: u16,
     /// The parent's inclusive slot range before the split.
@@ -1043,7 +1050,7 @@ mod tests {
             })
             .collect();
         storage
-            .apply(0, &entries, &[("applied", b"x".to_vec())])
+            .apply(ShardId(0), &entries, &[("applied", b"x".to_vec())])
             .unwrap()
     }
 
@@ -1073,12 +1080,12 @@ mod tests {
             .map(|r| matches!(r, CommandResult::Put { written: true, .. }))
             .collect();
         assert_eq!(written, [true, false, true, false, false]);
-        let a = storage.get(0, b"a", 1).unwrap().unwrap();
+        let a = storage.get(ShardId(0), b"a", 1).unwrap().unwrap();
         assert_eq!(a.value, Bytes::from_static(b"3"));
         assert_eq!((a.create_index, a.modify_index), (10, 12));
-        assert_eq!(storage.get(0, b"b", 1).unwrap(), None);
+        assert_eq!(storage.get(ShardId(0), b"b", 1).unwrap(), None);
         assert_eq!(
-            storage.data_meta(0, "applied").unwrap().as_deref(),
+            storage.data_meta(ShardId(0), "applied").unwrap().as_deref(),
             Some(&b"x"[..])
         );
     }
@@ -1112,7 +1119,7 @@ mod tests {
         // The watched key was written at index 1, not 7: nothing happens.
         let stale = run(&storage, 2, &[cmd(1, transaction(Some(7)))]);
         assert_eq!(stale, vec![CommandResult::Transaction(Err(0))]);
-        assert_eq!(storage.get(0, b"a", 1).unwrap(), None);
+        assert_eq!(storage.get(ShardId(0), b"a", 1).unwrap(), None);
         // At the index it has, every command applies in order, the read seeing the write.
         let applied = run(&storage, 3, &[cmd(1, transaction(Some(1)))]);
         let CommandResult::Transaction(Ok(results)) = &applied[0] else {
@@ -1124,7 +1131,10 @@ mod tests {
         assert_eq!(records[0].as_ref().map(|r| r.value.clone()), Some(key("x")));
         assert_eq!(records[1], None);
         assert_eq!(results[2], CommandResult::Incr(Err(ErrorCode::NotInteger)));
-        assert_eq!(storage.get(0, b"a", 1).unwrap().unwrap().value, key("x"));
+        assert_eq!(
+            storage.get(ShardId(0), b"a", 1).unwrap().unwrap().value,
+            key("x")
+        );
         // A watch on a missing key holds while it stays missing.
         let absent = Command::Transaction {
             watches: vec![(key("missing"), KeyCheck::At(None))],
@@ -1169,8 +1179,11 @@ mod tests {
             ],
         );
         assert_eq!(results[1], CommandResult::Transaction(Err(2)));
-        assert_eq!(storage.get(0, b"a", 1).unwrap().unwrap().value, key("1"));
-        assert_eq!(storage.get(0, b"new", 1).unwrap(), None);
+        assert_eq!(
+            storage.get(ShardId(0), b"a", 1).unwrap().unwrap().value,
+            key("1")
+        );
+        assert_eq!(storage.get(ShardId(0), b"new", 1).unwrap(), None);
     }
 
     #[test]
@@ -1210,14 +1223,21 @@ mod tests {
         assert_eq!(results[1], CommandResult::Transaction(Err(0)));
         assert!(matches!(results[2], CommandResult::Transaction(Ok(_))));
         assert_eq!(
-            storage.get(0, b"a", 1).unwrap().unwrap().value,
+            storage.get(ShardId(0), b"a", 1).unwrap().unwrap().value,
             key("plain")
         );
-        assert_eq!(storage.get(0, b"b", 1).unwrap(), None);
-        assert_eq!(storage.get(0, b"b-side", 1).unwrap(), None);
-        assert_eq!(storage.get(0, b"c", 1).unwrap().unwrap().value, key("txn"));
+        assert_eq!(storage.get(ShardId(0), b"b", 1).unwrap(), None);
+        assert_eq!(storage.get(ShardId(0), b"b-side", 1).unwrap(), None);
         assert_eq!(
-            storage.get(0, b"c-side", 1).unwrap().unwrap().value,
+            storage.get(ShardId(0), b"c", 1).unwrap().unwrap().value,
+            key("txn")
+        );
+        assert_eq!(
+            storage
+                .get(ShardId(0), b"c-side", 1)
+                .unwrap()
+                .unwrap()
+                .value,
             key("txn")
         );
     }
@@ -1234,8 +1254,8 @@ mod tests {
                 put("k", "v", PutCondition::Always, TtlUpdate::At(200)),
             )],
         );
-        assert!(storage.get(0, b"k", 199).unwrap().is_some());
-        assert!(storage.get(0, b"k", 200).unwrap().is_none());
+        assert!(storage.get(ShardId(0), b"k", 199).unwrap().is_some());
+        assert!(storage.get(ShardId(0), b"k", 200).unwrap().is_none());
         // An NX put at a time after expiry sees the key as absent.
         let results = run(
             &storage,
@@ -1253,7 +1273,7 @@ mod tests {
                 ..
             }
         ));
-        let k = storage.get(0, b"k", 10_000).unwrap().unwrap();
+        let k = storage.get(ShardId(0), b"k", 10_000).unwrap().unwrap();
         assert_eq!((k.expires_at_ms, k.create_index), (None, 2));
         // Reap removes only what has expired by the reap command's time.
         run(
@@ -1274,10 +1294,10 @@ mod tests {
                 },
             )],
         );
-        assert!(storage.get_raw(0, b"x").unwrap().is_none());
-        assert!(storage.get_raw(0, b"y").unwrap().is_some());
+        assert!(storage.get_raw(ShardId(0), b"x").unwrap().is_none());
+        assert!(storage.get_raw(ShardId(0), b"y").unwrap().is_some());
         assert_eq!(
-            storage.expired_keys(0, 1000, 10).unwrap(),
+            storage.expired_keys(ShardId(0), 1000, 10).unwrap(),
             vec![Bytes::from_static(b"y")]
         );
     }
@@ -1374,12 +1394,12 @@ mod tests {
         assert_eq!(results[3], CommandResult::Deleted(1));
         assert!(
             storage
-                .scan(0, b"dir/", None, 100, 1, None)
+                .scan(ShardId(0), b"dir/", None, 100, 1, None)
                 .unwrap()
                 .is_empty()
         );
         let rest: Vec<_> = storage
-            .scan(0, b"", None, 100, 1, None)
+            .scan(ShardId(0), b"", None, 100, 1, None)
             .unwrap()
             .into_iter()
             .map(|(k, _)| k)
@@ -1389,7 +1409,7 @@ mod tests {
             vec![Bytes::from_static(b"max"), Bytes::from_static(b"s")]
         );
         let after: Vec<_> = storage
-            .scan(0, b"", Some(b"max"), 100, 1, None)
+            .scan(ShardId(0), b"", Some(b"max"), 100, 1, None)
             .unwrap()
             .into_iter()
             .map(|(k, _)| k)
@@ -1418,7 +1438,7 @@ mod tests {
         );
         let keep_x = |v: &[u8]| v.starts_with(b"x");
         let (kept, first) = storage
-            .scan_filtered(0, b"doc/", 10, 1, None, keep_x)
+            .scan_filtered(ShardId(0), b"doc/", 10, 1, None, keep_x)
             .unwrap();
         assert_eq!(
             kept, 2,
@@ -1429,7 +1449,7 @@ mod tests {
         assert_eq!(first[0].1.value, Bytes::from_static(b"x1"));
         assert_eq!(first[0].1.modify_index, 2);
         let (kept, all) = storage
-            .scan_filtered(0, b"doc/", 1, 10, None, keep_x)
+            .scan_filtered(ShardId(0), b"doc/", 1, 10, None, keep_x)
             .unwrap();
         assert_eq!((kept, all.len()), (3, 3), "doc/d is live before its expiry");
     }
@@ -1463,12 +1483,19 @@ mod tests {
             inner[2],
             CommandResult::Put { written: false, .. }
         ));
-        assert_eq!(storage.get(0, b"a", 1).unwrap().unwrap().modify_index, 7);
         assert_eq!(
-            storage.get(0, b"n", 1).unwrap().unwrap().value,
+            storage
+                .get(ShardId(0), b"a", 1)
+                .unwrap()
+                .unwrap()
+                .modify_index,
+            7
+        );
+        assert_eq!(
+            storage.get(ShardId(0), b"n", 1).unwrap().unwrap().value,
             Bytes::from_static(b"2")
         );
-        assert!(storage.get(0, b"b", 1).unwrap().is_none());
+        assert!(storage.get(ShardId(0), b"b", 1).unwrap().is_none());
     }
 
     #[test]
@@ -1483,7 +1510,7 @@ mod tests {
                 cmd(1, put("gone", "1", PutCondition::Always, TtlUpdate::Clear)),
             ],
         );
-        let view = storage.shard_view(0);
+        let view = storage.shard_view(ShardId(0));
         let mut export = ShardExport {
             meta: view.meta().unwrap(),
             records: Vec::new(),
@@ -1495,7 +1522,7 @@ mod tests {
         let other = Storage::open(other_dir.path(), &StorageOptions::default()).unwrap();
         other
             .apply(
-                0,
+                ShardId(0),
                 &[ApplyEntry {
                     index: 1,
                     command: Some(&cmd(
@@ -1506,9 +1533,9 @@ mod tests {
                 &[],
             )
             .unwrap();
-        other.import_shard(0, &export).unwrap();
+        other.import_shard(ShardId(0), &export).unwrap();
         let keys: Vec<_> = other
-            .scan(0, b"", None, 10, 1, None)
+            .scan(ShardId(0), b"", None, 10, 1, None)
             .unwrap()
             .into_iter()
             .map(|(k, _)| k)
@@ -1518,7 +1545,7 @@ mod tests {
             vec![Bytes::from_static(b"gone"), Bytes::from_static(b"keep")]
         );
         assert_eq!(
-            other.data_meta(0, "applied").unwrap().as_deref(),
+            other.data_meta(ShardId(0), "applied").unwrap().as_deref(),
             Some(&b"x"[..])
         );
     }
@@ -1534,8 +1561,8 @@ mod tests {
             .collect();
         run(&storage, 1, &puts);
         let split = ShardSplit {
-            parent: 0,
-            child: 5,
+            parent: ShardId(0),
+            child: ShardId(5),
             at_slot: 8192,
             range: (0, 16383),
         };
@@ -1550,26 +1577,38 @@ mod tests {
             .collect();
         assert_eq!(moved, upper.len() as u64);
         assert!(moved > 50 && moved < 150, "about half move: {moved}");
-        assert_eq!(storage.slot_range(0).unwrap(), Some((0, 8191)));
-        assert_eq!(storage.slot_range(5).unwrap(), Some((8192, 16383)));
+        assert_eq!(storage.slot_range(ShardId(0)).unwrap(), Some((0, 8191)));
+        assert_eq!(storage.slot_range(ShardId(5)).unwrap(), Some((8192, 16383)));
         for key in &keys {
             let upper_key = trireme_types::key_slot(key.as_bytes()) >= 8192;
             assert_eq!(
-                storage.get_raw(0, key.as_bytes()).unwrap().is_some(),
+                storage
+                    .get_raw(ShardId(0), key.as_bytes())
+                    .unwrap()
+                    .is_some(),
                 !upper_key
             );
             assert_eq!(
-                storage.get_raw(5, key.as_bytes()).unwrap().is_some(),
+                storage
+                    .get_raw(ShardId(5), key.as_bytes())
+                    .unwrap()
+                    .is_some(),
                 upper_key
             );
         }
         // Expiry entries follow their rows.
         assert_eq!(
-            storage.expired_keys(5, 2_000, 1_000).unwrap().len() as u64,
+            storage
+                .expired_keys(ShardId(5), 2_000, 1_000)
+                .unwrap()
+                .len() as u64,
             moved
         );
         assert_eq!(
-            storage.expired_keys(0, 2_000, 1_000).unwrap().len(),
+            storage
+                .expired_keys(ShardId(0), 2_000, 1_000)
+                .unwrap()
+                .len(),
             keys.len() - upper.len()
         );
         // The parent refuses its former keys, and still takes its own.
@@ -1600,7 +1639,12 @@ mod tests {
         };
         assert_eq!(inner[0], CommandResult::Moved);
         assert!(matches!(inner[1], CommandResult::Put { written: true, .. }));
-        assert!(storage.get_raw(0, upper[0].as_bytes()).unwrap().is_none());
+        assert!(
+            storage
+                .get_raw(ShardId(0), upper[0].as_bytes())
+                .unwrap()
+                .is_none()
+        );
         // The same split again (a replayed entry) changes nothing.
         assert_eq!(
             storage
@@ -1610,7 +1654,7 @@ mod tests {
         );
         // A scan limited to the parent's slots sees only the parent's keys.
         let scanned = storage
-            .scan(5, b"", None, 1_000, 1, Some((8192, 12000)))
+            .scan(ShardId(5), b"", None, 1_000, 1, Some((8192, 12000)))
             .unwrap();
         assert!(scanned.len() < upper.len());
         assert!(
@@ -1639,8 +1683,8 @@ mod tests {
             .collect();
         run(&storage, 1, &puts);
         let split = ShardSplit {
-            parent: 0,
-            child: 1,
+            parent: ShardId(0),
+            child: ShardId(1),
             at_slot: 100,
             range: (0, 16383),
         };
@@ -1648,9 +1692,9 @@ mod tests {
             .split_shard(&split, 11, &[], None)
             .unwrap()
             .expect("applied");
-        assert!(!storage.has_shard_state(1).unwrap());
-        assert_eq!(storage.slot_range(1).unwrap(), None);
-        let left = storage.scan(0, b"", None, 1_000, 1, None).unwrap();
+        assert!(!storage.has_shard_state(ShardId(1)).unwrap());
+        assert_eq!(storage.slot_range(ShardId(1)).unwrap(), None);
+        let left = storage.scan(ShardId(0), b"", None, 1_000, 1, None).unwrap();
         assert!(left.iter().all(|(k, _)| trireme_types::key_slot(k) < 100));
     }
 }

@@ -9,7 +9,7 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Instant;
 use trireme_types::session::is_internal_key;
-use trireme_types::{Record, Timed};
+use trireme_types::{GroupId, Record, ShardId, Timed};
 
 /// How to open the store.
 #[derive(Debug, Clone)]
@@ -233,9 +233,10 @@ impl Storage {
     /// Writes log entries of `group` (not yet durable: call [`Storage::sync`]).
     pub fn append_log(
         &self,
-        group: u32,
+        group: GroupId,
         entries: impl IntoIterator<Item = (u64, Vec<u8>)>,
     ) -> Result<(), StorageError> {
+        let group = group.0;
         self.check_writable()?;
         let started = Instant::now();
         let mut batch = self.db.batch();
@@ -250,10 +251,11 @@ impl Storage {
     /// Reads entries `start..end` of `group`, in order, stopping at the first gap.
     pub fn read_log(
         &self,
-        group: u32,
+        group: GroupId,
         start: u64,
         end: u64,
     ) -> Result<Vec<(u64, fjall::Slice)>, StorageError> {
+        let group = group.0;
         let mut out = Vec::new();
         if start >= end {
             return Ok(out);
@@ -270,7 +272,8 @@ impl Storage {
     }
 
     /// The last entry of `group`'s log, if any.
-    pub fn last_log(&self, group: u32) -> Result<Option<(u64, fjall::Slice)>, StorageError> {
+    pub fn last_log(&self, group: GroupId) -> Result<Option<(u64, fjall::Slice)>, StorageError> {
+        let group = group.0;
         let Some(guard) = self
             .raft_log
             .range(log_key(group, 0)..=log_key(group, u64::MAX))
@@ -284,7 +287,13 @@ impl Storage {
     }
 
     /// Deletes entries of `group` with index in `start..end`.
-    pub fn delete_log_range(&self, group: u32, start: u64, end: u64) -> Result<(), StorageError> {
+    pub fn delete_log_range(
+        &self,
+        group: GroupId,
+        start: u64,
+        end: u64,
+    ) -> Result<(), StorageError> {
+        let group = group.0;
         self.check_writable()?;
         if start >= end {
             return Ok(());
@@ -304,10 +313,11 @@ impl Storage {
     /// Sets a metadata value of `group` (vote, committed, purged); not durable until synced.
     pub fn put_raft_meta(
         &self,
-        group: u32,
+        group: GroupId,
         name: &str,
         value: Vec<u8>,
     ) -> Result<(), StorageError> {
+        let group = group.0;
         self.check_writable()?;
         self.raft_meta
             .insert(owned_key(group, name.as_bytes()), value)?;
@@ -315,13 +325,19 @@ impl Storage {
     }
 
     /// Reads a metadata value of `group`.
-    pub fn raft_meta(&self, group: u32, name: &str) -> Result<Option<fjall::Slice>, StorageError> {
+    pub fn raft_meta(
+        &self,
+        group: GroupId,
+        name: &str,
+    ) -> Result<Option<fjall::Slice>, StorageError> {
+        let group = group.0;
         Ok(self.raft_meta.get(owned_key(group, name.as_bytes()))?)
     }
 
     /// Whether `group` has Raft state here (a vote, log entries): a replica this node holds,
     /// or held and has not dropped.
-    pub fn has_group_state(&self, group: u32) -> Result<bool, StorageError> {
+    pub fn has_group_state(&self, group: GroupId) -> Result<bool, StorageError> {
+        let group = group.0;
         Ok(self.raft_meta.prefix(group.to_be_bytes()).next().is_some()
             || self.raft_log.prefix(group.to_be_bytes()).next().is_some())
     }
@@ -330,7 +346,9 @@ impl Storage {
     /// with their metadata and expiry entries. Used once the replica has moved to another
     /// node, after its group stopped. Written in batches of bounded size (a shard may hold
     /// gigabytes); durable once synced. Returns the number of rows deleted.
-    pub fn drop_replica(&self, group: u32, shard: u32) -> Result<u64, StorageError> {
+    pub fn drop_replica(&self, group: GroupId, shard: ShardId) -> Result<u64, StorageError> {
+        let shard = shard.0;
+        let group = group.0;
         const BATCH_ROWS: usize = 10_000;
         self.check_writable()?;
         self.forget_slot_range(shard);
@@ -370,7 +388,12 @@ impl Storage {
     // ---- state machine ----
 
     /// Reads a state-machine metadata value of `shard` (applied log id, membership).
-    pub fn data_meta(&self, shard: u32, name: &str) -> Result<Option<fjall::Slice>, StorageError> {
+    pub fn data_meta(
+        &self,
+        shard: ShardId,
+        name: &str,
+    ) -> Result<Option<fjall::Slice>, StorageError> {
+        let shard = shard.0;
         Ok(self.data_meta.get(owned_key(shard, name.as_bytes()))?)
     }
 
@@ -378,7 +401,8 @@ impl Storage {
     /// touched the shard (it then owns the range it was bootstrapped with).
     ///
     /// Read on every read request and every applied batch: a shared lock on a cached answer.
-    pub fn slot_range(&self, shard: u32) -> Result<Option<(u16, u16)>, StorageError> {
+    pub fn slot_range(&self, shard: ShardId) -> Result<Option<(u16, u16)>, StorageError> {
+        let shard = shard.0;
         let cached = self
             .slot_ranges
             .read()
@@ -393,7 +417,7 @@ impl Storage {
             .slot_ranges
             .write()
             .unwrap_or_else(std::sync::PoisonError::into_inner);
-        let range = match self.data_meta(shard, SLOTS_ROW)? {
+        let range = match self.data_meta(ShardId(shard), SLOTS_ROW)? {
             Some(bytes) => Some(decode_slots(&bytes)?),
             None => None,
         };
@@ -409,7 +433,8 @@ impl Storage {
     /// It is raised in the cache before the batch that removes the row is written, so a
     /// reader that reads rows first and the watermark second never sees a removal the
     /// watermark does not cover.
-    pub fn removal_watermark(&self, shard: u32) -> Result<u64, StorageError> {
+    pub fn removal_watermark(&self, shard: ShardId) -> Result<u64, StorageError> {
+        let shard = shard.0;
         let cached = self
             .removals
             .read()
@@ -429,7 +454,7 @@ impl Storage {
     }
 
     fn stored_removal(&self, shard: u32) -> Result<u64, StorageError> {
-        Ok(match self.data_meta(shard, REMOVED_ROW)? {
+        Ok(match self.data_meta(ShardId(shard), REMOVED_ROW)? {
             Some(bytes) => decode_removal(&bytes)?,
             None => 0,
         })
@@ -438,7 +463,7 @@ impl Storage {
     /// Raises the cached removal watermark of `shard` to `at` (never lowers it); the caller
     /// writes the row in the batch it is about to commit.
     pub(crate) fn raise_removal(&self, shard: u32, at: u64) -> Result<(), StorageError> {
-        let stored = self.removal_watermark(shard)?;
+        let stored = self.removal_watermark(ShardId(shard))?;
         let mut cache = self
             .removals
             .write()
@@ -470,7 +495,8 @@ impl Storage {
     }
 
     /// Reads a key as stored, expired or not.
-    pub fn get_raw(&self, shard: u32, key: &[u8]) -> Result<Option<Record>, StorageError> {
+    pub fn get_raw(&self, shard: ShardId, key: &[u8]) -> Result<Option<Record>, StorageError> {
+        let shard = shard.0;
         match self.data.get(owned_key(shard, key))? {
             Some(bytes) => Ok(Some(Record::decode(&bytes)?)),
             None => Ok(None),
@@ -478,9 +504,15 @@ impl Storage {
     }
 
     /// Reads a key, treating a record expired at `now_ms` as absent.
-    pub fn get(&self, shard: u32, key: &[u8], now_ms: u64) -> Result<Option<Record>, StorageError> {
+    pub fn get(
+        &self,
+        shard: ShardId,
+        key: &[u8],
+        now_ms: u64,
+    ) -> Result<Option<Record>, StorageError> {
+        let shard = shard.0;
         Ok(self
-            .get_raw(shard, key)?
+            .get_raw(ShardId(shard), key)?
             .filter(|record| !record.is_expired(now_ms)))
     }
 
@@ -492,13 +524,14 @@ impl Storage {
     /// applied a split of its shard still holds rows the reader routes to the new shard.
     pub fn scan(
         &self,
-        shard: u32,
+        shard: ShardId,
         prefix: &[u8],
         after: Option<&[u8]>,
         limit: usize,
         now_ms: u64,
         slots: Option<(u16, u16)>,
     ) -> Result<Vec<(bytes::Bytes, Record)>, StorageError> {
+        let shard = shard.0;
         let mut out = Vec::new();
         let full_prefix = owned_key(shard, prefix);
         let iter = match after {
@@ -536,13 +569,14 @@ impl Storage {
     /// copied out of the store. `slots` limits the walk as in [`Storage::scan`].
     pub fn scan_filtered(
         &self,
-        shard: u32,
+        shard: ShardId,
         prefix: &[u8],
         now_ms: u64,
         limit: usize,
         slots: Option<(u16, u16)>,
         mut keep: impl FnMut(&[u8]) -> bool,
     ) -> Result<(u64, Vec<(bytes::Bytes, Record)>), StorageError> {
+        let shard = shard.0;
         let mut kept = 0u64;
         let mut out = Vec::new();
         let hide_internal = !is_internal_key(prefix);
@@ -572,10 +606,11 @@ impl Storage {
     /// Keys of `shard` whose expiry has passed at `now_ms`, at most `limit` of them.
     pub fn expired_keys(
         &self,
-        shard: u32,
+        shard: ShardId,
         now_ms: u64,
         limit: usize,
     ) -> Result<Vec<bytes::Bytes>, StorageError> {
+        let shard = shard.0;
         let mut out = Vec::new();
         let start = crate::keys::expiry_key(shard, 0, b"");
         let end = crate::keys::expiry_key(shard, now_ms.saturating_add(1), b"");
@@ -587,14 +622,16 @@ impl Storage {
     }
 
     /// Approximate number of keys stored for `shard` (expired ones included).
-    pub fn count_keys(&self, shard: u32) -> usize {
+    pub fn count_keys(&self, shard: ShardId) -> usize {
+        let shard = shard.0;
         self.data.prefix(shard.to_be_bytes()).count()
     }
 
     /// Rows stored for `shard` (expired ones not yet removed included) and their bytes (keys
     /// and encoded records). Reads every row of the shard, so callers run it off the request
     /// path and cache the answer.
-    pub fn shard_usage(&self, shard: u32) -> Result<(u64, u64), StorageError> {
+    pub fn shard_usage(&self, shard: ShardId) -> Result<(u64, u64), StorageError> {
+        let shard = shard.0;
         let (mut rows, mut bytes) = (0u64, 0u64);
         for guard in self.data.prefix(shard.to_be_bytes()) {
             let (key, value) = guard.into_inner()?;
@@ -709,10 +746,14 @@ mod tests {
         {
             let storage = Storage::open(dir.path(), &StorageOptions::default()).unwrap();
             storage
-                .append_log(1, (1..=5).map(|i| (i, vec![i as u8])))
+                .append_log(GroupId(1), (1..=5).map(|i| (i, vec![i as u8])))
                 .unwrap();
-            storage.append_log(2, [(1, b"other".to_vec())]).unwrap();
-            storage.put_raft_meta(1, "vote", b"v".to_vec()).unwrap();
+            storage
+                .append_log(GroupId(2), [(1, b"other".to_vec())])
+                .unwrap();
+            storage
+                .put_raft_meta(GroupId(1), "vote", b"v".to_vec())
+                .unwrap();
             storage.sync_async().await.unwrap();
             let metrics = storage.metrics();
             assert_eq!(metrics.appends.count(), 2);
@@ -720,20 +761,26 @@ mod tests {
             assert_eq!(metrics.sync_waits.count(), 1);
         }
         let storage = Storage::open(dir.path(), &StorageOptions::default()).unwrap();
-        let entries = storage.read_log(1, 2, 5).unwrap();
+        let entries = storage.read_log(GroupId(1), 2, 5).unwrap();
         let indexes: Vec<u64> = entries.iter().map(|(i, _)| *i).collect();
         assert_eq!(indexes, vec![2, 3, 4]);
-        assert_eq!(storage.last_log(1).unwrap().map(|(i, _)| i), Some(5));
-        assert_eq!(storage.last_log(2).unwrap().map(|(i, _)| i), Some(1));
-        assert_eq!(storage.last_log(3).unwrap().map(|(i, _)| i), None);
         assert_eq!(
-            storage.raft_meta(1, "vote").unwrap().as_deref(),
+            storage.last_log(GroupId(1)).unwrap().map(|(i, _)| i),
+            Some(5)
+        );
+        assert_eq!(
+            storage.last_log(GroupId(2)).unwrap().map(|(i, _)| i),
+            Some(1)
+        );
+        assert_eq!(storage.last_log(GroupId(3)).unwrap().map(|(i, _)| i), None);
+        assert_eq!(
+            storage.raft_meta(GroupId(1), "vote").unwrap().as_deref(),
             Some(&b"v"[..])
         );
-        storage.delete_log_range(1, 4, u64::MAX).unwrap();
-        storage.delete_log_range(1, 0, 2).unwrap();
+        storage.delete_log_range(GroupId(1), 4, u64::MAX).unwrap();
+        storage.delete_log_range(GroupId(1), 0, 2).unwrap();
         let indexes: Vec<u64> = storage
-            .read_log(1, 0, 100)
+            .read_log(GroupId(1), 0, 100)
             .unwrap()
             .iter()
             .map(|(i, _)| *i)
@@ -747,7 +794,7 @@ mod tests {
         let storage = Storage::open(dir.path(), &StorageOptions::default()).unwrap();
         let mut waits = Vec::new();
         for i in 0..200u64 {
-            storage.append_log(1, [(i, vec![0; 100])]).unwrap();
+            storage.append_log(GroupId(1), [(i, vec![0; 100])]).unwrap();
             let (tx, rx) = tokio::sync::oneshot::channel();
             storage.sync(Box::new(move |r| {
                 let _ = tx.send(r.is_ok());
