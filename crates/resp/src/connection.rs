@@ -7,7 +7,7 @@
 //! `-ERR Protocol error: ...` and closes this connection only.
 
 use crate::cmd::{self, Flow};
-use crate::server::Shared;
+use crate::state::{ClientState, Shared, Subscriptions};
 use crate::{Reply, RespCodec};
 use bytes::{Bytes, BytesMut};
 use std::collections::HashSet;
@@ -24,39 +24,6 @@ const MAX_DECODED: usize = 1024;
 const MAX_WAVE: usize = 128;
 /// Replies queued past this many bytes are written out before the next command runs.
 const FLUSH_BYTES: usize = 64 * 1024;
-
-/// Per-connection state that commands can read and change.
-#[derive(Clone)]
-pub(crate) struct ClientState {
-    pub(crate) id: u64,
-    pub(crate) name: Option<bytes::Bytes>,
-    /// RESP2 until the client sends `HELLO 3`.
-    pub(crate) protocol: crate::Protocol,
-    /// Commands queued since `MULTI`, if one is open.
-    pub(crate) multi: Option<crate::cmd::Multi>,
-    /// Keys under `WATCH`, with the `ModifyIndex` each had then (`None`: missing).
-    pub(crate) watches: Vec<(Bytes, Option<u64>)>,
-    /// How reads are served: leader lease or ReadIndex by default; after `READONLY`, by any
-    /// replica from what it has applied (Redis Cluster's replica reads, stale by design).
-    pub(crate) read_mode: trireme_cluster::ReadMode,
-    /// Pub/sub channels and patterns this connection listens to.
-    pub(crate) subscriptions: Subscriptions,
-}
-
-/// A connection's pub/sub subscriptions, and where its messages are queued.
-#[derive(Clone)]
-pub(crate) struct Subscriptions {
-    pub(crate) channels: std::collections::BTreeSet<Bytes>,
-    pub(crate) patterns: std::collections::BTreeSet<Bytes>,
-    pub(crate) inbox: crate::pubsub::Inbox,
-}
-
-impl Subscriptions {
-    /// Channels and patterns together, as Redis counts them in confirmations.
-    pub(crate) fn count(&self) -> usize {
-        self.channels.len() + self.patterns.len()
-    }
-}
 
 pub(crate) struct Connection {
     socket: TcpStream,
@@ -252,7 +219,7 @@ enum Next {
 /// Runs one request, counting and timing it.
 async fn execute(shared: &Shared, client: &mut ClientState, request: Vec<Bytes>) -> Flow {
     shared.metrics.commands.fetch_add(1, Ordering::Relaxed);
-    let slot = crate::server::command_slot(request.first().map_or(&[][..], |name| name));
+    let slot = crate::metrics::command_slot(request.first().map_or(&[][..], |name| name));
     let start = std::time::Instant::now();
     let flow = cmd::execute(shared, client, request).await;
     shared.metrics.record(slot, start.elapsed());

@@ -8,7 +8,10 @@
 //!
 //! Above those, [`RespServer`] accepts connections, `connection` runs one client (pipelined
 //! requests are answered in order, replies batched into one write), and `cmd` holds one module
-//! per command family, each parsing its arguments and calling the node's router.
+//! per command family, each parsing its arguments and calling the node's router. What a
+//! command may read and change besides its arguments lives in `state` (the connection's
+//! state, and what all connections share), and the counters in `metrics`, so the modules
+//! depend one way: `server` → `connection` → `cmd` → `state`.
 
 #![deny(missing_docs)]
 #![deny(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
@@ -20,11 +23,14 @@ pub mod codec;
 mod connection;
 mod glob;
 mod memory;
+mod metrics;
 mod pubsub;
 pub mod reply;
 mod server;
+mod state;
 
 pub use args::{ArgError, Args};
 pub use codec::{CodecLimits, ProtocolError, RespCodec};
+pub use metrics::RespMetrics;
 pub use reply::{Protocol, Reply};
-pub use server::{RespMetrics, RespServer};
+pub use server::RespServer;

@@ -12,10 +12,8 @@ mod strings;
 mod transaction;
 
 pub(crate) use pubsub::message as pubsub_message;
-pub(crate) use transaction::Multi;
 
-use crate::connection::ClientState;
-use crate::server::Shared;
+use crate::state::{ClientState, Shared};
 use crate::{ArgError, Args, Reply};
 use trireme_cluster::ClusterError;
 

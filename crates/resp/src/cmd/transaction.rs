@@ -17,17 +17,7 @@ use trireme_cluster::{
 };
 use trireme_types::key_slot;
 
-/// An open `MULTI`: the requests queued so far.
-#[derive(Clone, Debug, Default)]
-pub(crate) struct Multi {
-    queued: Vec<Vec<Bytes>>,
-    /// A queued command was refused: `EXEC` will discard the transaction.
-    failed: bool,
-    /// The slot every key so far is in.
-    slot: Option<u16>,
-    /// Bytes queued so far.
-    bytes: usize,
-}
+use crate::state::Multi;
 
 const CROSSSLOT: &str = "CROSSSLOT Keys in request don't hash to the same slot";
 

@@ -1,0 +1,134 @@
+//! The RESP server's counters and per-command latency histograms, for `/metrics`.
+
+use std::fmt::Write;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::Duration;
+use trireme_types::LatencyHistogram;
+
+/// Commands timed one by one in `/metrics`; every other name is counted as `other`.
+pub(crate) const TIMED_COMMANDS: [&str; 31] = [
+    "get", "set", "mget", "mset", "incr", "incrby", "decr", "decrby", "del", "unlink", "exists",
+    "expire", "pexpire", "ttl", "pttl", "persist", "type", "scan", "dbsize", "ping", "echo",
+    "hello", "select", "client", "auth", "quit", "info", "command", "config", "cluster", "other",
+];
+
+/// The histogram slot of command `name` (any case).
+pub(crate) fn command_slot(name: &[u8]) -> usize {
+    TIMED_COMMANDS
+        .iter()
+        .position(|c| c.as_bytes().eq_ignore_ascii_case(name))
+        .unwrap_or(TIMED_COMMANDS.len() - 1)
+}
+
+/// Counters for `/metrics`.
+#[derive(Debug)]
+pub struct RespMetrics {
+    /// Connections accepted.
+    pub connections: AtomicU64,
+    /// Commands executed.
+    pub commands: AtomicU64,
+    /// Error replies sent.
+    pub errors: AtomicU64,
+    /// Connections closed for a protocol error.
+    pub protocol_errors: AtomicU64,
+    /// Connections open now.
+    pub open_connections: AtomicU64,
+    /// Time to run each command, by [`TIMED_COMMANDS`] slot.
+    latency: Box<[LatencyHistogram]>,
+}
+
+impl Default for RespMetrics {
+    fn default() -> Self {
+        Self {
+            connections: AtomicU64::default(),
+            commands: AtomicU64::default(),
+            errors: AtomicU64::default(),
+            protocol_errors: AtomicU64::default(),
+            open_connections: AtomicU64::default(),
+            latency: TIMED_COMMANDS
+                .iter()
+                .map(|_| LatencyHistogram::default())
+                .collect(),
+        }
+    }
+}
+
+impl RespMetrics {
+    /// Counts one run of the command in `slot` (see [`command_slot`]).
+    pub(crate) fn record(&self, slot: usize, took: Duration) {
+        if let Some(histogram) = self.latency.get(slot) {
+            histogram.record(took);
+        }
+    }
+
+    /// The counters in the Prometheus text format.
+    pub fn prometheus(&self) -> String {
+        let mut out = String::new();
+        let _ = writeln!(
+            out,
+            "# HELP trireme_resp_connections_open RESP client connections open now.\n# TYPE trireme_resp_connections_open gauge\ntrireme_resp_connections_open {}",
+            self.open_connections.load(Ordering::Relaxed)
+        );
+        let name = "trireme_resp_command_duration_seconds";
+        let _ = writeln!(
+            out,
+            "# HELP {name} Time to run a RESP command, from decoding it to its reply being ready, by command (unknown names count as other); a series appears with its first command.\n# TYPE {name} histogram"
+        );
+        for (command, histogram) in TIMED_COMMANDS.iter().zip(self.latency.iter()) {
+            if histogram.count() > 0 {
+                histogram.write_prometheus(&mut out, name, &format!("command=\"{command}\""));
+            }
+        }
+        for (name, help, value) in [
+            (
+                "trireme_resp_connections_total",
+                "RESP connections accepted.",
+                &self.connections,
+            ),
+            (
+                "trireme_resp_commands_total",
+                "RESP commands executed.",
+                &self.commands,
+            ),
+            (
+                "trireme_resp_errors_total",
+                "RESP error replies.",
+                &self.errors,
+            ),
+            (
+                "trireme_resp_protocol_errors_total",
+                "RESP connections closed for a protocol error.",
+                &self.protocol_errors,
+            ),
+        ] {
+            let _ = writeln!(
+                out,
+                "# HELP {name} {help}\n# TYPE {name} counter\n{name} {}",
+                value.load(Ordering::Relaxed)
+            );
+        }
+        out
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn commands_find_their_histogram_in_any_case() {
+        assert_eq!(TIMED_COMMANDS[command_slot(b"GET")], "get");
+        assert_eq!(TIMED_COMMANDS[command_slot(b"cLuStEr")], "cluster");
+        assert_eq!(TIMED_COMMANDS[command_slot(b"flushall")], "other");
+        assert_eq!(TIMED_COMMANDS[command_slot(b"")], "other");
+        let metrics = RespMetrics::default();
+        metrics.record(command_slot(b"set"), Duration::from_millis(2));
+        let text = metrics.prometheus();
+        assert!(
+            text.contains("trireme_resp_command_duration_seconds_count{command=\"set\"} 1\n"),
+            "{text}"
+        );
+        assert!(!text.contains("command=\"get\""), "{text}");
+        assert!(text.contains("trireme_resp_connections_open 0\n"), "{text}");
+    }
+}
