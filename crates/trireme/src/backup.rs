@@ -21,7 +21,8 @@ use trireme_types::cluster_status::ClusterStatus;
 
 /// Tries per shard (a leader that changes under the backup is asked again).
 const SHARD_ATTEMPTS: u32 = 10;
-/// Bytes of entries sent in one restore request.
+/// Most bytes of entries sent in one restore request: within every node's request body
+/// limit (at least 1 MiB + 64 KiB), and no entry is larger than a node's value limit.
 const RESTORE_PIECE: usize = 1 << 20;
 /// Tries per restore piece (writes are idempotent: a piece is simply sent again).
 const PIECE_ATTEMPTS: u32 = 10;
@@ -219,13 +220,14 @@ async fn restore(args: &RestoreArgs) -> anyhow::Result<()> {
         let n = file.read(&mut buf)?;
         reader.push(&buf[..n]);
         while let Some((frame, raw)) = reader.next_frame()? {
-            if let Frame::Entry(_) = frame {
-                piece.extend_from_slice(&raw);
-            }
-            if piece.len() >= RESTORE_PIECE {
+            let Frame::Entry(_) = frame else { continue };
+            // A piece stays within a request body: it goes before the entry that would
+            // take it past the size (one entry alone always fits, as values are limited).
+            if !piece.is_empty() && piece.len() + raw.len() > RESTORE_PIECE {
                 written += send_piece(&client, &base, &piece, false).await?;
                 piece.clear();
             }
+            piece.extend_from_slice(&raw);
         }
         if n == 0 {
             break;

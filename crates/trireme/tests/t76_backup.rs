@@ -88,6 +88,17 @@ async fn a_backup_taken_under_writes_restores_into_a_cluster_of_another_shape() 
         }
     };
     put(format!("{base}/v1/kv/flagged?flags=42"), "f").await;
+    // Values near the limit: the restore must cut its pieces to fit a request body.
+    let big = "x".repeat(400 * 1024);
+    for i in 0..4 {
+        let resp = client
+            .put(format!("{base}/v1/kv/big/{i}"))
+            .body(big.clone())
+            .send()
+            .await
+            .expect("PUT");
+        assert_eq!(resp.status(), 200);
+    }
     put(format!("{base}/v0/users/alice"), r#"{"name":"Alice"}"#).await;
     let mut resp = RawResp::connect(source.node(1).resp_addr()).await;
     let ok = resp
@@ -168,6 +179,9 @@ async fn a_backup_taken_under_writes_restores_into_a_cluster_of_another_shape() 
     for (key, value) in &pairs {
         assert_eq!(value_of(&entry(&into, key).await), *value, "{key}");
     }
+    for i in 0..4 {
+        assert_eq!(value_of(&entry(&into, &format!("big/{i}")).await), big);
+    }
     let flagged = entry(&into, "flagged").await;
     assert_eq!(flagged["Flags"], 42);
     let locked = entry(&into, "locked").await;
@@ -201,7 +215,7 @@ async fn a_backup_taken_under_writes_restores_into_a_cluster_of_another_shape() 
     assert_eq!(bin, b"$3\r\n\x00\x01\x02\r\n");
     // Every key the backup held, and the ones written during it that it caught.
     let restored = keys(&into).await;
-    assert!(restored.len() >= pairs.len() + 4, "{} keys", restored.len());
+    assert!(restored.len() >= pairs.len() + 8, "{} keys", restored.len());
     let n = restored.len();
     assert!(
         out.starts_with(&format!("restored {n} of {n} keys")),
