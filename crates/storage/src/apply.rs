@@ -360,7 +360,9 @@ impl<'s> Pending<'s> {
             }
             (_, Some(state)) if state.invalidated => return Ok(None),
             (SessionOp::Renew, Some(mut state)) => {
-                state.renewed_at_ms = now;
+                // A renewal stamped earlier but applied later (held up on a paused node)
+                // must not take back the time a later one granted.
+                state.renewed_at_ms = state.renewed_at_ms.max(now);
                 state
             }
             (SessionOp::Hold { key: held }, Some(mut state)) => {
@@ -1088,6 +1090,42 @@ mod tests {
             storage.data_meta(ShardId(0), "applied").unwrap().as_deref(),
             Some(&b"x"[..])
         );
+    }
+
+    #[test]
+    fn a_late_renewal_never_takes_back_a_later_ones_time() {
+        let dir = tempfile::tempdir().unwrap();
+        let storage = Storage::open(dir.path(), &StorageOptions::default()).unwrap();
+        let key = trireme_types::session::session_key("s1");
+        let session = |op: SessionOp| Command::Session {
+            key: key.clone(),
+            op,
+        };
+        let state = SessionState {
+            id: "s1".into(),
+            name: String::new(),
+            node: "n1".into(),
+            lock_delay_ms: 0,
+            behavior: trireme_types::session::SessionBehavior::Release,
+            ttl_ms: 1_000,
+            renewed_at_ms: 1_000,
+            invalidated: false,
+            held: Vec::new(),
+        };
+        // Renewed at 5,000; then a renewal stamped at 3,000 (held up on a paused node)
+        // applies: the session stays renewed at 5,000.
+        run(
+            &storage,
+            1,
+            &[
+                cmd(1_000, session(SessionOp::Create(state))),
+                cmd(5_000, session(SessionOp::Renew)),
+                cmd(3_000, session(SessionOp::Renew)),
+            ],
+        );
+        let row = storage.get_raw(ShardId(0), &key).unwrap().unwrap();
+        let stored = SessionState::decode(&row.value).unwrap();
+        assert_eq!(stored.renewed_at_ms, 5_000);
     }
 
     #[test]
