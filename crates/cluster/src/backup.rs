@@ -17,8 +17,8 @@ use trireme_raft::ReadMode;
 use trireme_types::backup::{BackupEntry, Frame, encode_frame};
 use trireme_types::session::is_internal_key;
 use trireme_types::{
-    Command, CommandResult, ErrorCode, LogCommand, PutCondition, Record, ShardId, TriremeError,
-    TtlUpdate, key_slot,
+    Command, CommandResult, ErrorCode, LogCommand, PutCondition, Record, SLOT_COUNT, ShardId,
+    TriremeError, TtlUpdate, key_slot,
 };
 
 /// Bytes of frames sent at once.
@@ -43,8 +43,9 @@ impl FromApplied for Restored {
 }
 
 impl Node {
-    /// Streams `shard`'s live keys as backup frames (entries, then an end frame with their
-    /// count), in chunks. Only the shard's leader exports; another node answers `NotLeader`.
+    /// Streams `shard`'s live keys as backup frames (entries, then a shard end frame with
+    /// their count and slot range), in chunks. Only the shard's leader exports; another node
+    /// answers `NotLeader`.
     pub async fn export_shard(
         &self,
         shard: ShardId,
@@ -59,7 +60,7 @@ impl Node {
             ))
         })?;
         group.read_barrier(ReadMode::Consistent).await?;
-        let slots = self.owned_slots(shard)?;
+        let bootstrap_shards = self.bootstrap_shards;
         let storage = self.storage.clone();
         let (tx, rx) = mpsc::channel(4);
         tokio::task::spawn_blocking(move || {
@@ -69,20 +70,30 @@ impl Node {
             let mut entries = 0u64;
             let mut gone = false;
             let mut corrupt = None;
-            let walked = view.for_each_record(|key, raw| {
-                let owned = slots.is_none_or(|(a, b)| (a..=b).contains(&key_slot(key)));
-                if gone || corrupt.is_some() || !owned || is_internal_key(key) {
+            // The range from the same snapshot as the rows: a split applied just before
+            // shows in both, so the stream never claims slots whose rows already left.
+            let slots = match view.slot_range() {
+                Ok(Some(range)) => Some(range),
+                Ok(None) => trireme_types::even_range(bootstrap_shards, shard.0),
+                Err(e) => {
+                    let _ = tx.blocking_send(Err(ClusterError::Storage(e)));
                     return;
+                }
+            };
+            let walked = view.for_each_record_while(|key, raw| {
+                let owned = slots.is_none_or(|(a, b)| (a..=b).contains(&key_slot(key)));
+                if !owned || is_internal_key(key) {
+                    return true;
                 }
                 let record = match Record::decode(raw) {
                     Ok(record) => record,
                     Err(e) => {
                         corrupt = Some(format!("key {:?}: {e}", String::from_utf8_lossy(key)));
-                        return;
+                        return false;
                     }
                 };
                 if record.is_expired(now) {
-                    return;
+                    return true;
                 }
                 chunk.extend(encode_frame(&Frame::Entry(BackupEntry {
                     key: Bytes::copy_from_slice(key),
@@ -93,9 +104,10 @@ impl Node {
                 entries += 1;
                 if chunk.len() >= CHUNK {
                     let full = std::mem::replace(&mut chunk, Vec::with_capacity(CHUNK));
-                    // The receiver is gone when the client hung up: stop sending.
+                    // The receiver is gone when the client hung up: stop there.
                     gone = tx.blocking_send(Ok(Bytes::from(full))).is_err();
                 }
+                !gone
             });
             let last = match (walked, corrupt) {
                 (Err(e), _) => Err(ClusterError::Storage(e)),
@@ -103,9 +115,11 @@ impl Node {
                     "shard {shard} holds an undecodable record, {what}"
                 ))),
                 (Ok(()), None) => {
-                    chunk.extend(encode_frame(&Frame::End {
+                    let (first_slot, last_slot) = slots.unwrap_or((0, SLOT_COUNT - 1));
+                    chunk.extend(encode_frame(&Frame::ShardEnd {
                         entries,
-                        checksum: 0,
+                        first_slot,
+                        last_slot,
                     }));
                     Ok(Bytes::from(chunk))
                 }

@@ -60,15 +60,41 @@ impl ShardView<'_> {
     /// Calls `visit` with each stored key (without the shard prefix) and its encoded record, in
     /// key order.
     pub fn for_each_record(&self, mut visit: impl FnMut(&[u8], &[u8])) -> Result<(), StorageError> {
+        self.for_each_record_while(|key, value| {
+            visit(key, value);
+            true
+        })
+    }
+
+    /// Like [`ShardView::for_each_record`], stopping as soon as `visit` returns `false`.
+    pub fn for_each_record_while(
+        &self,
+        mut visit: impl FnMut(&[u8], &[u8]) -> bool,
+    ) -> Result<(), StorageError> {
         use fjall::Readable;
         for guard in self
             .snapshot
             .prefix(&self.storage.data, self.shard.to_be_bytes())
         {
             let (key, value) = guard.into_inner()?;
-            visit(&key[4..], &value);
+            if !visit(&key[4..], &value) {
+                break;
+            }
         }
         Ok(())
+    }
+
+    /// The shard's slot range as of this view, once a split recorded one (`None`: the range
+    /// the shard had at bootstrap).
+    pub fn slot_range(&self) -> Result<Option<(u16, u16)>, StorageError> {
+        use fjall::Readable;
+        match self.snapshot.get(
+            &self.storage.data_meta,
+            owned_key(self.shard, SLOTS_ROW.as_bytes()),
+        )? {
+            Some(bytes) => Ok(Some(crate::store::decode_slots(&bytes)?)),
+            None => Ok(None),
+        }
     }
 }
 

@@ -655,7 +655,7 @@ pub(crate) fn encode_slots((start, end): (u16, u16)) -> Vec<u8> {
     out
 }
 
-fn decode_slots(bytes: &[u8]) -> Result<(u16, u16), StorageError> {
+pub(crate) fn decode_slots(bytes: &[u8]) -> Result<(u16, u16), StorageError> {
     match bytes {
         [a, b, c, d] => Ok((u16::from_be_bytes([*a, *b]), u16::from_be_bytes([*c, *d]))),
         _ => Err(StorageError::Corrupt(format!(

@@ -16,8 +16,8 @@ use clap::Args;
 use std::io::{Read, Seek, Write};
 use std::path::{Path, PathBuf};
 use std::time::Duration;
+use trireme_types::SLOT_COUNT;
 use trireme_types::backup::{Frame, FrameReader, MAGIC, Verifier, Writer};
-use trireme_types::cluster_status::ClusterStatus;
 
 /// Tries per shard (a leader that changes under the backup is asked again).
 const SHARD_ATTEMPTS: u32 = 10;
@@ -67,30 +67,50 @@ pub fn run_restore(args: RestoreArgs) -> anyhow::Result<()> {
     runtime()?.block_on(restore(&args))
 }
 
-/// The shards' slot ranges, to notice a split during a backup.
-fn shape(status: &ClusterStatus) -> Vec<(u32, [u16; 2])> {
-    let mut shape: Vec<_> = status.shards.iter().map(|s| (s.shard, s.slots)).collect();
-    shape.sort_unstable();
-    shape
+/// Checks that the slot ranges the shards' streams covered take in every slot exactly once.
+fn check_coverage(mut ranges: Vec<(u16, u16)>) -> anyhow::Result<()> {
+    ranges.sort_unstable();
+    let mut next = 0u32;
+    for (first, last) in ranges {
+        if u32::from(first) != next || last < first {
+            bail!(
+                "the shards' streams did not cover every slot exactly once (at slot {next}): a shard was splitting; run the backup again"
+            );
+        }
+        next = u32::from(last) + 1;
+    }
+    if next != u32::from(SLOT_COUNT) {
+        bail!(
+            "the shards' streams stopped at slot {next}: a shard was splitting; run the backup again"
+        );
+    }
+    Ok(())
 }
 
 async fn backup(args: &BackupArgs) -> anyhow::Result<()> {
     let status = fetch_status(&args.target).await?;
-    let before = shape(&status);
-    let partial = args.out.with_extension("partial");
+    let mut shards: Vec<u32> = status.shards.iter().map(|s| s.shard).collect();
+    shards.sort_unstable();
+    let mut partial = args.out.clone().into_os_string();
+    partial.push(".partial");
+    let partial = PathBuf::from(partial);
     let mut file = std::fs::File::create(&partial)
         .with_context(|| format!("cannot create {}", partial.display()))?;
     let mut writer = Writer::new();
     file.write_all(&writer.start())?;
     let client = http_client(Duration::from_secs(600))?;
-    for &(shard, _) in &before {
+    let mut covered = Vec::with_capacity(shards.len());
+    for &shard in &shards {
         // Where the file and the checksum stood before this shard: a failed try is undone.
         let mark = (file.stream_position()?, writer.clone());
         let mut attempt = 0;
         loop {
             attempt += 1;
             match backup_shard(&client, &args.target, shard, &mut file, &mut writer).await {
-                Ok(()) => break,
+                Ok(range) => {
+                    covered.push(range);
+                    break;
+                }
                 Err(e) if attempt < SHARD_ATTEMPTS => {
                     eprintln!("shard {shard}: {e:#}; trying again");
                     file.set_len(mark.0)?;
@@ -105,9 +125,9 @@ async fn backup(args: &BackupArgs) -> anyhow::Result<()> {
             }
         }
     }
-    if shape(&fetch_status(&args.target).await?) != before {
+    if let Err(e) = check_coverage(covered) {
         let _ = std::fs::remove_file(&partial);
-        bail!("a shard split while the backup ran, so keys may have been missed: run it again");
+        return Err(e);
     }
     let entries = writer.entries();
     file.write_all(&writer.end())?;
@@ -123,45 +143,65 @@ async fn backup(args: &BackupArgs) -> anyhow::Result<()> {
     let bytes = std::fs::metadata(&args.out).map(|m| m.len()).unwrap_or(0);
     println!(
         "backed up {entries} keys from {} shards to {} ({bytes} bytes)",
-        before.len(),
+        shards.len(),
         args.out.display()
     );
     Ok(())
 }
 
-/// Appends one shard's entries, as its leader streams them, to `file`.
+/// Appends one shard's entries, as its leader streams them, to `file`; the slot range they
+/// are the keys of.
 async fn backup_shard(
     client: &reqwest::Client,
     target: &str,
     shard: u32,
     file: &mut std::fs::File,
     writer: &mut Writer,
-) -> anyhow::Result<()> {
-    // Asked afresh on every try: the leader may have changed.
+) -> anyhow::Result<(u16, u16)> {
+    // Asked afresh on every try: the leader may have changed. A node knows the leader of
+    // the shards it holds only, so the shard's replicas are asked after the leader it names.
     let status = fetch_status(target).await?;
-    let leader = status
+    let placement = status
         .shards
         .iter()
         .find(|s| s.shard == shard)
-        .and_then(|s| s.leader.clone())
-        .ok_or_else(|| anyhow!("no leader known"))?;
-    let http = status
-        .nodes
-        .iter()
-        .find(|n| n.name == leader)
-        .map(|n| n.http.clone())
-        .ok_or_else(|| anyhow!("no address known for its leader {leader}"))?;
-    let url = format!("{}/v1/backup/shard/{shard}", normalize_target(&http)?);
-    let mut response = client
-        .get(&url)
-        .send()
-        .await
-        .map_err(|e| anyhow!("GET {url}: {}", root_cause(&e)))?;
-    if !response.status().is_success() {
+        .ok_or_else(|| anyhow!("the cluster no longer lists it"))?;
+    let mut candidates: Vec<&str> = placement.leader.iter().map(String::as_str).collect();
+    candidates.extend(placement.replicas.iter().map(String::as_str));
+    candidates.dedup();
+    let mut refusals = Vec::new();
+    for name in candidates {
+        let Some(http) = status
+            .nodes
+            .iter()
+            .find(|n| n.name == name)
+            .map(|n| &n.http)
+        else {
+            continue;
+        };
+        let url = format!("{}/v1/backup/shard/{shard}", normalize_target(http)?);
+        let response = client
+            .get(&url)
+            .send()
+            .await
+            .map_err(|e| anyhow!("GET {url}: {}", root_cause(&e)))?;
+        if response.status().is_success() {
+            return stream_shard(response, &url, file, writer).await;
+        }
         let status = response.status();
         let body = response.text().await.unwrap_or_default();
-        bail!("GET {url} answered {status}: {body}");
+        refusals.push(format!("{name} answered {status}: {body}"));
     }
+    bail!("no replica served it ({})", refusals.join("; "))
+}
+
+/// Copies a shard's stream into `file`; the slot range its end frame names.
+async fn stream_shard(
+    mut response: reqwest::Response,
+    url: &str,
+    file: &mut std::fs::File,
+    writer: &mut Writer,
+) -> anyhow::Result<(u16, u16)> {
     let mut reader = FrameReader::new();
     let mut seen = 0u64;
     while let Some(chunk) = response
@@ -176,36 +216,58 @@ async fn backup_shard(
                     file.write_all(&writer.entry_bytes(&raw))?;
                     seen += 1;
                 }
-                Frame::End { entries, .. } if entries == seen => return Ok(()),
-                Frame::End { entries, .. } => {
+                Frame::ShardEnd {
+                    entries,
+                    first_slot,
+                    last_slot,
+                } if entries == seen => return Ok((first_slot, last_slot)),
+                Frame::ShardEnd { entries, .. } => {
                     bail!("{url} counted {entries} keys and sent {seen}")
                 }
+                Frame::End { .. } => bail!("{url} sent a file's end mark"),
             }
         }
     }
     bail!("{url} ended after {seen} keys without its end mark")
 }
 
-/// Reads `path` whole and checks it; the number of entries.
-fn verify(path: &Path) -> anyhow::Result<u64> {
+/// What checking a backup file found.
+struct Checked {
+    entries: u64,
+    longest_key: usize,
+    largest_value: usize,
+}
+
+/// Reads `path` whole and checks it.
+fn verify(path: &Path) -> anyhow::Result<Checked> {
     let mut file =
         std::fs::File::open(path).with_context(|| format!("cannot open {}", path.display()))?;
     let mut verifier = Verifier::new();
+    let (mut longest_key, mut largest_value) = (0, 0);
     let mut buf = vec![0u8; RESTORE_PIECE];
     loop {
         let n = file.read(&mut buf)?;
         if n == 0 {
             break;
         }
-        verifier.feed(&buf[..n], |_| {});
+        verifier.feed(&buf[..n], |entry| {
+            longest_key = longest_key.max(entry.key.len());
+            largest_value = largest_value.max(entry.value.len());
+        });
     }
-    verifier
+    let entries = verifier
         .finish()
-        .map_err(|e| anyhow!("refusing {}: {e}; nothing was written", path.display()))
+        .map_err(|e| anyhow!("refusing {}: {e}; nothing was written", path.display()))?;
+    Ok(Checked {
+        entries,
+        longest_key,
+        largest_value,
+    })
 }
 
 async fn restore(args: &RestoreArgs) -> anyhow::Result<()> {
-    let total = verify(&args.file)?;
+    let checked = verify(&args.file)?;
+    let total = checked.entries;
     let base = normalize_target(&args.target)?;
     let client = http_client(Duration::from_secs(120))?;
     let mut file = std::fs::File::open(&args.file)?;
@@ -213,8 +275,13 @@ async fn restore(args: &RestoreArgs) -> anyhow::Result<()> {
     let mut reader = FrameReader::new();
     let mut piece = Vec::with_capacity(RESTORE_PIECE);
     let mut buf = vec![0u8; RESTORE_PIECE];
-    // An empty first piece: the target checks that it holds no key, and nothing is written.
-    send_piece(&client, &base, &[], true).await?;
+    // An empty first piece: the target checks that it holds no key and takes keys and
+    // values this large, and nothing is written.
+    let first = format!(
+        "first&max_key={}&max_value={}",
+        checked.longest_key, checked.largest_value
+    );
+    send_piece(&client, &base, &[], Some(&first)).await?;
     let mut written = 0u64;
     loop {
         let n = file.read(&mut buf)?;
@@ -224,7 +291,7 @@ async fn restore(args: &RestoreArgs) -> anyhow::Result<()> {
             // A piece stays within a request body: it goes before the entry that would
             // take it past the size (one entry alone always fits, as values are limited).
             if !piece.is_empty() && piece.len() + raw.len() > RESTORE_PIECE {
-                written += send_piece(&client, &base, &piece, false).await?;
+                written += send_piece(&client, &base, &piece, None).await?;
                 piece.clear();
             }
             piece.extend_from_slice(&raw);
@@ -234,7 +301,7 @@ async fn restore(args: &RestoreArgs) -> anyhow::Result<()> {
         }
     }
     if !piece.is_empty() {
-        written += send_piece(&client, &base, &piece, false).await?;
+        written += send_piece(&client, &base, &piece, None).await?;
     }
     println!(
         "restored {written} of {total} keys from {} into {base} ({} had expired)",
@@ -244,18 +311,18 @@ async fn restore(args: &RestoreArgs) -> anyhow::Result<()> {
     Ok(())
 }
 
-/// Sends one piece of entries (with `first`, an empty one that only checks the target is
-/// empty); the number written.
+/// Sends one piece of entries (with a `first` query, an empty one that only checks the
+/// target); the number written.
 async fn send_piece(
     client: &reqwest::Client,
     base: &str,
     piece: &[u8],
-    first: bool,
+    query: Option<&str>,
 ) -> anyhow::Result<u64> {
-    let url = format!(
-        "{base}/v1/backup/restore{}",
-        if first { "?first" } else { "" }
-    );
+    let url = match query {
+        Some(query) => format!("{base}/v1/backup/restore?{query}"),
+        None => format!("{base}/v1/backup/restore"),
+    };
     let mut attempt = 0;
     loop {
         attempt += 1;
@@ -285,5 +352,23 @@ async fn send_piece(
         }
         eprintln!("POST {url}: {failure}; trying again");
         tokio::time::sleep(RETRY_PAUSE).await;
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn every_slot_must_be_covered_exactly_once() {
+        let last = SLOT_COUNT - 1;
+        assert!(check_coverage(vec![(8192, last), (0, 8191)]).is_ok());
+        assert!(check_coverage(vec![(0, last)]).is_ok());
+        // A parent read after its split, its child missing from the map: a gap.
+        assert!(check_coverage(vec![(0, 4095), (8192, last)]).is_err());
+        // A parent read before its split and its child too: slots twice.
+        assert!(check_coverage(vec![(0, last), (8192, last)]).is_err());
+        assert!(check_coverage(vec![(0, 100)]).is_err());
+        assert!(check_coverage(vec![]).is_err());
     }
 }

@@ -1,7 +1,8 @@
 //! Area 76: `trireme backup` and `trireme restore` against real clusters: a backup of a
-//! 3-node, 4-shard cluster taken while a client keeps writing, restored into a one-node
-//! cluster of another shard count with every value, flag, expiry and document intact; a
-//! damaged or truncated file, or a target that is not empty, refused with nothing written.
+//! 4-node, 4-shard cluster (three replicas each) taken while a client keeps writing, restored
+//! into a one-node cluster of another shard count with every value, flag, expiry and document
+//! intact; a damaged or truncated file, a target that is not empty, or one whose limits are
+//! too small, refused with nothing written.
 
 mod common;
 
@@ -68,8 +69,9 @@ fn value_of(entry: &serde_json::Value) -> String {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_backup_taken_under_writes_restores_into_a_cluster_of_another_shape() {
+    // Four nodes for three replicas: the node asked does not hold every shard.
     let source = TestCluster::start(ClusterOptions {
-        nodes: 3,
+        nodes: 4,
         shards: 4,
         ..ClusterOptions::default()
     })
@@ -169,11 +171,27 @@ async fn a_backup_taken_under_writes_restores_into_a_cluster_of_another_shape() 
         during.load(Ordering::Relaxed) > 0,
         "writes were served during the backup"
     );
-    assert!(!dir.path().join("cluster.partial").exists());
+    assert!(!dir.path().join("cluster.trb.partial").exists());
 
-    // Into one node with 2 shards.
+    // A cluster whose values are limited below the backup's largest: refused up front.
+    let small =
+        TestNode::start(StartOptions::default().config("[limits]\nmax_value_bytes = 102400\n"))
+            .await;
+    let (ok, _, err) = trireme(&["restore", file_arg, "--target", &small.http_url()]).await;
+    assert!(!ok);
+    assert!(err.contains("max_value_bytes"), "{err}");
+    assert_eq!(keys(&small.http_url()).await, Vec::<String>::new());
+
+    // Into one node with 2 shards, where a Consul session is open (not data: no refusal).
     let target = TestNode::start(StartOptions::default().shards(2)).await;
     let into = target.http_url();
+    let opened = client
+        .put(format!("{into}/v1/session/create"))
+        .body("{}")
+        .send()
+        .await
+        .expect("session");
+    assert_eq!(opened.status(), 200);
     let (ok, out, err) = trireme(&["restore", file_arg, "--target", &into]).await;
     assert!(ok, "restore failed: {out}{err}");
     for (key, value) in &pairs {

@@ -8,7 +8,7 @@
 //! and the xxh3 checksum of every byte before it. A file without its end, or whose count or
 //! checksum disagrees, is refused whole, before anything is written.
 
-use bytes::Bytes;
+use bytes::{Bytes, BytesMut};
 use serde::{Deserialize, Serialize};
 
 /// First bytes of a backup file.
@@ -35,13 +35,24 @@ pub struct BackupEntry {
 pub enum Frame {
     /// A key.
     Entry(BackupEntry),
-    /// The end: how many entries came before it, and (in a file) the xxh3 of every byte
-    /// before this frame, the magic line included (0 in a shard's stream).
+    /// The end of a file: how many entries came before it, and the xxh3 of every byte
+    /// before this frame, the magic line included.
     End {
         /// Entries before it.
         entries: u64,
         /// The checksum.
         checksum: u64,
+    },
+    /// The end of one shard's stream: how many entries it sent, and the inclusive slot range
+    /// they are the keys of (read from the same snapshot), so that the backup can check its
+    /// shards covered every slot once even if one was splitting.
+    ShardEnd {
+        /// Entries before it.
+        entries: u64,
+        /// First slot of the range.
+        first_slot: u16,
+        /// Last slot of the range.
+        last_slot: u16,
     },
 }
 
@@ -84,7 +95,7 @@ pub fn encode_frame(frame: &Frame) -> Vec<u8> {
 /// Splits frames off the front of a byte stream as they arrive.
 #[derive(Debug, Default)]
 pub struct FrameReader {
-    buf: Vec<u8>,
+    buf: BytesMut,
     frames: u64,
 }
 
@@ -101,7 +112,7 @@ impl FrameReader {
     }
 
     /// The next whole frame and its encoded bytes (length included), if one has arrived.
-    pub fn next_frame(&mut self) -> Result<Option<(Frame, Vec<u8>)>, BackupError> {
+    pub fn next_frame(&mut self) -> Result<Option<(Frame, Bytes)>, BackupError> {
         if self.buf.len() < 4 {
             return Ok(None);
         }
@@ -117,7 +128,8 @@ impl FrameReader {
         if self.buf.len() < 4 + len {
             return Ok(None);
         }
-        let raw: Vec<u8> = self.buf.drain(..4 + len).collect();
+        // Taken off the front without moving what follows.
+        let raw = self.buf.split_to(4 + len).freeze();
         let frame = postcard::from_bytes(&raw[4..]).map_err(|e| BackupError::Damaged {
             frame: self.frames,
             reason: e.to_string(),
@@ -190,6 +202,13 @@ impl Verifier {
                     self.hasher.update(&raw);
                     self.entries += 1;
                     entry(e);
+                }
+                Ok(Some((Frame::ShardEnd { .. }, _))) => {
+                    self.error = Some(BackupError::Damaged {
+                        frame: self.entries,
+                        reason: "a shard's end mark inside a file".into(),
+                    });
+                    return;
                 }
                 Ok(Some((Frame::End { entries, checksum }, _))) => {
                     let sum = self.hasher.digest();

@@ -11,6 +11,7 @@ use axum::extract::{Path, Query, State};
 use axum::http::{StatusCode, header};
 use axum::response::{IntoResponse, Response};
 use serde::Deserialize;
+use trireme_cluster::ReadMode;
 use trireme_types::backup::{Frame, FrameReader};
 use trireme_types::{ErrorCode, ShardId, TriremeError};
 
@@ -43,11 +44,19 @@ pub(crate) struct RestoreQuery {
     /// The first piece of a restore: refused unless the cluster holds no key yet.
     #[serde(default)]
     first: Option<String>,
+    /// With `first`: the longest key in the backup, checked against this cluster's limit
+    /// before anything is written.
+    #[serde(default)]
+    max_key: Option<usize>,
+    /// With `first`: the largest value in the backup, likewise.
+    #[serde(default)]
+    max_value: Option<usize>,
 }
 
-/// `POST /v1/backup/restore[?first]`: writes the entry frames of the body (whole frames
-/// only); answers `{"written": N}`. With `first`, a cluster that already holds keys answers
-/// 409 and nothing is written.
+/// `POST /v1/backup/restore[?first&max_key=K&max_value=V]`: writes the entry frames of the
+/// body (whole frames only); answers `{"written": N}`. With `first`, a cluster that already
+/// holds keys answers 409, and one whose limits are below `max_key` or `max_value` 413;
+/// nothing is written then.
 pub(crate) async fn restore(
     State(state): State<AppState>,
     Query(query): Query<RestoreQuery>,
@@ -66,9 +75,9 @@ pub(crate) async fn restore(
     {
         match frame {
             Frame::Entry(entry) => entries.push(entry),
-            Frame::End { .. } => {
+            Frame::End { .. } | Frame::ShardEnd { .. } => {
                 return Err(ApiError::invalid(
-                    "a restore piece carries entries only, not the backup's end mark",
+                    "a restore piece carries entries only, not an end mark",
                 ));
             }
         }
@@ -77,11 +86,36 @@ pub(crate) async fn restore(
         return Err(ApiError::invalid("the body ends inside a frame"));
     }
     if query.first.is_some() {
-        let keys = state.node.key_count().await?;
-        if keys > 0 {
+        let limits = &state.node.config().limits;
+        let over = [
+            (query.max_key, limits.max_key_bytes, "key", "max_key_bytes"),
+            (
+                query.max_value,
+                limits.max_value_bytes,
+                "value",
+                "max_value_bytes",
+            ),
+        ]
+        .into_iter()
+        .find(|(wanted, limit, _, _)| wanted.is_some_and(|w| w > *limit));
+        if let Some((wanted, limit, what, setting)) = over {
+            return Err(ApiError(TriremeError::new(
+                ErrorCode::RequestTooLarge,
+                format!(
+                    "the backup holds a {what} of {} bytes; this cluster takes at most {limit} ([limits] {setting})",
+                    wanted.unwrap_or_default()
+                ),
+            )));
+        }
+        // Clients' keys only: a Consul session somebody opened is not data.
+        let (found, _) = state.node.list(b"", ReadMode::Default, 1).await?;
+        if let Some((key, _)) = found.first() {
             return Err(ApiError(TriremeError::new(
                 ErrorCode::Conflict,
-                format!("the cluster already holds {keys} keys: restore into an empty cluster"),
+                format!(
+                    "the cluster already holds keys ({:?}, ...): restore into an empty cluster",
+                    String::from_utf8_lossy(key)
+                ),
             )));
         }
     }
