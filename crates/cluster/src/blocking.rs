@@ -75,6 +75,23 @@ impl Node {
         .await
     }
 
+    /// `read` once, or with `block`, as [`Node::block_on`] does.
+    pub(crate) async fn read_or_block<T, F, Fut>(
+        &self,
+        target: WatchTarget,
+        block: Option<Blocking>,
+        read: F,
+    ) -> Result<(T, ReadMeta), ClusterError>
+    where
+        F: Fn() -> Fut,
+        Fut: Future<Output = Result<(T, ReadMeta, Vec<ShardIndex>), ClusterError>>,
+    {
+        match block {
+            Some(block) => self.block_on(target, block, read).await,
+            None => read().await.map(|(answer, meta, _)| (answer, meta)),
+        }
+    }
+
     /// Answers with `read` once its index passes `block.min_index`, or after `block.wait`.
     pub(crate) async fn block_on<T, F, Fut>(
         &self,

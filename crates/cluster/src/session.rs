@@ -152,17 +152,11 @@ impl Node {
         block: Option<Blocking>,
     ) -> Result<(Option<SessionInfo>, ReadMeta), ClusterError> {
         let key = session_key(id);
-        let read = || self.get_unchecked(&key, mode);
-        let (record, meta) = match block {
-            Some(block) => {
-                self.block_on(WatchTarget::Key(key.clone()), block, read)
-                    .await?
-            }
-            None => {
-                let (record, meta, _) = read().await?;
-                (record, meta)
-            }
-        };
+        let (record, meta) = self
+            .read_or_block(WatchTarget::Key(key.clone()), block, || {
+                self.get_unchecked(&key, mode)
+            })
+            .await?;
         let info = record
             .as_ref()
             .and_then(SessionInfo::of)
@@ -179,17 +173,11 @@ impl Node {
         block: Option<Blocking>,
     ) -> Result<(Vec<SessionInfo>, ReadMeta), ClusterError> {
         let prefix = sessions_prefix();
-        let read = || self.list_indexed(&prefix, std::ops::Bound::Unbounded, mode, usize::MAX);
-        let (rows, meta) = match block {
-            Some(block) => {
-                self.block_on(WatchTarget::Prefix(prefix.clone()), block, read)
-                    .await?
-            }
-            None => {
-                let (rows, meta, _) = read().await?;
-                (rows, meta)
-            }
-        };
+        let (rows, meta) = self
+            .read_or_block(WatchTarget::Prefix(prefix.clone()), block, || {
+                self.list_indexed(&prefix, std::ops::Bound::Unbounded, mode, usize::MAX)
+            })
+            .await?;
         let live = rows
             .iter()
             .filter_map(|(_, r)| SessionInfo::of(r))
