@@ -78,7 +78,8 @@ pub struct ChaosArgs {
     #[arg(long, hide = true)]
     pub self_test_stale_as_default: bool,
     /// Self-test: the lock clients record leases 30 s longer than the server promises, a
-    /// planted bug the lock check must catch once a stalled holder's lock is taken over.
+    /// planted bug the lock check must catch once a stalled holder's lock is taken over
+    /// (every hold then stalls, so a takeover happens in any run of a few seconds).
     #[arg(long, hide = true)]
     pub self_test_overstate_lease: bool,
     /// The Go checker's source directory.
