@@ -14,11 +14,12 @@ use bytes::Bytes;
 use std::collections::BTreeMap;
 use tokio::sync::mpsc;
 use trireme_raft::ReadMode;
-use trireme_types::backup::{BackupEntry, Frame, encode_frame};
+use trireme_types::backup::{BackupEntry, Frame, HASH_ENTRY_BYTES, HashEntry, encode_frame};
+use trireme_types::collection::member_prefix;
 use trireme_types::session::is_internal_key;
 use trireme_types::{
-    Command, CommandResult, ErrorCode, LogCommand, PutCondition, Record, SLOT_COUNT, ShardId,
-    TriremeError, TtlUpdate, key_slot,
+    Command, CommandResult, ErrorCode, HashOp, LogCommand, PutCondition, Record, SLOT_COUNT,
+    ShardId, TriremeError, TtlUpdate, ValueKind, key_slot,
 };
 
 /// Bytes of frames sent at once.
@@ -27,6 +28,9 @@ const CHUNK: usize = 256 << 10;
 /// Whether a restore's batch for one shard came back with keys a split moved away.
 struct Restored {
     moved: bool,
+    /// Why a hash was refused (a key of that name is not a hash, or it would pass the
+    /// field limit).
+    refused: Option<ErrorCode>,
 }
 
 impl FromApplied for Restored {
@@ -36,6 +40,10 @@ impl FromApplied for Restored {
         match result {
             CommandResult::Batch(results) => Ok(Restored {
                 moved: results.iter().any(|r| matches!(r, CommandResult::Moved)),
+                refused: results.iter().find_map(|r| match r {
+                    CommandResult::Hash(Err(code)) => Some(*code),
+                    _ => None,
+                }),
             }),
             other => Err(other),
         }
@@ -95,13 +103,50 @@ impl Node {
                 if record.is_expired(now) {
                     return true;
                 }
-                chunk.extend(encode_frame(&Frame::Entry(BackupEntry {
-                    key: Bytes::copy_from_slice(key),
-                    value: record.value,
-                    flags: record.flags,
-                    expires_at_ms: record.expires_at_ms,
-                })));
-                entries += 1;
+                match record.kind {
+                    ValueKind::String => {
+                        chunk.extend(encode_frame(&Frame::Entry(BackupEntry {
+                            key: Bytes::copy_from_slice(key),
+                            value: record.value,
+                            flags: record.flags,
+                            expires_at_ms: record.expires_at_ms,
+                        })));
+                        entries += 1;
+                    }
+                    ValueKind::Hash => {
+                        // The fields from the same snapshot, in frames of bounded size.
+                        let mut part = HashEntry {
+                            key: Bytes::copy_from_slice(key),
+                            fields: Vec::new(),
+                            expires_at_ms: record.expires_at_ms,
+                        };
+                        let mut bytes = 0;
+                        let prefix = member_prefix(key);
+                        let fields = view.for_each_member(&prefix, |field, value| {
+                            if bytes + field.len() + value.len() > HASH_ENTRY_BYTES
+                                && !part.fields.is_empty()
+                            {
+                                chunk.extend(encode_frame(&Frame::Hash(part.clone())));
+                                entries += 1;
+                                part.fields.clear();
+                                bytes = 0;
+                            }
+                            bytes += field.len() + value.len();
+                            part.fields.push((
+                                Bytes::copy_from_slice(field),
+                                Bytes::copy_from_slice(value),
+                            ));
+                        });
+                        if let Err(e) = fields {
+                            corrupt = Some(format!("hash {:?}: {e}", String::from_utf8_lossy(key)));
+                            return false;
+                        }
+                        if !part.fields.is_empty() {
+                            chunk.extend(encode_frame(&Frame::Hash(part)));
+                            entries += 1;
+                        }
+                    }
+                }
                 if chunk.len() >= CHUNK {
                     let full = std::mem::replace(&mut chunk, Vec::with_capacity(CHUNK));
                     // The receiver is gone when the client hung up: stop there.
@@ -131,33 +176,77 @@ impl Node {
         Ok(rx)
     }
 
-    /// Writes backed-up keys with their flags and expiry (keys already expired are skipped),
-    /// one batch per shard of the current map; returns how many were written.
-    pub async fn restore(&self, entries: Vec<BackupEntry>) -> Result<u64, ClusterError> {
+    /// Writes backed-up keys with their flags and expiry, and hashes (or parts of them) with
+    /// their fields and expiry; keys already expired are skipped. One batch per shard of the
+    /// current map; returns how many entries were written. Other frames are refused.
+    pub async fn restore(&self, entries: Vec<Frame>) -> Result<u64, ClusterError> {
         let now = crate::now_ms();
         let mut live = Vec::with_capacity(entries.len());
-        for e in entries {
-            self.check_key(&e.key)?;
-            self.config.limits.check_value(&e.value)?;
-            if e.expires_at_ms.is_none_or(|at| at > now) {
-                live.push(e);
+        let mut bytes = 0;
+        for frame in entries {
+            let (key, expires_at_ms) = match &frame {
+                Frame::Entry(e) => {
+                    self.config.limits.check_value(&e.value)?;
+                    bytes += e.value.len();
+                    (e.key.clone(), e.expires_at_ms)
+                }
+                Frame::Hash(h) => {
+                    for (field, value) in &h.fields {
+                        self.config.limits.check_member(field)?;
+                        self.config.limits.check_value(value)?;
+                        bytes += field.len() + value.len();
+                    }
+                    (h.key.clone(), h.expires_at_ms)
+                }
+                Frame::End { .. } | Frame::ShardEnd { .. } => {
+                    return Err(ClusterError::Request(TriremeError::new(
+                        ErrorCode::InvalidArgument,
+                        "a restore carries entries only, not end marks",
+                    )));
+                }
+            };
+            self.check_key(&key)?;
+            bytes += key.len();
+            if expires_at_ms.is_none_or(|at| at > now) {
+                live.push(frame);
             }
         }
-        crate::router::check_entry_size(live.iter().map(|e| e.key.len() + e.value.len()).sum())?;
+        crate::router::check_entry_size(bytes)?;
+        let max_fields = self.config.limits.max_collection_members;
         let written = live.len() as u64;
         self.routed(|routing| {
             let mut per_shard: BTreeMap<ShardId, Vec<Command>> = BTreeMap::new();
-            for e in &live {
-                per_shard
-                    .entry(routing.shard_of_key(&e.key))
-                    .or_default()
-                    .push(Command::Put {
-                        key: e.key.clone(),
-                        value: e.value.clone(),
-                        flags: Some(e.flags),
-                        condition: PutCondition::Always,
-                        ttl: e.expires_at_ms.map_or(TtlUpdate::Clear, TtlUpdate::At),
-                    });
+            for frame in &live {
+                match frame {
+                    Frame::Entry(e) => per_shard
+                        .entry(routing.shard_of_key(&e.key))
+                        .or_default()
+                        .push(Command::Put {
+                            key: e.key.clone(),
+                            value: e.value.clone(),
+                            flags: Some(e.flags),
+                            condition: PutCondition::Always,
+                            ttl: e.expires_at_ms.map_or(TtlUpdate::Clear, TtlUpdate::At),
+                        }),
+                    Frame::Hash(h) => {
+                        let commands = per_shard.entry(routing.shard_of_key(&h.key)).or_default();
+                        commands.push(Command::Hash {
+                            key: h.key.clone(),
+                            op: HashOp::Set {
+                                pairs: h.fields.clone(),
+                                only_new: false,
+                                max_fields,
+                            },
+                        });
+                        if let Some(at) = h.expires_at_ms {
+                            commands.push(Command::SetTtl {
+                                key: h.key.clone(),
+                                ttl: TtlUpdate::At(at),
+                            });
+                        }
+                    }
+                    Frame::End { .. } | Frame::ShardEnd { .. } => {}
+                }
             }
             async move {
                 futures::future::try_join_all(per_shard.into_iter().map(
@@ -170,8 +259,15 @@ impl Node {
                         match Restored::read(result)? {
                             // Written again once routed anew: putting a value twice is
                             // harmless.
-                            Restored { moved: true } => Err(crate::forward::moved(shard)),
-                            Restored { moved: false } => Ok(()),
+                            Restored { moved: true, .. } => Err(crate::forward::moved(shard)),
+                            Restored {
+                                refused: Some(code),
+                                ..
+                            } => Err(ClusterError::Request(TriremeError::new(
+                                code,
+                                format!("a hash of the backup was refused: {code}"),
+                            ))),
+                            Restored { .. } => Ok(()),
                         }
                     },
                 ))

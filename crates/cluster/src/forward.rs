@@ -323,6 +323,40 @@ impl ReadQuery for SearchRows {
     }
 }
 
+/// A read of one hash (`HGET`, `HGETALL`, `HLEN`, ...): its answer, or `WrongType` when the
+/// key holds something else.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub(crate) struct ReadHash {
+    pub key: Bytes,
+    pub read: trireme_types::HashRead,
+}
+
+impl ReadQuery for ReadHash {
+    type Found = Result<trireme_types::HashAnswer, trireme_types::ErrorCode>;
+
+    fn is_cheap(&self) -> bool {
+        match &self.read {
+            trireme_types::HashRead::Fields { limit, .. } => *limit <= u64::from(INLINE_SCAN_ROWS),
+            _ => true,
+        }
+    }
+
+    fn run(
+        &self,
+        storage: &Storage,
+        shard: ShardId,
+        now: u64,
+        _: Option<(u16, u16)>,
+    ) -> Result<Self::Found, ClusterError> {
+        // Routed by the key's slot, as a get is: no filter needed.
+        Ok(storage.hash_read(shard, &self.key, &self.read, now)?)
+    }
+
+    fn to_wire(&self) -> WireQuery {
+        WireQuery::Hash(self.clone())
+    }
+}
+
 /// How fresh the serving replica was (Consul's `X-Consul-*` headers).
 #[derive(Debug, Clone, Copy, Default, Serialize, Deserialize)]
 pub(crate) struct Freshness {
@@ -367,6 +401,7 @@ pub(crate) enum WireQuery {
     Scan(ScanRows),
     Count(CountRows),
     Search(SearchRows),
+    Hash(ReadHash),
 }
 
 /// A shard request on the peer link: a read carries its mode, a write none.
@@ -706,6 +741,9 @@ impl Node {
                         self.serve_here(shard, Read { mode, query, slots }).await
                     }
                     WireQuery::Search(query) => {
+                        self.serve_here(shard, Read { mode, query, slots }).await
+                    }
+                    WireQuery::Hash(query) => {
                         self.serve_here(shard, Read { mode, query, slots }).await
                     }
                 }

@@ -166,9 +166,48 @@ pub trait FromApplied: Sized {
     /// only formatted when it does not fit: a put's carries the old value, and formatting
     /// that on every write once cost a sixth of the server's CPU.
     fn read(result: CommandResult) -> Result<Self, ClusterError> {
+        if is_wrong_type(&result) {
+            return Err(wrong_type());
+        }
         Self::from_applied(result).map_err(|other| {
             ClusterError::Internal(format!("{} answered with {other:?}", Self::WHAT))
         })
+    }
+}
+
+/// Whether a command was refused because its key holds another type.
+fn is_wrong_type(result: &CommandResult) -> bool {
+    matches!(
+        result,
+        CommandResult::Incr(Err(ErrorCode::WrongType))
+            | CommandResult::Edited(Err(ErrorCode::WrongType))
+            | CommandResult::Hash(Err(ErrorCode::WrongType))
+    )
+}
+
+/// The error of a command on a key of another type, in Redis's words.
+pub(crate) fn wrong_type() -> ClusterError {
+    ClusterError::Request(trireme_types::TriremeError::new(
+        ErrorCode::WrongType,
+        "Operation against a key holding the wrong kind of value",
+    ))
+}
+
+/// What a Redis hash command answered, or why it changed nothing: `NotInteger` (the field is
+/// not an integer), `InvalidArgument` (not a decimal number), `Overflow` (the result does not
+/// fit, or is infinite), `ValueTooLarge` (the hash would pass its field limit). A key of
+/// another type is an error of its own ([`ErrorCode::WrongType`]).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct HashOutcome(pub Result<trireme_types::HashAnswer, ErrorCode>);
+
+impl FromApplied for HashOutcome {
+    const WHAT: &'static str = "a hash command";
+
+    fn from_applied(result: CommandResult) -> Result<Self, CommandResult> {
+        match result {
+            CommandResult::Hash(answer) => Ok(HashOutcome(answer)),
+            other => Err(other),
+        }
     }
 }
 

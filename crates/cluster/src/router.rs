@@ -9,10 +9,10 @@
 //! [`crate::PutOutcome`], ...); the log commands they become, and the results applying them
 //! returns, stay in this crate.
 
-use crate::forward::{CountRows, Freshness, GetKeys, Read, ScanRows, SearchRows, Write};
+use crate::forward::{CountRows, Freshness, GetKeys, Read, ReadHash, ScanRows, SearchRows, Write};
 use crate::request::{
-    DeleteRequest, Deleted, Done, EditOutcome, FromApplied, IncrOutcome, PutOutcome, PutRequest,
-    TransactionOutcome, TransactionRequest, TtlChanged,
+    DeleteRequest, Deleted, Done, EditOutcome, FromApplied, HashOutcome, IncrOutcome, PutOutcome,
+    PutRequest, TransactionOutcome, TransactionRequest, TtlChanged,
 };
 use crate::search::SearchQuery;
 use crate::{ClusterError, Node};
@@ -26,8 +26,8 @@ use std::time::Duration;
 use tokio::time::Instant;
 use trireme_raft::ReadMode;
 use trireme_types::{
-    Command, CommandResult, ErrorCode, LogCommand, Record, ShardId, ShardMap, StringEdit,
-    TriremeError, TtlUpdate,
+    Command, CommandResult, ErrorCode, HashOp, HashRead, LogCommand, Record, ShardId, ShardMap,
+    StringEdit, TriremeError, TtlUpdate,
 };
 
 /// Most bytes of keys and values one write may carry into a log entry (a transaction, an
@@ -77,6 +77,8 @@ pub struct SearchPage {
 pub struct ScanPage {
     /// Keys found, in shard then key order.
     pub keys: Vec<Bytes>,
+    /// The type of each key in `keys`.
+    pub kinds: Vec<trireme_types::ValueKind>,
     /// Where to continue: the shard and the last key returned in it; `None` when done.
     pub next: Option<(ShardId, Option<Bytes>)>,
 }
@@ -397,6 +399,7 @@ impl Node {
         count: usize,
     ) -> Result<ScanPage, ClusterError> {
         let mut keys = Vec::new();
+        let mut kinds = Vec::new();
         let mut shard = from;
         let mut after = after.map(Bytes::copy_from_slice);
         loop {
@@ -421,16 +424,24 @@ impl Node {
             let Some((found, _)) = answer else { break };
             let full = found.len() >= want;
             let last = found.last().map(|(k, _)| k.clone());
-            keys.extend(found.into_iter().map(|(k, _)| k));
+            for (key, record) in found {
+                keys.push(key);
+                kinds.push(record.kind);
+            }
             if full {
                 return Ok(ScanPage {
                     keys,
+                    kinds,
                     next: Some((shard, last)),
                 });
             }
             shard = ShardId(shard.0 + 1);
         }
-        Ok(ScanPage { keys, next: None })
+        Ok(ScanPage {
+            keys,
+            kinds,
+            next: None,
+        })
     }
 
     /// Number of live keys in the cluster (`DBSIZE`); counts every row, so it is O(keys).
@@ -540,6 +551,81 @@ impl Node {
         self.write_key(&key, command).await
     }
 
+    /// A Redis hash command on `key` (`HSET`, `HDEL`, `HINCRBY`, ...). Field names and values
+    /// are checked against the limits here, and the hash's field limit travels in the
+    /// command, so every replica refuses a hash past it the same way.
+    pub async fn hash(&self, key: Bytes, mut op: HashOp) -> Result<HashOutcome, ClusterError> {
+        let bytes = key.len() + self.prepare_hash(&mut op)?;
+        check_entry_size(bytes)?;
+        let command = Command::Hash {
+            key: key.clone(),
+            op,
+        };
+        self.write_key(&key, command).await
+    }
+
+    /// Checks a hash command's fields and values against the limits and gives it the field
+    /// limit; the bytes it carries.
+    fn prepare_hash(&self, op: &mut HashOp) -> Result<usize, ClusterError> {
+        let limits = &self.config.limits;
+        let mut bytes = 0;
+        match op {
+            HashOp::Set {
+                pairs, max_fields, ..
+            } => {
+                for (field, value) in pairs.iter() {
+                    limits.check_member(field)?;
+                    limits.check_value(value)?;
+                    bytes += field.len() + value.len();
+                }
+                *max_fields = limits.max_collection_members;
+            }
+            HashOp::Delete { fields } => {
+                for field in fields.iter() {
+                    limits.check_member(field)?;
+                    bytes += field.len();
+                }
+            }
+            HashOp::IncrBy {
+                field, max_fields, ..
+            }
+            | HashOp::IncrByFloat {
+                field, max_fields, ..
+            } => {
+                limits.check_member(field)?;
+                *max_fields = limits.max_collection_members;
+            }
+            HashOp::Read(_) => {}
+        }
+        Ok(bytes)
+    }
+
+    /// Reads the hash at `key` (`HGET`, `HGETALL`, `HLEN`, ...), the way `mode` says.
+    pub async fn hash_read(
+        &self,
+        key: &[u8],
+        read: HashRead,
+        mode: ReadMode,
+    ) -> Result<HashOutcome, ClusterError> {
+        self.check_key(key)?;
+        let key = Bytes::copy_from_slice(key);
+        let found = self
+            .routed(|routing| {
+                let shard = routing.shard_of_key(&key);
+                let query = ReadHash {
+                    key: key.clone(),
+                    read: read.clone(),
+                };
+                let read = Self::read_of(&routing, shard, mode, query);
+                async move { Ok(self.on_shard(shard, read).await?.0) }
+            })
+            .await?;
+        match found {
+            Err(ErrorCode::WrongType) => Err(crate::request::wrong_type()),
+            found => Ok(HashOutcome(found)),
+        }
+    }
+
     /// Applies a Redis transaction as one log entry of the shard its keys live in: all of
     /// its commands, or none if a watched key changed. Keys in more than one shard are
     /// refused (the RESP front end answers `CROSSSLOT` before it gets here).
@@ -547,9 +633,16 @@ impl Node {
         &self,
         request: TransactionRequest,
     ) -> Result<TransactionOutcome, ClusterError> {
+        let mut commands = request.commands;
+        let mut bytes = 0;
+        for c in &mut commands {
+            if let Command::Hash { op, .. } = c {
+                bytes += self.prepare_hash(op)?;
+            }
+        }
         let command = Command::Transaction {
             watches: request.watches,
-            commands: request.commands,
+            commands,
         };
         let keys: Vec<Bytes> = command.keys().into_iter().cloned().collect();
         let Some(first) = keys.first().cloned() else {
@@ -558,7 +651,7 @@ impl Node {
         for key in &keys {
             self.check_key(key)?;
         }
-        let mut bytes: usize = keys.iter().map(Bytes::len).sum();
+        bytes += keys.iter().map(Bytes::len).sum::<usize>();
         if let Command::Transaction { commands, .. } = &command {
             for c in commands {
                 match c {

@@ -8,8 +8,10 @@ use std::collections::HashMap;
 use trireme_types::session::{SessionState, is_internal_key};
 use trireme_types::{
     Command, CommandResult, ErrorCode, KeyCheck, LockInfo, LockOp, LockOutcome, LogCommand,
-    PutCondition, Record, SessionOp, ShardId, StringEdit, TtlUpdate,
+    PutCondition, Record, SessionOp, ShardId, StringEdit, TtlUpdate, ValueKind,
 };
+
+mod hash;
 
 /// One committed log entry to apply: its index, and the command if it carries one (blank and
 /// membership entries carry none but still advance the applied state).
@@ -84,6 +86,25 @@ impl ShardView<'_> {
         Ok(())
     }
 
+    /// Calls `visit` with each member (without `prefix`) and its value, of the collection
+    /// whose member rows start with `prefix` (see [`trireme_types::collection`]), in order.
+    pub fn for_each_member(
+        &self,
+        prefix: &[u8],
+        mut visit: impl FnMut(&[u8], &[u8]),
+    ) -> Result<(), StorageError> {
+        use fjall::Readable;
+        let full = owned_key(self.shard, prefix);
+        for guard in self.snapshot.prefix(&self.storage.data, &full) {
+            let (key, value) = guard.into_inner()?;
+            let value = Record::peek_value(&value).ok_or_else(|| {
+                StorageError::Corrupt("a member row shorter than its header".into())
+            })?;
+            visit(&key[full.len()..], value);
+        }
+        Ok(())
+    }
+
     /// The shard's slot range as of this view, once a split recorded one (`None`: the range
     /// the shard had at bootstrap).
     pub fn slot_range(&self) -> Result<Option<(u16, u16)>, StorageError> {
@@ -110,6 +131,9 @@ struct Pending<'s> {
     order: Vec<Bytes>,
     /// Expiry of each touched key as stored before this batch, to keep the expiry index right.
     stored_expiry: HashMap<Bytes, Option<u64>>,
+    /// Kind and `CreateIndex` of each touched collection as stored before this batch: when
+    /// its record goes or is replaced, its member rows go too.
+    stored_collections: HashMap<Bytes, (ValueKind, u64)>,
     /// While a transaction applies: what each change replaced, to undo them all if one of
     /// its checks fails.
     undo: Option<Vec<(Bytes, Option<Option<Record>>)>>,
@@ -136,6 +160,12 @@ impl<'s> Pending<'s> {
         self.stored_expiry
             .entry(key.clone())
             .or_insert_with(|| stored.as_ref().and_then(|r| r.expires_at_ms));
+        if let Some(r) = &stored
+            && r.kind != ValueKind::String
+        {
+            self.stored_collections
+                .insert(key.clone(), (r.kind, r.create_index));
+        }
         Ok(stored)
     }
 
@@ -143,7 +173,24 @@ impl<'s> Pending<'s> {
         Ok(self.raw(key)?.filter(|r| !r.is_expired(now_ms)))
     }
 
-    fn set(&mut self, key: Bytes, record: Option<Record>) {
+    /// Changes `key` to `record` (`None`: removes it). A collection replaced by anything but
+    /// itself takes its member rows with it.
+    fn set(&mut self, key: Bytes, record: Option<Record>) -> Result<(), StorageError> {
+        if !self.changes.contains_key(&key) && !self.stored_expiry.contains_key(&key) {
+            self.raw(&key)?;
+        }
+        let before = match self.changes.get(&key) {
+            Some(change) => change.as_ref().map(|r| (r.kind, r.create_index)),
+            None => self.stored_collections.get(&key).copied(),
+        };
+        if let Some((kind, created)) = before
+            && kind != ValueKind::String
+            && record
+                .as_ref()
+                .is_none_or(|r| r.kind != kind || r.create_index != created)
+        {
+            self.purge_members(&key)?;
+        }
         if record.is_none() {
             self.removed_at = Some(self.index);
         }
@@ -154,6 +201,7 @@ impl<'s> Pending<'s> {
         if replaced.is_none() {
             self.order.push(key);
         }
+        Ok(())
     }
 
     /// Whether `check` holds of `key` as this batch sees it now.
@@ -243,8 +291,9 @@ impl<'s> Pending<'s> {
             },
             // A plain write to a locked key keeps the lock, as in Consul.
             lock: current.map(|r| r.lock).unwrap_or_default(),
+            kind: ValueKind::String,
         };
-        self.set(key.clone(), Some(record));
+        self.set(key.clone(), Some(record))?;
         Ok(())
     }
 
@@ -290,7 +339,7 @@ impl<'s> Pending<'s> {
                         lock.delay_until_ms = 0;
                     }
                 }
-                self.write_locked(key, current, value.clone(), *flags, lock, index);
+                self.write_locked(key, current, value.clone(), *flags, lock, index)?;
                 LockOutcome::Done(true)
             }
             LockOp::Release {
@@ -303,7 +352,7 @@ impl<'s> Pending<'s> {
                 }
                 let mut lock = current.as_ref().map(|r| r.lock.clone()).unwrap_or_default();
                 lock.session = None;
-                self.write_locked(key, current, value.clone(), *flags, lock, index);
+                self.write_locked(key, current, value.clone(), *flags, lock, index)?;
                 LockOutcome::Done(true)
             }
             LockOp::CheckHeld { session } => LockOutcome::Done(holder.as_ref() == Some(session)),
@@ -322,12 +371,12 @@ impl<'s> Pending<'s> {
                     return Ok(LockOutcome::Done(false));
                 }
                 if *delete {
-                    self.set(key.clone(), None);
+                    self.set(key.clone(), None)?;
                 } else if let Some(mut record) = current {
                     record.lock.session = None;
                     record.lock.delay_until_ms = now.saturating_add(*lock_delay_ms);
                     record.modify_index = index;
-                    self.set(key.clone(), Some(record));
+                    self.set(key.clone(), Some(record))?;
                 }
                 LockOutcome::Done(true)
             }
@@ -343,7 +392,7 @@ impl<'s> Pending<'s> {
         flags: u64,
         lock: LockInfo,
         index: u64,
-    ) {
+    ) -> Result<(), StorageError> {
         let record = Record {
             value,
             flags,
@@ -351,8 +400,9 @@ impl<'s> Pending<'s> {
             modify_index: index,
             expires_at_ms: None,
             lock,
+            kind: ValueKind::String,
         };
-        self.set(key.clone(), Some(record));
+        self.set(key.clone(), Some(record))
     }
 
     /// Applies a change to a Consul session's row at `key`; the row after it, or `None` when
@@ -372,7 +422,7 @@ impl<'s> Pending<'s> {
             (SessionOp::Create(state), _) => state.clone(),
             (SessionOp::Remove, _) => {
                 if current.is_some() {
-                    self.set(key.clone(), None);
+                    self.set(key.clone(), None)?;
                 }
                 return Ok(None);
             }
@@ -405,8 +455,9 @@ impl<'s> Pending<'s> {
             modify_index: index,
             expires_at_ms: None,
             lock: LockInfo::default(),
+            kind: ValueKind::String,
         };
-        self.set(key.clone(), Some(record.clone()));
+        self.set(key.clone(), Some(record.clone()))?;
         Ok(Some(record))
     }
 
@@ -424,7 +475,7 @@ impl<'s> Pending<'s> {
         let new_value = match edit {
             StringEdit::GetDel => {
                 if current.is_some() {
-                    self.set(key.clone(), None);
+                    self.set(key.clone(), None)?;
                 }
                 return Ok(Ok(old));
             }
@@ -443,7 +494,7 @@ impl<'s> Pending<'s> {
                     record.expires_at_ms = expires_at_ms;
                     record.modify_index = index;
                     let expired = record.is_expired(now);
-                    self.set(key.clone(), (!expired).then_some(record));
+                    self.set(key.clone(), (!expired).then_some(record))?;
                 }
                 return Ok(Ok(old));
             }
@@ -479,22 +530,10 @@ impl<'s> Pending<'s> {
                 value[offset..end].copy_from_slice(bytes);
                 Bytes::from(value)
             }
-            StringEdit::IncrByFloat(increment) => {
-                let base = match &old {
-                    None => Some(0.0),
-                    Some(v) => trireme_types::int::parse_f64(v),
-                };
-                let (Some(base), Some(increment)) =
-                    (base, trireme_types::int::parse_f64(increment))
-                else {
-                    return Ok(Err(ErrorCode::InvalidArgument));
-                };
-                let sum = base + increment;
-                if !sum.is_finite() {
-                    return Ok(Err(ErrorCode::Overflow));
-                }
-                Bytes::from(trireme_types::int::format_f64(sum))
-            }
+            StringEdit::IncrByFloat(increment) => match add_decimal(old.as_deref(), increment) {
+                Ok(sum) => sum,
+                Err(code) => return Ok(Err(code)),
+            },
         };
         self.put(key, new_value.clone(), None, TtlUpdate::Keep, index, now)?;
         Ok(Ok(Some(new_value)))
@@ -549,6 +588,9 @@ impl<'s> Pending<'s> {
                     PutCondition::IfModifyIndex(expected) => previous
                         .as_ref()
                         .is_some_and(|r| r.modify_index == *expected),
+                    PutCondition::IfNotCollection => previous
+                        .as_ref()
+                        .is_none_or(|r| r.kind == ValueKind::String),
                 };
                 if allowed {
                     self.put(key, value.clone(), *flags, *ttl, index, now)?;
@@ -576,7 +618,7 @@ impl<'s> Pending<'s> {
                         continue;
                     }
                     removed += u64::from(live);
-                    self.set(key.clone(), None);
+                    self.set(key.clone(), None)?;
                 }
                 CommandResult::Deleted(removed)
             }
@@ -602,18 +644,18 @@ impl<'s> Pending<'s> {
                 for key in keys {
                     if let Some(raw) = self.raw(&key)? {
                         removed += u64::from(!raw.is_expired(now));
-                        self.set(key, None);
+                        self.set(key, None)?;
                     }
                 }
                 CommandResult::Deleted(removed)
             }
             Command::Incr { key, delta } => {
                 let current = self.live(key, now)?;
-                let parsed = match &current {
-                    None => Ok(0),
-                    Some(r) => trireme_types::int::parse_i64(&r.value).ok_or(ErrorCode::NotInteger),
+                let sum = match &current {
+                    Some(r) if r.kind != ValueKind::String => Err(ErrorCode::WrongType),
+                    current => add_integer(current.as_ref().map(|r| &r.value[..]), *delta),
                 };
-                match parsed.and_then(|n| n.checked_add(*delta).ok_or(ErrorCode::Overflow)) {
+                match sum {
                     Ok(next) => {
                         self.put(
                             key,
@@ -642,7 +684,7 @@ impl<'s> Pending<'s> {
                     record.modify_index = index;
                     // An expiry already in the past deletes the key, as in Redis.
                     let expired = record.is_expired(now);
-                    self.set(key.clone(), (!expired).then_some(record));
+                    self.set(key.clone(), (!expired).then_some(record))?;
                     CommandResult::TtlSet(true)
                 }
                 None => CommandResult::TtlSet(false),
@@ -659,7 +701,14 @@ impl<'s> Pending<'s> {
             Command::Check { .. } => CommandResult::Done,
             Command::Edit { key, edit } => {
                 let current = self.live(key, now)?;
-                CommandResult::Edited(self.edit(key, edit, current, index, now)?)
+                if current
+                    .as_ref()
+                    .is_some_and(|r| r.kind != ValueKind::String)
+                {
+                    CommandResult::Edited(Err(ErrorCode::WrongType))
+                } else {
+                    CommandResult::Edited(self.edit(key, edit, current, index, now)?)
+                }
             }
             // Applied by the raft layer through `Storage::split_shard`, which needs what only
             // it knows (the new group's first state); never part of a batch.
@@ -668,16 +717,44 @@ impl<'s> Pending<'s> {
             Command::Session { key, op } => {
                 CommandResult::Records(vec![self.session(key, op, index, now)?])
             }
+            Command::Hash { key, op } => CommandResult::Hash(self.hash(key, op, index, now)?),
             Command::Reap { keys } => {
                 for key in keys {
                     if self.raw(key)?.is_some_and(|r| r.is_expired(now)) {
-                        self.set(key.clone(), None);
+                        self.set(key.clone(), None)?;
                     }
                 }
                 CommandResult::Done
             }
         })
     }
+}
+
+/// `old` as an integer (missing: 0) plus `delta` (`INCRBY`, `HINCRBY`).
+fn add_integer(old: Option<&[u8]>, delta: i64) -> Result<i64, ErrorCode> {
+    let base = match old {
+        None => 0,
+        Some(v) => trireme_types::int::parse_i64(v).ok_or(ErrorCode::NotInteger)?,
+    };
+    base.checked_add(delta).ok_or(ErrorCode::Overflow)
+}
+
+/// `old` as a decimal (missing: 0) plus the decimal `increment`, printed as Redis prints it
+/// (`INCRBYFLOAT`, `HINCRBYFLOAT`): `InvalidArgument` when either is not a number,
+/// `Overflow` when the sum is infinite.
+fn add_decimal(old: Option<&[u8]>, increment: &[u8]) -> Result<Bytes, ErrorCode> {
+    let base = match old {
+        None => Some(0.0),
+        Some(v) => trireme_types::int::parse_f64(v),
+    };
+    let (Some(base), Some(increment)) = (base, trireme_types::int::parse_f64(increment)) else {
+        return Err(ErrorCode::InvalidArgument);
+    };
+    let sum = base + increment;
+    if !sum.is_finite() {
+        return Err(ErrorCode::Overflow);
+    }
+    Ok(Bytes::from(trireme_types::int::format_f64(sum)))
 }
 
 /// Name of the `data_meta` row listing the sessions a shard refuses (ended), with when.
@@ -737,6 +814,7 @@ impl Storage {
             changes: HashMap::new(),
             order: Vec::new(),
             stored_expiry: HashMap::new(),
+            stored_collections: HashMap::new(),
             undo: None,
             ended: None,
             ended_changed: false,

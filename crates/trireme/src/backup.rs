@@ -142,7 +142,7 @@ async fn backup(args: &BackupArgs) -> anyhow::Result<()> {
     })?;
     let bytes = std::fs::metadata(&args.out).map(|m| m.len()).unwrap_or(0);
     println!(
-        "backed up {entries} keys from {} shards to {} ({bytes} bytes)",
+        "backed up {entries} entries from {} shards to {} ({bytes} bytes)",
         shards.len(),
         args.out.display()
     );
@@ -212,7 +212,7 @@ async fn stream_shard(
         reader.push(&chunk);
         while let Some((frame, raw)) = reader.next_frame()? {
             match frame {
-                Frame::Entry(_) => {
+                Frame::Entry(_) | Frame::Hash(_) => {
                     file.write_all(&writer.entry_bytes(&raw))?;
                     seen += 1;
                 }
@@ -250,9 +250,20 @@ fn verify(path: &Path) -> anyhow::Result<Checked> {
         if n == 0 {
             break;
         }
-        verifier.feed(&buf[..n], |entry| {
-            longest_key = longest_key.max(entry.key.len());
-            largest_value = largest_value.max(entry.value.len());
+        verifier.feed(&buf[..n], |frame| match frame {
+            Frame::Entry(entry) => {
+                longest_key = longest_key.max(entry.key.len());
+                largest_value = largest_value.max(entry.value.len());
+            }
+            Frame::Hash(hash) => {
+                // A field is limited as a key is.
+                longest_key = longest_key.max(hash.key.len());
+                for (field, value) in &hash.fields {
+                    longest_key = longest_key.max(field.len());
+                    largest_value = largest_value.max(value.len());
+                }
+            }
+            Frame::End { .. } | Frame::ShardEnd { .. } => {}
         });
     }
     let entries = verifier
@@ -287,7 +298,9 @@ async fn restore(args: &RestoreArgs) -> anyhow::Result<()> {
         let n = file.read(&mut buf)?;
         reader.push(&buf[..n]);
         while let Some((frame, raw)) = reader.next_frame()? {
-            let Frame::Entry(_) = frame else { continue };
+            let (Frame::Entry(_) | Frame::Hash(_)) = frame else {
+                continue;
+            };
             // A piece stays within a request body: it goes before the entry that would
             // take it past the size (one entry alone always fits, as values are limited).
             if !piece.is_empty() && piece.len() + raw.len() > RESTORE_PIECE {
@@ -304,7 +317,7 @@ async fn restore(args: &RestoreArgs) -> anyhow::Result<()> {
         written += send_piece(&client, &base, &piece, None).await?;
     }
     println!(
-        "restored {written} of {total} keys from {} into {base} ({} had expired)",
+        "restored {written} of {total} entries from {} into {base} ({} had expired)",
         args.file.display(),
         total - written
     );

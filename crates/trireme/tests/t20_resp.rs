@@ -495,6 +495,46 @@ async fn resp_and_http_share_one_keyspace() {
     assert_eq!(keys, ["dir/a", "dir/b"]);
 }
 
+/// A hash written over RESP is one key to the HTTP APIs: listed, read as a key without a
+/// value, deleted whole; a plain HTTP write does not replace it by mistake.
+#[tokio::test]
+async fn the_http_apis_see_a_hash_as_one_key_they_cannot_overwrite() {
+    let node = TestNode::start(StartOptions::default()).await;
+    let mut c = RawResp::connect(node.resp_addr()).await;
+    exact(
+        &mut c,
+        &[b"HSET", b"dir/h", b"f", b"v", b"g", b"w"],
+        b":2\r\n",
+    )
+    .await;
+    exact(&mut c, &[b"SET", b"dir/s", b"x"], b"+OK\r\n").await;
+    let keys: Vec<String> = node.list("dir/").await.into_iter().map(|e| e.key).collect();
+    assert_eq!(keys, ["dir/h", "dir/s"], "the fields are not keys");
+    let entry = node.get("dir/h").await.expect("the hash's key");
+    assert!(entry.value.is_empty(), "{:?}", entry.value);
+
+    for url in [
+        node.kv_url("dir/h"),
+        format!("{}/v0/dir/h", node.http_url()),
+    ] {
+        let resp = node.http.put(&url).body(r#"{"a":1}"#).send().await.unwrap();
+        assert_eq!(resp.status(), 409, "{url}");
+        let body: serde_json::Value = resp.json().await.unwrap();
+        assert!(
+            body["error"]
+                .as_str()
+                .is_some_and(|e| e.contains("Redis hash")),
+            "{body}"
+        );
+    }
+    exact(&mut c, &[b"HGET", b"dir/h", b"g"], b"$1\r\nw\r\n").await;
+
+    let resp = node.http.delete(node.kv_url("dir/h")).send().await.unwrap();
+    assert_eq!(resp.text().await.unwrap(), "true");
+    exact(&mut c, &[b"HLEN", b"dir/h"], b":0\r\n").await;
+    exact(&mut c, &[b"DBSIZE"], b":1\r\n").await;
+}
+
 #[tokio::test]
 async fn ttl_expiry_and_reaping() {
     let node = TestNode::start(StartOptions::default()).await;

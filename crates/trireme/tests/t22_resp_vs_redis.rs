@@ -166,6 +166,129 @@ const STRINGS: &[&[&str]] = &[
     ],
 ];
 
+/// The hash commands, their errors, and how other commands see a hash. Fields are written in
+/// field order: Redis lists a small hash's fields in the order they were added, Trireme in
+/// field order, and either is a valid Redis answer.
+const HASHES: &[&[&str]] = &[
+    &["HSET", "h", "a", "1", "b", "2"],
+    &["HSET", "h", "b", "two", "c", "3"],
+    &["HGET", "h", "b"],
+    &["HGET", "h", "zz"],
+    &["HGET", "missing", "a"],
+    &["HMGET", "h", "a", "zz", "c"],
+    &["HMGET", "missing", "a"],
+    &["HGETALL", "h"],
+    &["HGETALL", "missing"],
+    &["HKEYS", "h"],
+    &["HVALS", "h"],
+    &["HLEN", "h"],
+    &["HLEN", "missing"],
+    &["HEXISTS", "h", "a"],
+    &["HEXISTS", "h", "zz"],
+    &["HSTRLEN", "h", "b"],
+    &["HSTRLEN", "h", "zz"],
+    &["HSETNX", "h", "a", "other"],
+    &["HSETNX", "h", "d", "4"],
+    &["HMSET", "h", "e", "5", "f", "6"],
+    &["HDEL", "h", "e", "f", "zz"],
+    &["HDEL", "missing", "a"],
+    &["HINCRBY", "h", "a", "10"],
+    &["HINCRBY", "h", "n", "-3"],
+    &["HINCRBY", "h", "b", "1"],
+    &["HINCRBY", "h", "a", "x"],
+    &["HSET", "h", "p", "9223372036854775807"],
+    &["HINCRBY", "h", "p", "1"],
+    &["HINCRBYFLOAT", "h", "c", "0.5"],
+    &["HINCRBYFLOAT", "h", "q", "2.5e2"],
+    &["HINCRBYFLOAT", "h", "b", "1"],
+    &["HINCRBYFLOAT", "h", "c", "abc"],
+    &["HINCRBYFLOAT", "h", "c", "inf"],
+    &["HSCAN", "h", "0"],
+    &["HSCAN", "h", "0", "MATCH", "p*"],
+    &["HSCAN", "h", "0", "COUNT", "100"],
+    &["HSCAN", "missing", "0"],
+    &["TYPE", "h"],
+    &["OBJECT", "ENCODING", "h"],
+    &["EXISTS", "h"],
+    &["EXPIREAT", "h", "4000000000"],
+    &["EXPIRETIME", "h"],
+    &["PERSIST", "h"],
+    &["TTL", "h"],
+    // A hash is not a string, and a string not a hash.
+    &["GET", "h"],
+    &["STRLEN", "h"],
+    &["APPEND", "h", "x"],
+    &["INCR", "h"],
+    &["GETRANGE", "h", "0", "1"],
+    &["GETDEL", "h"],
+    &["MGET", "h", "missing"],
+    &["SET", "s", "v"],
+    &["HSET", "s", "a", "1"],
+    &["HGET", "s", "a"],
+    &["HGETALL", "s"],
+    &["HLEN", "s"],
+    &["HDEL", "s", "a"],
+    &["HINCRBY", "s", "a", "1"],
+    &["TYPE", "s"],
+    // The last field taken, the hash is gone.
+    &["HSET", "one", "f", "v"],
+    &["HRANDFIELD", "one"],
+    &["HRANDFIELD", "one", "3"],
+    &["HRANDFIELD", "one", "-2"],
+    &["HRANDFIELD", "one", "1", "WITHVALUES"],
+    &["HRANDFIELD", "missing"],
+    &["HRANDFIELD", "missing", "2"],
+    &["HDEL", "one", "f"],
+    &["EXISTS", "one"],
+    &["TYPE", "one"],
+    // SET replaces a hash whole; a new hash under the name has none of the old fields.
+    &["HSET", "r", "old", "1"],
+    &["SET", "r", "string"],
+    &["GET", "r"],
+    &["DEL", "r"],
+    &["HSET", "r", "new", "2"],
+    &["HGETALL", "r"],
+    // RENAME and COPY take the fields and the expiry along.
+    &["HSET", "{k}hs", "a", "1", "b", "2"],
+    &["EXPIREAT", "{k}hs", "4000000000"],
+    &["RENAME", "{k}hs", "{k}hd"],
+    &["EXISTS", "{k}hs"],
+    &["HGETALL", "{k}hd"],
+    &["EXPIRETIME", "{k}hd"],
+    &["COPY", "{k}hd", "{k}hc"],
+    &["HSET", "{k}hc", "c", "3"],
+    &["HGETALL", "{k}hc"],
+    &["HLEN", "{k}hd"],
+    &["SET", "{k}str", "x"],
+    &["COPY", "{k}hd", "{k}str", "REPLACE"],
+    &["TYPE", "{k}str"],
+    &["HGETALL", "{k}str"],
+    &["RENAME", "{k}hc", "{k}str"],
+    &["HGETALL", "{k}str"],
+    &["DEL", "{k}hd", "{k}str"],
+    &["DEL", "h", "r", "s"],
+    &["HGETALL", "h"],
+    // Wrong arity.
+    &["HSET", "h", "a"],
+    &["HSET", "h", "a", "1", "b"],
+    &["HGET", "h"],
+    &["HMGET", "h"],
+    &["HDEL", "h"],
+    &["HSETNX", "h", "a"],
+    &["HINCRBY", "h", "a"],
+    &["HLEN"],
+    // In a transaction, a hash command sees the ones before it.
+    &["MULTI"],
+    &["HSET", "{t}h", "a", "1"],
+    &["HINCRBY", "{t}h", "a", "2"],
+    &["HGETALL", "{t}h"],
+    &["GET", "{t}h"],
+    &["TYPE", "{t}h"],
+    &["HDEL", "{t}h", "a"],
+    &["EXISTS", "{t}h"],
+    &["EXEC"],
+];
+
 /// Sends every command of `script` to both servers over one connection each and asserts
 /// the replies are the same bytes.
 async fn compare(script: &[&[&str]], resp3: bool) {
@@ -362,6 +485,16 @@ async fn string_commands_answer_as_redis_does_in_resp2() {
 #[tokio::test]
 async fn string_commands_answer_as_redis_does_in_resp3() {
     compare(STRINGS, true).await;
+}
+
+#[tokio::test]
+async fn hash_commands_answer_as_redis_does_in_resp2() {
+    compare(HASHES, false).await;
+}
+
+#[tokio::test]
+async fn hash_commands_answer_as_redis_does_in_resp3() {
+    compare(HASHES, true).await;
 }
 
 /// `TIME`, `WAIT` and `KEYS` cannot be compared byte for byte; their shapes can.

@@ -111,6 +111,21 @@ async fn a_backup_taken_under_writes_restores_into_a_cluster_of_another_shape() 
         .cmd(&[b"SET", b"bin\xff\x00key", b"\x00\x01\x02"])
         .await;
     assert_eq!(ok, b"+OK\r\n");
+    // A hash larger than one backup entry (two of them), with an expiry, and a small one.
+    let field_value = vec![b'h'; 1024];
+    for i in 0..400 {
+        let field = format!("f{i:03}");
+        let added = resp
+            .cmd(&[b"HSET", b"hash/big", field.as_bytes(), &field_value])
+            .await;
+        assert_eq!(added, b":1\r\n");
+    }
+    let set = resp.cmd(&[b"PEXPIRE", b"hash/big", b"600000"]).await;
+    assert_eq!(set, b":1\r\n");
+    let added = resp
+        .cmd(&[b"HSET", b"hash/small", b"a", b"1", b"b", b"2"])
+        .await;
+    assert_eq!(added, b":2\r\n");
     // A key held by a lock: its value is kept, the lock (and the session) are not.
     let session: serde_json::Value = client
         .put(format!("{base}/v1/session/create"))
@@ -231,12 +246,24 @@ async fn a_backup_taken_under_writes_restores_into_a_cluster_of_another_shape() 
     assert!((1..=600_000).contains(&pttl), "PTTL {pttl}");
     let bin = resp.cmd(&[b"GET", b"bin\xff\x00key"]).await;
     assert_eq!(bin, b"$3\r\n\x00\x01\x02\r\n");
+    let small = resp.cmd(&[b"HGETALL", b"hash/small"]).await;
+    assert_eq!(small, b"*4\r\n$1\r\na\r\n$1\r\n1\r\n$1\r\nb\r\n$1\r\n2\r\n");
+    assert_eq!(resp.cmd(&[b"HLEN", b"hash/big"]).await, b":400\r\n");
+    let last = Reply::parse(&resp.cmd(&[b"HGET", b"hash/big", b"f399"]).await);
+    assert_eq!(last.bulk(), &field_value[..]);
+    let pttl = Reply::parse(&resp.cmd(&[b"PTTL", b"hash/big"]).await).int();
+    assert!((1..=600_000).contains(&pttl), "PTTL {pttl}");
     // Every key the backup held, and the ones written during it that it caught.
     let restored = keys(&into).await;
-    assert!(restored.len() >= pairs.len() + 8, "{} keys", restored.len());
-    let n = restored.len();
     assert!(
-        out.starts_with(&format!("restored {n} of {n} keys")),
+        restored.len() >= pairs.len() + 10,
+        "{} keys",
+        restored.len()
+    );
+    // One entry per key, and one more for the big hash's second part.
+    let n = restored.len() + 1;
+    assert!(
+        out.starts_with(&format!("restored {n} of {n} entries")),
         "{out}"
     );
 
@@ -304,6 +331,6 @@ async fn a_damaged_or_truncated_backup_is_refused_before_anything_is_written() {
     let (ok, out, err) =
         trireme(&["restore", file.to_str().expect("path"), "--target", &into]).await;
     assert!(ok, "{out}{err}");
-    assert!(out.starts_with("restored 50 of 50 keys"), "{out}");
+    assert!(out.starts_with("restored 50 of 50 entries"), "{out}");
     assert_eq!(keys(&into).await.len(), 50);
 }

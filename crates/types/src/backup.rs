@@ -30,6 +30,22 @@ pub struct BackupEntry {
     pub expires_at_ms: Option<u64>,
 }
 
+/// Fields of one Redis hash as backed up. A large hash is cut into several of these, each
+/// restored by adding its fields to the hash.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct HashEntry {
+    /// The hash's key.
+    pub key: Bytes,
+    /// Field-value pairs.
+    pub fields: Vec<(Bytes, Bytes)>,
+    /// When the hash expires, Unix milliseconds.
+    pub expires_at_ms: Option<u64>,
+}
+
+/// Bytes of fields and values one [`HashEntry`] carries at most (a single larger field
+/// travels alone), so that it fits in one restore request.
+pub const HASH_ENTRY_BYTES: usize = 256 << 10;
+
 /// One frame of a backup file or of a shard's stream.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub enum Frame {
@@ -54,6 +70,8 @@ pub enum Frame {
         /// Last slot of the range.
         last_slot: u16,
     },
+    /// A Redis hash, or a part of one. Counts as an entry in the end frames.
+    Hash(HashEntry),
 }
 
 /// Why a backup cannot be read.
@@ -176,7 +194,7 @@ impl Verifier {
     }
 
     /// Feeds the next bytes of the file; calls `entry` for each entry found.
-    pub fn feed(&mut self, mut bytes: &[u8], mut entry: impl FnMut(BackupEntry)) {
+    pub fn feed(&mut self, mut bytes: &[u8], mut entry: impl FnMut(&Frame)) {
         if self.error.is_some() {
             return;
         }
@@ -198,10 +216,10 @@ impl Verifier {
                     self.error = Some(BackupError::TrailingData);
                     return;
                 }
-                Ok(Some((Frame::Entry(e), raw))) => {
+                Ok(Some((frame @ (Frame::Entry(_) | Frame::Hash(_)), raw))) => {
                     self.hasher.update(&raw);
                     self.entries += 1;
-                    entry(e);
+                    entry(&frame);
                 }
                 Ok(Some((Frame::ShardEnd { .. }, _))) => {
                     self.error = Some(BackupError::Damaged {
@@ -333,7 +351,10 @@ mod tests {
         let mut v = Verifier::new();
         let mut seen = Vec::new();
         for chunk in bytes.chunks(piece.max(1)) {
-            v.feed(chunk, |e| seen.push(e));
+            v.feed(chunk, |frame| match frame {
+                Frame::Entry(e) => seen.push(e.clone()),
+                other => panic!("not an entry: {other:?}"),
+            });
         }
         (v.finish(), seen)
     }

@@ -35,6 +35,9 @@ pub enum PutCondition {
     IfPresent,
     /// Only if the key exists with this `ModifyIndex` (Consul `?cas=N`, N > 0).
     IfModifyIndex(u64),
+    /// Unless the key holds a Redis collection (a hash): the HTTP APIs' plain writes, which
+    /// must not replace one by mistake.
+    IfNotCollection,
 }
 
 /// What a write does to a key's expiry.
@@ -169,6 +172,93 @@ pub enum Command {
         /// What to do.
         op: SessionOp,
     },
+    /// A Redis hash command on the hash at `key` (creating it, or refusing a key of another
+    /// type with [`ErrorCode::WrongType`]). Answered with [`CommandResult::Hash`].
+    Hash {
+        /// The hash's key.
+        key: Bytes,
+        /// What to do.
+        op: HashOp,
+    },
+}
+
+/// A change to, or inside a transaction a read of, one hash: see [`Command::Hash`].
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub enum HashOp {
+    /// Set fields (`HSET`, `HMSET`), or with `only_new` a field that is not there yet
+    /// (`HSETNX`); answers the number of fields added. A hash may not grow past
+    /// `max_fields` (the proposer's limit, carried so every replica decides alike).
+    Set {
+        /// Field-value pairs, in order; a later pair wins over an earlier one.
+        pairs: Vec<(Bytes, Bytes)>,
+        /// Only set fields that do not exist.
+        only_new: bool,
+        /// The most fields the hash may have after the change.
+        max_fields: u64,
+    },
+    /// Remove fields (`HDEL`), and the hash with its last one; answers how many went.
+    Delete {
+        /// The fields.
+        fields: Vec<Bytes>,
+    },
+    /// Add to an integer field, creating it at 0 (`HINCRBY`); answers the new value.
+    IncrBy {
+        /// The field.
+        field: Bytes,
+        /// How much to add.
+        delta: i64,
+        /// As in [`HashOp::Set`].
+        max_fields: u64,
+    },
+    /// Add a decimal number (checked by the proposer) to a decimal field, creating it at 0
+    /// (`HINCRBYFLOAT`); answers the new value as Redis prints it.
+    IncrByFloat {
+        /// The field.
+        field: Bytes,
+        /// The increment as the client wrote it.
+        increment: Bytes,
+        /// As in [`HashOp::Set`].
+        max_fields: u64,
+    },
+    /// A read at this point of a transaction (`HGET` after `MULTI`).
+    Read(HashRead),
+}
+
+/// A read of one hash; the same reads serve a transaction ([`HashOp::Read`]) and a plain
+/// read of a replica.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub enum HashRead {
+    /// These fields' values (`HGET`, `HMGET`, `HEXISTS`, `HSTRLEN`):
+    /// [`HashAnswer::Values`].
+    Get {
+        /// The fields.
+        fields: Vec<Bytes>,
+    },
+    /// The number of fields (`HLEN`): [`HashAnswer::Count`].
+    Len,
+    /// Fields and values in field order after `after`, at most `limit` of them (`HGETALL`,
+    /// `HKEYS`, `HVALS`, `HSCAN`, `HRANDFIELD`): [`HashAnswer::Pairs`].
+    Fields {
+        /// Start after this field.
+        after: Option<Bytes>,
+        /// The most pairs to return.
+        limit: u64,
+    },
+}
+
+/// What a [`Command::Hash`] or a hash read answers.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub enum HashAnswer {
+    /// A number of fields (added, removed, or held).
+    Count(u64),
+    /// An integer field's new value.
+    Int(i64),
+    /// A decimal field's new value, as Redis prints it.
+    Float(Bytes),
+    /// Values of the fields asked for, in order; `None` for a missing field.
+    Values(Vec<Option<Bytes>>),
+    /// Field-value pairs in field order.
+    Pairs(Vec<(Bytes, Bytes)>),
 }
 
 /// A Consul lock operation: see [`Command::Lock`]. Answered with [`CommandResult::Lock`].
@@ -306,6 +396,7 @@ impl Command {
             Command::Transaction { .. } => "transaction",
             Command::Lock { .. } => "lock",
             Command::Session { .. } => "session",
+            Command::Hash { .. } => "hash",
         }
     }
 
@@ -334,6 +425,7 @@ impl Command {
             | Command::Edit { key, .. }
             | Command::Lock { key, .. }
             | Command::Session { key, .. }
+            | Command::Hash { key, .. }
             | Command::Check { key, .. } => vec![key],
             Command::PutMany { pairs } => pairs.iter().map(|(k, _)| k).collect(),
             Command::Delete { keys, .. } | Command::Reap { keys } | Command::Read { keys } => {
@@ -385,4 +477,6 @@ pub enum CommandResult {
     Transaction(Result<Vec<CommandResult>, u32>),
     /// A [`Command::Lock`].
     Lock(LockOutcome),
+    /// A [`Command::Hash`]: its answer, or why nothing changed.
+    Hash(Result<HashAnswer, ErrorCode>),
 }

@@ -43,6 +43,9 @@ pub enum ErrorCode {
     /// A lock was asked for with a Consul session that does not exist or has ended; answered
     /// with 500, as Consul does.
     InvalidSession,
+    /// The key holds a value of another type than the command works on (Redis's
+    /// `WRONGTYPE`): a string command on a hash, a hash command on a string.
+    WrongType,
 }
 
 impl ErrorCode {
@@ -62,7 +65,7 @@ impl ErrorCode {
             ErrorCode::Internal | ErrorCode::InvalidSession => 500,
             ErrorCode::NotFound => 404,
             ErrorCode::PreconditionFailed => 412,
-            ErrorCode::Conflict => 409,
+            ErrorCode::Conflict | ErrorCode::WrongType => 409,
         }
     }
 
@@ -76,6 +79,7 @@ impl ErrorCode {
             ErrorCode::NoLeader | ErrorCode::Unavailable | ErrorCode::Moved => "TRYAGAIN",
             ErrorCode::Timeout => "TIMEOUT",
             ErrorCode::StorageFailure => "IOERR",
+            ErrorCode::WrongType => "WRONGTYPE",
             _ => "ERR",
         }
     }
@@ -99,6 +103,7 @@ impl ErrorCode {
             ErrorCode::Conflict => "conflict",
             ErrorCode::Moved => "moved",
             ErrorCode::InvalidSession => "invalid_session",
+            ErrorCode::WrongType => "wrong_type",
         }
     }
 }

@@ -10,6 +10,7 @@
 pub mod admin;
 pub mod backup;
 pub mod cluster_status;
+pub mod collection;
 pub mod command;
 pub mod error;
 pub mod histogram;
@@ -22,13 +23,13 @@ pub mod slot;
 pub mod timed;
 
 pub use command::{
-    Command, CommandResult, KeyCheck, LockOp, LockOutcome, LogCommand, PutCondition, SessionOp,
-    StringEdit, TtlUpdate,
+    Command, CommandResult, HashAnswer, HashOp, HashRead, KeyCheck, LockOp, LockOutcome,
+    LogCommand, PutCondition, SessionOp, StringEdit, TtlUpdate,
 };
 pub use error::{ErrorCode, TriremeError};
 pub use histogram::LatencyHistogram;
 pub use ids::{GroupId, NodeId, ShardId};
 pub use limits::Limits;
-pub use record::{LockInfo, Record};
+pub use record::{LockInfo, Record, ValueKind};
 pub use slot::{SLOT_COUNT, ShardMap, even_range, even_ranges, key_slot};
 pub use timed::Timed;

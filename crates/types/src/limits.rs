@@ -23,6 +23,8 @@ pub struct Limits {
     /// Shortest TTL a Consul session may ask for, milliseconds (Consul's `session_ttl_min`,
     /// 10 s by default); the longest is 24 hours.
     pub session_ttl_min_ms: u64,
+    /// Most members one Redis collection (a hash's fields) may hold.
+    pub max_collection_members: u64,
 }
 
 impl Default for Limits {
@@ -35,6 +37,7 @@ impl Default for Limits {
             pubsub_buffer_bytes: 32 << 20,
             max_txn_ops: 128,
             session_ttl_min_ms: 10_000,
+            max_collection_members: 10_000_000,
         }
     }
 }
@@ -59,6 +62,21 @@ impl Limits {
                 format!(
                     "key is {} bytes, the limit is {}",
                     key.len(),
+                    self.max_key_bytes
+                ),
+            ));
+        }
+        Ok(())
+    }
+
+    /// Checks a collection member's name (a hash field): as long as a key may be.
+    pub fn check_member(&self, member: &[u8]) -> Result<(), TriremeError> {
+        if member.len() > self.max_key_bytes {
+            return Err(TriremeError::new(
+                ErrorCode::KeyTooLarge,
+                format!(
+                    "member is {} bytes, the limit is {} (that of a key)",
+                    member.len(),
                     self.max_key_bytes
                 ),
             ));

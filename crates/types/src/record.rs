@@ -23,6 +23,44 @@ pub struct Record {
     pub expires_at_ms: Option<u64>,
     /// The Consul lock on the key (`LockIndex`, `Session`); default for most keys.
     pub lock: LockInfo,
+    /// What the key holds: a string (the value is the value), or a Redis collection (the
+    /// value is its metadata, its members are rows of their own: see [`crate::collection`]).
+    pub kind: ValueKind,
+}
+
+/// The Redis type of a key.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Hash, Serialize, Deserialize)]
+pub enum ValueKind {
+    /// A string: every key Consul, the document API and Redis string commands write.
+    #[default]
+    String,
+    /// A Redis hash: the record's value is its field count, each field a member row.
+    Hash,
+}
+
+impl ValueKind {
+    /// The name Redis's `TYPE` answers.
+    pub fn type_name(self) -> &'static str {
+        match self {
+            ValueKind::String => "string",
+            ValueKind::Hash => "hash",
+        }
+    }
+
+    fn to_byte(self) -> u8 {
+        match self {
+            ValueKind::String => 0,
+            ValueKind::Hash => 1,
+        }
+    }
+
+    fn from_byte(byte: u8) -> Option<Self> {
+        match byte {
+            0 => Some(ValueKind::String),
+            1 => Some(ValueKind::Hash),
+            _ => None,
+        }
+    }
 }
 
 /// A key's Consul lock: which session holds it, how many times it was acquired, and until
@@ -48,6 +86,9 @@ const FORMAT: u8 = 1;
 /// Encoding version byte of a record with it: after the header, the lock index, the delay,
 /// the session's length (one byte) and the session, then the value.
 const FORMAT_LOCKED: u8 = 2;
+/// Encoding version byte of a collection's record (never locked): after the header, one
+/// byte of [`ValueKind`], then the value.
+const FORMAT_TYPED: u8 = 3;
 const HEADER_LEN: usize = 1 + 8 * 4;
 
 /// Why stored bytes could not be read back as a record.
@@ -65,13 +106,23 @@ impl Record {
     /// on every read and write path.
     pub fn encode(&self) -> Bytes {
         let locked = !self.lock.is_default();
+        let typed = self.kind != ValueKind::String;
         let mut out = BytesMut::with_capacity(HEADER_LEN + 64 + self.value.len());
-        out.put_u8(if locked { FORMAT_LOCKED } else { FORMAT });
+        out.put_u8(if typed {
+            FORMAT_TYPED
+        } else if locked {
+            FORMAT_LOCKED
+        } else {
+            FORMAT
+        });
         out.put_u64(self.flags);
         out.put_u64(self.create_index);
         out.put_u64(self.modify_index);
         out.put_u64(self.expires_at_ms.unwrap_or(0));
-        if locked {
+        if typed {
+            // A collection takes no Consul lock (the front ends refuse it), so none is kept.
+            out.put_u8(self.kind.to_byte());
+        } else if locked {
             out.put_u64(self.lock.index);
             out.put_u64(self.lock.delay_until_ms);
             let session = self.lock.session.as_deref().unwrap_or_default();
@@ -84,13 +135,20 @@ impl Record {
         out.freeze()
     }
 
-    /// Where the value starts in encoded bytes, and the lock information before it.
-    fn value_start(bytes: &[u8]) -> Result<(usize, LockInfo), CorruptRecord> {
+    /// Where the value starts in encoded bytes, and the lock information and kind before it.
+    fn value_start(bytes: &[u8]) -> Result<(usize, LockInfo, ValueKind), CorruptRecord> {
         if bytes.len() < HEADER_LEN {
             return Err(CorruptRecord("shorter than the header"));
         }
         match bytes[0] {
-            FORMAT => Ok((HEADER_LEN, LockInfo::default())),
+            FORMAT => Ok((HEADER_LEN, LockInfo::default(), ValueKind::String)),
+            FORMAT_TYPED => {
+                let kind = bytes
+                    .get(HEADER_LEN)
+                    .and_then(|b| ValueKind::from_byte(*b))
+                    .ok_or(CorruptRecord("an unknown or missing kind"))?;
+                Ok((HEADER_LEN + 1, LockInfo::default(), kind))
+            }
             FORMAT_LOCKED => {
                 let fixed = HEADER_LEN + 8 + 8 + 1;
                 if bytes.len() < fixed {
@@ -112,6 +170,7 @@ impl Record {
                         delay_until_ms: word(HEADER_LEN + 8),
                         session: (len > 0).then(|| Bytes::copy_from_slice(session)),
                     },
+                    ValueKind::String,
                 ))
             }
             _ => Err(CorruptRecord("unknown format version")),
@@ -120,7 +179,7 @@ impl Record {
 
     /// Decodes what [`Record::encode`] wrote.
     pub fn decode(bytes: &[u8]) -> Result<Self, CorruptRecord> {
-        let (value_at, lock) = Self::value_start(bytes)?;
+        let (value_at, lock, kind) = Self::value_start(bytes)?;
         let word = |i: usize| {
             let start = 1 + 8 * i;
             let mut buf = [0u8; 8];
@@ -135,14 +194,36 @@ impl Record {
             expires_at_ms: (expires != 0).then_some(expires),
             value: Bytes::copy_from_slice(&bytes[value_at..]),
             lock,
+            kind,
         })
     }
 
     /// The value in encoded bytes, borrowed rather than copied (`None` when the bytes are too
     /// short to be a record), for a caller that looks at many values and keeps few.
     pub fn peek_value(bytes: &[u8]) -> Option<&[u8]> {
-        let (at, _) = Self::value_start(bytes).ok()?;
+        let (at, _, _) = Self::value_start(bytes).ok()?;
         bytes.get(at..)
+    }
+
+    /// Reads only the kind from encoded bytes (a string when they do not decode).
+    pub fn peek_kind(bytes: &[u8]) -> ValueKind {
+        match (bytes.first(), bytes.get(HEADER_LEN)) {
+            (Some(&FORMAT_TYPED), Some(&b)) => ValueKind::from_byte(b).unwrap_or_default(),
+            _ => ValueKind::String,
+        }
+    }
+
+    /// A string record as a write creates it at `index`.
+    pub fn string(value: Bytes, index: u64) -> Self {
+        Record {
+            value,
+            flags: 0,
+            create_index: index,
+            modify_index: index,
+            expires_at_ms: None,
+            lock: LockInfo::default(),
+            kind: ValueKind::String,
+        }
     }
 
     /// Reads only the expiry from encoded bytes, without copying the value.
@@ -168,6 +249,7 @@ mod tests {
             modify_index: 9,
             expires_at_ms: Some(1_700_000_000_000),
             lock: LockInfo::default(),
+            kind: ValueKind::String,
         };
         let bytes = record.encode();
         assert_eq!(bytes.len(), HEADER_LEN + 5);
@@ -190,6 +272,7 @@ mod tests {
                 session: Some(Bytes::from_static(b"adf4238a-882b-9ddc-4a9d-5b6758e4159e")),
                 delay_until_ms: 1_700_000_015_000,
             },
+            kind: ValueKind::String,
         };
         let bytes = record.encode();
         assert_eq!(bytes[0], FORMAT_LOCKED);
@@ -210,6 +293,30 @@ mod tests {
     }
 
     #[test]
+    fn a_collection_record_keeps_its_kind_and_its_value_where_peeks_find_it() {
+        let record = Record {
+            value: Bytes::from_static(&[0, 0, 0, 0, 0, 0, 0, 3]),
+            flags: 0,
+            create_index: 5,
+            modify_index: 6,
+            expires_at_ms: Some(1_700_000_000_000),
+            lock: LockInfo::default(),
+            kind: ValueKind::Hash,
+        };
+        let bytes = record.encode();
+        assert_eq!(bytes[0], FORMAT_TYPED);
+        assert_eq!(Record::decode(&bytes), Ok(record.clone()));
+        assert_eq!(Record::peek_kind(&bytes), ValueKind::Hash);
+        assert_eq!(Record::peek_expiry(&bytes), Some(1_700_000_000_000));
+        assert_eq!(Record::peek_value(&bytes), Some(&record.value[..]));
+        let string = Record::string(Bytes::from_static(b"v"), 1).encode();
+        assert_eq!(Record::peek_kind(&string), ValueKind::String);
+        let mut unknown = bytes.to_vec();
+        unknown[HEADER_LEN] = 200;
+        assert!(Record::decode(&unknown).is_err());
+    }
+
+    #[test]
     fn rejects_garbage() {
         assert!(Record::decode(b"short").is_err());
         let mut bytes = Record {
@@ -219,6 +326,7 @@ mod tests {
             modify_index: 1,
             expires_at_ms: None,
             lock: LockInfo::default(),
+            kind: ValueKind::String,
         }
         .encode()
         .to_vec();
@@ -236,6 +344,7 @@ mod tests {
             modify_index: 1,
             expires_at_ms: Some(100),
             lock: LockInfo::default(),
+            kind: ValueKind::String,
         };
         assert!(!record.is_expired(99));
         assert!(record.is_expired(100));

@@ -37,8 +37,12 @@ pub fn hash_tag(key: &[u8]) -> &[u8] {
     key
 }
 
-/// The slot of a key: CRC16 of its hash tag modulo 16384.
+/// The slot of a key: CRC16 of its hash tag modulo 16384. A collection's member row is in
+/// its collection's slot, which the row's key carries (see [`crate::collection`]).
 pub fn key_slot(key: &[u8]) -> u16 {
+    if let Some(slot) = crate::collection::member_slot(key) {
+        return slot % SLOT_COUNT;
+    }
     crc16(hash_tag(key)) % SLOT_COUNT
 }
 

@@ -234,7 +234,7 @@ pub(crate) async fn put(
     }
     let when = precondition(&headers)?;
     let condition = match when {
-        Precondition::None => PutCondition::Always,
+        Precondition::None => PutCondition::IfNotCollection,
         Precondition::Ref(r) => PutCondition::IfModifyIndex(r),
         Precondition::Exists => PutCondition::IfPresent,
         Precondition::Absent => PutCondition::IfAbsent,
@@ -243,6 +243,12 @@ pub(crate) async fn put(
     let request = PutRequest::new(key.clone(), body).condition(condition);
     let outcome = state.node.put(request).await?;
     let index = outcome.index;
+    if let Some(previous) = &outcome.previous
+        && !outcome.written
+        && previous.kind != trireme_types::ValueKind::String
+    {
+        return Err(ApiError(super::kv::collection_error(previous.kind)));
+    }
     if !outcome.written {
         let now = outcome.previous.map(|r| r.modify_index);
         return Err(precondition_failed(match (when, now) {

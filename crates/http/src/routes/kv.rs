@@ -12,7 +12,7 @@ use axum::response::{IntoResponse, Response};
 use base64::Engine;
 use serde::Serialize;
 use trireme_cluster::{DeleteRequest, PutCondition, PutRequest, ReadMeta, ReadMode};
-use trireme_types::{ErrorCode, Record, TriremeError};
+use trireme_types::{ErrorCode, Record, TriremeError, ValueKind};
 
 /// The key is everything after `/v1/kv/`, percent-decoded; keys are bytes, not necessarily UTF-8.
 fn key_of(uri: &Uri) -> Vec<u8> {
@@ -49,7 +49,8 @@ fn entries_body<'a>(entries: impl IntoIterator<Item = (&'a [u8], &'a Record)>) -
         serde_json::to_writer(&mut out, &*String::from_utf8_lossy(key))
             .expect("writing a string to a Vec cannot fail");
         let _ = write!(out, ",\"Flags\":{},\"Value\":", record.flags);
-        if record.value.is_empty() {
+        // A Redis collection's row holds its member count, not a value: it reads as empty.
+        if record.value.is_empty() || record.kind != ValueKind::String {
             out.extend_from_slice(b"null");
         } else {
             let engine = &base64::engine::general_purpose::STANDARD;
@@ -74,6 +75,17 @@ fn entries_body<'a>(entries: impl IntoIterator<Item = (&'a [u8], &'a Record)>) -
     }
     out.push(b']');
     out
+}
+
+/// Why a plain HTTP write does not replace a Redis collection.
+pub(crate) fn collection_error(kind: ValueKind) -> TriremeError {
+    TriremeError::new(
+        ErrorCode::WrongType,
+        format!(
+            "the key holds a Redis {}: change it over RESP, or delete it first",
+            kind.type_name()
+        ),
+    )
 }
 
 /// `X-Consul-Index`, `X-Consul-KnownLeader` and `X-Consul-LastContact` of a read.
@@ -175,7 +187,12 @@ pub(crate) async fn get(State(state): State<AppState>, uri: Uri) -> Result<Respo
         return Ok(not_found(headers));
     };
     if query.flag("raw")? {
-        let mut response = (headers, record.value).into_response();
+        let value = if record.kind == ValueKind::String {
+            record.value
+        } else {
+            Bytes::new()
+        };
+        let mut response = (headers, value).into_response();
         response.headers_mut().insert(
             header::CONTENT_TYPE,
             HeaderValue::from_static("application/octet-stream"),
@@ -226,12 +243,18 @@ pub(crate) async fn put(
         (None, None) => {}
     }
     let condition = match query.u64("cas")? {
-        None => PutCondition::Always,
+        None => PutCondition::IfNotCollection,
         Some(0) => PutCondition::IfAbsent,
         Some(index) => PutCondition::IfModifyIndex(index),
     };
     let request = PutRequest::new(key, body).flags(flags).condition(condition);
     let outcome = state.node.put(request).await?;
+    if let Some(previous) = &outcome.previous
+        && !outcome.written
+        && previous.kind != ValueKind::String
+    {
+        return Err(ApiError(collection_error(previous.kind)));
+    }
     Ok(bool_response(outcome.written))
 }
 
@@ -274,6 +297,7 @@ mod tests {
             modify_index: 9,
             expires_at_ms: None,
             lock: Default::default(),
+            kind: Default::default(),
         };
         let parse = |body: Vec<u8>| -> serde_json::Value {
             serde_json::from_slice(&body).expect("the body is JSON")

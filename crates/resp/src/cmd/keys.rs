@@ -80,7 +80,7 @@ pub(crate) fn parse_expire(
 pub(crate) async fn ttl(ctx: &mut Ctx<'_>, args: &mut Args) -> CmdResult {
     let key = args.next_bytes()?;
     no_more(args)?;
-    let record = ctx.record(&key).await?;
+    let record = ctx.any_record(&key).await?;
     Ok(ttl_reply(args.name(), record.as_ref()))
 }
 
@@ -116,12 +116,8 @@ pub(crate) async fn persist(ctx: &mut Ctx<'_>, args: &mut Args) -> CmdResult {
 pub(crate) async fn key_type(ctx: &mut Ctx<'_>, args: &mut Args) -> CmdResult {
     let key = args.next_bytes()?;
     no_more(args)?;
-    let record = ctx.record(&key).await?;
-    Ok(Reply::simple(if record.is_some() {
-        "string"
-    } else {
-        "none"
-    }))
+    let record = ctx.any_record(&key).await?;
+    Ok(Reply::simple(record.map_or("none", |r| r.kind.type_name())))
 }
 
 /// `SCAN cursor [MATCH pattern] [COUNT n] [TYPE t]`. Cursors are handed out by the server and
@@ -135,7 +131,7 @@ pub(crate) async fn scan(ctx: &mut Ctx<'_>, args: &mut Args) -> CmdResult {
         .map_err(|_| CmdError::Reply("ERR invalid cursor".into()))?;
     let mut pattern: Option<Bytes> = None;
     let mut count: usize = 10;
-    let mut only_strings = true;
+    let mut only_type: Option<String> = None;
     while args.remaining() > 0 {
         if args.next_keyword("match") {
             pattern = Some(args.next_bytes()?);
@@ -146,7 +142,7 @@ pub(crate) async fn scan(ctx: &mut Ctx<'_>, args: &mut Args) -> CmdResult {
             }
             count = (n as usize).min(100_000);
         } else if args.next_keyword("type") {
-            only_strings = args.next_str()?.eq_ignore_ascii_case("string");
+            only_type = Some(args.next_str()?.to_ascii_lowercase());
         } else {
             return Err(ArgError::Syntax.into());
         }
@@ -167,8 +163,12 @@ pub(crate) async fn scan(ctx: &mut Ctx<'_>, args: &mut Args) -> CmdResult {
     let keys: Vec<Reply> = page
         .keys
         .into_iter()
-        .filter(|k| only_strings && pattern.as_ref().is_none_or(|p| crate::glob::matches(p, k)))
-        .map(Reply::Bulk)
+        .zip(page.kinds)
+        .filter(|(k, kind)| {
+            only_type.as_deref().is_none_or(|t| t == kind.type_name())
+                && pattern.as_ref().is_none_or(|p| crate::glob::matches(p, k))
+        })
+        .map(|(k, _)| Reply::Bulk(k))
         .collect();
     let next = page
         .next
@@ -252,8 +252,8 @@ pub(crate) async fn object(ctx: &mut Ctx<'_>, args: &mut Args) -> CmdResult {
         "encoding" => {
             let key = args.next_bytes()?;
             no_more(args)?;
-            let record = ctx.record(&key).await?;
-            Ok(record.map_or(Reply::Null, |r| Reply::bulk(string_encoding(&r.value))))
+            let record = ctx.any_record(&key).await?;
+            Ok(record.map_or(Reply::Null, |r| Reply::bulk(encoding(&r))))
         }
         "help" => Ok(Reply::array(vec![Reply::simple(
             "OBJECT ENCODING <key>: the encoding Redis would use for the string at <key>.",
@@ -262,6 +262,22 @@ pub(crate) async fn object(ctx: &mut Ctx<'_>, args: &mut Args) -> CmdResult {
             "ERR unknown subcommand '{}'. Try OBJECT HELP.",
             sub.chars().take(64).collect::<String>()
         ))),
+    }
+}
+
+/// How Redis would encode the value: a string by [`string_encoding`], a hash of up to 128
+/// fields as a `listpack` (Redis also looks at the values' lengths), a larger one as a
+/// `hashtable`.
+fn encoding(record: &trireme_types::Record) -> &'static str {
+    match record.kind {
+        trireme_types::ValueKind::String => string_encoding(&record.value),
+        trireme_types::ValueKind::Hash => {
+            if trireme_types::collection::decode_count(&record.value) <= 128 {
+                "listpack"
+            } else {
+                "hashtable"
+            }
+        }
     }
 }
 
@@ -291,7 +307,7 @@ pub(crate) async fn memory(ctx: &mut Ctx<'_>, args: &mut Args) -> CmdResult {
         args.next_i64()?;
     }
     no_more(args)?;
-    let record = ctx.record(&key).await?;
+    let record = ctx.any_record(&key).await?;
     Ok(record.map_or(Reply::Null, |r| {
         Reply::integer((key.len() + r.value.len() + 48) as i64)
     }))

@@ -4,6 +4,7 @@
 
 mod cluster;
 mod connection;
+mod hashes;
 mod keys;
 mod optimistic;
 mod pubsub;
@@ -60,6 +61,10 @@ impl From<CmdError> for Reply {
 
 pub(crate) type CmdResult = Result<Reply, CmdError>;
 
+/// Redis's error for a command on a key of another type.
+pub(crate) const WRONG_TYPE: &str =
+    "WRONGTYPE Operation against a key holding the wrong kind of value";
+
 /// For fixed-arity commands: arguments left over are a wrong number of arguments, as Redis
 /// says it (not a syntax error).
 pub(crate) fn no_more(args: &Args) -> Result<(), CmdError> {
@@ -76,8 +81,24 @@ pub(crate) struct Ctx<'a> {
 }
 
 impl Ctx<'_> {
-    /// The live record at `key`, read the way this connection reads (see `READONLY`).
+    /// The live string at `key`, read the way this connection reads (see `READONLY`);
+    /// `WRONGTYPE` when the key holds another type.
     pub(crate) async fn record(
+        &self,
+        key: &[u8],
+    ) -> Result<Option<trireme_types::Record>, CmdError> {
+        let record = self.any_record(key).await?;
+        if record
+            .as_ref()
+            .is_some_and(|r| r.kind != trireme_types::ValueKind::String)
+        {
+            return Err(CmdError::Reply(WRONG_TYPE.into()));
+        }
+        Ok(record)
+    }
+
+    /// The live record at `key` whatever its type (`TTL`, `TYPE`, `OBJECT`).
+    pub(crate) async fn any_record(
         &self,
         key: &[u8],
     ) -> Result<Option<trireme_types::Record>, CmdError> {
@@ -140,6 +161,13 @@ async fn dispatch(shared: &Shared, client: &mut ClientState, mut args: Args) -> 
         "getrange" | "substr" => strings::getrange(&mut ctx, &mut args).await,
         "setrange" => strings::setrange(&mut ctx, &mut args).await,
         "incrbyfloat" => strings::incrbyfloat(&mut ctx, &mut args).await,
+        // hashes
+        "hset" | "hmset" | "hsetnx" | "hget" | "hmget" | "hexists" | "hstrlen" | "hlen"
+        | "hgetall" | "hkeys" | "hvals" | "hdel" | "hincrby" | "hincrbyfloat" => {
+            hashes::run(&mut ctx, &mut args).await
+        }
+        "hscan" => hashes::hscan(&mut ctx, &mut args).await,
+        "hrandfield" => hashes::hrandfield(&mut ctx, &mut args).await,
         // keys
         "del" | "unlink" => keys::del(&mut ctx, &mut args).await,
         "exists" => keys::exists(&mut ctx, &mut args).await,
@@ -195,7 +223,7 @@ async fn dispatch(shared: &Shared, client: &mut ClientState, mut args: Args) -> 
 /// Commands that read or write exactly the key after their name and touch nothing else
 /// (no other key, no connection state), so that several of them on different keys may run
 /// at once. `DEL` and `EXISTS` count only with one key.
-const SINGLE_KEY: [&str; 29] = [
+const SINGLE_KEY: [&str; 42] = [
     "get",
     "set",
     "incr",
@@ -225,6 +253,19 @@ const SINGLE_KEY: [&str; 29] = [
     "expireat",
     "pexpireat",
     "expiretime",
+    "hset",
+    "hmset",
+    "hsetnx",
+    "hget",
+    "hmget",
+    "hexists",
+    "hstrlen",
+    "hlen",
+    "hgetall",
+    "hkeys",
+    "hvals",
+    "hdel",
+    "hincrby",
 ];
 
 /// The key of a request that may run beside others (see [`SINGLE_KEY`]), if it is one.

@@ -11,10 +11,10 @@ use super::{CmdError, CmdResult, Ctx, no_more};
 use crate::{ArgError, Args, Reply};
 use bytes::Bytes;
 use trireme_cluster::{
-    Command, FromApplied, KeyCheck, PutCondition, PutOutcome, ReadMode, TransactionRequest,
-    TtlChanged, TtlUpdate,
+    Command, FromApplied, HashAnswer, HashOp, HashRead, KeyCheck, PutCondition, ReadMode,
+    TransactionRequest, TtlChanged, TtlUpdate,
 };
-use trireme_types::{Record, key_slot};
+use trireme_types::{Record, ValueKind, key_slot};
 
 /// How many times a command reads and decides again after losing a race, before it answers
 /// an error (others keep changing its keys).
@@ -150,7 +150,8 @@ pub(crate) async fn expire_if(
     Err(raced())
 }
 
-/// `RENAME src dst` and `RENAMENX src dst`: the value, flags and expiry move to `dst`.
+/// `RENAME src dst` and `RENAMENX src dst`: the value, flags and expiry (or a hash's fields
+/// and expiry) move to `dst`.
 pub(crate) async fn rename(ctx: &mut Ctx<'_>, args: &mut Args) -> CmdResult {
     let source = args.next_bytes()?;
     let target = args.next_bytes()?;
@@ -173,13 +174,11 @@ pub(crate) async fn rename(ctx: &mut Ctx<'_>, args: &mut Args) -> CmdResult {
         if only_new && records[1].is_some() {
             return Ok(Reply::integer(0));
         }
-        let commands = vec![
-            copy_of(&record, target.clone()),
-            Command::Delete {
-                keys: vec![source.clone()],
-                cas: None,
-            },
-        ];
+        let mut commands = copy_of(ctx, &source, &record, target.clone()).await?;
+        commands.push(Command::Delete {
+            keys: vec![source.clone()],
+            cas: None,
+        });
         if apply_if_unchanged(ctx, &keys, &records, commands)
             .await?
             .is_some()
@@ -194,14 +193,61 @@ pub(crate) async fn rename(ctx: &mut Ctx<'_>, args: &mut Args) -> CmdResult {
     Err(raced())
 }
 
-/// A put that gives `target` what `record` holds: value, flags and expiry.
-fn copy_of(record: &Record, target: Bytes) -> Command {
-    Command::Put {
-        key: target,
-        value: record.value.clone(),
-        flags: Some(record.flags),
-        condition: PutCondition::Always,
-        ttl: record.expires_at_ms.map_or(TtlUpdate::Clear, TtlUpdate::At),
+/// The writes that give `target` what `source` holds (`record`): value, flags and expiry of
+/// a string; every field and the expiry of a hash, whose fields are read here (a change
+/// after the read moves the hash's `ModifyIndex`, which the caller's watch catches).
+async fn copy_of(
+    ctx: &Ctx<'_>,
+    source: &Bytes,
+    record: &Record,
+    target: Bytes,
+) -> Result<Vec<Command>, CmdError> {
+    let ttl = record.expires_at_ms.map_or(TtlUpdate::Clear, TtlUpdate::At);
+    match record.kind {
+        ValueKind::String => Ok(vec![Command::Put {
+            key: target,
+            value: record.value.clone(),
+            flags: Some(record.flags),
+            condition: PutCondition::Always,
+            ttl,
+        }]),
+        ValueKind::Hash => {
+            let all = HashRead::Fields {
+                after: None,
+                limit: u64::MAX,
+            };
+            let outcome = ctx
+                .shared
+                .node
+                .hash_read(source, all, ReadMode::Default)
+                .await?;
+            let pairs = match outcome.0 {
+                Ok(HashAnswer::Pairs(pairs)) => pairs,
+                other => {
+                    return Err(CmdError::Reply(format!(
+                        "ERR internal: reading the hash answered {other:?}"
+                    )));
+                }
+            };
+            let mut commands = vec![
+                Command::Delete {
+                    keys: vec![target.clone()],
+                    cas: None,
+                },
+                Command::Hash {
+                    key: target.clone(),
+                    op: HashOp::Set {
+                        pairs,
+                        only_new: false,
+                        max_fields: 0,
+                    },
+                },
+            ];
+            if ttl != TtlUpdate::Clear {
+                commands.push(Command::SetTtl { key: target, ttl });
+            }
+            Ok(commands)
+        }
     }
 }
 
@@ -236,11 +282,11 @@ pub(crate) async fn copy(ctx: &mut Ctx<'_>, args: &mut Args) -> CmdResult {
         if records[1].is_some() && !replace {
             return Ok(Reply::integer(0));
         }
-        let commands = vec![copy_of(record, target.clone())];
-        if let Some(results) = apply_if_unchanged(ctx, &keys, &records, commands).await? {
-            if let Some(result) = results.into_iter().next() {
-                PutOutcome::read(result)?;
-            }
+        let commands = copy_of(ctx, &source, record, target.clone()).await?;
+        if apply_if_unchanged(ctx, &keys, &records, commands)
+            .await?
+            .is_some()
+        {
             return Ok(Reply::integer(1));
         }
     }

@@ -51,13 +51,21 @@ pub(crate) async fn set(ctx: &mut Ctx<'_>, args: &mut Args) -> CmdResult {
 /// `SET`'s reply: the old value with `GET`, else `OK`, or a null when `NX`/`XX` refused.
 pub(crate) fn set_reply(outcome: PutOutcome, return_old: bool) -> Reply {
     if return_old {
-        outcome
-            .previous
-            .map_or(Reply::Null, |r| Reply::Bulk(r.value))
+        old_value(outcome)
     } else if outcome.written {
         Reply::ok()
     } else {
         Reply::Null
+    }
+}
+
+/// The value a write replaced, for `SET ... GET` and `GETSET`. A replaced key of another type
+/// answers `WRONGTYPE`; unlike Redis, the write has happened by then.
+pub(crate) fn old_value(outcome: PutOutcome) -> Reply {
+    match outcome.previous {
+        Some(r) if r.kind != trireme_types::ValueKind::String => Reply::error(super::WRONG_TYPE),
+        Some(r) => Reply::Bulk(r.value),
+        None => Reply::Null,
     }
 }
 
@@ -113,7 +121,11 @@ pub(crate) async fn mget(ctx: &mut Ctx<'_>, args: &mut Args) -> CmdResult {
     Ok(Reply::array(
         records
             .into_iter()
-            .map(|r| r.map_or(Reply::Null, |r| Reply::Bulk(r.value)))
+            // A key of another type reads as missing, as in Redis.
+            .map(|r| match r {
+                Some(r) if r.kind == trireme_types::ValueKind::String => Reply::Bulk(r.value),
+                _ => Reply::Null,
+            })
             .collect(),
     ))
 }
@@ -194,9 +206,7 @@ pub(crate) async fn getset(ctx: &mut Ctx<'_>, args: &mut Args) -> CmdResult {
     let value = args.next_bytes()?;
     no_more(args)?;
     let outcome = ctx.shared.node.put(PutRequest::new(key, value)).await?;
-    Ok(outcome
-        .previous
-        .map_or(Reply::Null, |r| Reply::Bulk(r.value)))
+    Ok(old_value(outcome))
 }
 
 /// `GETDEL key`.

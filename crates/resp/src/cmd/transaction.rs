@@ -7,13 +7,13 @@
 //! them or, if a watched key changed, none (`EXEC` answers a null). Keys in more than one
 //! slot get `CROSSSLOT`, as Redis Cluster answers.
 
-use super::{CmdError, CmdResult, Ctx, keys, no_more, strings};
+use super::{CmdError, CmdResult, Ctx, hashes, keys, no_more, strings};
 use crate::{ArgError, Args, Reply};
 use bytes::Bytes;
 use trireme_cluster::{
-    Command, CommandResult, Deleted, Done, EditOutcome, FromApplied, IncrOutcome, KeyCheck,
-    PutCondition, PutOutcome, PutRequest, ReadMode, Records, StringEdit, TransactionRequest,
-    TtlChanged, TtlUpdate,
+    Command, CommandResult, Deleted, Done, EditOutcome, FromApplied, HashOutcome, IncrOutcome,
+    KeyCheck, PutCondition, PutOutcome, PutRequest, ReadMode, Records, StringEdit,
+    TransactionRequest, TtlChanged, TtlUpdate,
 };
 use trireme_types::key_slot;
 
@@ -55,6 +55,20 @@ const QUEUEABLE: &[&str] = &[
     "type",
     "ping",
     "unwatch",
+    "hset",
+    "hmset",
+    "hsetnx",
+    "hget",
+    "hmget",
+    "hexists",
+    "hstrlen",
+    "hlen",
+    "hgetall",
+    "hkeys",
+    "hvals",
+    "hdel",
+    "hincrby",
+    "hincrbyfloat",
 ];
 
 /// Whether a request is one the connection runs itself while a `MULTI` is open.
@@ -273,9 +287,19 @@ fn read_keys(keys: Vec<Bytes>) -> Command {
     Command::Read { keys }
 }
 
-/// The value of the first record of a read.
+/// The first record of a read, whatever its type.
 fn first(result: CommandResult) -> Result<Option<trireme_types::Record>, CmdError> {
     Ok(read::<Records>(result)?.0.into_iter().next().flatten())
+}
+
+/// The first record of a read, which must be a string: `WRONGTYPE` otherwise.
+fn first_string(result: CommandResult) -> Result<Option<trireme_types::Record>, CmdError> {
+    match first(result)? {
+        Some(r) if r.kind != trireme_types::ValueKind::String => {
+            Err(CmdError::Reply(super::WRONG_TYPE.into()))
+        }
+        found => Ok(found),
+    }
 }
 
 fn edit(key: Bytes, edit: StringEdit, length: bool) -> Step {
@@ -298,7 +322,7 @@ fn plan(args: &mut Args, max_value: u64) -> Result<Step, CmdError> {
             let key = args.next_bytes()?;
             no_more(args)?;
             step(read_keys(vec![key]), |r| {
-                Ok(first(r)?.map_or(Reply::Null, |r| Reply::Bulk(r.value)))
+                Ok(first_string(r)?.map_or(Reply::Null, |r| Reply::Bulk(r.value)))
             })
         }
         "set" => {
@@ -321,9 +345,7 @@ fn plan(args: &mut Args, max_value: u64) -> Result<Step, CmdError> {
                 Ok(if nx {
                     Reply::integer(i64::from(outcome.written))
                 } else {
-                    outcome
-                        .previous
-                        .map_or(Reply::Null, |r| Reply::Bulk(r.value))
+                    strings::old_value(outcome)
                 })
             })
         }
@@ -348,7 +370,12 @@ fn plan(args: &mut Args, max_value: u64) -> Result<Step, CmdError> {
                 read::<Records>(r)?
                     .0
                     .into_iter()
-                    .map(|r| r.map_or(Reply::Null, |r| Reply::Bulk(r.value)))
+                    .map(|r| match r {
+                        Some(r) if r.kind == trireme_types::ValueKind::String => {
+                            Reply::Bulk(r.value)
+                        }
+                        _ => Reply::Null,
+                    })
                     .collect(),
             ))
         }),
@@ -427,11 +454,12 @@ fn plan(args: &mut Args, max_value: u64) -> Result<Step, CmdError> {
             let key = args.next_bytes()?;
             no_more(args)?;
             step(read_keys(vec![key]), move |r| {
-                let record = first(r)?;
                 Ok(match name.as_str() {
-                    "strlen" => Reply::integer(record.map_or(0, |r| r.value.len() as i64)),
-                    "type" => Reply::simple(if record.is_some() { "string" } else { "none" }),
-                    ttl => keys::ttl_reply(ttl, record.as_ref()),
+                    "strlen" => {
+                        Reply::integer(first_string(r)?.map_or(0, |r| r.value.len() as i64))
+                    }
+                    "type" => Reply::simple(first(r)?.map_or("none", |r| r.kind.type_name())),
+                    ttl => keys::ttl_reply(ttl, first(r)?.as_ref()),
                 })
             })
         }
@@ -441,8 +469,15 @@ fn plan(args: &mut Args, max_value: u64) -> Result<Step, CmdError> {
             let end = args.next_i64()?;
             no_more(args)?;
             step(read_keys(vec![key]), move |r| {
-                let value = first(r)?.map(|r| r.value).unwrap_or_default();
+                let value = first_string(r)?.map(|r| r.value).unwrap_or_default();
                 Ok(Reply::Bulk(strings::substring(&value, start, end)))
+            })
+        }
+        "hset" | "hmset" | "hsetnx" | "hget" | "hmget" | "hexists" | "hstrlen" | "hlen"
+        | "hgetall" | "hkeys" | "hvals" | "hdel" | "hincrby" | "hincrbyfloat" => {
+            let hashes::HashCommand { key, op, shape } = hashes::parse(args)?;
+            step(Command::Hash { key, op }, move |r| {
+                hashes::reply(shape, read::<HashOutcome>(r)?)
             })
         }
         "ping" | "unwatch" => {

@@ -1,0 +1,695 @@
+//! Redis hashes in the state machine: the hash's record keeps its field count, each field is
+//! a member row (see [`trireme_types::collection`]). The same reads serve a plain read of a
+//! replica ([`Storage::hash_read`]) and a read inside a transaction, which must see the
+//! transaction's earlier writes.
+
+use super::{Pending, add_decimal, add_integer};
+use crate::keys::owned_key;
+use crate::{Storage, StorageError};
+use bytes::Bytes;
+use std::collections::BTreeMap;
+use trireme_types::collection::{decode_count, encode_count, member_key, member_prefix};
+use trireme_types::{ErrorCode, HashAnswer, HashOp, HashRead, Record, ShardId, ValueKind};
+
+/// Where a hash read finds the hash: the store as it is, or a batch being applied.
+trait HashSource {
+    /// The live record at `key`.
+    fn head(&mut self, key: &Bytes) -> Result<Option<Record>, StorageError>;
+    /// One member row's value.
+    fn member(&mut self, row: &Bytes) -> Result<Option<Bytes>, StorageError>;
+    /// Member rows under `prefix` after `after` (exclusive), in order, at most `limit`: the
+    /// members (without the prefix) and their values.
+    fn members(
+        &mut self,
+        prefix: &Bytes,
+        after: Option<&[u8]>,
+        limit: u64,
+    ) -> Result<Vec<(Bytes, Bytes)>, StorageError>;
+}
+
+/// The stored rows of `shard` under `prefix` after `after`, at most `limit`.
+fn stored_members(
+    storage: &Storage,
+    shard: u32,
+    prefix: &[u8],
+    after: Option<&[u8]>,
+    limit: u64,
+) -> Result<Vec<(Bytes, Bytes)>, StorageError> {
+    let full = owned_key(shard, prefix);
+    let upper = fjall::util::prefix_to_range(&full).1.map(|s| s.to_vec());
+    let lower = match after {
+        Some(after) => {
+            let mut start = full.clone();
+            start.extend_from_slice(after);
+            std::ops::Bound::Excluded(start)
+        }
+        None => std::ops::Bound::Included(full.clone()),
+    };
+    let mut out = Vec::new();
+    for guard in storage.data.range::<Vec<u8>, _>((lower, upper)) {
+        if out.len() as u64 >= limit {
+            break;
+        }
+        let (key, value) = guard.into_inner()?;
+        let record = Record::decode(&value)?;
+        out.push((Bytes::copy_from_slice(&key[full.len()..]), record.value));
+    }
+    Ok(out)
+}
+
+/// The store of one shard at read time.
+struct Stored<'s> {
+    storage: &'s Storage,
+    shard: u32,
+    now: u64,
+}
+
+impl HashSource for Stored<'_> {
+    fn head(&mut self, key: &Bytes) -> Result<Option<Record>, StorageError> {
+        self.storage.get(ShardId(self.shard), key, self.now)
+    }
+
+    fn member(&mut self, row: &Bytes) -> Result<Option<Bytes>, StorageError> {
+        Ok(self
+            .storage
+            .get_raw(ShardId(self.shard), row)?
+            .map(|r| r.value))
+    }
+
+    fn members(
+        &mut self,
+        prefix: &Bytes,
+        after: Option<&[u8]>,
+        limit: u64,
+    ) -> Result<Vec<(Bytes, Bytes)>, StorageError> {
+        stored_members(self.storage, self.shard, prefix, after, limit)
+    }
+}
+
+/// A batch being applied, at `now`.
+struct InBatch<'p, 's> {
+    pending: &'p mut Pending<'s>,
+    now: u64,
+}
+
+impl HashSource for InBatch<'_, '_> {
+    fn head(&mut self, key: &Bytes) -> Result<Option<Record>, StorageError> {
+        self.pending.live(key, self.now)
+    }
+
+    fn member(&mut self, row: &Bytes) -> Result<Option<Bytes>, StorageError> {
+        Ok(self.pending.raw(row)?.map(|r| r.value))
+    }
+
+    fn members(
+        &mut self,
+        prefix: &Bytes,
+        after: Option<&[u8]>,
+        limit: u64,
+    ) -> Result<Vec<(Bytes, Bytes)>, StorageError> {
+        self.pending.members(prefix, after, limit)
+    }
+}
+
+/// Answers `read` of the hash at `key` from `source`.
+fn read(
+    source: &mut impl HashSource,
+    key: &Bytes,
+    read: &HashRead,
+) -> Result<Result<HashAnswer, ErrorCode>, StorageError> {
+    let head = match source.head(key)? {
+        Some(head) if head.kind != ValueKind::Hash => return Ok(Err(ErrorCode::WrongType)),
+        head => head,
+    };
+    Ok(Ok(match read {
+        HashRead::Len => HashAnswer::Count(head.map_or(0, |h| decode_count(&h.value))),
+        HashRead::Get { fields } => {
+            let mut values = Vec::with_capacity(fields.len());
+            for field in fields {
+                values.push(match head {
+                    Some(_) => source.member(&member_key(key, field))?,
+                    None => None,
+                });
+            }
+            HashAnswer::Values(values)
+        }
+        HashRead::Fields { after, limit } => HashAnswer::Pairs(match head {
+            Some(_) => source.members(&member_prefix(key), after.as_deref(), *limit)?,
+            None => Vec::new(),
+        }),
+    }))
+}
+
+impl Storage {
+    /// Answers a read of the hash at `key` in `shard` as this replica holds it at `now`.
+    pub fn hash_read(
+        &self,
+        shard: ShardId,
+        key: &Bytes,
+        hash_read: &HashRead,
+        now: u64,
+    ) -> Result<Result<HashAnswer, ErrorCode>, StorageError> {
+        let mut stored = Stored {
+            storage: self,
+            shard: shard.0,
+            now,
+        };
+        read(&mut stored, key, hash_read)
+    }
+}
+
+impl Pending<'_> {
+    /// Member rows under `prefix` as this batch sees them: the stored ones with this batch's
+    /// changes laid over. Reads every stored row after `after` (only transactions and
+    /// purges come here, not the plain read path).
+    pub(super) fn members(
+        &mut self,
+        prefix: &Bytes,
+        after: Option<&[u8]>,
+        limit: u64,
+    ) -> Result<Vec<(Bytes, Bytes)>, StorageError> {
+        let mut merged: BTreeMap<Bytes, Bytes> =
+            stored_members(self.storage, self.shard, prefix, after, u64::MAX)?
+                .into_iter()
+                .collect();
+        for (row, change) in &self.changes {
+            let Some(member) = row.strip_prefix(&prefix[..]) else {
+                continue;
+            };
+            if after.is_some_and(|a| member <= a) {
+                continue;
+            }
+            let member = Bytes::copy_from_slice(member);
+            match change {
+                Some(record) => merged.insert(member, record.value.clone()),
+                None => merged.remove(&member),
+            };
+        }
+        Ok(merged
+            .into_iter()
+            .take(usize::try_from(limit).unwrap_or(usize::MAX))
+            .collect())
+    }
+
+    /// Removes every member row of the collection at `key` (its record is going or being
+    /// replaced by another value).
+    pub(super) fn purge_members(&mut self, key: &Bytes) -> Result<(), StorageError> {
+        let prefix = member_prefix(key);
+        for (member, _) in self.members(&prefix, None, u64::MAX)? {
+            let mut row = prefix.to_vec();
+            row.extend_from_slice(&member);
+            self.set(Bytes::from(row), None)?;
+        }
+        Ok(())
+    }
+
+    /// Applies a hash command to `key` at `index`.
+    pub(super) fn hash(
+        &mut self,
+        key: &Bytes,
+        op: &HashOp,
+        index: u64,
+        now: u64,
+    ) -> Result<Result<HashAnswer, ErrorCode>, StorageError> {
+        if let HashOp::Read(hash_read) = op {
+            return read(&mut InBatch { pending: self, now }, key, hash_read);
+        }
+        let head = self.live(key, now)?;
+        if head.as_ref().is_some_and(|h| h.kind != ValueKind::Hash) {
+            return Ok(Err(ErrorCode::WrongType));
+        }
+        let mut count = head.as_ref().map_or(0, |h| decode_count(&h.value));
+        let mut hash = HashEdit {
+            key,
+            exists: head.is_some(),
+            index,
+            wrote: false,
+        };
+        let answer = match op {
+            HashOp::Read(_) => unreachable!("answered above"),
+            HashOp::Set {
+                pairs,
+                only_new,
+                max_fields,
+            } => {
+                // Checked before anything is written: a command past the limit changes
+                // nothing.
+                let mut new_fields = std::collections::HashSet::new();
+                for (field, _) in pairs {
+                    if hash.field(self, field)?.is_none() {
+                        new_fields.insert(field);
+                    }
+                }
+                let added = new_fields.len() as u64;
+                if count.saturating_add(added) > *max_fields {
+                    return Ok(Err(ErrorCode::ValueTooLarge));
+                }
+                count += added;
+                for (field, value) in pairs {
+                    let old = hash.field(self, field)?;
+                    if old.is_some() && *only_new && !new_fields.contains(field) {
+                        continue;
+                    }
+                    hash.write(self, field, value.clone(), old)?;
+                }
+                HashAnswer::Count(added)
+            }
+            HashOp::Delete { fields } => {
+                let mut removed = 0u64;
+                for field in fields {
+                    if hash.field(self, field)?.is_some() {
+                        self.set(member_key(key, field), None)?;
+                        hash.wrote = true;
+                        removed += 1;
+                    }
+                }
+                count -= removed.min(count);
+                HashAnswer::Count(removed)
+            }
+            HashOp::IncrBy {
+                field,
+                delta,
+                max_fields,
+            } => {
+                let old = hash.field(self, field)?;
+                let next = match add_integer(old.as_ref().map(|r| &r.value[..]), *delta) {
+                    Ok(next) => next,
+                    Err(code) => return Ok(Err(code)),
+                };
+                if old.is_none() {
+                    if count >= *max_fields {
+                        return Ok(Err(ErrorCode::ValueTooLarge));
+                    }
+                    count += 1;
+                }
+                hash.write(self, field, Bytes::from(next.to_string()), old)?;
+                HashAnswer::Int(next)
+            }
+            HashOp::IncrByFloat {
+                field,
+                increment,
+                max_fields,
+            } => {
+                let old = hash.field(self, field)?;
+                let printed = match add_decimal(old.as_ref().map(|r| &r.value[..]), increment) {
+                    Ok(printed) => printed,
+                    Err(code) => return Ok(Err(code)),
+                };
+                if old.is_none() {
+                    if count >= *max_fields {
+                        return Ok(Err(ErrorCode::ValueTooLarge));
+                    }
+                    count += 1;
+                }
+                hash.write(self, field, printed.clone(), old)?;
+                HashAnswer::Float(printed)
+            }
+        };
+        // A command that changed nothing (`HSETNX` on a field that is there, `HDEL` of
+        // missing fields) leaves the key untouched, so a `WATCH` on it holds, as in Redis.
+        if !hash.wrote {
+            return Ok(Ok(answer));
+        }
+        if count == 0 {
+            // Redis deletes a hash with its last field.
+            if head.is_some() {
+                self.set(key.clone(), None)?;
+            }
+            return Ok(Ok(answer));
+        }
+        let record = Record {
+            value: encode_count(count),
+            flags: 0,
+            create_index: head.as_ref().map_or(index, |h| h.create_index),
+            modify_index: index,
+            expires_at_ms: head.as_ref().and_then(|h| h.expires_at_ms),
+            lock: Default::default(),
+            kind: ValueKind::Hash,
+        };
+        self.set(key.clone(), Some(record))?;
+        Ok(Ok(answer))
+    }
+}
+
+/// The hash one command changes.
+struct HashEdit<'k> {
+    key: &'k Bytes,
+    /// Whether the hash existed (live) before the command.
+    exists: bool,
+    index: u64,
+    /// Whether the command changed a field.
+    wrote: bool,
+}
+
+impl HashEdit<'_> {
+    /// A field's row as the batch sees it; none in a hash that did not exist (rows of an
+    /// expired one may still be stored: they are purged when its record goes).
+    fn field(
+        &self,
+        pending: &mut Pending<'_>,
+        field: &[u8],
+    ) -> Result<Option<Record>, StorageError> {
+        if !self.exists {
+            return Ok(None);
+        }
+        pending.raw(&member_key(self.key, field))
+    }
+
+    fn write(
+        &mut self,
+        pending: &mut Pending<'_>,
+        field: &[u8],
+        value: Bytes,
+        old: Option<Record>,
+    ) -> Result<(), StorageError> {
+        if !self.exists {
+            // The first write of a new hash: whatever an expired one left goes first.
+            if pending.raw(self.key)?.is_some() {
+                pending.set(self.key.clone(), None)?;
+            }
+            self.exists = true;
+        }
+        self.wrote = true;
+        let mut record = Record::string(value, self.index);
+        if let Some(old) = old {
+            record.create_index = old.create_index;
+        }
+        pending.set(member_key(self.key, field), Some(record))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use crate::{ApplyEntry, ShardSplit, Storage, StorageOptions};
+    use bytes::Bytes;
+    use trireme_types::collection::member_key;
+    use trireme_types::{
+        Command, CommandResult, ErrorCode, HashAnswer, HashOp, HashRead, KeyCheck, LogCommand,
+        PutCondition, ShardId, TtlUpdate,
+    };
+
+    fn b(s: &str) -> Bytes {
+        Bytes::copy_from_slice(s.as_bytes())
+    }
+
+    fn hset(key: &str, pairs: &[(&str, &str)]) -> Command {
+        Command::Hash {
+            key: b(key),
+            op: HashOp::Set {
+                pairs: pairs.iter().map(|(f, v)| (b(f), b(v))).collect(),
+                only_new: false,
+                max_fields: 3,
+            },
+        }
+    }
+
+    fn read(key: &str, read: HashRead) -> Command {
+        Command::Hash {
+            key: b(key),
+            op: HashOp::Read(read),
+        }
+    }
+
+    fn all() -> HashRead {
+        HashRead::Fields {
+            after: None,
+            limit: u64::MAX,
+        }
+    }
+
+    /// Applies `commands` at `now`, one entry each from index `first`.
+    fn run(storage: &Storage, first: u64, now: u64, commands: Vec<Command>) -> Vec<CommandResult> {
+        let logs: Vec<LogCommand> = commands
+            .into_iter()
+            .map(|command| LogCommand {
+                now_ms: now,
+                command,
+            })
+            .collect();
+        let entries: Vec<_> = logs
+            .iter()
+            .enumerate()
+            .map(|(i, c)| ApplyEntry {
+                index: first + i as u64,
+                command: Some(c),
+            })
+            .collect();
+        storage.apply(ShardId(0), &entries, &[]).unwrap()
+    }
+
+    fn answer(result: &CommandResult) -> Result<HashAnswer, ErrorCode> {
+        match result {
+            CommandResult::Hash(answer) => answer.clone(),
+            other => panic!("not a hash answer: {other:?}"),
+        }
+    }
+
+    fn pairs(storage: &Storage, key: &str) -> Vec<(String, String)> {
+        match storage.hash_read(ShardId(0), &b(key), &all(), 1).unwrap() {
+            Ok(HashAnswer::Pairs(pairs)) => pairs
+                .into_iter()
+                .map(|(f, v)| {
+                    (
+                        String::from_utf8_lossy(&f).into_owned(),
+                        String::from_utf8_lossy(&v).into_owned(),
+                    )
+                })
+                .collect(),
+            other => panic!("{other:?}"),
+        }
+    }
+
+    fn stored_rows(storage: &Storage) -> usize {
+        storage.count_keys(ShardId(0))
+    }
+
+    #[test]
+    fn fields_are_rows_counted_in_the_head_and_go_with_it() {
+        let dir = tempfile::tempdir().unwrap();
+        let storage = Storage::open(dir.path(), &StorageOptions::default()).unwrap();
+        let results = run(
+            &storage,
+            1,
+            1,
+            vec![
+                hset("h", &[("b", "2"), ("a", "1"), ("a", "one")]),
+                hset("h", &[("c", "3"), ("d", "4")]),
+                Command::Hash {
+                    key: b("h"),
+                    op: HashOp::Delete {
+                        fields: vec![b("b"), b("zz")],
+                    },
+                },
+                Command::Hash {
+                    key: b("h"),
+                    op: HashOp::IncrBy {
+                        field: b("n"),
+                        delta: -5,
+                        max_fields: 10,
+                    },
+                },
+                Command::Incr {
+                    key: b("h"),
+                    delta: 1,
+                },
+                Command::Hash {
+                    key: b("h"),
+                    op: HashOp::IncrBy {
+                        field: b("a"),
+                        delta: 1,
+                        max_fields: 10,
+                    },
+                },
+            ],
+        );
+        assert_eq!(answer(&results[0]), Ok(HashAnswer::Count(2)));
+        // A third field fits, a fourth passes the limit: nothing of the command is kept.
+        assert_eq!(answer(&results[1]), Err(ErrorCode::ValueTooLarge));
+        assert_eq!(answer(&results[2]), Ok(HashAnswer::Count(1)));
+        assert_eq!(answer(&results[3]), Ok(HashAnswer::Int(-5)));
+        assert_eq!(results[4], CommandResult::Incr(Err(ErrorCode::WrongType)));
+        assert_eq!(answer(&results[5]), Err(ErrorCode::NotInteger));
+        assert_eq!(
+            pairs(&storage, "h"),
+            vec![("a".into(), "one".into()), ("n".into(), "-5".into())]
+        );
+        let head = storage.get(ShardId(0), b"h", 1).unwrap().unwrap();
+        assert_eq!(
+            storage
+                .hash_read(ShardId(0), &b("h"), &HashRead::Len, 1)
+                .unwrap(),
+            Ok(HashAnswer::Count(2))
+        );
+        assert_eq!(head.create_index, 1);
+        assert_eq!(head.modify_index, 4);
+        assert_eq!(stored_rows(&storage), 3);
+
+        // SET replaces the hash, fields and all.
+        run(
+            &storage,
+            10,
+            1,
+            vec![Command::Put {
+                key: b("h"),
+                value: b("s"),
+                flags: None,
+                condition: PutCondition::Always,
+                ttl: TtlUpdate::Clear,
+            }],
+        );
+        assert_eq!(stored_rows(&storage), 1);
+        assert_eq!(
+            storage.hash_read(ShardId(0), &b("h"), &all(), 1).unwrap(),
+            Err(ErrorCode::WrongType)
+        );
+
+        // Deleting the last field deletes the hash.
+        run(
+            &storage,
+            20,
+            1,
+            vec![
+                hset("g", &[("f", "v")]),
+                Command::Hash {
+                    key: b("g"),
+                    op: HashOp::Delete {
+                        fields: vec![b("f")],
+                    },
+                },
+            ],
+        );
+        assert_eq!(storage.get(ShardId(0), b"g", 1).unwrap(), None);
+        assert_eq!(stored_rows(&storage), 1);
+    }
+
+    #[test]
+    fn an_expired_hash_leaves_no_field_to_a_new_one_and_reaping_takes_its_rows() {
+        let dir = tempfile::tempdir().unwrap();
+        let storage = Storage::open(dir.path(), &StorageOptions::default()).unwrap();
+        run(
+            &storage,
+            1,
+            1,
+            vec![
+                hset("h", &[("old", "1")]),
+                Command::SetTtl {
+                    key: b("h"),
+                    ttl: TtlUpdate::At(100),
+                },
+                hset("e", &[("x", "1")]),
+                Command::SetTtl {
+                    key: b("e"),
+                    ttl: TtlUpdate::At(100),
+                },
+            ],
+        );
+        // At 200 both expired; `h` is written anew, `e` reaped.
+        run(
+            &storage,
+            10,
+            200,
+            vec![
+                hset("h", &[("new", "2")]),
+                Command::Reap { keys: vec![b("e")] },
+            ],
+        );
+        assert_eq!(pairs(&storage, "h"), vec![("new".into(), "2".into())]);
+        assert_eq!(
+            storage
+                .get_raw(ShardId(0), &member_key(b"h", b"old"))
+                .unwrap(),
+            None
+        );
+        assert_eq!(
+            storage
+                .get_raw(ShardId(0), &member_key(b"e", b"x"))
+                .unwrap(),
+            None
+        );
+        assert_eq!(stored_rows(&storage), 2);
+        // The new hash has no expiry of the old one's.
+        let head = storage.get(ShardId(0), b"h", 200).unwrap().unwrap();
+        assert_eq!(head.expires_at_ms, None);
+    }
+
+    #[test]
+    fn a_transaction_reads_its_own_writes_and_an_undone_one_leaves_the_hash_whole() {
+        let dir = tempfile::tempdir().unwrap();
+        let storage = Storage::open(dir.path(), &StorageOptions::default()).unwrap();
+        run(&storage, 1, 1, vec![hset("h", &[("a", "1"), ("b", "2")])]);
+        let results = run(
+            &storage,
+            2,
+            1,
+            vec![
+                Command::Transaction {
+                    watches: vec![],
+                    commands: vec![
+                        Command::Delete {
+                            keys: vec![b("h")],
+                            cas: None,
+                        },
+                        hset("h", &[("c", "3")]),
+                        read("h", all()),
+                    ],
+                },
+                Command::Transaction {
+                    watches: vec![],
+                    commands: vec![
+                        hset("h", &[("d", "4")]),
+                        Command::Check {
+                            key: b("missing"),
+                            check: KeyCheck::Exists,
+                        },
+                    ],
+                },
+            ],
+        );
+        let CommandResult::Transaction(Ok(answers)) = &results[0] else {
+            panic!("{results:?}")
+        };
+        assert_eq!(
+            answer(&answers[2]),
+            Ok(HashAnswer::Pairs(vec![(b("c"), b("3"))]))
+        );
+        assert!(matches!(results[1], CommandResult::Transaction(Err(1))));
+        assert_eq!(pairs(&storage, "h"), vec![("c".into(), "3".into())]);
+        assert_eq!(stored_rows(&storage), 2);
+    }
+
+    #[test]
+    fn a_split_takes_a_hash_with_all_its_fields() {
+        let dir = tempfile::tempdir().unwrap();
+        let storage = Storage::open(dir.path(), &StorageOptions::default()).unwrap();
+        let keys: Vec<String> = (0..40).map(|i| format!("h{i}")).collect();
+        let writes = keys
+            .iter()
+            .map(|k| hset(k, &[("f1", "1"), ("f2", "2")]))
+            .collect();
+        run(&storage, 1, 1, writes);
+        let split = ShardSplit {
+            parent: ShardId(0),
+            child: ShardId(1),
+            at_slot: 8192,
+            range: (0, 16383),
+        };
+        storage
+            .split_shard(&split, 100, &[], Some(&[]))
+            .unwrap()
+            .expect("applied");
+        for key in &keys {
+            let upper = trireme_types::key_slot(key.as_bytes()) >= 8192;
+            let (here, there) = if upper { (1, 0) } else { (0, 1) };
+            let fields = |shard| {
+                storage
+                    .hash_read(ShardId(shard), &b(key), &HashRead::Len, 1)
+                    .unwrap()
+            };
+            assert_eq!(fields(here), Ok(HashAnswer::Count(2)), "{key}");
+            assert_eq!(fields(there), Ok(HashAnswer::Count(0)), "{key}");
+            let row = member_key(key.as_bytes(), b"f2");
+            assert!(storage.get_raw(ShardId(here), &row).unwrap().is_some());
+            assert!(storage.get_raw(ShardId(there), &row).unwrap().is_none());
+        }
+    }
+}

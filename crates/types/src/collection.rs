@@ -1,0 +1,83 @@
+//! How a Redis collection is stored: its key holds a [`Record`](crate::Record) of a collection
+//! [`ValueKind`](crate::record::ValueKind) (whose value is the member count), and each member
+//! is a row of its own under an internal *member key*, so that changing one field of a large
+//! hash writes one small row, not the whole hash.
+//!
+//! A member key is [`INTERNAL_KEY_PREFIX`] ‖ `m/` ‖ the collection key's slot (2 bytes) ‖ the
+//! collection key's length (4 bytes) ‖ the key ‖ the member. Its slot is the one written in
+//! it ([`crate::key_slot`] reads it back), so a collection's rows stay in its key's shard
+//! through splits and moves; front ends never see member keys (they are internal), and one
+//! collection's members are one contiguous range, in member order.
+
+use crate::session::INTERNAL_KEY_PREFIX;
+use bytes::Bytes;
+
+/// What follows [`INTERNAL_KEY_PREFIX`] in every member key.
+const MEMBERS: &[u8] = b"m/";
+
+fn members_start() -> usize {
+    INTERNAL_KEY_PREFIX.len() + MEMBERS.len()
+}
+
+/// The first bytes of every member row of the collection at `key`.
+pub fn member_prefix(key: &[u8]) -> Bytes {
+    let mut out = Vec::with_capacity(members_start() + 6 + key.len());
+    out.extend_from_slice(INTERNAL_KEY_PREFIX);
+    out.extend_from_slice(MEMBERS);
+    out.extend_from_slice(&crate::slot::key_slot(key).to_be_bytes());
+    out.extend_from_slice(&(key.len() as u32).to_be_bytes());
+    out.extend_from_slice(key);
+    Bytes::from(out)
+}
+
+/// The row of `member` in the collection at `key`.
+pub fn member_key(key: &[u8], member: &[u8]) -> Bytes {
+    let mut out = member_prefix(key).to_vec();
+    out.extend_from_slice(member);
+    Bytes::from(out)
+}
+
+/// The slot written in a member key; `None` for any other key.
+pub fn member_slot(key: &[u8]) -> Option<u16> {
+    let rest = key
+        .strip_prefix(INTERNAL_KEY_PREFIX)?
+        .strip_prefix(MEMBERS)?;
+    let slot: [u8; 2] = rest.get(..2)?.try_into().ok()?;
+    Some(u16::from_be_bytes(slot))
+}
+
+/// The member a member key names, given its collection's prefix.
+pub fn member_of<'k>(prefix: &[u8], member_key: &'k [u8]) -> Option<&'k [u8]> {
+    member_key.strip_prefix(prefix)
+}
+
+/// The member count a collection's record holds.
+pub fn decode_count(value: &[u8]) -> u64 {
+    value.try_into().map(u64::from_be_bytes).unwrap_or_default()
+}
+
+/// A collection record's value for `count` members.
+pub fn encode_count(count: u64) -> Bytes {
+    Bytes::copy_from_slice(&count.to_be_bytes())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::key_slot;
+
+    #[test]
+    fn member_rows_live_in_their_collections_slot_and_nowhere_else() {
+        for key in [&b"user:1"[..], b"{tag}h", b"", b"\xff\x00"] {
+            let row = member_key(key, b"field");
+            assert_eq!(key_slot(&row), key_slot(key));
+            assert_eq!(member_slot(&row), Some(key_slot(key)));
+            assert!(crate::session::is_internal_key(&row));
+            assert_eq!(member_of(&member_prefix(key), &row), Some(&b"field"[..]));
+        }
+        // A key that is a prefix of another does not share its members' range.
+        assert!(!member_key(b"ab", b"c").starts_with(&member_prefix(b"a")));
+        assert_eq!(member_slot(b"plain"), None);
+        assert_eq!(decode_count(&encode_count(42)), 42);
+    }
+}
