@@ -14,11 +14,13 @@ use bytes::Bytes;
 use std::collections::BTreeMap;
 use tokio::sync::mpsc;
 use trireme_raft::ReadMode;
-use trireme_types::backup::{BackupEntry, Frame, HASH_ENTRY_BYTES, HashEntry, encode_frame};
+use trireme_types::backup::{
+    BackupEntry, Frame, HASH_ENTRY_BYTES, HashEntry, SetEntry, encode_frame,
+};
 use trireme_types::collection::member_prefix;
 use trireme_types::session::is_internal_key;
 use trireme_types::{
-    Command, CommandResult, ErrorCode, HashOp, LogCommand, PutCondition, Record, SLOT_COUNT,
+    Command, CommandResult, ErrorCode, HashOp, LogCommand, PutCondition, Record, SLOT_COUNT, SetOp,
     ShardId, TriremeError, TtlUpdate, ValueKind, key_slot,
 };
 
@@ -41,7 +43,9 @@ impl FromApplied for Restored {
             CommandResult::Batch(results) => Ok(Restored {
                 moved: results.iter().any(|r| matches!(r, CommandResult::Moved)),
                 refused: results.iter().find_map(|r| match r {
-                    CommandResult::Hash(Err(code)) => Some(*code),
+                    CommandResult::Hash(Err(code)) | CommandResult::SetMembers(Err(code)) => {
+                        Some(*code)
+                    }
                     _ => None,
                 }),
             }),
@@ -130,6 +134,12 @@ impl Node {
                                 entries += 1;
                                 part.fields.clear();
                                 bytes = 0;
+                                // Sent as it fills: a large hash is never all in memory.
+                                if chunk.len() >= CHUNK && !gone {
+                                    let full =
+                                        std::mem::replace(&mut chunk, Vec::with_capacity(CHUNK));
+                                    gone = tx.blocking_send(Ok(Bytes::from(full))).is_err();
+                                }
                             }
                             bytes += field.len() + value.len();
                             part.fields.push((
@@ -143,6 +153,38 @@ impl Node {
                         }
                         if !part.fields.is_empty() {
                             chunk.extend(encode_frame(&Frame::Hash(part)));
+                            entries += 1;
+                        }
+                    }
+                    ValueKind::Set => {
+                        let mut part = SetEntry {
+                            key: Bytes::copy_from_slice(key),
+                            members: Vec::new(),
+                            expires_at_ms: record.expires_at_ms,
+                        };
+                        let mut bytes = 0;
+                        let prefix = member_prefix(key);
+                        let members = view.for_each_member(&prefix, |member, _| {
+                            if bytes + member.len() > HASH_ENTRY_BYTES && !part.members.is_empty() {
+                                chunk.extend(encode_frame(&Frame::Set(part.clone())));
+                                entries += 1;
+                                part.members.clear();
+                                bytes = 0;
+                                if chunk.len() >= CHUNK && !gone {
+                                    let full =
+                                        std::mem::replace(&mut chunk, Vec::with_capacity(CHUNK));
+                                    gone = tx.blocking_send(Ok(Bytes::from(full))).is_err();
+                                }
+                            }
+                            bytes += member.len();
+                            part.members.push(Bytes::copy_from_slice(member));
+                        });
+                        if let Err(e) = members {
+                            corrupt = Some(format!("set {:?}: {e}", String::from_utf8_lossy(key)));
+                            return false;
+                        }
+                        if !part.members.is_empty() {
+                            chunk.extend(encode_frame(&Frame::Set(part)));
                             entries += 1;
                         }
                     }
@@ -176,8 +218,8 @@ impl Node {
         Ok(rx)
     }
 
-    /// Writes backed-up keys with their flags and expiry, and hashes (or parts of them) with
-    /// their fields and expiry; keys already expired are skipped. One batch per shard of the
+    /// Writes backed-up keys with their flags and expiry, and hashes and sets (or parts of
+    /// them) with their fields or members and expiry; keys already expired are skipped. One batch per shard of the
     /// current map; returns how many entries were written. Other frames are refused.
     pub async fn restore(&self, entries: Vec<Frame>) -> Result<u64, ClusterError> {
         let now = crate::now_ms();
@@ -197,6 +239,13 @@ impl Node {
                         bytes += field.len() + value.len();
                     }
                     (h.key.clone(), h.expires_at_ms)
+                }
+                Frame::Set(set) => {
+                    for member in &set.members {
+                        self.config.limits.check_member(member)?;
+                        bytes += member.len();
+                    }
+                    (set.key.clone(), set.expires_at_ms)
                 }
                 Frame::End { .. } | Frame::ShardEnd { .. } => {
                     return Err(ClusterError::Request(TriremeError::new(
@@ -241,6 +290,22 @@ impl Node {
                         if let Some(at) = h.expires_at_ms {
                             commands.push(Command::SetTtl {
                                 key: h.key.clone(),
+                                ttl: TtlUpdate::At(at),
+                            });
+                        }
+                    }
+                    Frame::Set(set) => {
+                        let commands = per_shard.entry(routing.shard_of_key(&set.key)).or_default();
+                        commands.push(Command::SetMembers {
+                            key: set.key.clone(),
+                            op: SetOp::Add {
+                                members: set.members.clone(),
+                                max_members: max_fields,
+                            },
+                        });
+                        if let Some(at) = set.expires_at_ms {
+                            commands.push(Command::SetTtl {
+                                key: set.key.clone(),
                                 ttl: TtlUpdate::At(at),
                             });
                         }

@@ -357,6 +357,40 @@ impl ReadQuery for ReadHash {
     }
 }
 
+/// A read of one set (`SISMEMBER`, `SMEMBERS`, `SINTER`, ...): its answer, or `WrongType`.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub(crate) struct ReadSet {
+    pub key: Bytes,
+    pub read: trireme_types::SetRead,
+}
+
+impl ReadQuery for ReadSet {
+    type Found = Result<trireme_types::SetAnswer, trireme_types::ErrorCode>;
+
+    fn is_cheap(&self) -> bool {
+        match &self.read {
+            trireme_types::SetRead::Members { limit, .. } => *limit <= u64::from(INLINE_SCAN_ROWS),
+            trireme_types::SetRead::Combine { .. } => false,
+            _ => true,
+        }
+    }
+
+    fn run(
+        &self,
+        storage: &Storage,
+        shard: ShardId,
+        now: u64,
+        _: Option<(u16, u16)>,
+    ) -> Result<Self::Found, ClusterError> {
+        // Routed by the key's slot (every key of a combination shares it): no filter needed.
+        Ok(storage.set_read(shard, &self.key, &self.read, now)?)
+    }
+
+    fn to_wire(&self) -> WireQuery {
+        WireQuery::Set(self.clone())
+    }
+}
+
 /// How fresh the serving replica was (Consul's `X-Consul-*` headers).
 #[derive(Debug, Clone, Copy, Default, Serialize, Deserialize)]
 pub(crate) struct Freshness {
@@ -402,6 +436,7 @@ pub(crate) enum WireQuery {
     Count(CountRows),
     Search(SearchRows),
     Hash(ReadHash),
+    Set(ReadSet),
 }
 
 /// A shard request on the peer link: a read carries its mode, a write none.
@@ -744,6 +779,9 @@ impl Node {
                         self.serve_here(shard, Read { mode, query, slots }).await
                     }
                     WireQuery::Hash(query) => {
+                        self.serve_here(shard, Read { mode, query, slots }).await
+                    }
+                    WireQuery::Set(query) => {
                         self.serve_here(shard, Read { mode, query, slots }).await
                     }
                 }

@@ -182,6 +182,7 @@ fn is_wrong_type(result: &CommandResult) -> bool {
         CommandResult::Incr(Err(ErrorCode::WrongType))
             | CommandResult::Edited(Err(ErrorCode::WrongType))
             | CommandResult::Hash(Err(ErrorCode::WrongType))
+            | CommandResult::SetMembers(Err(ErrorCode::WrongType))
     )
 }
 
@@ -206,6 +207,22 @@ impl FromApplied for HashOutcome {
     fn from_applied(result: CommandResult) -> Result<Self, CommandResult> {
         match result {
             CommandResult::Hash(answer) => Ok(HashOutcome(answer)),
+            other => Err(other),
+        }
+    }
+}
+
+/// What a Redis set command answered, or why it changed nothing (`ValueTooLarge`: the set
+/// would pass its member limit). A key of another type is an error of its own.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct SetOutcome(pub Result<trireme_types::SetAnswer, ErrorCode>);
+
+impl FromApplied for SetOutcome {
+    const WHAT: &'static str = "a set command";
+
+    fn from_applied(result: CommandResult) -> Result<Self, CommandResult> {
+        match result {
+            CommandResult::SetMembers(answer) => Ok(SetOutcome(answer)),
             other => Err(other),
         }
     }

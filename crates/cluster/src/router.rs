@@ -9,10 +9,12 @@
 //! [`crate::PutOutcome`], ...); the log commands they become, and the results applying them
 //! returns, stay in this crate.
 
-use crate::forward::{CountRows, Freshness, GetKeys, Read, ReadHash, ScanRows, SearchRows, Write};
+use crate::forward::{
+    CountRows, Freshness, GetKeys, Read, ReadHash, ReadSet, ScanRows, SearchRows, Write,
+};
 use crate::request::{
     DeleteRequest, Deleted, Done, EditOutcome, FromApplied, HashOutcome, IncrOutcome, PutOutcome,
-    PutRequest, TransactionOutcome, TransactionRequest, TtlChanged,
+    PutRequest, SetOutcome, TransactionOutcome, TransactionRequest, TtlChanged,
 };
 use crate::search::SearchQuery;
 use crate::{ClusterError, Node};
@@ -26,8 +28,8 @@ use std::time::Duration;
 use tokio::time::Instant;
 use trireme_raft::ReadMode;
 use trireme_types::{
-    Command, CommandResult, ErrorCode, HashOp, HashRead, LogCommand, Record, ShardId, ShardMap,
-    StringEdit, TriremeError, TtlUpdate,
+    Command, CommandResult, ErrorCode, HashOp, HashRead, LogCommand, Record, SetOp, SetRead,
+    ShardId, ShardMap, StringEdit, TriremeError, TtlUpdate,
 };
 
 /// Most bytes of keys and values one write may carry into a log entry (a transaction, an
@@ -609,21 +611,129 @@ impl Node {
     ) -> Result<HashOutcome, ClusterError> {
         self.check_key(key)?;
         let key = Bytes::copy_from_slice(key);
+        let query = ReadHash {
+            key: key.clone(),
+            read,
+        };
+        self.read_collection(&key, query, mode)
+            .await
+            .map(HashOutcome)
+    }
+
+    /// Runs `query` of the collection at `key` on its shard; a key of another type is
+    /// `WrongType`.
+    async fn read_collection<Q, A>(
+        &self,
+        key: &Bytes,
+        query: Q,
+        mode: ReadMode,
+    ) -> Result<Result<A, ErrorCode>, ClusterError>
+    where
+        Q: crate::forward::ReadQuery<Found = Result<A, ErrorCode>>,
+        A: Send + 'static,
+    {
         let found = self
             .routed(|routing| {
-                let shard = routing.shard_of_key(&key);
-                let query = ReadHash {
-                    key: key.clone(),
-                    read: read.clone(),
-                };
-                let read = Self::read_of(&routing, shard, mode, query);
+                let shard = routing.shard_of_key(key);
+                let read = Self::read_of(&routing, shard, mode, query.clone());
                 async move { Ok(self.on_shard(shard, read).await?.0) }
             })
             .await?;
         match found {
             Err(ErrorCode::WrongType) => Err(crate::request::wrong_type()),
-            found => Ok(HashOutcome(found)),
+            found => Ok(found),
         }
+    }
+
+    /// A Redis set command on `key` (`SADD`, `SREM`, `SPOP`, `SMOVE`, `S*STORE`). Every key
+    /// it names must be in `key`'s shard (the RESP front end answers `CROSSSLOT` for keys in
+    /// different slots before it gets here).
+    pub async fn set_members(&self, key: Bytes, mut op: SetOp) -> Result<SetOutcome, ClusterError> {
+        let bytes = key.len() + self.prepare_set(&mut op)?;
+        check_entry_size(bytes)?;
+        let command = Command::SetMembers {
+            key: key.clone(),
+            op,
+        };
+        self.check_one_shard(&command)?;
+        self.write_key(&key, command).await
+    }
+
+    /// Reads the set at `key` (`SISMEMBER`, `SMEMBERS`, `SINTER`, ...), the way `mode` says.
+    pub async fn set_read(
+        &self,
+        key: &[u8],
+        read: SetRead,
+        mode: ReadMode,
+    ) -> Result<SetOutcome, ClusterError> {
+        let key = Bytes::copy_from_slice(key);
+        self.check_one_shard(&Command::SetMembers {
+            key: key.clone(),
+            op: SetOp::Read(read.clone()),
+        })?;
+        let query = ReadSet {
+            key: key.clone(),
+            read,
+        };
+        self.read_collection(&key, query, mode)
+            .await
+            .map(SetOutcome)
+    }
+
+    /// Refuses a command whose keys are not all in one shard.
+    fn check_one_shard(&self, command: &Command) -> Result<(), ClusterError> {
+        let keys = command.keys();
+        for key in &keys {
+            self.check_key(key)?;
+        }
+        let map = self.shard_map();
+        let mut shards = keys.iter().map(|k| map.shard_of_key(k));
+        let first = shards.next();
+        if shards.any(|s| Some(s) != first) {
+            return Err(ClusterError::Request(TriremeError::new(
+                ErrorCode::InvalidArgument,
+                "the keys of one command must all be in one shard: put them under one {hash tag}",
+            )));
+        }
+        Ok(())
+    }
+
+    /// Checks a set command's members against the limits, gives it the member limit and,
+    /// for `SPOP`, the seed that picks the members; the bytes it carries.
+    fn prepare_set(&self, op: &mut SetOp) -> Result<usize, ClusterError> {
+        let limits = &self.config.limits;
+        let mut bytes = 0;
+        match op {
+            SetOp::Add {
+                members,
+                max_members,
+            } => {
+                for member in members.iter() {
+                    limits.check_member(member)?;
+                    bytes += member.len();
+                }
+                *max_members = limits.max_collection_members;
+            }
+            SetOp::Remove { members } => {
+                for member in members.iter() {
+                    limits.check_member(member)?;
+                    bytes += member.len();
+                }
+            }
+            SetOp::Move {
+                member,
+                max_members,
+                ..
+            } => {
+                limits.check_member(member)?;
+                bytes += member.len();
+                *max_members = limits.max_collection_members;
+            }
+            SetOp::Store { max_members, .. } => *max_members = limits.max_collection_members,
+            SetOp::Pop { seed, .. } => *seed = rand::random(),
+            SetOp::Read(_) => {}
+        }
+        Ok(bytes)
     }
 
     /// Applies a Redis transaction as one log entry of the shard its keys live in: all of
@@ -636,8 +746,10 @@ impl Node {
         let mut commands = request.commands;
         let mut bytes = 0;
         for c in &mut commands {
-            if let Command::Hash { op, .. } = c {
-                bytes += self.prepare_hash(op)?;
+            match c {
+                Command::Hash { op, .. } => bytes += self.prepare_hash(op)?,
+                Command::SetMembers { op, .. } => bytes += self.prepare_set(op)?,
+                _ => {}
             }
         }
         let command = Command::Transaction {

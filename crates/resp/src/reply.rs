@@ -45,6 +45,8 @@ pub enum Reply {
     Map(Vec<(Reply, Reply)>),
     /// Out-of-band data (pub/sub): a RESP3 push (`>3\r\n...`), an array in RESP2.
     Push(Vec<Reply>),
+    /// An unordered collection (`SMEMBERS`): a RESP3 set (`~2\r\n...`), an array in RESP2.
+    Set(Vec<Reply>),
     /// Several replies to one command, sent one after another (`SUBSCRIBE a b` answers
     /// one confirmation per channel).
     Several(Vec<Reply>),
@@ -127,10 +129,14 @@ impl Reply {
                     reply.encode_for(out, protocol);
                 }
             }
-            Reply::Array(items) | Reply::Push(items) => {
-                let push = matches!(self, Reply::Push(_)) && protocol == Protocol::Resp3;
+            Reply::Array(items) | Reply::Push(items) | Reply::Set(items) => {
+                let marker = match (self, protocol) {
+                    (Reply::Push(_), Protocol::Resp3) => b'>',
+                    (Reply::Set(_), Protocol::Resp3) => b'~',
+                    _ => b'*',
+                };
                 out.reserve(24);
-                out.put_u8(if push { b'>' } else { b'*' });
+                out.put_u8(marker);
                 put_u64(out, len_u64(items.len()));
                 out.put_slice(b"\r\n");
                 for item in items {
@@ -162,9 +168,11 @@ impl Reply {
             }
             Reply::Null => out.put_slice(b"$-1\r\n"),
             Reply::NullArray => out.put_slice(b"*-1\r\n"),
-            Reply::Array(_) | Reply::Map(_) | Reply::Push(_) | Reply::Several(_) => {
-                self.encode_for(out, Protocol::Resp2)
-            }
+            Reply::Array(_)
+            | Reply::Map(_)
+            | Reply::Push(_)
+            | Reply::Set(_)
+            | Reply::Several(_) => self.encode_for(out, Protocol::Resp2),
         }
     }
 

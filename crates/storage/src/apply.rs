@@ -5,6 +5,7 @@ use crate::store::{REMOVED_ROW, SLOTS_ROW, decode_removal, encode_removal};
 use crate::{Storage, StorageError};
 use bytes::Bytes;
 use std::collections::HashMap;
+use trireme_types::collection::member_slot;
 use trireme_types::session::{SessionState, is_internal_key};
 use trireme_types::{
     Command, CommandResult, ErrorCode, KeyCheck, LockInfo, LockOp, LockOutcome, LogCommand,
@@ -12,6 +13,7 @@ use trireme_types::{
 };
 
 mod hash;
+mod set;
 
 /// One committed log entry to apply: its index, and the command if it carries one (blank and
 /// membership entries carry none but still advance the applied state).
@@ -134,6 +136,9 @@ struct Pending<'s> {
     /// Kind and `CreateIndex` of each touched collection as stored before this batch: when
     /// its record goes or is replaced, its member rows go too.
     stored_collections: HashMap<Bytes, (ValueKind, u64)>,
+    /// The member rows among `changes`, in order, so that a collection's changed rows are a
+    /// range, not a walk over every change of the batch.
+    changed_members: std::collections::BTreeSet<Bytes>,
     /// While a transaction applies: what each change replaced, to undo them all if one of
     /// its checks fails.
     undo: Option<Vec<(Bytes, Option<Option<Record>>)>>,
@@ -176,23 +181,29 @@ impl<'s> Pending<'s> {
     /// Changes `key` to `record` (`None`: removes it). A collection replaced by anything but
     /// itself takes its member rows with it.
     fn set(&mut self, key: Bytes, record: Option<Record>) -> Result<(), StorageError> {
-        if !self.changes.contains_key(&key) && !self.stored_expiry.contains_key(&key) {
-            self.raw(&key)?;
-        }
-        let before = match self.changes.get(&key) {
-            Some(change) => change.as_ref().map(|r| (r.kind, r.create_index)),
-            None => self.stored_collections.get(&key).copied(),
-        };
-        if let Some((kind, created)) = before
-            && kind != ValueKind::String
-            && record
-                .as_ref()
-                .is_none_or(|r| r.kind != kind || r.create_index != created)
-        {
-            self.purge_members(&key)?;
-        }
-        if record.is_none() {
-            self.removed_at = Some(self.index);
+        if member_slot(&key).is_some() {
+            // A member row has no expiry, is no collection and no row a Consul query lists:
+            // none of the bookkeeping below concerns it.
+            self.changed_members.insert(key.clone());
+        } else {
+            if !self.changes.contains_key(&key) && !self.stored_expiry.contains_key(&key) {
+                self.raw(&key)?;
+            }
+            let before = match self.changes.get(&key) {
+                Some(change) => change.as_ref().map(|r| (r.kind, r.create_index)),
+                None => self.stored_collections.get(&key).copied(),
+            };
+            if let Some((kind, created)) = before
+                && kind != ValueKind::String
+                && record
+                    .as_ref()
+                    .is_none_or(|r| r.kind != kind || r.create_index != created)
+            {
+                self.purge_members(&key)?;
+            }
+            if record.is_none() {
+                self.removed_at = Some(self.index);
+            }
         }
         let replaced = self.changes.insert(key.clone(), record);
         if let Some(undo) = &mut self.undo {
@@ -718,6 +729,9 @@ impl<'s> Pending<'s> {
                 CommandResult::Records(vec![self.session(key, op, index, now)?])
             }
             Command::Hash { key, op } => CommandResult::Hash(self.hash(key, op, index, now)?),
+            Command::SetMembers { key, op } => {
+                CommandResult::SetMembers(self.set_members(key, op, index, now)?)
+            }
             Command::Reap { keys } => {
                 for key in keys {
                     if self.raw(key)?.is_some_and(|r| r.is_expired(now)) {
@@ -815,6 +829,7 @@ impl Storage {
             order: Vec::new(),
             stored_expiry: HashMap::new(),
             stored_collections: HashMap::new(),
+            changed_members: std::collections::BTreeSet::new(),
             undo: None,
             ended: None,
             ended_changed: false,

@@ -212,7 +212,7 @@ async fn stream_shard(
         reader.push(&chunk);
         while let Some((frame, raw)) = reader.next_frame()? {
             match frame {
-                Frame::Entry(_) | Frame::Hash(_) => {
+                Frame::Entry(_) | Frame::Hash(_) | Frame::Set(_) => {
                     file.write_all(&writer.entry_bytes(&raw))?;
                     seen += 1;
                 }
@@ -263,6 +263,12 @@ fn verify(path: &Path) -> anyhow::Result<Checked> {
                     largest_value = largest_value.max(value.len());
                 }
             }
+            Frame::Set(set) => {
+                longest_key = longest_key.max(set.key.len());
+                for member in &set.members {
+                    longest_key = longest_key.max(member.len());
+                }
+            }
             Frame::End { .. } | Frame::ShardEnd { .. } => {}
         });
     }
@@ -298,7 +304,7 @@ async fn restore(args: &RestoreArgs) -> anyhow::Result<()> {
         let n = file.read(&mut buf)?;
         reader.push(&buf[..n]);
         while let Some((frame, raw)) = reader.next_frame()? {
-            let (Frame::Entry(_) | Frame::Hash(_)) = frame else {
+            let (Frame::Entry(_) | Frame::Hash(_) | Frame::Set(_)) = frame else {
                 continue;
             };
             // A piece stays within a request body: it goes before the entry that would

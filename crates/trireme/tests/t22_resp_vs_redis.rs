@@ -289,6 +289,91 @@ const HASHES: &[&[&str]] = &[
     &["EXEC"],
 ];
 
+/// The set commands, their errors, and how other commands see a set. Members are small
+/// integers: Redis keeps such a set sorted (an `intset`), as Trireme keeps every set, so the
+/// orders agree.
+const SETS: &[&[&str]] = &[
+    &["SADD", "{s}a", "3", "1", "2", "2"],
+    &["SADD", "{s}a", "4"],
+    &["SMEMBERS", "{s}a"],
+    &["SMEMBERS", "{s}missing"],
+    &["SCARD", "{s}a"],
+    &["SCARD", "{s}missing"],
+    &["SISMEMBER", "{s}a", "2"],
+    &["SISMEMBER", "{s}a", "9"],
+    &["SMISMEMBER", "{s}a", "1", "9", "4"],
+    &["SREM", "{s}a", "4", "9"],
+    &["SADD", "{s}b", "2", "3", "5"],
+    &["SINTER", "{s}a", "{s}b"],
+    &["SINTER", "{s}a", "{s}missing"],
+    &["SUNION", "{s}a", "{s}b"],
+    &["SDIFF", "{s}a", "{s}b"],
+    &["SDIFF", "{s}b", "{s}a", "{s}missing"],
+    &["SINTERSTORE", "{s}i", "{s}a", "{s}b"],
+    &["SMEMBERS", "{s}i"],
+    &["SUNIONSTORE", "{s}u", "{s}a", "{s}b"],
+    &["SMEMBERS", "{s}u"],
+    &["SDIFFSTORE", "{s}d", "{s}a", "{s}b"],
+    &["SMEMBERS", "{s}d"],
+    &["SINTERSTORE", "{s}d", "{s}a", "{s}missing"],
+    &["EXISTS", "{s}d"],
+    &["SMOVE", "{s}a", "{s}b", "1"],
+    &["SMOVE", "{s}a", "{s}b", "9"],
+    &["SMEMBERS", "{s}b"],
+    &["SMOVE", "{s}a", "{s}a", "2"],
+    &["SSCAN", "{s}b", "0"],
+    &["SSCAN", "{s}b", "0", "MATCH", "[12]"],
+    &["SSCAN", "{s}missing", "0"],
+    &["SADD", "{s}one", "7"],
+    &["SRANDMEMBER", "{s}one"],
+    &["SRANDMEMBER", "{s}one", "3"],
+    &["SRANDMEMBER", "{s}one", "-2"],
+    &["SRANDMEMBER", "{s}missing"],
+    &["SRANDMEMBER", "{s}missing", "2"],
+    &["SPOP", "{s}one"],
+    &["EXISTS", "{s}one"],
+    &["SPOP", "{s}missing"],
+    &["SPOP", "{s}missing", "2"],
+    &["SPOP", "{s}u", "10"],
+    &["EXISTS", "{s}u"],
+    &["SPOP", "{s}b", "-1"],
+    &["SPOP", "{s}b", "0"],
+    &["TYPE", "{s}b"],
+    &["EXPIREAT", "{s}b", "4000000000"],
+    &["EXPIRETIME", "{s}b"],
+    &["COPY", "{s}b", "{s}c"],
+    &["SMEMBERS", "{s}c"],
+    &["EXPIRETIME", "{s}c"],
+    &["RENAME", "{s}c", "{s}r"],
+    &["SMEMBERS", "{s}r"],
+    // Types.
+    &["SET", "{s}str", "x"],
+    &["SADD", "{s}str", "1"],
+    &["SMEMBERS", "{s}str"],
+    &["SINTER", "{s}b", "{s}str"],
+    &["SMOVE", "{s}b", "{s}str", "1"],
+    &["GET", "{s}b"],
+    &["HGET", "{s}b", "f"],
+    &["SUNIONSTORE", "{s}str", "{s}b"],
+    &["TYPE", "{s}str"],
+    // Wrong arity.
+    &["SADD", "{s}a"],
+    &["SREM", "{s}a"],
+    &["SCARD"],
+    &["SISMEMBER", "{s}a"],
+    &["SMOVE", "{s}a", "{s}b"],
+    &["SINTERSTORE", "{s}a"],
+    // In a transaction.
+    &["MULTI"],
+    &["SADD", "{s}t", "1", "2"],
+    &["SISMEMBER", "{s}t", "2"],
+    &["SREM", "{s}t", "1"],
+    &["SMEMBERS", "{s}t"],
+    &["SCARD", "{s}t"],
+    &["EXEC"],
+    &["DEL", "{s}a", "{s}b", "{s}i", "{s}r", "{s}str", "{s}t"],
+];
+
 /// Sends every command of `script` to both servers over one connection each and asserts
 /// the replies are the same bytes.
 async fn compare(script: &[&[&str]], resp3: bool) {
@@ -488,6 +573,16 @@ async fn string_commands_answer_as_redis_does_in_resp3() {
 }
 
 #[tokio::test]
+async fn set_commands_answer_as_redis_does_in_resp2() {
+    compare(SETS, false).await;
+}
+
+#[tokio::test]
+async fn set_commands_answer_as_redis_does_in_resp3() {
+    compare(SETS, true).await;
+}
+
+#[tokio::test]
 async fn hash_commands_answer_as_redis_does_in_resp2() {
     compare(HASHES, false).await;
 }
@@ -672,6 +767,25 @@ async fn redis_py_transactions_with_watch_lose_nothing_on_a_cluster() {
         (seen["a"].as_i64(), seen["b"].as_i64()),
         (Some(0), Some(100))
     );
+}
+
+/// redis-py 8's cluster client with its defaults (RESP3) using hashes and sets through a
+/// 3-node cluster: `hset(mapping=...)`, `hgetall` as a dict, counters, a transactional
+/// pipeline, `hscan_iter` over 2,500 fields, sets as Python sets, `sscan_iter`, `WRONGTYPE`.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn redis_py_uses_hashes_and_sets_on_a_cluster() {
+    let c = TestCluster::start(ClusterOptions::default()).await;
+    let python = concat!(
+        env!("CARGO_MANIFEST_DIR"),
+        "/../../target/test-venv/bin/python"
+    );
+    let mut client = tokio::process::Command::new(python);
+    client
+        .arg(clients::source("redis_collections.py"))
+        .args(["127.0.0.1", &c.node(0).resp_addr().port().to_string()]);
+    let output = clients::run_bounded(client, Duration::from_secs(120), "redis-py").await;
+    let seen = clients::json_line(&output, &c.logs());
+    assert_eq!(seen["failures"], serde_json::json!([]), "{seen}");
 }
 
 /// go-redis v9 with its defaults (RESP3; the cluster client finds slots with CLUSTER SLOTS

@@ -126,6 +126,8 @@ async fn a_backup_taken_under_writes_restores_into_a_cluster_of_another_shape() 
         .cmd(&[b"HSET", b"hash/small", b"a", b"1", b"b", b"2"])
         .await;
     assert_eq!(added, b":2\r\n");
+    let added = resp.cmd(&[b"SADD", b"set/tags", b"x", b"y", b"z"]).await;
+    assert_eq!(added, b":3\r\n");
     // A key held by a lock: its value is kept, the lock (and the session) are not.
     let session: serde_json::Value = client
         .put(format!("{base}/v1/session/create"))
@@ -253,6 +255,8 @@ async fn a_backup_taken_under_writes_restores_into_a_cluster_of_another_shape() 
     assert_eq!(last.bulk(), &field_value[..]);
     let pttl = Reply::parse(&resp.cmd(&[b"PTTL", b"hash/big"]).await).int();
     assert!((1..=600_000).contains(&pttl), "PTTL {pttl}");
+    let tags = resp.cmd(&[b"SMEMBERS", b"set/tags"]).await;
+    assert_eq!(tags, b"*3\r\n$1\r\nx\r\n$1\r\ny\r\n$1\r\nz\r\n");
     // Every key the backup held, and the ones written during it that it caught.
     let restored = keys(&into).await;
     assert!(

@@ -42,7 +42,19 @@ pub struct HashEntry {
     pub expires_at_ms: Option<u64>,
 }
 
-/// Bytes of fields and values one [`HashEntry`] carries at most (a single larger field
+/// Members of one Redis set as backed up; a large set is cut into several of these, as a
+/// hash is.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct SetEntry {
+    /// The set's key.
+    pub key: Bytes,
+    /// Members.
+    pub members: Vec<Bytes>,
+    /// When the set expires, Unix milliseconds.
+    pub expires_at_ms: Option<u64>,
+}
+
+/// Bytes of fields and values one [`HashEntry`] (or members one [`SetEntry`]) carries at most (a single larger field
 /// travels alone), so that it fits in one restore request.
 pub const HASH_ENTRY_BYTES: usize = 256 << 10;
 
@@ -72,6 +84,8 @@ pub enum Frame {
     },
     /// A Redis hash, or a part of one. Counts as an entry in the end frames.
     Hash(HashEntry),
+    /// A Redis set, or a part of one. Counts as an entry in the end frames.
+    Set(SetEntry),
 }
 
 /// Why a backup cannot be read.
@@ -216,7 +230,7 @@ impl Verifier {
                     self.error = Some(BackupError::TrailingData);
                     return;
                 }
-                Ok(Some((frame @ (Frame::Entry(_) | Frame::Hash(_)), raw))) => {
+                Ok(Some((frame @ (Frame::Entry(_) | Frame::Hash(_) | Frame::Set(_)), raw))) => {
                     self.hasher.update(&raw);
                     self.entries += 1;
                     entry(&frame);

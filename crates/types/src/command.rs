@@ -180,6 +180,112 @@ pub enum Command {
         /// What to do.
         op: HashOp,
     },
+    /// A Redis set command on the set at `key` (creating it, or refusing a key of another
+    /// type with [`ErrorCode::WrongType`]). Answered with [`CommandResult::SetMembers`].
+    SetMembers {
+        /// The set's key.
+        key: Bytes,
+        /// What to do.
+        op: SetOp,
+    },
+}
+
+/// A change to, or inside a transaction a read of, one set: see [`Command::SetMembers`].
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub enum SetOp {
+    /// Add members (`SADD`); answers how many were new. A set may not grow past
+    /// `max_members` (the proposer's limit, carried so every replica decides alike).
+    Add {
+        /// The members.
+        members: Vec<Bytes>,
+        /// The most members the set may have after the change.
+        max_members: u64,
+    },
+    /// Remove members (`SREM`), and the set with its last one; answers how many went.
+    Remove {
+        /// The members.
+        members: Vec<Bytes>,
+    },
+    /// Remove and answer up to `count` members chosen by `seed` (`SPOP`): the proposer draws
+    /// the seed, so every replica removes the same members.
+    Pop {
+        /// How many.
+        count: u64,
+        /// Chooses the members.
+        seed: u64,
+    },
+    /// Move `member` from this set to the set at `to`, in the same slot (`SMOVE`); answers
+    /// 1 if it moved.
+    Move {
+        /// The set it goes to.
+        to: Bytes,
+        /// The member.
+        member: Bytes,
+        /// As in [`SetOp::Add`], for `to`.
+        max_members: u64,
+    },
+    /// Replace this key with the combination of the `sources` sets (`SINTERSTORE`,
+    /// `SUNIONSTORE`, `SDIFFSTORE`), all in this key's slot; answers its size.
+    Store {
+        /// How the sources combine.
+        combine: SetCombine,
+        /// The sets, the first one first (it matters for a difference).
+        sources: Vec<Bytes>,
+        /// As in [`SetOp::Add`].
+        max_members: u64,
+    },
+    /// A read at this point of a transaction (`SISMEMBER` after `MULTI`).
+    Read(SetRead),
+}
+
+/// How several sets combine into one.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub enum SetCombine {
+    /// Members of every set (`SINTER`).
+    Intersection,
+    /// Members of any set (`SUNION`).
+    Union,
+    /// Members of the first set in none of the others (`SDIFF`).
+    Difference,
+}
+
+/// A read of one set (or, combining, of several in its slot).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub enum SetRead {
+    /// Whether each member is in the set (`SISMEMBER`, `SMISMEMBER`): [`SetAnswer::Flags`].
+    Contains {
+        /// The members.
+        members: Vec<Bytes>,
+    },
+    /// The number of members (`SCARD`): [`SetAnswer::Count`].
+    Len,
+    /// Members in order after `after`, at most `limit` (`SMEMBERS`, `SSCAN`,
+    /// `SRANDMEMBER`): [`SetAnswer::Members`].
+    Members {
+        /// Start after this member.
+        after: Option<Bytes>,
+        /// The most members to return.
+        limit: u64,
+    },
+    /// The combination of this set with `others` (`SINTER`, `SUNION`, `SDIFF`), in order:
+    /// [`SetAnswer::Members`].
+    Combine {
+        /// How they combine.
+        combine: SetCombine,
+        /// The other sets, in the same slot.
+        others: Vec<Bytes>,
+    },
+}
+
+/// What a [`Command::SetMembers`] or a set read answers.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub enum SetAnswer {
+    /// A number of members.
+    Count(u64),
+    /// Members, in order.
+    Members(Vec<Bytes>),
+    /// For each member asked about, whether the set holds it.
+    Flags(Vec<bool>),
 }
 
 /// A change to, or inside a transaction a read of, one hash: see [`Command::Hash`].
@@ -397,6 +503,7 @@ impl Command {
             Command::Lock { .. } => "lock",
             Command::Session { .. } => "session",
             Command::Hash { .. } => "hash",
+            Command::SetMembers { .. } => "set_members",
         }
     }
 
@@ -430,6 +537,16 @@ impl Command {
             Command::PutMany { pairs } => pairs.iter().map(|(k, _)| k).collect(),
             Command::Delete { keys, .. } | Command::Reap { keys } | Command::Read { keys } => {
                 keys.iter().collect()
+            }
+            Command::SetMembers { key, op } => {
+                let mut keys = vec![key];
+                match op {
+                    SetOp::Move { to, .. } => keys.push(to),
+                    SetOp::Store { sources, .. } => keys.extend(sources),
+                    SetOp::Read(SetRead::Combine { others, .. }) => keys.extend(others),
+                    _ => {}
+                }
+                keys
             }
             Command::Transaction { watches, commands } => watches
                 .iter()
@@ -479,4 +596,6 @@ pub enum CommandResult {
     Lock(LockOutcome),
     /// A [`Command::Hash`]: its answer, or why nothing changed.
     Hash(Result<HashAnswer, ErrorCode>),
+    /// A [`Command::SetMembers`]: its answer, or why nothing changed.
+    SetMembers(Result<SetAnswer, ErrorCode>),
 }

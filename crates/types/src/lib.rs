@@ -24,7 +24,8 @@ pub mod timed;
 
 pub use command::{
     Command, CommandResult, HashAnswer, HashOp, HashRead, KeyCheck, LockOp, LockOutcome,
-    LogCommand, PutCondition, SessionOp, StringEdit, TtlUpdate,
+    LogCommand, PutCondition, SessionOp, SetAnswer, SetCombine, SetOp, SetRead, StringEdit,
+    TtlUpdate,
 };
 pub use error::{ErrorCode, TriremeError};
 pub use histogram::LatencyHistogram;

@@ -36,6 +36,8 @@ pub enum ValueKind {
     String,
     /// A Redis hash: the record's value is its field count, each field a member row.
     Hash,
+    /// A Redis set: the record's value is its member count, each member a row.
+    Set,
 }
 
 impl ValueKind {
@@ -44,6 +46,7 @@ impl ValueKind {
         match self {
             ValueKind::String => "string",
             ValueKind::Hash => "hash",
+            ValueKind::Set => "set",
         }
     }
 
@@ -51,6 +54,7 @@ impl ValueKind {
         match self {
             ValueKind::String => 0,
             ValueKind::Hash => 1,
+            ValueKind::Set => 2,
         }
     }
 
@@ -58,6 +62,7 @@ impl ValueKind {
         match byte {
             0 => Some(ValueKind::String),
             1 => Some(ValueKind::Hash),
+            2 => Some(ValueKind::Set),
             _ => None,
         }
     }

@@ -245,6 +245,7 @@ pub(crate) async fn put(
     let index = outcome.index;
     if let Some(previous) = &outcome.previous
         && !outcome.written
+        && when == Precondition::None
         && previous.kind != trireme_types::ValueKind::String
     {
         return Err(ApiError(super::kv::collection_error(previous.kind)));

@@ -249,8 +249,10 @@ pub(crate) async fn put(
     };
     let request = PutRequest::new(key, body).flags(flags).condition(condition);
     let outcome = state.node.put(request).await?;
+    // Refused only because the key holds a collection: say so, rather than a bare `false`.
     if let Some(previous) = &outcome.previous
         && !outcome.written
+        && condition == PutCondition::IfNotCollection
         && previous.kind != ValueKind::String
     {
         return Err(ApiError(collection_error(previous.kind)));

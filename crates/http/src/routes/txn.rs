@@ -378,7 +378,10 @@ fn entry_of(answer: Answer, result: CommandResult) -> Result<Option<KvEntry>, Ap
                 lock_index: r.lock.index,
                 key,
                 flags: r.flags,
-                value: (with_value && !r.value.is_empty())
+                // A Redis collection's row holds a count, not a value: it reads as empty.
+                value: (with_value
+                    && !r.value.is_empty()
+                    && r.kind == trireme_types::ValueKind::String)
                     .then(|| base64::engine::general_purpose::STANDARD.encode(&r.value)),
                 session: r
                     .lock

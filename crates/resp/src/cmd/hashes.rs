@@ -4,15 +4,12 @@
 //! Each field is a row of its own in the hash key's shard: a write changes only the fields
 //! it names, and reads of a field or the count are point lookups.
 
+use super::members::{ScanPage, draw, draw_one, random_count};
 use super::{CmdError, CmdResult, Ctx, no_more};
 use crate::{ArgError, Args, Reply};
 use bytes::Bytes;
-use rand::Rng;
 use trireme_cluster::{HashAnswer, HashOp, HashOutcome, HashRead};
 use trireme_types::ErrorCode;
-
-/// Fields one page of `HSCAN` (or any other field walk) reads from a shard at most.
-const PAGE: u64 = 1_000;
 
 /// The Redis error for a hash command that changed nothing, in Redis's words.
 fn refused(code: ErrorCode, float: bool) -> CmdError {
@@ -275,73 +272,27 @@ async fn all_fields(ctx: &mut Ctx<'_>, key: &[u8]) -> Result<Vec<(Bytes, Bytes)>
     Ok(pairs(read(ctx, key, read_all).await?))
 }
 
-/// `HSCAN key cursor [MATCH pattern] [COUNT n] [NOVALUES]`. The cursor is handed out by
-/// the server and remembers the last field returned; an unknown cursor returns `0`.
+/// `HSCAN key cursor [MATCH pattern] [COUNT n] [NOVALUES]`: pages of `COUNT` fields in field
+/// order.
 pub(crate) async fn hscan(ctx: &mut Ctx<'_>, args: &mut Args) -> CmdResult {
     let key = args.next_bytes()?;
-    let cursor = args
-        .next_u64()
-        .map_err(|_| CmdError::Reply("ERR invalid cursor".into()))?;
-    let mut pattern: Option<Bytes> = None;
-    let mut count: u64 = 10;
-    let mut with_values = true;
-    while args.remaining() > 0 {
-        if args.next_keyword("match") {
-            pattern = Some(args.next_bytes()?);
-        } else if args.next_keyword("count") {
-            let n = args.next_i64()?;
-            if n < 1 {
-                return Err(ArgError::Syntax.into());
-            }
-            count = (n as u64).min(PAGE);
-        } else if args.next_keyword("novalues") {
-            with_values = false;
-        } else {
-            return Err(ArgError::Syntax.into());
-        }
-    }
-    let after = if cursor == 0 {
-        None
-    } else {
-        match ctx.shared.cursor(cursor) {
-            Some((_, after)) => after,
-            None => return Ok(Reply::array(vec![Reply::bulk("0"), Reply::array(vec![])])),
-        }
+    let Some(scan) = ScanPage::parse(ctx, args, true)? else {
+        return Ok(ScanPage::over());
     };
-    let page = pairs(
-        read(
-            ctx,
-            &key,
-            HashRead::Fields {
-                after,
-                limit: count,
-            },
-        )
-        .await?,
-    );
-    let next = if page.len() as u64 >= count {
-        let last = page.last().map(|(f, _)| f.clone());
-        ctx.shared.save_cursor((trireme_types::ShardId(0), last))
-    } else {
-        0
+    let fields = HashRead::Fields {
+        after: scan.after.clone(),
+        limit: scan.count,
     };
+    let page = pairs(read(ctx, &key, fields).await?);
+    let (read, last) = (page.len(), page.last().map(|(f, _)| f.clone()));
     let mut items = Vec::with_capacity(page.len() * 2);
-    for (field, value) in page {
-        if pattern
-            .as_ref()
-            .is_some_and(|p| !crate::glob::matches(p, &field))
-        {
-            continue;
-        }
+    for (field, value) in page.into_iter().filter(|(f, _)| scan.keeps(f)) {
         items.push(Reply::Bulk(field));
-        if with_values {
+        if scan.with_values {
             items.push(Reply::Bulk(value));
         }
     }
-    Ok(Reply::array(vec![
-        Reply::bulk(next.to_string()),
-        Reply::array(items),
-    ]))
+    Ok(scan.reply(ctx, read, last, items))
 }
 
 /// `HRANDFIELD key [count [WITHVALUES]]`: one random field (a null for a missing key); with
@@ -349,48 +300,19 @@ pub(crate) async fn hscan(ctx: &mut Ctx<'_>, args: &mut Args) -> CmdResult {
 /// many, repeats allowed. Reads the whole hash.
 pub(crate) async fn hrandfield(ctx: &mut Ctx<'_>, args: &mut Args) -> CmdResult {
     let key = args.next_bytes()?;
-    let wanted = if args.remaining() > 0 {
-        Some(args.next_i64()?)
-    } else {
-        None
-    };
+    let wanted = random_count(args)?;
     let with_values = wanted.is_some() && args.next_keyword("withvalues");
     if args.remaining() > 0 {
         return Err(ArgError::Syntax.into());
     }
-    if let Some(n) = wanted
-        && !(-(i64::MAX / 2)..=i64::MAX / 2).contains(&n)
-    {
-        return Err(CmdError::Reply("ERR value is out of range".into()));
-    }
     let fields = all_fields(ctx, &key).await?;
-    let mut rng = rand::rng();
     let Some(wanted) = wanted else {
-        if fields.is_empty() {
-            return Ok(Reply::Null);
-        }
-        let (field, _) = fields[rng.random_range(0..fields.len())].clone();
-        return Ok(Reply::Bulk(field));
+        return Ok(draw_one(&fields).map_or(Reply::Null, |(field, _)| Reply::Bulk(field)));
     };
-    let chosen: Vec<(Bytes, Bytes)> = if fields.is_empty() {
-        Vec::new()
-    } else if wanted < 0 {
-        let n = wanted
-            .unsigned_abs()
-            .min(ctx.shared.node.config().limits.max_collection_members);
-        (0..n)
-            .map(|_| fields[rng.random_range(0..fields.len())].clone())
-            .collect()
-    } else {
-        let n = (wanted as usize).min(fields.len());
-        rand::seq::index::sample(&mut rng, fields.len(), n)
-            .into_iter()
-            .map(|i| fields[i].clone())
-            .collect()
-    };
+    let cap = ctx.shared.node.config().limits.max_collection_members;
     let resp3 = ctx.client.protocol == crate::Protocol::Resp3;
-    let mut items = Vec::with_capacity(chosen.len() * 2);
-    for (field, value) in chosen {
+    let mut items = Vec::new();
+    for (field, value) in draw(&fields, wanted, cap) {
         match (with_values, resp3) {
             (true, true) => items.push(Reply::array(vec![Reply::Bulk(field), Reply::Bulk(value)])),
             (true, false) => {

@@ -266,8 +266,8 @@ pub(crate) async fn object(ctx: &mut Ctx<'_>, args: &mut Args) -> CmdResult {
 }
 
 /// How Redis would encode the value: a string by [`string_encoding`], a hash of up to 128
-/// fields as a `listpack` (Redis also looks at the values' lengths), a larger one as a
-/// `hashtable`.
+/// fields as a `listpack` (Redis also looks at the values' lengths), a larger one and a set
+/// as a `hashtable`.
 fn encoding(record: &trireme_types::Record) -> &'static str {
     match record.kind {
         trireme_types::ValueKind::String => string_encoding(&record.value),
@@ -278,6 +278,9 @@ fn encoding(record: &trireme_types::Record) -> &'static str {
                 "hashtable"
             }
         }
+        // Redis keeps a set of integers as an `intset`; whether every member is one is not
+        // known from the key's row, so a set is a `hashtable` here.
+        trireme_types::ValueKind::Set => "hashtable",
     }
 }
 

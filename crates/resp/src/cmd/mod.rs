@@ -6,9 +6,11 @@ mod cluster;
 mod connection;
 mod hashes;
 mod keys;
+mod members;
 mod optimistic;
 mod pubsub;
 mod server;
+mod sets;
 mod strings;
 mod transaction;
 
@@ -168,6 +170,13 @@ async fn dispatch(shared: &Shared, client: &mut ClientState, mut args: Args) -> 
         }
         "hscan" => hashes::hscan(&mut ctx, &mut args).await,
         "hrandfield" => hashes::hrandfield(&mut ctx, &mut args).await,
+        // sets
+        "sadd" | "srem" | "smembers" | "sismember" | "smismember" | "scard" | "spop" | "sinter"
+        | "sunion" | "sdiff" | "sinterstore" | "sunionstore" | "sdiffstore" | "smove" => {
+            sets::run(&mut ctx, &mut args).await
+        }
+        "sscan" => sets::sscan(&mut ctx, &mut args).await,
+        "srandmember" => sets::srandmember(&mut ctx, &mut args).await,
         // keys
         "del" | "unlink" => keys::del(&mut ctx, &mut args).await,
         "exists" => keys::exists(&mut ctx, &mut args).await,
@@ -223,7 +232,7 @@ async fn dispatch(shared: &Shared, client: &mut ClientState, mut args: Args) -> 
 /// Commands that read or write exactly the key after their name and touch nothing else
 /// (no other key, no connection state), so that several of them on different keys may run
 /// at once. `DEL` and `EXISTS` count only with one key.
-const SINGLE_KEY: [&str; 42] = [
+const SINGLE_KEY: [&str; 49] = [
     "get",
     "set",
     "incr",
@@ -266,6 +275,13 @@ const SINGLE_KEY: [&str; 42] = [
     "hvals",
     "hdel",
     "hincrby",
+    "sadd",
+    "srem",
+    "smembers",
+    "sismember",
+    "smismember",
+    "scard",
+    "spop",
 ];
 
 /// The key of a request that may run beside others (see [`SINGLE_KEY`]), if it is one.

@@ -12,7 +12,7 @@ use crate::{ArgError, Args, Reply};
 use bytes::Bytes;
 use trireme_cluster::{
     Command, FromApplied, HashAnswer, HashOp, HashRead, KeyCheck, PutCondition, ReadMode,
-    TransactionRequest, TtlChanged, TtlUpdate,
+    SetCombine, SetOp, TransactionRequest, TtlChanged, TtlUpdate,
 };
 use trireme_types::{Record, ValueKind, key_slot};
 
@@ -243,6 +243,21 @@ async fn copy_of(
                     },
                 },
             ];
+            if ttl != TtlUpdate::Clear {
+                commands.push(Command::SetTtl { key: target, ttl });
+            }
+            Ok(commands)
+        }
+        ValueKind::Set => {
+            let combine = SetOp::Store {
+                combine: SetCombine::Union,
+                sources: vec![source.clone()],
+                max_members: 0,
+            };
+            let mut commands = vec![Command::SetMembers {
+                key: target.clone(),
+                op: combine,
+            }];
             if ttl != TtlUpdate::Clear {
                 commands.push(Command::SetTtl { key: target, ttl });
             }

@@ -7,12 +7,12 @@
 //! them or, if a watched key changed, none (`EXEC` answers a null). Keys in more than one
 //! slot get `CROSSSLOT`, as Redis Cluster answers.
 
-use super::{CmdError, CmdResult, Ctx, hashes, keys, no_more, strings};
+use super::{CmdError, CmdResult, Ctx, hashes, keys, no_more, sets, strings};
 use crate::{ArgError, Args, Reply};
 use bytes::Bytes;
 use trireme_cluster::{
     Command, CommandResult, Deleted, Done, EditOutcome, FromApplied, HashOutcome, IncrOutcome,
-    KeyCheck, PutCondition, PutOutcome, PutRequest, ReadMode, Records, StringEdit,
+    KeyCheck, PutCondition, PutOutcome, PutRequest, ReadMode, Records, SetOutcome, StringEdit,
     TransactionRequest, TtlChanged, TtlUpdate,
 };
 use trireme_types::key_slot;
@@ -69,6 +69,20 @@ const QUEUEABLE: &[&str] = &[
     "hdel",
     "hincrby",
     "hincrbyfloat",
+    "sadd",
+    "srem",
+    "smembers",
+    "sismember",
+    "smismember",
+    "scard",
+    "spop",
+    "sinter",
+    "sunion",
+    "sdiff",
+    "sinterstore",
+    "sunionstore",
+    "sdiffstore",
+    "smove",
 ];
 
 /// Whether a request is one the connection runs itself while a `MULTI` is open.
@@ -478,6 +492,13 @@ fn plan(args: &mut Args, max_value: u64) -> Result<Step, CmdError> {
             let hashes::HashCommand { key, op, shape } = hashes::parse(args)?;
             step(Command::Hash { key, op }, move |r| {
                 hashes::reply(shape, read::<HashOutcome>(r)?)
+            })
+        }
+        "sadd" | "srem" | "smembers" | "sismember" | "smismember" | "scard" | "spop" | "sinter"
+        | "sunion" | "sdiff" | "sinterstore" | "sunionstore" | "sdiffstore" | "smove" => {
+            let sets::SetCommand { key, op, shape } = sets::parse(args)?;
+            step(Command::SetMembers { key, op }, move |r| {
+                sets::reply(shape, read::<SetOutcome>(r)?)
             })
         }
         "ping" | "unwatch" => {

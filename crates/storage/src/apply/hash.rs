@@ -11,8 +11,8 @@ use std::collections::BTreeMap;
 use trireme_types::collection::{decode_count, encode_count, member_key, member_prefix};
 use trireme_types::{ErrorCode, HashAnswer, HashOp, HashRead, Record, ShardId, ValueKind};
 
-/// Where a hash read finds the hash: the store as it is, or a batch being applied.
-trait HashSource {
+/// Where a read of a collection finds it: the store as it is, or a batch being applied.
+pub(super) trait MemberSource {
     /// The live record at `key`.
     fn head(&mut self, key: &Bytes) -> Result<Option<Record>, StorageError>;
     /// One member row's value.
@@ -27,14 +27,19 @@ trait HashSource {
     ) -> Result<Vec<(Bytes, Bytes)>, StorageError>;
 }
 
-/// The stored rows of `shard` under `prefix` after `after`, at most `limit`.
+/// The stored rows of `shard` under `prefix` after `after`, at most `limit`, as `snapshot`
+/// holds them: with `values`, the members and their values, else the members only (their
+/// values empty), which spares decoding rows that are only to be removed.
 fn stored_members(
     storage: &Storage,
+    snapshot: &fjall::Snapshot,
     shard: u32,
     prefix: &[u8],
     after: Option<&[u8]>,
     limit: u64,
+    values: bool,
 ) -> Result<Vec<(Bytes, Bytes)>, StorageError> {
+    use fjall::Readable;
     let full = owned_key(shard, prefix);
     let upper = fjall::util::prefix_to_range(&full).1.map(|s| s.to_vec());
     let lower = match after {
@@ -46,34 +51,51 @@ fn stored_members(
         None => std::ops::Bound::Included(full.clone()),
     };
     let mut out = Vec::new();
-    for guard in storage.data.range::<Vec<u8>, _>((lower, upper)) {
+    for guard in snapshot.range::<Vec<u8>, _>(&storage.data, (lower, upper)) {
         if out.len() as u64 >= limit {
             break;
         }
-        let (key, value) = guard.into_inner()?;
-        let record = Record::decode(&value)?;
-        out.push((Bytes::copy_from_slice(&key[full.len()..]), record.value));
+        if values {
+            let (key, value) = guard.into_inner()?;
+            let record = Record::decode(&value)?;
+            out.push((Bytes::copy_from_slice(&key[full.len()..]), record.value));
+        } else {
+            let key = guard.key()?;
+            out.push((Bytes::copy_from_slice(&key[full.len()..]), Bytes::new()));
+        }
     }
     Ok(out)
 }
 
-/// The store of one shard at read time.
-struct Stored<'s> {
-    storage: &'s Storage,
-    shard: u32,
-    now: u64,
+/// One shard as one snapshot of the store holds it: a read of a collection sees its record
+/// and its members as of one moment, never half of a write.
+pub(super) struct Stored<'s> {
+    pub(super) storage: &'s Storage,
+    pub(super) snapshot: fjall::Snapshot,
+    pub(super) shard: u32,
+    pub(super) now: u64,
 }
 
-impl HashSource for Stored<'_> {
+impl Stored<'_> {
+    fn get(&self, key: &[u8]) -> Result<Option<Record>, StorageError> {
+        use fjall::Readable;
+        match self
+            .snapshot
+            .get(&self.storage.data, owned_key(self.shard, key))?
+        {
+            Some(bytes) => Ok(Some(Record::decode(&bytes)?)),
+            None => Ok(None),
+        }
+    }
+}
+
+impl MemberSource for Stored<'_> {
     fn head(&mut self, key: &Bytes) -> Result<Option<Record>, StorageError> {
-        self.storage.get(ShardId(self.shard), key, self.now)
+        Ok(self.get(key)?.filter(|r| !r.is_expired(self.now)))
     }
 
     fn member(&mut self, row: &Bytes) -> Result<Option<Bytes>, StorageError> {
-        Ok(self
-            .storage
-            .get_raw(ShardId(self.shard), row)?
-            .map(|r| r.value))
+        Ok(self.get(row)?.map(|r| r.value))
     }
 
     fn members(
@@ -82,17 +104,25 @@ impl HashSource for Stored<'_> {
         after: Option<&[u8]>,
         limit: u64,
     ) -> Result<Vec<(Bytes, Bytes)>, StorageError> {
-        stored_members(self.storage, self.shard, prefix, after, limit)
+        stored_members(
+            self.storage,
+            &self.snapshot,
+            self.shard,
+            prefix,
+            after,
+            limit,
+            true,
+        )
     }
 }
 
 /// A batch being applied, at `now`.
-struct InBatch<'p, 's> {
-    pending: &'p mut Pending<'s>,
-    now: u64,
+pub(super) struct InBatch<'p, 's> {
+    pub(super) pending: &'p mut Pending<'s>,
+    pub(super) now: u64,
 }
 
-impl HashSource for InBatch<'_, '_> {
+impl MemberSource for InBatch<'_, '_> {
     fn head(&mut self, key: &Bytes) -> Result<Option<Record>, StorageError> {
         self.pending.live(key, self.now)
     }
@@ -113,7 +143,7 @@ impl HashSource for InBatch<'_, '_> {
 
 /// Answers `read` of the hash at `key` from `source`.
 fn read(
-    source: &mut impl HashSource,
+    source: &mut impl MemberSource,
     key: &Bytes,
     read: &HashRead,
 ) -> Result<Result<HashAnswer, ErrorCode>, StorageError> {
@@ -151,6 +181,7 @@ impl Storage {
     ) -> Result<Result<HashAnswer, ErrorCode>, StorageError> {
         let mut stored = Stored {
             storage: self,
+            snapshot: self.db.snapshot(),
             shard: shard.0,
             now,
         };
@@ -161,29 +192,53 @@ impl Storage {
 impl Pending<'_> {
     /// Member rows under `prefix` as this batch sees them: the stored ones with this batch's
     /// changes laid over. Reads every stored row after `after` (only transactions and
-    /// purges come here, not the plain read path).
-    pub(super) fn members(
+    /// purges come here, not the plain read path); without `values`, members only.
+    pub(super) fn member_rows(
         &mut self,
         prefix: &Bytes,
         after: Option<&[u8]>,
         limit: u64,
+        values: bool,
     ) -> Result<Vec<(Bytes, Bytes)>, StorageError> {
-        let mut merged: BTreeMap<Bytes, Bytes> =
-            stored_members(self.storage, self.shard, prefix, after, u64::MAX)?
-                .into_iter()
-                .collect();
-        for (row, change) in &self.changes {
-            let Some(member) = row.strip_prefix(&prefix[..]) else {
-                continue;
-            };
-            if after.is_some_and(|a| member <= a) {
-                continue;
+        let snapshot = self.storage.db.snapshot();
+        let stored = stored_members(
+            self.storage,
+            &snapshot,
+            self.shard,
+            prefix,
+            after,
+            u64::MAX,
+            values,
+        )?;
+        let mut merged: BTreeMap<Bytes, Bytes> = stored.into_iter().collect();
+        // Only this collection's changed rows: the batch's other changes are not looked at.
+        let lower = match after {
+            Some(after) => {
+                let mut start = prefix.to_vec();
+                start.extend_from_slice(after);
+                std::ops::Bound::Excluded(Bytes::from(start))
             }
-            let member = Bytes::copy_from_slice(member);
-            match change {
-                Some(record) => merged.insert(member, record.value.clone()),
-                None => merged.remove(&member),
+            None => std::ops::Bound::Included(prefix.clone()),
+        };
+        for row in self
+            .changed_members
+            .range((lower, std::ops::Bound::Unbounded))
+        {
+            let Some(member) = row.strip_prefix(&prefix[..]) else {
+                break;
             };
+            let member = Bytes::copy_from_slice(member);
+            // A row no longer among the changes was undone with its transaction: the stored
+            // one stands.
+            match self.changes.get(row) {
+                Some(Some(record)) => {
+                    merged.insert(member, record.value.clone());
+                }
+                Some(None) => {
+                    merged.remove(&member);
+                }
+                None => {}
+            }
         }
         Ok(merged
             .into_iter()
@@ -191,11 +246,21 @@ impl Pending<'_> {
             .collect())
     }
 
+    /// Member rows under `prefix` with their values, as this batch sees them.
+    pub(super) fn members(
+        &mut self,
+        prefix: &Bytes,
+        after: Option<&[u8]>,
+        limit: u64,
+    ) -> Result<Vec<(Bytes, Bytes)>, StorageError> {
+        self.member_rows(prefix, after, limit, true)
+    }
+
     /// Removes every member row of the collection at `key` (its record is going or being
-    /// replaced by another value).
+    /// replaced by another value). O(members), as Redis's `DEL` of a collection is.
     pub(super) fn purge_members(&mut self, key: &Bytes) -> Result<(), StorageError> {
         let prefix = member_prefix(key);
-        for (member, _) in self.members(&prefix, None, u64::MAX)? {
+        for (member, _) in self.member_rows(&prefix, None, u64::MAX, false)? {
             let mut row = prefix.to_vec();
             row.extend_from_slice(&member);
             self.set(Bytes::from(row), None)?;

@@ -49,6 +49,20 @@ func main() {
 	check("ttl", err == nil && ttl > 59*time.Minute, ttl)
 	check("rename", client.Rename(ctx, "{go}a-missing", "{go}b").Err() != nil, "a missing key renames")
 
+	// Hashes: a record per key, counters in fields, the whole record back as a map.
+	added, err := client.HSet(ctx, "go:user", "name", "Ann", "visits", 1).Result()
+	check("hset", err == nil && added == 2, added)
+	visits, err := client.HIncrBy(ctx, "go:user", "visits", 2).Result()
+	check("hincrby", err == nil && visits == 3, visits)
+	all, err := client.HGetAll(ctx, "go:user").Result()
+	check("hgetall", err == nil && all["name"] == "Ann" && all["visits"] == "3" && len(all) == 2, all)
+	_, err = client.HGet(ctx, "go:user", "missing").Result()
+	check("hget missing is redis.Nil", errors.Is(err, redis.Nil), err)
+	kind, err := client.Type(ctx, "go:user").Result()
+	check("type", err == nil && kind == "hash", kind)
+	_, err = client.Get(ctx, "go:user").Result()
+	check("get on a hash is WRONGTYPE", err != nil && len(err.Error()) > 9 && err.Error()[:9] == "WRONGTYPE", err)
+
 	// A pipeline across slots: the cluster client splits it by node.
 	pipe := client.Pipeline()
 	incrs := make([]*redis.IntCmd, 50)
