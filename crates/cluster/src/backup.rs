@@ -15,13 +15,13 @@ use std::collections::BTreeMap;
 use tokio::sync::mpsc;
 use trireme_raft::ReadMode;
 use trireme_types::backup::{
-    BackupEntry, Frame, HASH_ENTRY_BYTES, HashEntry, SetEntry, encode_frame,
+    BackupEntry, Frame, HASH_ENTRY_BYTES, HashEntry, ListEntry, SetEntry, encode_frame,
 };
 use trireme_types::collection::member_prefix;
 use trireme_types::session::is_internal_key;
 use trireme_types::{
-    Command, CommandResult, ErrorCode, HashOp, LogCommand, PutCondition, Record, SLOT_COUNT, SetOp,
-    ShardId, TriremeError, TtlUpdate, ValueKind, key_slot,
+    Command, CommandResult, End, ErrorCode, HashOp, ListOp, LogCommand, PutCondition, Record,
+    SLOT_COUNT, SetOp, ShardId, TriremeError, TtlUpdate, ValueKind, key_slot,
 };
 
 /// Bytes of frames sent at once.
@@ -43,15 +43,42 @@ impl FromApplied for Restored {
             CommandResult::Batch(results) => Ok(Restored {
                 moved: results.iter().any(|r| matches!(r, CommandResult::Moved)),
                 refused: results.iter().find_map(|r| match r {
-                    CommandResult::Hash(Err(code)) | CommandResult::SetMembers(Err(code)) => {
-                        Some(*code)
-                    }
+                    CommandResult::Hash(Err(code))
+                    | CommandResult::SetMembers(Err(code))
+                    | CommandResult::List(Err(code)) => Some(*code),
                     _ => None,
                 }),
             }),
             other => Err(other),
         }
     }
+}
+
+/// Walks the members of the collection at `key` in `view` and hands `emit` its frames, each
+/// made by `frame` from the items `item` makes of members (with their sizes), cut at
+/// [`HASH_ENTRY_BYTES`] so that each fits a restore request.
+fn collection_frames<T>(
+    view: &trireme_storage::ShardView<'_>,
+    key: &[u8],
+    item: impl Fn(&[u8], &[u8]) -> (T, usize),
+    frame: impl Fn(Vec<T>) -> Frame,
+    emit: &mut impl FnMut(Frame),
+) -> Result<(), trireme_storage::StorageError> {
+    let mut part = Vec::new();
+    let mut bytes = 0;
+    view.for_each_member(&member_prefix(key), |member, value| {
+        let (one, size) = item(member, value);
+        if bytes + size > HASH_ENTRY_BYTES && !part.is_empty() {
+            emit(frame(std::mem::take(&mut part)));
+            bytes = 0;
+        }
+        bytes += size;
+        part.push(one);
+    })?;
+    if !part.is_empty() {
+        emit(frame(part));
+    }
+    Ok(())
 }
 
 impl Node {
@@ -107,87 +134,78 @@ impl Node {
                 if record.is_expired(now) {
                     return true;
                 }
-                match record.kind {
+                let mut emit = |frame: Frame| {
+                    chunk.extend(encode_frame(&frame));
+                    entries += 1;
+                    // Sent as it fills: a large collection is never all in memory.
+                    if chunk.len() >= CHUNK && !gone {
+                        let full = std::mem::replace(&mut chunk, Vec::with_capacity(CHUNK));
+                        gone = tx.blocking_send(Ok(Bytes::from(full))).is_err();
+                    }
+                };
+                let (key_bytes, expires_at_ms) =
+                    (Bytes::copy_from_slice(key), record.expires_at_ms);
+                let walked = match record.kind {
                     ValueKind::String => {
-                        chunk.extend(encode_frame(&Frame::Entry(BackupEntry {
-                            key: Bytes::copy_from_slice(key),
+                        emit(Frame::Entry(BackupEntry {
+                            key: key_bytes,
                             value: record.value,
                             flags: record.flags,
-                            expires_at_ms: record.expires_at_ms,
-                        })));
-                        entries += 1;
+                            expires_at_ms,
+                        }));
+                        Ok(())
                     }
-                    ValueKind::Hash => {
-                        // The fields from the same snapshot, in frames of bounded size.
-                        let mut part = HashEntry {
-                            key: Bytes::copy_from_slice(key),
-                            fields: Vec::new(),
-                            expires_at_ms: record.expires_at_ms,
-                        };
-                        let mut bytes = 0;
-                        let prefix = member_prefix(key);
-                        let fields = view.for_each_member(&prefix, |field, value| {
-                            if bytes + field.len() + value.len() > HASH_ENTRY_BYTES
-                                && !part.fields.is_empty()
-                            {
-                                chunk.extend(encode_frame(&Frame::Hash(part.clone())));
-                                entries += 1;
-                                part.fields.clear();
-                                bytes = 0;
-                                // Sent as it fills: a large hash is never all in memory.
-                                if chunk.len() >= CHUNK && !gone {
-                                    let full =
-                                        std::mem::replace(&mut chunk, Vec::with_capacity(CHUNK));
-                                    gone = tx.blocking_send(Ok(Bytes::from(full))).is_err();
-                                }
-                            }
-                            bytes += field.len() + value.len();
-                            part.fields.push((
-                                Bytes::copy_from_slice(field),
-                                Bytes::copy_from_slice(value),
-                            ));
-                        });
-                        if let Err(e) = fields {
-                            corrupt = Some(format!("hash {:?}: {e}", String::from_utf8_lossy(key)));
-                            return false;
-                        }
-                        if !part.fields.is_empty() {
-                            chunk.extend(encode_frame(&Frame::Hash(part)));
-                            entries += 1;
-                        }
-                    }
-                    ValueKind::Set => {
-                        let mut part = SetEntry {
-                            key: Bytes::copy_from_slice(key),
-                            members: Vec::new(),
-                            expires_at_ms: record.expires_at_ms,
-                        };
-                        let mut bytes = 0;
-                        let prefix = member_prefix(key);
-                        let members = view.for_each_member(&prefix, |member, _| {
-                            if bytes + member.len() > HASH_ENTRY_BYTES && !part.members.is_empty() {
-                                chunk.extend(encode_frame(&Frame::Set(part.clone())));
-                                entries += 1;
-                                part.members.clear();
-                                bytes = 0;
-                                if chunk.len() >= CHUNK && !gone {
-                                    let full =
-                                        std::mem::replace(&mut chunk, Vec::with_capacity(CHUNK));
-                                    gone = tx.blocking_send(Ok(Bytes::from(full))).is_err();
-                                }
-                            }
-                            bytes += member.len();
-                            part.members.push(Bytes::copy_from_slice(member));
-                        });
-                        if let Err(e) = members {
-                            corrupt = Some(format!("set {:?}: {e}", String::from_utf8_lossy(key)));
-                            return false;
-                        }
-                        if !part.members.is_empty() {
-                            chunk.extend(encode_frame(&Frame::Set(part)));
-                            entries += 1;
-                        }
-                    }
+                    ValueKind::Hash => collection_frames(
+                        &view,
+                        key,
+                        |field, value| {
+                            let size = field.len() + value.len();
+                            let pair =
+                                (Bytes::copy_from_slice(field), Bytes::copy_from_slice(value));
+                            (pair, size)
+                        },
+                        |fields| {
+                            Frame::Hash(HashEntry {
+                                key: key_bytes.clone(),
+                                fields,
+                                expires_at_ms,
+                            })
+                        },
+                        &mut emit,
+                    ),
+                    ValueKind::Set => collection_frames(
+                        &view,
+                        key,
+                        |member, _| (Bytes::copy_from_slice(member), member.len()),
+                        |members| {
+                            Frame::Set(SetEntry {
+                                key: key_bytes.clone(),
+                                members,
+                                expires_at_ms,
+                            })
+                        },
+                        &mut emit,
+                    ),
+                    ValueKind::List => collection_frames(
+                        &view,
+                        key,
+                        |_, element| (Bytes::copy_from_slice(element), element.len()),
+                        |elements| {
+                            Frame::List(ListEntry {
+                                key: key_bytes.clone(),
+                                elements,
+                                expires_at_ms,
+                            })
+                        },
+                        &mut emit,
+                    ),
+                };
+                if let Err(e) = walked {
+                    corrupt = Some(format!(
+                        "the members of {:?}: {e}",
+                        String::from_utf8_lossy(key)
+                    ));
+                    return false;
                 }
                 if chunk.len() >= CHUNK {
                     let full = std::mem::replace(&mut chunk, Vec::with_capacity(CHUNK));
@@ -218,8 +236,8 @@ impl Node {
         Ok(rx)
     }
 
-    /// Writes backed-up keys with their flags and expiry, and hashes and sets (or parts of
-    /// them) with their fields or members and expiry; keys already expired are skipped. One batch per shard of the
+    /// Writes backed-up keys with their flags and expiry, and hashes, sets and lists (or
+    /// parts of them) with their fields, members or elements and expiry; keys already expired are skipped. One batch per shard of the
     /// current map; returns how many entries were written. Other frames are refused.
     pub async fn restore(&self, entries: Vec<Frame>) -> Result<u64, ClusterError> {
         let now = crate::now_ms();
@@ -246,6 +264,13 @@ impl Node {
                         bytes += member.len();
                     }
                     (set.key.clone(), set.expires_at_ms)
+                }
+                Frame::List(list) => {
+                    for element in &list.elements {
+                        self.config.limits.check_value(element)?;
+                        bytes += element.len();
+                    }
+                    (list.key.clone(), list.expires_at_ms)
                 }
                 Frame::End { .. } | Frame::ShardEnd { .. } => {
                     return Err(ClusterError::Request(TriremeError::new(
@@ -306,6 +331,26 @@ impl Node {
                         if let Some(at) = set.expires_at_ms {
                             commands.push(Command::SetTtl {
                                 key: set.key.clone(),
+                                ttl: TtlUpdate::At(at),
+                            });
+                        }
+                    }
+                    Frame::List(list) => {
+                        let commands = per_shard
+                            .entry(routing.shard_of_key(&list.key))
+                            .or_default();
+                        commands.push(Command::List {
+                            key: list.key.clone(),
+                            op: ListOp::Push {
+                                elements: list.elements.clone(),
+                                end: End::Right,
+                                only_existing: false,
+                                max_len: max_fields,
+                            },
+                        });
+                        if let Some(at) = list.expires_at_ms {
+                            commands.push(Command::SetTtl {
+                                key: list.key.clone(),
                                 ttl: TtlUpdate::At(at),
                             });
                         }

@@ -11,6 +11,7 @@
 //! gone as soon as the request is dropped (a client that hangs up).
 
 use crate::ClusterError;
+use crate::ListOutcome;
 use crate::Node;
 use crate::ReadMeta;
 use crate::router::ShardIndex;
@@ -21,7 +22,7 @@ use std::time::Duration;
 use tokio::time::Instant;
 use trireme_raft::ReadMode;
 use trireme_storage::{Watch, WatchTarget};
-use trireme_types::{Record, ShardId};
+use trireme_types::{ListAnswer, ListOp, Record, ShardId};
 
 /// Longest wait a node asks of another at once (a request whose client hung up cancels its
 /// wait on the other node; should the cancel be lost, the waiter lingers at most this long).
@@ -242,5 +243,78 @@ impl Node {
             .forward_wait_op::<()>(to, shard, op, wait + REMOTE_MARGIN)
             .await?
             .is_some())
+    }
+}
+
+/// How long a Redis blocking command waits at once before looking again (one that waits
+/// without a limit waits in rounds of this).
+const LIST_ROUND: Duration = Duration::from_secs(600);
+
+impl Node {
+    /// A Redis blocking list command (`BLPOP`, `BRPOP` as [`ListOp::PopFirst`], `BLMOVE` as
+    /// [`ListOp::Move`]): runs `op`, and while it finds every list empty, waits until one of
+    /// them may have an element and runs it again, for at most `wait` (`None`: without a
+    /// limit). Answers what the last run answered: an empty answer once the wait is over.
+    ///
+    /// Each run is a write through the log, so two clients waiting on one list never both
+    /// take its element. The waiting is a blocking query on each list's key: a registry
+    /// entry woken by the apply of a change, no polling.
+    pub async fn list_command_blocking(
+        &self,
+        key: Bytes,
+        op: ListOp,
+        wait: Option<Duration>,
+    ) -> Result<ListOutcome, ClusterError> {
+        let mut watched = vec![key.clone()];
+        if let ListOp::PopFirst { others, .. } = &op {
+            watched.extend(others.iter().cloned());
+        }
+        let deadline = wait.map(|w| Instant::now() + w);
+        loop {
+            let outcome = self.list_command(key.clone(), op.clone()).await?;
+            let empty = match &outcome.0 {
+                Ok(ListAnswer::Popped(None)) => true,
+                Ok(ListAnswer::Elements(elements)) => elements.is_empty(),
+                _ => false,
+            };
+            if !empty || deadline.is_some_and(|d| Instant::now() >= d) {
+                return Ok(outcome);
+            }
+            self.wait_for_an_element(&watched, deadline).await?;
+        }
+    }
+
+    /// Waits until one of the lists at `keys` exists (a list with no element does not), or
+    /// until `deadline`.
+    async fn wait_for_an_element(
+        &self,
+        keys: &[Bytes],
+        deadline: Option<Instant>,
+    ) -> Result<(), ClusterError> {
+        let round = deadline.map_or(LIST_ROUND, |d| {
+            d.saturating_duration_since(Instant::now()).min(LIST_ROUND)
+        });
+        let mut waits = Vec::with_capacity(keys.len());
+        for key in keys {
+            let (record, meta, _) = self.get_indexed(key, ReadMode::Default).await?;
+            // Pushed since the run found it empty: run again at once.
+            if record.is_some() {
+                return Ok(());
+            }
+            let block = Blocking {
+                min_index: meta.index,
+                wait: round,
+            };
+            let target = WatchTarget::Key(key.clone());
+            waits.push(
+                async move {
+                    self.block_on(target, block, || self.get_indexed(key, ReadMode::Default))
+                        .await
+                        .map(drop)
+                }
+                .boxed(),
+            );
+        }
+        futures::future::select_all(waits).await.0
     }
 }

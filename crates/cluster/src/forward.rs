@@ -391,6 +391,43 @@ impl ReadQuery for ReadSet {
     }
 }
 
+/// A read of one list (`LLEN`, `LRANGE`, `LINDEX`, `LPOS`): its answer, or `WrongType`.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub(crate) struct ReadList {
+    pub key: Bytes,
+    pub read: trireme_types::ListRead,
+}
+
+impl ReadQuery for ReadList {
+    type Found = Result<trireme_types::ListAnswer, trireme_types::ErrorCode>;
+
+    fn is_cheap(&self) -> bool {
+        match &self.read {
+            trireme_types::ListRead::Range { start, stop } => {
+                // A short range from either end; anything else may read the whole list.
+                (*start >= 0 && *stop >= 0 || *start < 0 && *stop < 0)
+                    && stop.saturating_sub(*start) < i64::from(INLINE_SCAN_ROWS)
+            }
+            trireme_types::ListRead::Positions { .. } => false,
+            _ => true,
+        }
+    }
+
+    fn run(
+        &self,
+        storage: &Storage,
+        shard: ShardId,
+        now: u64,
+        _: Option<(u16, u16)>,
+    ) -> Result<Self::Found, ClusterError> {
+        Ok(storage.list_read(shard, &self.key, &self.read, now)?)
+    }
+
+    fn to_wire(&self) -> WireQuery {
+        WireQuery::List(self.clone())
+    }
+}
+
 /// How fresh the serving replica was (Consul's `X-Consul-*` headers).
 #[derive(Debug, Clone, Copy, Default, Serialize, Deserialize)]
 pub(crate) struct Freshness {
@@ -437,6 +474,7 @@ pub(crate) enum WireQuery {
     Search(SearchRows),
     Hash(ReadHash),
     Set(ReadSet),
+    List(ReadList),
 }
 
 /// A shard request on the peer link: a read carries its mode, a write none.
@@ -782,6 +820,9 @@ impl Node {
                         self.serve_here(shard, Read { mode, query, slots }).await
                     }
                     WireQuery::Set(query) => {
+                        self.serve_here(shard, Read { mode, query, slots }).await
+                    }
+                    WireQuery::List(query) => {
                         self.serve_here(shard, Read { mode, query, slots }).await
                     }
                 }

@@ -183,6 +183,7 @@ fn is_wrong_type(result: &CommandResult) -> bool {
             | CommandResult::Edited(Err(ErrorCode::WrongType))
             | CommandResult::Hash(Err(ErrorCode::WrongType))
             | CommandResult::SetMembers(Err(ErrorCode::WrongType))
+            | CommandResult::List(Err(ErrorCode::WrongType))
     )
 }
 
@@ -223,6 +224,23 @@ impl FromApplied for SetOutcome {
     fn from_applied(result: CommandResult) -> Result<Self, CommandResult> {
         match result {
             CommandResult::SetMembers(answer) => Ok(SetOutcome(answer)),
+            other => Err(other),
+        }
+    }
+}
+
+/// What a Redis list command answered, or why it changed nothing: `NotFound` (`LSET` on a
+/// missing list), `InvalidArgument` (an index out of range), `ValueTooLarge` (the list would
+/// pass its length limit). A key of another type is an error of its own.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ListOutcome(pub Result<trireme_types::ListAnswer, ErrorCode>);
+
+impl FromApplied for ListOutcome {
+    const WHAT: &'static str = "a list command";
+
+    fn from_applied(result: CommandResult) -> Result<Self, CommandResult> {
+        match result {
+            CommandResult::List(answer) => Ok(ListOutcome(answer)),
             other => Err(other),
         }
     }

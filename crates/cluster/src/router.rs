@@ -10,11 +10,11 @@
 //! returns, stay in this crate.
 
 use crate::forward::{
-    CountRows, Freshness, GetKeys, Read, ReadHash, ReadSet, ScanRows, SearchRows, Write,
+    CountRows, Freshness, GetKeys, Read, ReadHash, ReadList, ReadSet, ScanRows, SearchRows, Write,
 };
 use crate::request::{
-    DeleteRequest, Deleted, Done, EditOutcome, FromApplied, HashOutcome, IncrOutcome, PutOutcome,
-    PutRequest, SetOutcome, TransactionOutcome, TransactionRequest, TtlChanged,
+    DeleteRequest, Deleted, Done, EditOutcome, FromApplied, HashOutcome, IncrOutcome, ListOutcome,
+    PutOutcome, PutRequest, SetOutcome, TransactionOutcome, TransactionRequest, TtlChanged,
 };
 use crate::search::SearchQuery;
 use crate::{ClusterError, Node};
@@ -28,8 +28,8 @@ use std::time::Duration;
 use tokio::time::Instant;
 use trireme_raft::ReadMode;
 use trireme_types::{
-    Command, CommandResult, ErrorCode, HashOp, HashRead, LogCommand, Record, SetOp, SetRead,
-    ShardId, ShardMap, StringEdit, TriremeError, TtlUpdate,
+    Command, CommandResult, ErrorCode, HashOp, HashRead, ListOp, ListRead, LogCommand, Record,
+    SetOp, SetRead, ShardId, ShardMap, StringEdit, TriremeError, TtlUpdate,
 };
 
 /// Most bytes of keys and values one write may carry into a log entry (a transaction, an
@@ -680,6 +680,79 @@ impl Node {
             .map(SetOutcome)
     }
 
+    /// A Redis list command on `key` (`LPUSH`, `LPOP`, `LSET`, `LMOVE`, ...). Every key it
+    /// names must be in `key`'s shard (the RESP front end answers `CROSSSLOT` first).
+    pub async fn list_command(
+        &self,
+        key: Bytes,
+        mut op: ListOp,
+    ) -> Result<ListOutcome, ClusterError> {
+        let bytes = key.len() + self.prepare_list(&mut op)?;
+        check_entry_size(bytes)?;
+        let command = Command::List {
+            key: key.clone(),
+            op,
+        };
+        self.check_one_shard(&command)?;
+        self.write_key(&key, command).await
+    }
+
+    /// Reads the list at `key` (`LLEN`, `LRANGE`, `LINDEX`, `LPOS`), the way `mode` says.
+    pub async fn list_read(
+        &self,
+        key: &[u8],
+        read: ListRead,
+        mode: ReadMode,
+    ) -> Result<ListOutcome, ClusterError> {
+        self.check_key(key)?;
+        let key = Bytes::copy_from_slice(key);
+        let query = ReadList {
+            key: key.clone(),
+            read,
+        };
+        self.read_collection(&key, query, mode)
+            .await
+            .map(ListOutcome)
+    }
+
+    /// Checks a list command's elements against the limits and gives it the length limit;
+    /// the bytes it carries.
+    fn prepare_list(&self, op: &mut ListOp) -> Result<usize, ClusterError> {
+        let limits = &self.config.limits;
+        let mut bytes = 0;
+        match op {
+            ListOp::Push {
+                elements, max_len, ..
+            } => {
+                for element in elements.iter() {
+                    limits.check_value(element)?;
+                    bytes += element.len();
+                }
+                *max_len = limits.max_collection_members;
+            }
+            ListOp::Insert {
+                pivot,
+                element,
+                max_len,
+                ..
+            } => {
+                limits.check_value(element)?;
+                bytes += pivot.len() + element.len();
+                *max_len = limits.max_collection_members;
+            }
+            ListOp::Set { element, .. } | ListOp::Remove { element, .. } => {
+                limits.check_value(element)?;
+                bytes += element.len();
+            }
+            ListOp::Move { max_len, .. } => *max_len = limits.max_collection_members,
+            ListOp::Pop { .. }
+            | ListOp::PopFirst { .. }
+            | ListOp::Trim { .. }
+            | ListOp::Read(_) => {}
+        }
+        Ok(bytes)
+    }
+
     /// Refuses a command whose keys are not all in one shard.
     fn check_one_shard(&self, command: &Command) -> Result<(), ClusterError> {
         let keys = command.keys();
@@ -749,6 +822,7 @@ impl Node {
             match c {
                 Command::Hash { op, .. } => bytes += self.prepare_hash(op)?,
                 Command::SetMembers { op, .. } => bytes += self.prepare_set(op)?,
+                Command::List { op, .. } => bytes += self.prepare_list(op)?,
                 _ => {}
             }
         }

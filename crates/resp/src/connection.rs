@@ -149,7 +149,23 @@ impl Connection {
             }
             let flows = if let [_] = wave.as_slice() {
                 let request = std::mem::take(&mut wave[0]);
-                vec![execute(&self.shared, &mut self.client, request).await]
+                if cmd::is_blocking(&request) {
+                    // A client that hangs up while blocked stops the wait, as in Redis.
+                    let run = execute(&self.shared, &mut self.client, request);
+                    tokio::pin!(run);
+                    loop {
+                        tokio::select! {
+                            flow = &mut run => break vec![flow],
+                            read = self.socket.read_buf(&mut self.input) => {
+                                if read? == 0 {
+                                    return Ok(Next::Close);
+                                }
+                            }
+                        }
+                    }
+                } else {
+                    vec![execute(&self.shared, &mut self.client, request).await]
+                }
             } else {
                 let shared = &self.shared;
                 let client = &self.client;

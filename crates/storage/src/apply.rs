@@ -13,7 +13,10 @@ use trireme_types::{
 };
 
 mod hash;
+mod list;
 mod set;
+#[cfg(test)]
+mod testing;
 
 /// One committed log entry to apply: its index, and the command if it carries one (blank and
 /// membership entries carry none but still advance the applied state).
@@ -732,6 +735,7 @@ impl<'s> Pending<'s> {
             Command::SetMembers { key, op } => {
                 CommandResult::SetMembers(self.set_members(key, op, index, now)?)
             }
+            Command::List { key, op } => CommandResult::List(self.list(key, op, index, now)?),
             Command::Reap { keys } => {
                 for key in keys {
                     if self.raw(key)?.is_some_and(|r| r.is_expired(now)) {

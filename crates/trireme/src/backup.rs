@@ -212,7 +212,7 @@ async fn stream_shard(
         reader.push(&chunk);
         while let Some((frame, raw)) = reader.next_frame()? {
             match frame {
-                Frame::Entry(_) | Frame::Hash(_) | Frame::Set(_) => {
+                Frame::Entry(_) | Frame::Hash(_) | Frame::Set(_) | Frame::List(_) => {
                     file.write_all(&writer.entry_bytes(&raw))?;
                     seen += 1;
                 }
@@ -269,6 +269,12 @@ fn verify(path: &Path) -> anyhow::Result<Checked> {
                     longest_key = longest_key.max(member.len());
                 }
             }
+            Frame::List(list) => {
+                longest_key = longest_key.max(list.key.len());
+                for element in &list.elements {
+                    largest_value = largest_value.max(element.len());
+                }
+            }
             Frame::End { .. } | Frame::ShardEnd { .. } => {}
         });
     }
@@ -304,7 +310,7 @@ async fn restore(args: &RestoreArgs) -> anyhow::Result<()> {
         let n = file.read(&mut buf)?;
         reader.push(&buf[..n]);
         while let Some((frame, raw)) = reader.next_frame()? {
-            let (Frame::Entry(_) | Frame::Hash(_) | Frame::Set(_)) = frame else {
+            let (Frame::Entry(_) | Frame::Hash(_) | Frame::Set(_) | Frame::List(_)) = frame else {
                 continue;
             };
             // A piece stays within a request body: it goes before the entry that would

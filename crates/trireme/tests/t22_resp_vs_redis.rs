@@ -374,6 +374,100 @@ const SETS: &[&[&str]] = &[
     &["DEL", "{s}a", "{s}b", "{s}i", "{s}r", "{s}str", "{s}t"],
 ];
 
+/// The list commands, their errors, and how other commands see a list.
+const LISTS: &[&[&str]] = &[
+    &["RPUSH", "{l}a", "c", "d"],
+    &["LPUSH", "{l}a", "b", "a"],
+    &["RPUSH", "{l}a", "e"],
+    &["LRANGE", "{l}a", "0", "-1"],
+    &["LRANGE", "{l}a", "1", "2"],
+    &["LRANGE", "{l}a", "-2", "100"],
+    &["LRANGE", "{l}a", "3", "1"],
+    &["LRANGE", "{l}missing", "0", "-1"],
+    &["LLEN", "{l}a"],
+    &["LLEN", "{l}missing"],
+    &["LINDEX", "{l}a", "0"],
+    &["LINDEX", "{l}a", "-1"],
+    &["LINDEX", "{l}a", "99"],
+    &["LSET", "{l}a", "1", "B"],
+    &["LSET", "{l}a", "-1", "E"],
+    &["LSET", "{l}a", "9", "x"],
+    &["LSET", "{l}missing", "0", "x"],
+    &["LPUSHX", "{l}missing", "x"],
+    &["RPUSHX", "{l}a", "f"],
+    &["LINSERT", "{l}a", "BEFORE", "c", "c0"],
+    &["LINSERT", "{l}a", "AFTER", "f", "g"],
+    &["LINSERT", "{l}a", "AFTER", "zz", "x"],
+    &["LINSERT", "{l}missing", "AFTER", "a", "x"],
+    &["LINSERT", "{l}a", "MIDDLE", "a", "x"],
+    &["LRANGE", "{l}a", "0", "-1"],
+    &["RPUSH", "{l}r", "x", "y", "x", "z", "x"],
+    &["LPOS", "{l}r", "x"],
+    &["LPOS", "{l}r", "x", "RANK", "2"],
+    &["LPOS", "{l}r", "x", "RANK", "-1"],
+    &["LPOS", "{l}r", "x", "COUNT", "0"],
+    &["LPOS", "{l}r", "x", "COUNT", "2", "RANK", "-1"],
+    &["LPOS", "{l}r", "x", "MAXLEN", "2", "COUNT", "0"],
+    &["LPOS", "{l}r", "nope"],
+    &["LPOS", "{l}r", "x", "RANK", "0"],
+    &["LREM", "{l}r", "-2", "x"],
+    &["LRANGE", "{l}r", "0", "-1"],
+    &["LREM", "{l}r", "0", "y"],
+    &["LREM", "{l}r", "1", "nope"],
+    &["LRANGE", "{l}r", "0", "-1"],
+    &["LTRIM", "{l}a", "1", "-2"],
+    &["LRANGE", "{l}a", "0", "-1"],
+    &["LPOP", "{l}a"],
+    &["RPOP", "{l}a", "2"],
+    &["LPOP", "{l}a", "0"],
+    &["LPOP", "{l}missing"],
+    &["LPOP", "{l}missing", "2"],
+    &["LPOP", "{l}a", "-1"],
+    &["LMOVE", "{l}a", "{l}b", "LEFT", "RIGHT"],
+    &["LMOVE", "{l}a", "{l}a", "RIGHT", "LEFT"],
+    &["RPOPLPUSH", "{l}b", "{l}a"],
+    &["LMOVE", "{l}missing", "{l}a", "LEFT", "LEFT"],
+    &["LMOVE", "{l}a", "{l}b", "UP", "LEFT"],
+    &["LRANGE", "{l}a", "0", "-1"],
+    &["EXISTS", "{l}b"],
+    &["LTRIM", "{l}r", "5", "10"],
+    &["EXISTS", "{l}r"],
+    // Blocking commands find an element, or wait out a short timeout.
+    &["BLPOP", "{l}missing", "{l}a", "0.01"],
+    &["BRPOP", "{l}missing", "0.01"],
+    &["BLMOVE", "{l}a", "{l}b", "LEFT", "LEFT", "0.01"],
+    &["BLPOP", "{l}a", "-1"],
+    &["BLPOP", "{l}a", "soon"],
+    &["TYPE", "{l}a"],
+    &["EXPIREAT", "{l}a", "4000000000"],
+    &["COPY", "{l}a", "{l}c"],
+    &["LRANGE", "{l}c", "0", "-1"],
+    &["EXPIRETIME", "{l}c"],
+    // Types.
+    &["SET", "{l}s", "v"],
+    &["LPUSH", "{l}s", "x"],
+    &["LRANGE", "{l}s", "0", "-1"],
+    &["LMOVE", "{l}a", "{l}s", "LEFT", "LEFT"],
+    &["GET", "{l}a"],
+    &["SADD", "{l}a", "x"],
+    // Wrong arity.
+    &["LPUSH", "{l}a"],
+    &["LRANGE", "{l}a", "0"],
+    &["LINDEX", "{l}a"],
+    &["BLPOP", "{l}a"],
+    &["LPOP"],
+    // In a transaction; a blocking command does not block there.
+    &["MULTI"],
+    &["RPUSH", "{l}t", "1", "2", "3"],
+    &["LPOP", "{l}t"],
+    &["LRANGE", "{l}t", "0", "-1"],
+    &["BRPOP", "{l}t", "{l}missing", "0"],
+    &["BLPOP", "{l}missing", "0"],
+    &["LLEN", "{l}t"],
+    &["EXEC"],
+    &["DEL", "{l}a", "{l}b", "{l}c", "{l}s", "{l}t"],
+];
+
 /// Sends every command of `script` to both servers over one connection each and asserts
 /// the replies are the same bytes.
 async fn compare(script: &[&[&str]], resp3: bool) {
@@ -573,6 +667,16 @@ async fn string_commands_answer_as_redis_does_in_resp3() {
 }
 
 #[tokio::test]
+async fn list_commands_answer_as_redis_does_in_resp2() {
+    compare(LISTS, false).await;
+}
+
+#[tokio::test]
+async fn list_commands_answer_as_redis_does_in_resp3() {
+    compare(LISTS, true).await;
+}
+
+#[tokio::test]
 async fn set_commands_answer_as_redis_does_in_resp2() {
     compare(SETS, false).await;
 }
@@ -769,11 +873,74 @@ async fn redis_py_transactions_with_watch_lose_nothing_on_a_cluster() {
     );
 }
 
-/// redis-py 8's cluster client with its defaults (RESP3) using hashes and sets through a
-/// 3-node cluster: `hset(mapping=...)`, `hgetall` as a dict, counters, a transactional
-/// pipeline, `hscan_iter` over 2,500 fields, sets as Python sets, `sscan_iter`, `WRONGTYPE`.
+/// `BLPOP` and `BLMOVE` wait for a push through any node of a 3-node cluster; each waiting
+/// client gets its own element; a client that hangs up while it waits takes none; a timeout
+/// answers a null after at least its time.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn redis_py_uses_hashes_and_sets_on_a_cluster() {
+async fn blocking_pops_wait_for_pushes_on_a_cluster() {
+    use common::{Reply, ReplyExt, until_blocking_queries};
+    let c = TestCluster::start(ClusterOptions::default()).await;
+    let (waiting_node, pushing_node) = (c.node(1), c.node(2));
+
+    // Three waiters on one list, served as pushes arrive: one element each.
+    let mut waiters = Vec::new();
+    for _ in 0..3 {
+        let mut conn = RawResp::connect(waiting_node.resp_addr()).await;
+        conn.send_cmd(&[b"BLPOP", b"{q}jobs", b"30"]).await;
+        waiters.push(conn);
+    }
+    until_blocking_queries(waiting_node, 3).await;
+    let mut pusher = RawResp::connect(pushing_node.resp_addr()).await;
+    for job in [&b"j1"[..], b"j2", b"j3"] {
+        let pushed = Reply::parse(&pusher.cmd(&[b"RPUSH", b"{q}jobs", job]).await);
+        assert!(pushed.int() >= 1);
+    }
+    let mut got = Vec::new();
+    for conn in &mut waiters {
+        let reply = Reply::parse(&conn.read_reply().await);
+        let pair = reply.array();
+        assert_eq!(pair[0].bulk(), b"{q}jobs");
+        got.push(String::from_utf8_lossy(pair[1].bulk()).into_owned());
+    }
+    got.sort();
+    assert_eq!(got, ["j1", "j2", "j3"]);
+    assert_eq!(pusher.cmd(&[b"LLEN", b"{q}jobs"]).await, b":0\r\n");
+
+    // BLMOVE hands the element on to another list of the slot.
+    let mut mover = RawResp::connect(waiting_node.resp_addr()).await;
+    mover
+        .send_cmd(&[b"BLMOVE", b"{q}in", b"{q}done", b"LEFT", b"RIGHT", b"30"])
+        .await;
+    until_blocking_queries(waiting_node, 1).await;
+    pusher.cmd(&[b"LPUSH", b"{q}in", b"task"]).await;
+    assert_eq!(mover.read_reply().await, b"$4\r\ntask\r\n");
+    assert_eq!(
+        pusher.cmd(&[b"LRANGE", b"{q}done", b"0", b"-1"]).await,
+        b"*1\r\n$4\r\ntask\r\n"
+    );
+
+    // A client that hangs up stops waiting; the next push stays in the list.
+    let mut quitter = RawResp::connect(waiting_node.resp_addr()).await;
+    quitter.send_cmd(&[b"BRPOP", b"{q}left", b"0"]).await;
+    until_blocking_queries(waiting_node, 1).await;
+    drop(quitter);
+    until_blocking_queries(waiting_node, 0).await;
+    pusher.cmd(&[b"RPUSH", b"{q}left", b"kept"]).await;
+    assert_eq!(pusher.cmd(&[b"LLEN", b"{q}left"]).await, b":1\r\n");
+
+    // A timeout answers a null array, no sooner than asked.
+    let started = std::time::Instant::now();
+    let timed_out = mover.cmd(&[b"BLPOP", b"{q}never", b"0.3"]).await;
+    assert_eq!(timed_out, b"*-1\r\n");
+    assert!(started.elapsed() >= Duration::from_millis(300));
+}
+
+/// redis-py 8's cluster client with its defaults (RESP3) using hashes, sets and lists through
+/// a 3-node cluster: `hset(mapping=...)`, `hgetall` as a dict, counters, a transactional
+/// pipeline, `hscan_iter` over 2,500 fields, sets as Python sets, `sscan_iter`, a queue with
+/// `blpop`, `WRONGTYPE`.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn redis_py_uses_hashes_sets_and_lists_on_a_cluster() {
     let c = TestCluster::start(ClusterOptions::default()).await;
     let python = concat!(
         env!("CARGO_MANIFEST_DIR"),

@@ -128,6 +128,8 @@ async fn a_backup_taken_under_writes_restores_into_a_cluster_of_another_shape() 
     assert_eq!(added, b":2\r\n");
     let added = resp.cmd(&[b"SADD", b"set/tags", b"x", b"y", b"z"]).await;
     assert_eq!(added, b":3\r\n");
+    let pushed = resp.cmd(&[b"RPUSH", b"list/q", b"c", b"a", b"b"]).await;
+    assert_eq!(pushed, b":3\r\n");
     // A key held by a lock: its value is kept, the lock (and the session) are not.
     let session: serde_json::Value = client
         .put(format!("{base}/v1/session/create"))
@@ -257,6 +259,8 @@ async fn a_backup_taken_under_writes_restores_into_a_cluster_of_another_shape() 
     assert!((1..=600_000).contains(&pttl), "PTTL {pttl}");
     let tags = resp.cmd(&[b"SMEMBERS", b"set/tags"]).await;
     assert_eq!(tags, b"*3\r\n$1\r\nx\r\n$1\r\ny\r\n$1\r\nz\r\n");
+    let queue = resp.cmd(&[b"LRANGE", b"list/q", b"0", b"-1"]).await;
+    assert_eq!(queue, b"*3\r\n$1\r\nc\r\n$1\r\na\r\n$1\r\nb\r\n", "in order");
     // Every key the backup held, and the ones written during it that it caught.
     let restored = keys(&into).await;
     assert!(

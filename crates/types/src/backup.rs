@@ -54,7 +54,20 @@ pub struct SetEntry {
     pub expires_at_ms: Option<u64>,
 }
 
-/// Bytes of fields and values one [`HashEntry`] (or members one [`SetEntry`]) carries at most (a single larger field
+/// Elements of one Redis list as backed up, in order; a long list is cut into several of
+/// these, restored by pushing each onto the tail.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ListEntry {
+    /// The list's key.
+    pub key: Bytes,
+    /// Elements, head first.
+    pub elements: Vec<Bytes>,
+    /// When the list expires, Unix milliseconds.
+    pub expires_at_ms: Option<u64>,
+}
+
+/// Bytes of fields and values one [`HashEntry`] (or members one [`SetEntry`], elements one
+/// [`ListEntry`]) carries at most (a single larger field
 /// travels alone), so that it fits in one restore request.
 pub const HASH_ENTRY_BYTES: usize = 256 << 10;
 
@@ -86,6 +99,8 @@ pub enum Frame {
     Hash(HashEntry),
     /// A Redis set, or a part of one. Counts as an entry in the end frames.
     Set(SetEntry),
+    /// A Redis list, or a part of one. Counts as an entry in the end frames.
+    List(ListEntry),
 }
 
 /// Why a backup cannot be read.
@@ -230,7 +245,10 @@ impl Verifier {
                     self.error = Some(BackupError::TrailingData);
                     return;
                 }
-                Ok(Some((frame @ (Frame::Entry(_) | Frame::Hash(_) | Frame::Set(_)), raw))) => {
+                Ok(Some((
+                    frame @ (Frame::Entry(_) | Frame::Hash(_) | Frame::Set(_) | Frame::List(_)),
+                    raw,
+                ))) => {
                     self.hasher.update(&raw);
                     self.entries += 1;
                     entry(&frame);

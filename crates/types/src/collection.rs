@@ -51,9 +51,38 @@ pub fn member_of<'k>(prefix: &[u8], member_key: &'k [u8]) -> Option<&'k [u8]> {
     member_key.strip_prefix(prefix)
 }
 
-/// The member count a collection's record holds.
+/// The member count a collection's record holds (its first 8 bytes; a list's record holds
+/// its first position after them).
 pub fn decode_count(value: &[u8]) -> u64 {
-    value.try_into().map(u64::from_be_bytes).unwrap_or_default()
+    value
+        .get(..8)
+        .and_then(|b| b.try_into().ok())
+        .map(u64::from_be_bytes)
+        .unwrap_or_default()
+}
+
+/// A list's record: its length and the position of its first element.
+pub fn decode_list(value: &[u8]) -> (u64, i64) {
+    let first = value
+        .get(8..16)
+        .and_then(|b| b.try_into().ok())
+        .map(i64::from_be_bytes)
+        .unwrap_or_default();
+    (decode_count(value), first)
+}
+
+/// A list's record value for `len` elements from position `first`.
+pub fn encode_list(len: u64, first: i64) -> Bytes {
+    let mut out = Vec::with_capacity(16);
+    out.extend_from_slice(&len.to_be_bytes());
+    out.extend_from_slice(&first.to_be_bytes());
+    Bytes::from(out)
+}
+
+/// The member name of a list element at `position`: big-endian with the sign bit flipped,
+/// so that the rows of a list sort by position, negative ones first.
+pub fn list_position(position: i64) -> [u8; 8] {
+    ((position as u64) ^ (1 << 63)).to_be_bytes()
 }
 
 /// A collection record's value for `count` members.
@@ -79,5 +108,7 @@ mod tests {
         assert!(!member_key(b"ab", b"c").starts_with(&member_prefix(b"a")));
         assert_eq!(member_slot(b"plain"), None);
         assert_eq!(decode_count(&encode_count(42)), 42);
+        assert_eq!(decode_list(&encode_list(3, -7)), (3, -7));
+        assert!(list_position(-1) < list_position(0) && list_position(0) < list_position(1));
     }
 }

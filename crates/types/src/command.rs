@@ -188,6 +188,151 @@ pub enum Command {
         /// What to do.
         op: SetOp,
     },
+    /// A Redis list command on the list at `key` (creating it, or refusing a key of another
+    /// type with [`ErrorCode::WrongType`]). Answered with [`CommandResult::List`].
+    List {
+        /// The list's key.
+        key: Bytes,
+        /// What to do.
+        op: ListOp,
+    },
+}
+
+/// An end of a list.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub enum End {
+    /// The head (`LPUSH`, `LPOP`, `LEFT`).
+    Left,
+    /// The tail (`RPUSH`, `RPOP`, `RIGHT`).
+    Right,
+}
+
+/// A change to, or inside a transaction a read of, one list: see [`Command::List`].
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub enum ListOp {
+    /// Push elements at an end, one after the other (`LPUSH`, `RPUSH`; with `only_existing`,
+    /// `LPUSHX`, `RPUSHX`); answers the length after.
+    Push {
+        /// The elements.
+        elements: Vec<Bytes>,
+        /// Where.
+        end: End,
+        /// Only onto a list that exists.
+        only_existing: bool,
+        /// The most elements the list may have after the change (the proposer's limit).
+        max_len: u64,
+    },
+    /// Remove and answer up to `count` elements from an end (`LPOP`, `RPOP`);
+    /// [`ListAnswer::Popped`] with nothing when there is no list.
+    Pop {
+        /// Where.
+        end: End,
+        /// How many.
+        count: u64,
+    },
+    /// Pop one element from the first non-empty list of this key and `others` (`BLPOP`,
+    /// `BRPOP` once a list has one); answers the key and the element.
+    PopFirst {
+        /// Where.
+        end: End,
+        /// The other lists, in the same slot, in order.
+        others: Vec<Bytes>,
+    },
+    /// Overwrite the element at `index` (`LSET`); negative counts from the tail.
+    Set {
+        /// The index.
+        index: i64,
+        /// The new element.
+        element: Bytes,
+    },
+    /// Keep only the elements from `start` to `stop` (`LTRIM`), as Redis reads the bounds.
+    Trim {
+        /// First index kept.
+        start: i64,
+        /// Last index kept.
+        stop: i64,
+    },
+    /// Remove elements equal to `element` (`LREM`): `count` > 0 the first that many from the
+    /// head, < 0 from the tail, 0 all; answers how many went.
+    Remove {
+        /// How many and from where.
+        count: i64,
+        /// The element.
+        element: Bytes,
+    },
+    /// Insert `element` before or after the first `pivot` (`LINSERT`); answers the length
+    /// after, -1 without the pivot, 0 without the list.
+    Insert {
+        /// Before the pivot (else after).
+        before: bool,
+        /// The element to find.
+        pivot: Bytes,
+        /// The element to insert.
+        element: Bytes,
+        /// As in [`ListOp::Push`].
+        max_len: u64,
+    },
+    /// Pop an element from one end of this list and push it onto an end of the list at
+    /// `to`, in the same slot (`LMOVE`, `RPOPLPUSH`); answers it, or nothing when empty.
+    Move {
+        /// The list it goes to.
+        to: Bytes,
+        /// Where it leaves this list.
+        from: End,
+        /// Where it joins the other.
+        onto: End,
+        /// As in [`ListOp::Push`], for `to`.
+        max_len: u64,
+    },
+    /// A read at this point of a transaction (`LRANGE` after `MULTI`).
+    Read(ListRead),
+}
+
+/// A read of one list.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub enum ListRead {
+    /// The length (`LLEN`): [`ListAnswer::Count`].
+    Len,
+    /// Elements from `start` to `stop`, as Redis reads the bounds (`LRANGE`):
+    /// [`ListAnswer::Elements`].
+    Range {
+        /// First index.
+        start: i64,
+        /// Last index.
+        stop: i64,
+    },
+    /// The element at `index` (`LINDEX`): [`ListAnswer::Elements`], empty when out of range.
+    Index(i64),
+    /// Indexes of `element` (`LPOS`): the `rank`-th match on (negative: from the tail), at
+    /// most `count` of them (0: all), looking at `max_len` elements at most (0: all):
+    /// [`ListAnswer::Positions`].
+    Positions {
+        /// The element.
+        element: Bytes,
+        /// Which match first.
+        rank: i64,
+        /// How many.
+        count: u64,
+        /// How far to look.
+        max_len: u64,
+    },
+}
+
+/// What a [`Command::List`] or a list read answers.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub enum ListAnswer {
+    /// A length or a number of elements removed.
+    Count(u64),
+    /// `LINSERT`'s answer: the length, or -1 / 0.
+    Int(i64),
+    /// Elements, in order.
+    Elements(Vec<Bytes>),
+    /// The key an element was popped from, and the element (none: every list was empty).
+    Popped(Option<(Bytes, Bytes)>),
+    /// Indexes.
+    Positions(Vec<u64>),
+    /// Done (`LSET`, `LTRIM`).
+    Done,
 }
 
 /// A change to, or inside a transaction a read of, one set: see [`Command::SetMembers`].
@@ -504,6 +649,7 @@ impl Command {
             Command::Session { .. } => "session",
             Command::Hash { .. } => "hash",
             Command::SetMembers { .. } => "set_members",
+            Command::List { .. } => "list",
         }
     }
 
@@ -544,6 +690,15 @@ impl Command {
                     SetOp::Move { to, .. } => keys.push(to),
                     SetOp::Store { sources, .. } => keys.extend(sources),
                     SetOp::Read(SetRead::Combine { others, .. }) => keys.extend(others),
+                    _ => {}
+                }
+                keys
+            }
+            Command::List { key, op } => {
+                let mut keys = vec![key];
+                match op {
+                    ListOp::Move { to, .. } => keys.push(to),
+                    ListOp::PopFirst { others, .. } => keys.extend(others),
                     _ => {}
                 }
                 keys
@@ -598,4 +753,6 @@ pub enum CommandResult {
     Hash(Result<HashAnswer, ErrorCode>),
     /// A [`Command::SetMembers`]: its answer, or why nothing changed.
     SetMembers(Result<SetAnswer, ErrorCode>),
+    /// A [`Command::List`]: its answer, or why nothing changed.
+    List(Result<ListAnswer, ErrorCode>),
 }

@@ -23,9 +23,9 @@ pub mod slot;
 pub mod timed;
 
 pub use command::{
-    Command, CommandResult, HashAnswer, HashOp, HashRead, KeyCheck, LockOp, LockOutcome,
-    LogCommand, PutCondition, SessionOp, SetAnswer, SetCombine, SetOp, SetRead, StringEdit,
-    TtlUpdate,
+    Command, CommandResult, End, HashAnswer, HashOp, HashRead, KeyCheck, ListAnswer, ListOp,
+    ListRead, LockOp, LockOutcome, LogCommand, PutCondition, SessionOp, SetAnswer, SetCombine,
+    SetOp, SetRead, StringEdit, TtlUpdate,
 };
 pub use error::{ErrorCode, TriremeError};
 pub use histogram::LatencyHistogram;

@@ -38,6 +38,9 @@ pub enum ValueKind {
     Hash,
     /// A Redis set: the record's value is its member count, each member a row.
     Set,
+    /// A Redis list: the record's value is its length and first position, each element a
+    /// row named by its position.
+    List,
 }
 
 impl ValueKind {
@@ -47,6 +50,7 @@ impl ValueKind {
             ValueKind::String => "string",
             ValueKind::Hash => "hash",
             ValueKind::Set => "set",
+            ValueKind::List => "list",
         }
     }
 
@@ -55,6 +59,7 @@ impl ValueKind {
             ValueKind::String => 0,
             ValueKind::Hash => 1,
             ValueKind::Set => 2,
+            ValueKind::List => 3,
         }
     }
 
@@ -63,6 +68,7 @@ impl ValueKind {
             0 => Some(ValueKind::String),
             1 => Some(ValueKind::Hash),
             2 => Some(ValueKind::Set),
+            3 => Some(ValueKind::List),
             _ => None,
         }
     }

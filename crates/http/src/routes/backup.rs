@@ -74,7 +74,9 @@ pub(crate) async fn restore(
         .map_err(|e| ApiError::invalid(e.to_string()))?
     {
         match frame {
-            Frame::Entry(_) | Frame::Hash(_) | Frame::Set(_) => entries.push(frame),
+            Frame::Entry(_) | Frame::Hash(_) | Frame::Set(_) | Frame::List(_) => {
+                entries.push(frame)
+            }
             Frame::End { .. } | Frame::ShardEnd { .. } => {
                 return Err(ApiError::invalid(
                     "a restore piece carries entries only, not an end mark",

@@ -104,7 +104,7 @@ pub(crate) async fn metrics(State(state): State<AppState>) -> impl IntoResponse 
     let waiting = state.node.storage().watchers().len();
     let _ = writeln!(
         out,
-        "# HELP trireme_blocking_queries_waiting Blocking queries (Consul ?index=) waiting on this node's replicas, its own clients' and other nodes'.\n# TYPE trireme_blocking_queries_waiting gauge\ntrireme_blocking_queries_waiting {waiting}"
+        "# HELP trireme_blocking_queries_waiting Blocking queries (Consul ?index=, Redis BLPOP and the like) waiting on this node's replicas, its own clients' and other nodes'.\n# TYPE trireme_blocking_queries_waiting gauge\ntrireme_blocking_queries_waiting {waiting}"
     );
     let poisoned = u64::from(state.node.storage().is_poisoned());
     let _ = writeln!(

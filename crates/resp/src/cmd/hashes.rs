@@ -30,6 +30,24 @@ fn answer(outcome: HashOutcome, float: bool) -> Result<HashAnswer, CmdError> {
     outcome.0.map_err(|code| refused(code, float))
 }
 
+/// The commands [`parse`] takes: they run alone or queued in a `MULTI`.
+pub(crate) const NAMES: &[&str] = &[
+    "hset",
+    "hmset",
+    "hsetnx",
+    "hget",
+    "hmget",
+    "hexists",
+    "hstrlen",
+    "hlen",
+    "hgetall",
+    "hkeys",
+    "hvals",
+    "hdel",
+    "hincrby",
+    "hincrbyfloat",
+];
+
 /// How a hash command's answer becomes its reply.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) enum Shape {

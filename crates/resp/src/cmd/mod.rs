@@ -6,6 +6,7 @@ mod cluster;
 mod connection;
 mod hashes;
 mod keys;
+mod lists;
 mod members;
 mod optimistic;
 mod pubsub;
@@ -14,6 +15,7 @@ mod sets;
 mod strings;
 mod transaction;
 
+pub(crate) use lists::is_blocking;
 pub(crate) use pubsub::message as pubsub_message;
 
 use crate::state::{ClientState, Shared};
@@ -164,19 +166,15 @@ async fn dispatch(shared: &Shared, client: &mut ClientState, mut args: Args) -> 
         "setrange" => strings::setrange(&mut ctx, &mut args).await,
         "incrbyfloat" => strings::incrbyfloat(&mut ctx, &mut args).await,
         // hashes
-        "hset" | "hmset" | "hsetnx" | "hget" | "hmget" | "hexists" | "hstrlen" | "hlen"
-        | "hgetall" | "hkeys" | "hvals" | "hdel" | "hincrby" | "hincrbyfloat" => {
-            hashes::run(&mut ctx, &mut args).await
-        }
+        name if hashes::NAMES.contains(&name) => hashes::run(&mut ctx, &mut args).await,
         "hscan" => hashes::hscan(&mut ctx, &mut args).await,
         "hrandfield" => hashes::hrandfield(&mut ctx, &mut args).await,
         // sets
-        "sadd" | "srem" | "smembers" | "sismember" | "smismember" | "scard" | "spop" | "sinter"
-        | "sunion" | "sdiff" | "sinterstore" | "sunionstore" | "sdiffstore" | "smove" => {
-            sets::run(&mut ctx, &mut args).await
-        }
+        name if sets::NAMES.contains(&name) => sets::run(&mut ctx, &mut args).await,
         "sscan" => sets::sscan(&mut ctx, &mut args).await,
         "srandmember" => sets::srandmember(&mut ctx, &mut args).await,
+        // lists
+        name if lists::NAMES.contains(&name) => lists::run(&mut ctx, &mut args).await,
         // keys
         "del" | "unlink" => keys::del(&mut ctx, &mut args).await,
         "exists" => keys::exists(&mut ctx, &mut args).await,
@@ -232,7 +230,7 @@ async fn dispatch(shared: &Shared, client: &mut ClientState, mut args: Args) -> 
 /// Commands that read or write exactly the key after their name and touch nothing else
 /// (no other key, no connection state), so that several of them on different keys may run
 /// at once. `DEL` and `EXISTS` count only with one key.
-const SINGLE_KEY: [&str; 49] = [
+const SINGLE_KEY: [&str; 61] = [
     "get",
     "set",
     "incr",
@@ -282,6 +280,18 @@ const SINGLE_KEY: [&str; 49] = [
     "smismember",
     "scard",
     "spop",
+    "lpush",
+    "rpush",
+    "lpushx",
+    "rpushx",
+    "lpop",
+    "rpop",
+    "llen",
+    "lrange",
+    "lindex",
+    "lset",
+    "lrem",
+    "ltrim",
 ];
 
 /// The key of a request that may run beside others (see [`SINGLE_KEY`]), if it is one.

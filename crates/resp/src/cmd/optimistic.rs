@@ -11,8 +11,8 @@ use super::{CmdError, CmdResult, Ctx, no_more};
 use crate::{ArgError, Args, Reply};
 use bytes::Bytes;
 use trireme_cluster::{
-    Command, FromApplied, HashAnswer, HashOp, HashRead, KeyCheck, PutCondition, ReadMode,
-    SetCombine, SetOp, TransactionRequest, TtlChanged, TtlUpdate,
+    Command, End, FromApplied, HashAnswer, HashOp, HashRead, KeyCheck, ListAnswer, ListOp,
+    ListRead, PutCondition, ReadMode, SetCombine, SetOp, TransactionRequest, TtlChanged, TtlUpdate,
 };
 use trireme_types::{Record, ValueKind, key_slot};
 
@@ -240,6 +240,41 @@ async fn copy_of(
                         pairs,
                         only_new: false,
                         max_fields: 0,
+                    },
+                },
+            ];
+            if ttl != TtlUpdate::Clear {
+                commands.push(Command::SetTtl { key: target, ttl });
+            }
+            Ok(commands)
+        }
+        ValueKind::List => {
+            let all = ListRead::Range { start: 0, stop: -1 };
+            let outcome = ctx
+                .shared
+                .node
+                .list_read(source, all, ReadMode::Default)
+                .await?;
+            let elements = match outcome.0 {
+                Ok(ListAnswer::Elements(elements)) => elements,
+                other => {
+                    return Err(CmdError::Reply(format!(
+                        "ERR internal: reading the list answered {other:?}"
+                    )));
+                }
+            };
+            let mut commands = vec![
+                Command::Delete {
+                    keys: vec![target.clone()],
+                    cas: None,
+                },
+                Command::List {
+                    key: target.clone(),
+                    op: ListOp::Push {
+                        elements,
+                        end: End::Right,
+                        only_existing: false,
+                        max_len: 0,
                     },
                 },
             ];

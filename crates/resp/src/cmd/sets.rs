@@ -13,6 +13,24 @@ use trireme_types::{ErrorCode, key_slot};
 
 const CROSSSLOT: &str = "CROSSSLOT Keys in request don't hash to the same slot";
 
+/// The commands [`parse`] takes: they run alone or queued in a `MULTI`.
+pub(crate) const NAMES: &[&str] = &[
+    "sadd",
+    "srem",
+    "smembers",
+    "sismember",
+    "smismember",
+    "scard",
+    "spop",
+    "sinter",
+    "sunion",
+    "sdiff",
+    "sinterstore",
+    "sunionstore",
+    "sdiffstore",
+    "smove",
+];
+
 /// How a set command's answer becomes its reply.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) enum Shape {

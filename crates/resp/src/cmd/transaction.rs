@@ -7,13 +7,13 @@
 //! them or, if a watched key changed, none (`EXEC` answers a null). Keys in more than one
 //! slot get `CROSSSLOT`, as Redis Cluster answers.
 
-use super::{CmdError, CmdResult, Ctx, hashes, keys, no_more, sets, strings};
+use super::{CmdError, CmdResult, Ctx, hashes, keys, lists, no_more, sets, strings};
 use crate::{ArgError, Args, Reply};
 use bytes::Bytes;
 use trireme_cluster::{
     Command, CommandResult, Deleted, Done, EditOutcome, FromApplied, HashOutcome, IncrOutcome,
-    KeyCheck, PutCondition, PutOutcome, PutRequest, ReadMode, Records, SetOutcome, StringEdit,
-    TransactionRequest, TtlChanged, TtlUpdate,
+    KeyCheck, ListOutcome, PutCondition, PutOutcome, PutRequest, ReadMode, Records, SetOutcome,
+    StringEdit, TransactionRequest, TtlChanged, TtlUpdate,
 };
 use trireme_types::key_slot;
 
@@ -21,7 +21,8 @@ use crate::state::Multi;
 
 const CROSSSLOT: &str = "CROSSSLOT Keys in request don't hash to the same slot";
 
-/// Commands that may be queued: those with a log command of their own.
+/// Commands that may be queued: those with a log command of their own (and the hash, set
+/// and list commands, which name themselves).
 const QUEUEABLE: &[&str] = &[
     "get",
     "set",
@@ -55,34 +56,6 @@ const QUEUEABLE: &[&str] = &[
     "type",
     "ping",
     "unwatch",
-    "hset",
-    "hmset",
-    "hsetnx",
-    "hget",
-    "hmget",
-    "hexists",
-    "hstrlen",
-    "hlen",
-    "hgetall",
-    "hkeys",
-    "hvals",
-    "hdel",
-    "hincrby",
-    "hincrbyfloat",
-    "sadd",
-    "srem",
-    "smembers",
-    "sismember",
-    "smismember",
-    "scard",
-    "spop",
-    "sinter",
-    "sunion",
-    "sdiff",
-    "sinterstore",
-    "sunionstore",
-    "sdiffstore",
-    "smove",
 ];
 
 /// Whether a request is one the connection runs itself while a `MULTI` is open.
@@ -180,7 +153,10 @@ fn check_queueable(
         Some(false) => return Err(args.wrong_arity().into()),
         Some(true) => {}
     }
-    if !QUEUEABLE.contains(&name.as_str()) {
+    let collection = [hashes::NAMES, sets::NAMES, lists::NAMES]
+        .iter()
+        .any(|names| names.contains(&name.as_str()));
+    if !QUEUEABLE.contains(&name.as_str()) && !collection {
         return Err(CmdError::Reply(format!(
             "ERR '{name}' cannot be queued in MULTI here: only commands on keys can (see docs/redis-compatibility.md)"
         )));
@@ -487,18 +463,23 @@ fn plan(args: &mut Args, max_value: u64) -> Result<Step, CmdError> {
                 Ok(Reply::Bulk(strings::substring(&value, start, end)))
             })
         }
-        "hset" | "hmset" | "hsetnx" | "hget" | "hmget" | "hexists" | "hstrlen" | "hlen"
-        | "hgetall" | "hkeys" | "hvals" | "hdel" | "hincrby" | "hincrbyfloat" => {
+        name if hashes::NAMES.contains(&name) => {
             let hashes::HashCommand { key, op, shape } = hashes::parse(args)?;
             step(Command::Hash { key, op }, move |r| {
                 hashes::reply(shape, read::<HashOutcome>(r)?)
             })
         }
-        "sadd" | "srem" | "smembers" | "sismember" | "smismember" | "scard" | "spop" | "sinter"
-        | "sunion" | "sdiff" | "sinterstore" | "sunionstore" | "sdiffstore" | "smove" => {
+        name if sets::NAMES.contains(&name) => {
             let sets::SetCommand { key, op, shape } = sets::parse(args)?;
             step(Command::SetMembers { key, op }, move |r| {
                 sets::reply(shape, read::<SetOutcome>(r)?)
+            })
+        }
+        name if lists::NAMES.contains(&name) => {
+            // Inside a transaction a blocking command does not block, as in Redis.
+            let lists::ListCommand { key, op, shape, .. } = lists::parse(args)?;
+            step(Command::List { key, op }, move |r| {
+                lists::reply(shape, read::<ListOutcome>(r)?)
             })
         }
         "ping" | "unwatch" => {

@@ -445,17 +445,13 @@ impl HashEdit<'_> {
 
 #[cfg(test)]
 mod tests {
-    use crate::{ApplyEntry, ShardSplit, Storage, StorageOptions};
-    use bytes::Bytes;
+    use super::super::testing::*;
+    use crate::{ShardSplit, Storage, StorageOptions};
     use trireme_types::collection::member_key;
     use trireme_types::{
-        Command, CommandResult, ErrorCode, HashAnswer, HashOp, HashRead, KeyCheck, LogCommand,
-        PutCondition, ShardId, TtlUpdate,
+        Command, CommandResult, ErrorCode, HashAnswer, HashOp, HashRead, KeyCheck, PutCondition,
+        ShardId, TtlUpdate,
     };
-
-    fn b(s: &str) -> Bytes {
-        Bytes::copy_from_slice(s.as_bytes())
-    }
 
     fn hset(key: &str, pairs: &[(&str, &str)]) -> Command {
         Command::Hash {
@@ -480,26 +476,6 @@ mod tests {
             after: None,
             limit: u64::MAX,
         }
-    }
-
-    /// Applies `commands` at `now`, one entry each from index `first`.
-    fn run(storage: &Storage, first: u64, now: u64, commands: Vec<Command>) -> Vec<CommandResult> {
-        let logs: Vec<LogCommand> = commands
-            .into_iter()
-            .map(|command| LogCommand {
-                now_ms: now,
-                command,
-            })
-            .collect();
-        let entries: Vec<_> = logs
-            .iter()
-            .enumerate()
-            .map(|(i, c)| ApplyEntry {
-                index: first + i as u64,
-                command: Some(c),
-            })
-            .collect();
-        storage.apply(ShardId(0), &entries, &[]).unwrap()
     }
 
     fn answer(result: &CommandResult) -> Result<HashAnswer, ErrorCode> {
@@ -532,7 +508,7 @@ mod tests {
     fn fields_are_rows_counted_in_the_head_and_go_with_it() {
         let dir = tempfile::tempdir().unwrap();
         let storage = Storage::open(dir.path(), &StorageOptions::default()).unwrap();
-        let results = run(
+        let results = run_at(
             &storage,
             1,
             1,
@@ -590,7 +566,7 @@ mod tests {
         assert_eq!(stored_rows(&storage), 3);
 
         // SET replaces the hash, fields and all.
-        run(
+        run_at(
             &storage,
             10,
             1,
@@ -609,7 +585,7 @@ mod tests {
         );
 
         // Deleting the last field deletes the hash.
-        run(
+        run_at(
             &storage,
             20,
             1,
@@ -631,7 +607,7 @@ mod tests {
     fn an_expired_hash_leaves_no_field_to_a_new_one_and_reaping_takes_its_rows() {
         let dir = tempfile::tempdir().unwrap();
         let storage = Storage::open(dir.path(), &StorageOptions::default()).unwrap();
-        run(
+        run_at(
             &storage,
             1,
             1,
@@ -649,7 +625,7 @@ mod tests {
             ],
         );
         // At 200 both expired; `h` is written anew, `e` reaped.
-        run(
+        run_at(
             &storage,
             10,
             200,
@@ -681,8 +657,8 @@ mod tests {
     fn a_transaction_reads_its_own_writes_and_an_undone_one_leaves_the_hash_whole() {
         let dir = tempfile::tempdir().unwrap();
         let storage = Storage::open(dir.path(), &StorageOptions::default()).unwrap();
-        run(&storage, 1, 1, vec![hset("h", &[("a", "1"), ("b", "2")])]);
-        let results = run(
+        run_at(&storage, 1, 1, vec![hset("h", &[("a", "1"), ("b", "2")])]);
+        let results = run_at(
             &storage,
             2,
             1,
@@ -731,7 +707,7 @@ mod tests {
             .iter()
             .map(|k| hset(k, &[("f1", "1"), ("f2", "2")]))
             .collect();
-        run(&storage, 1, 1, writes);
+        run_at(&storage, 1, 1, writes);
         let split = ShardSplit {
             parent: ShardId(0),
             child: ShardId(1),

@@ -331,20 +331,12 @@ impl Pending<'_> {
 
 #[cfg(test)]
 mod tests {
-    use crate::{ApplyEntry, Storage, StorageOptions};
+    use super::super::testing::*;
+    use crate::{Storage, StorageOptions};
     use bytes::Bytes;
     use trireme_types::{
-        Command, CommandResult, ErrorCode, LogCommand, SetAnswer, SetCombine, SetOp, SetRead,
-        ShardId,
+        Command, CommandResult, ErrorCode, SetAnswer, SetCombine, SetOp, SetRead, ShardId,
     };
-
-    fn b(s: &str) -> Bytes {
-        Bytes::copy_from_slice(s.as_bytes())
-    }
-
-    fn bs(items: &[&str]) -> Vec<Bytes> {
-        items.iter().map(|s| b(s)).collect()
-    }
 
     fn op(key: &str, op: SetOp) -> Command {
         Command::SetMembers { key: b(key), op }
@@ -358,22 +350,6 @@ mod tests {
                 max_members: 4,
             },
         )
-    }
-
-    fn run(storage: &Storage, first: u64, commands: Vec<Command>) -> Vec<CommandResult> {
-        let logs: Vec<LogCommand> = commands
-            .into_iter()
-            .map(|command| LogCommand { now_ms: 1, command })
-            .collect();
-        let entries: Vec<_> = logs
-            .iter()
-            .enumerate()
-            .map(|(i, c)| ApplyEntry {
-                index: first + i as u64,
-                command: Some(c),
-            })
-            .collect();
-        storage.apply(ShardId(0), &entries, &[]).unwrap()
     }
 
     fn answer(result: &CommandResult) -> Result<SetAnswer, ErrorCode> {

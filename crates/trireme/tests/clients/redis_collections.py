@@ -1,7 +1,8 @@
-"""redis-py 8 with its defaults (RESP3) using hashes and sets as applications do, through its
-cluster client: a record per hash (`hset(mapping=...)`, `hgetall`), counters in fields, a
-transactional pipeline, `hscan_iter` over a hash larger than one page, tags as sets
-(`smembers` as a Python set, intersections in one slot, `sscan_iter`), and the errors.
+"""redis-py 8 with its defaults (RESP3) using hashes, sets and lists as applications do,
+through its cluster client: a record per hash (`hset(mapping=...)`, `hgetall`), counters in
+fields, a transactional pipeline, `hscan_iter` over a hash larger than one page, tags as sets
+(`smembers` as a Python set, intersections in one slot, `sscan_iter`), a work queue
+(`rpush`, `blpop`, `lmove`), and the errors.
 
 Usage: redis_collections.py HOST PORT
 
@@ -86,6 +87,16 @@ try:
 except redis.ResponseError as e:
     check("WRONGTYPE on sadd", str(e).startswith("WRONGTYPE"), str(e))
 client.delete("{tags}:a", "{tags}:b", "{tags}:all", "many")
+
+# Lists: a work queue, pushed on one side and popped (blocking) on the other.
+check("rpush", client.rpush("queue", "a", "b", "c") == 3)
+check("lrange", client.lrange("queue", 0, -1) == [b"a", b"b", b"c"])
+popped = client.blpop(["queue"], timeout=1)
+check("blpop", list(popped) == [b"queue", b"a"], popped)
+check("lmove round", client.lmove("queue", "queue", "LEFT", "RIGHT") == b"b")
+check("after the round", client.lrange("queue", 0, -1) == [b"c", b"b"], client.lrange("queue", 0, -1))
+check("blpop timeout", client.blpop(["empty-queue"], timeout=0.1) is None)
+client.delete("queue")
 
 client.delete("user:1", "big", "plain", "{cart}:7")
 check("deleted", client.exists("user:1", "big") == 0)

@@ -1,0 +1,43 @@
+//! What the state machine's tests of collections share.
+
+use crate::{ApplyEntry, Storage};
+use bytes::Bytes;
+use trireme_types::{Command, CommandResult, LogCommand, ShardId};
+
+pub(super) fn b(s: &str) -> Bytes {
+    Bytes::copy_from_slice(s.as_bytes())
+}
+
+pub(super) fn bs(items: &[&str]) -> Vec<Bytes> {
+    items.iter().map(|s| b(s)).collect()
+}
+
+/// Applies `commands` to shard 0 at `now`, one entry each from index `first`.
+pub(super) fn run_at(
+    storage: &Storage,
+    first: u64,
+    now: u64,
+    commands: Vec<Command>,
+) -> Vec<CommandResult> {
+    let logs: Vec<LogCommand> = commands
+        .into_iter()
+        .map(|command| LogCommand {
+            now_ms: now,
+            command,
+        })
+        .collect();
+    let entries: Vec<_> = logs
+        .iter()
+        .enumerate()
+        .map(|(i, c)| ApplyEntry {
+            index: first + i as u64,
+            command: Some(c),
+        })
+        .collect();
+    storage.apply(ShardId(0), &entries, &[]).unwrap()
+}
+
+/// [`run_at`] at time 1.
+pub(super) fn run(storage: &Storage, first: u64, commands: Vec<Command>) -> Vec<CommandResult> {
+    run_at(storage, first, 1, commands)
+}
