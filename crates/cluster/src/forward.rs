@@ -151,10 +151,11 @@ impl<Q: ReadQuery> ShardRequest for Read<Q> {
             return None;
         }
         let found = node.slots_to_read(shard, self.slots).and_then(|only| {
-            let found = self
-                .query
-                .run(&node.storage, group.shard(), crate::now_ms(), only)?;
-            Ok((found, freshness(node, &group)?))
+            let (found, removed) = node.storage.read_with_removals(group.shard(), || {
+                self.query
+                    .run(&node.storage, group.shard(), crate::now_ms(), only)
+            })?;
+            Ok((found, freshness(&group, removed)))
         });
         Some(found)
     }
@@ -163,17 +164,20 @@ impl<Q: ReadQuery> ShardRequest for Read<Q> {
         group.read_barrier(self.mode).await?;
         let shard = group.shard();
         let only = node.slots_to_read(group.shard(), self.slots)?;
-        let found = if self.query.is_cheap() {
-            self.query
-                .run(&node.storage, shard, crate::now_ms(), only)?
+        let query_is_cheap = self.query.is_cheap();
+        let storage = node.storage.clone();
+        let query = self.query;
+        let read = move || {
+            storage.read_with_removals(shard, || query.run(&storage, shard, crate::now_ms(), only))
+        };
+        let (found, removed) = if query_is_cheap {
+            read()?
         } else {
-            let storage = node.storage.clone();
-            let query = self.query;
-            tokio::task::spawn_blocking(move || query.run(&storage, shard, crate::now_ms(), only))
+            tokio::task::spawn_blocking(read)
                 .await
                 .map_err(|e| ClusterError::Internal(format!("shard read task: {e}")))??
         };
-        Ok((found, freshness(node, group)?))
+        Ok((found, freshness(group, removed)))
     }
 
     fn to_wire(&self) -> WireOp {
@@ -857,14 +861,15 @@ fn encode_reply<A: Serialize>(reply: &ForwardReply<A>) -> Vec<u8> {
 
 /// The freshness of `group`'s replica, read after the rows it served: the removal watermark
 /// then covers every removal the rows reflect (see [`Storage::removal_watermark`]).
-fn freshness(node: &Node, group: &ShardGroup) -> Result<Freshness, ClusterError> {
+/// How fresh `group`'s replica is; `removed` is its removal watermark, read with the rows.
+fn freshness(group: &ShardGroup, removed: u64) -> Freshness {
     let (known_leader, applied) = group.leader_and_applied();
-    Ok(Freshness {
+    Freshness {
         known_leader,
         applied,
-        removed: node.storage.removal_watermark(group.shard())?,
+        removed,
         last_contact_ms: group.last_contact_ms().unwrap_or(u64::MAX / 2),
-    })
+    }
 }
 
 impl Node {

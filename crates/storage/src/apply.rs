@@ -862,6 +862,10 @@ impl Storage {
                 encode_ended(ended),
             );
         }
+        // A removal is written behind its gate, so that no read pairs the rows from before
+        // it with the watermark from after it.
+        let gate = pending.removed_at.map(|_| self.removal_gate(shard));
+        let removing = gate.as_ref().map(|g| g.enter());
         if let Some(at) = pending.removed_at {
             self.raise_removal(shard, at)?;
             batch.insert(
@@ -896,6 +900,7 @@ impl Storage {
             );
         }
         batch.commit()?;
+        drop(removing);
         self.watchers()
             .keys_changed(watched.iter().map(|k| k.as_ref()));
         self.metrics().applies.record(started.elapsed());
@@ -928,6 +933,8 @@ impl Storage {
             }
         }
         self.stage_meta(&mut batch, shard, &export.meta)?;
+        let gate = self.removal_gate(shard);
+        let _removing = gate.enter();
         self.raise_removal_from(shard, &export.meta)?;
         for guard in self.expiry.prefix(shard.to_be_bytes()) {
             batch.remove(&self.expiry, guard.key()?);
@@ -1011,6 +1018,8 @@ impl Storage {
         self.check_writable()?;
         let mut batch = self.db.batch();
         self.stage_meta(&mut batch, shard, meta)?;
+        let gate = self.removal_gate(shard);
+        let _removing = gate.enter();
         self.raise_removal_from(shard, meta)?;
         batch.commit()?;
         self.forget_slot_range(shard);
@@ -1059,6 +1068,9 @@ impl Storage {
             return Ok(None);
         }
         let upper = (at_slot, range.1);
+        // Both shards' rows change under their gates (always the parent's first).
+        let (parent_gate, child_gate) = (self.removal_gate(parent), self.removal_gate(child));
+        let _removing = (parent_gate.enter(), child_gate.enter());
         self.raise_removal(parent, index)?;
         batch.insert(
             &self.data_meta,

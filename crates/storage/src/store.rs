@@ -138,6 +138,8 @@ pub struct Storage {
     slot_ranges: std::sync::RwLock<std::collections::HashMap<u32, Option<(u16, u16)>>>,
     /// Each shard's removal watermark (see [`Storage::removal_watermark`]), read once.
     removals: std::sync::RwLock<std::collections::HashMap<u32, u64>>,
+    /// Each shard's [`RemovalGate`].
+    removal_gates: std::sync::RwLock<std::collections::HashMap<u32, Arc<RemovalGate>>>,
     /// Blocking queries waiting for keys of this node's replicas to change.
     watchers: Arc<crate::watch::Watchers>,
 }
@@ -188,6 +190,7 @@ impl Storage {
             dir: dir.to_path_buf(),
             slot_ranges: std::sync::RwLock::default(),
             removals: std::sync::RwLock::default(),
+            removal_gates: std::sync::RwLock::default(),
             watchers: Arc::default(),
         }))
     }
@@ -473,6 +476,60 @@ impl Storage {
         Ok(())
     }
 
+    /// The gate that removals from `shard` pass.
+    pub(crate) fn removal_gate(&self, shard: u32) -> Arc<RemovalGate> {
+        if let Some(gate) = self
+            .removal_gates
+            .read()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .get(&shard)
+        {
+            return gate.clone();
+        }
+        self.removal_gates
+            .write()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .entry(shard)
+            .or_default()
+            .clone()
+    }
+
+    /// Runs `read` of `shard`'s rows and reads the shard's removal watermark so that both
+    /// see the same removals: no removal was being written in between. A read that overlaps
+    /// a removal would otherwise pair rows from before it with a watermark from after it,
+    /// an index past what the rows show, and a blocking query would sleep through the
+    /// change. Tried a few times as a sequence lock; then under the gate's lock, which a
+    /// removal holds only while it is written.
+    pub fn read_with_removals<T, E>(
+        &self,
+        shard: ShardId,
+        mut read: impl FnMut() -> Result<T, E>,
+    ) -> Result<(T, u64), E>
+    where
+        E: From<StorageError>,
+    {
+        let gate = self.removal_gate(shard.0);
+        for _ in 0..3 {
+            let before = gate.generation.load(Ordering::Acquire);
+            if before % 2 == 1 {
+                std::thread::yield_now();
+                continue;
+            }
+            let found = read()?;
+            let removed = self.removal_watermark(shard)?;
+            if gate.generation.load(Ordering::Acquire) == before {
+                return Ok((found, removed));
+            }
+        }
+        let _held = gate
+            .lock
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        let found = read()?;
+        let removed = self.removal_watermark(shard)?;
+        Ok((found, removed))
+    }
+
     /// Forgets the cached removal watermark of `shard` (its replica was dropped).
     pub(crate) fn forget_removal(&self, shard: u32) {
         self.removals
@@ -642,6 +699,42 @@ impl Storage {
     }
 }
 
+/// What a removal from a shard passes while it is written: a lock, and a generation that is
+/// odd while the removal's watermark is raised but its batch not yet committed (see
+/// [`Storage::read_with_removals`]).
+#[derive(Debug, Default)]
+pub(crate) struct RemovalGate {
+    pub(crate) lock: std::sync::Mutex<()>,
+    pub(crate) generation: std::sync::atomic::AtomicU64,
+}
+
+impl RemovalGate {
+    /// Marks a removal as being written until the guard is dropped.
+    pub(crate) fn enter(&self) -> RemovalWrite<'_> {
+        let held = self
+            .lock
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        self.generation.fetch_add(1, Ordering::AcqRel);
+        RemovalWrite {
+            gate: self,
+            _held: held,
+        }
+    }
+}
+
+/// A removal being written: see [`RemovalGate::enter`].
+pub(crate) struct RemovalWrite<'g> {
+    gate: &'g RemovalGate,
+    _held: std::sync::MutexGuard<'g, ()>,
+}
+
+impl Drop for RemovalWrite<'_> {
+    fn drop(&mut self) {
+        self.gate.generation.fetch_add(1, Ordering::AcqRel);
+    }
+}
+
 /// Whether `key` is in the inclusive slot range `slots` (every key is when there is none).
 pub(crate) fn in_slots(key: &[u8], slots: Option<(u16, u16)>) -> bool {
     slots.is_none_or(|(start, end)| (start..=end).contains(&trireme_types::key_slot(key)))
@@ -786,6 +879,49 @@ mod tests {
             .map(|(i, _)| *i)
             .collect();
         assert_eq!(indexes, vec![2, 3]);
+    }
+
+    #[test]
+    fn a_read_never_overlaps_a_removal_being_written() {
+        use std::sync::atomic::AtomicBool;
+        use std::sync::mpsc;
+        let dir = tempfile::tempdir().unwrap();
+        let storage = Storage::open(dir.path(), &StorageOptions::default()).unwrap();
+        let written = Arc::new(AtomicBool::new(false));
+        let (entered, is_entered) = mpsc::channel();
+        let (go_on, may_go_on) = mpsc::channel::<()>();
+        let writer = {
+            let (storage, written) = (storage.clone(), written.clone());
+            std::thread::spawn(move || {
+                let gate = storage.removal_gate(3);
+                let removing = gate.enter();
+                entered.send(()).unwrap();
+                may_go_on.recv().unwrap();
+                written.store(true, Ordering::SeqCst);
+                drop(removing);
+            })
+        };
+        is_entered.recv().unwrap();
+        let reader = {
+            let (storage, written) = (storage.clone(), written.clone());
+            std::thread::spawn(move || {
+                storage
+                    .read_with_removals(ShardId(3), || {
+                        Ok::<_, StorageError>(written.load(Ordering::SeqCst))
+                    })
+                    .unwrap()
+                    .0
+            })
+        };
+        go_on.send(()).unwrap();
+        // Whenever the reader ran, it saw the removal whole: never from inside it.
+        assert!(reader.join().unwrap());
+        writer.join().unwrap();
+        // A shard nothing is removed from reads at once.
+        let (found, removed) = storage
+            .read_with_removals(ShardId(4), || Ok::<_, StorageError>(7))
+            .unwrap();
+        assert_eq!((found, removed), (7, 0));
     }
 
     #[tokio::test]

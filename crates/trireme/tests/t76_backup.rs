@@ -260,7 +260,10 @@ async fn a_backup_taken_under_writes_restores_into_a_cluster_of_another_shape() 
     let tags = resp.cmd(&[b"SMEMBERS", b"set/tags"]).await;
     assert_eq!(tags, b"*3\r\n$1\r\nx\r\n$1\r\ny\r\n$1\r\nz\r\n");
     let queue = resp.cmd(&[b"LRANGE", b"list/q", b"0", b"-1"]).await;
-    assert_eq!(queue, b"*3\r\n$1\r\nc\r\n$1\r\na\r\n$1\r\nb\r\n", "in order");
+    assert_eq!(
+        queue, b"*3\r\n$1\r\nc\r\n$1\r\na\r\n$1\r\nb\r\n",
+        "in order"
+    );
     // Every key the backup held, and the ones written during it that it caught.
     let restored = keys(&into).await;
     assert!(
