@@ -68,6 +68,8 @@ fn collection_frames<T>(
     let mut bytes = 0;
     view.for_each_member(&member_prefix(key), |member, value| {
         let (one, size) = item(member, value);
+        // Each item costs its framing too: a list of empty strings is not free.
+        let size = size + 16;
         if bytes + size > HASH_ENTRY_BYTES && !part.is_empty() {
             emit(frame(std::mem::take(&mut part)));
             bytes = 0;

@@ -259,17 +259,22 @@ impl Node {
     /// Each run is a write through the log, so two clients waiting on one list never both
     /// take its element. The waiting is a blocking query on each list's key: a registry
     /// entry woken by the apply of a change, no polling.
+    ///
+    /// Once `hung_up` turns true (the client is gone) it stops waiting and answers empty; a
+    /// run already on its way finishes first.
     pub async fn list_command_blocking(
         &self,
         key: Bytes,
         op: ListOp,
         wait: Option<Duration>,
+        mut hung_up: tokio::sync::watch::Receiver<bool>,
     ) -> Result<ListOutcome, ClusterError> {
         let mut watched = vec![key.clone()];
         if let ListOp::PopFirst { others, .. } = &op {
             watched.extend(others.iter().cloned());
         }
         let deadline = wait.map(|w| Instant::now() + w);
+        let mut pause = MIN_REREAD_PAUSE;
         loop {
             let outcome = self.list_command(key.clone(), op.clone()).await?;
             let empty = match &outcome.0 {
@@ -277,10 +282,24 @@ impl Node {
                 Ok(ListAnswer::Elements(elements)) => elements.is_empty(),
                 _ => false,
             };
-            if !empty || deadline.is_some_and(|d| Instant::now() >= d) {
+            let over = deadline.is_some_and(|d| Instant::now() >= d) || *hung_up.borrow();
+            if !empty || over {
                 return Ok(outcome);
             }
-            self.wait_for_an_element(&watched, deadline).await?;
+            let started = Instant::now();
+            tokio::select! {
+                waited = self.wait_for_an_element(&watched, deadline) => waited?,
+                // A dropped sender is a connection gone too.
+                _ = hung_up.changed() => return Ok(outcome),
+            }
+            // A list that looks present to the read but empty to the pop (an expired one
+            // the reaper has not removed, seen through two clocks) must not spin.
+            if started.elapsed() < MIN_REREAD_PAUSE {
+                tokio::time::sleep(pause).await;
+                pause = (pause * 2).min(MAX_REREAD_PAUSE);
+            } else {
+                pause = MIN_REREAD_PAUSE;
+            }
         }
     }
 

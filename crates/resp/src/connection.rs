@@ -34,14 +34,18 @@ pub(crate) struct Connection {
     client: ClientState,
     /// Messages for this connection's subscriptions.
     inbox: tokio::sync::mpsc::Receiver<crate::pubsub::Delivery>,
+    /// Tells a blocking command that its client hung up.
+    hang_up: tokio::sync::watch::Sender<bool>,
 }
 
 impl Connection {
     pub(crate) fn new(socket: TcpStream, shared: Arc<Shared>) -> Self {
         let id = shared.client_id();
         let (sender, inbox) = tokio::sync::mpsc::channel(crate::pubsub::QUEUE_MESSAGES);
+        let (hang_up, hung_up) = tokio::sync::watch::channel(false);
         Self {
             inbox,
+            hang_up,
             socket,
             shared,
             codec: RespCodec::default(),
@@ -54,6 +58,7 @@ impl Connection {
                 multi: None,
                 watches: Vec::new(),
                 read_mode: trireme_cluster::ReadMode::Default,
+                hung_up,
                 subscriptions: Subscriptions {
                     channels: Default::default(),
                     patterns: Default::default(),
@@ -150,19 +155,28 @@ impl Connection {
             let flows = if let [_] = wave.as_slice() {
                 let request = std::mem::take(&mut wave[0]);
                 if cmd::is_blocking(&request) {
-                    // A client that hangs up while blocked stops the wait, as in Redis.
+                    // The replies before it go out first: it may wait for a long time.
+                    self.flush().await?;
+                    // A client that hangs up while blocked stops the wait, as in Redis; a pop
+                    // already on its way finishes (a log write is never cut short).
                     let run = execute(&self.shared, &mut self.client, request);
                     tokio::pin!(run);
-                    loop {
+                    let mut gone = false;
+                    let flow = loop {
                         tokio::select! {
-                            flow = &mut run => break vec![flow],
-                            read = self.socket.read_buf(&mut self.input) => {
+                            flow = &mut run => break flow,
+                            read = self.socket.read_buf(&mut self.input), if !gone => {
                                 if read? == 0 {
-                                    return Ok(Next::Close);
+                                    gone = true;
+                                    let _ = self.hang_up.send(true);
                                 }
                             }
                         }
+                    };
+                    if gone {
+                        return Ok(Next::Close);
                     }
+                    vec![flow]
                 } else {
                     vec![execute(&self.shared, &mut self.client, request).await]
                 }

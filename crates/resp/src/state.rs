@@ -29,6 +29,9 @@ pub(crate) struct ClientState {
     pub(crate) read_mode: trireme_cluster::ReadMode,
     /// Pub/sub channels and patterns this connection listens to.
     pub(crate) subscriptions: Subscriptions,
+    /// Turns true when the client hangs up while a blocking command waits: the command
+    /// stops waiting and takes nothing more.
+    pub(crate) hung_up: tokio::sync::watch::Receiver<bool>,
 }
 
 /// An open `MULTI`: the requests queued so far (`cmd::transaction` queues and runs them).

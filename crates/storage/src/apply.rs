@@ -864,9 +864,15 @@ impl Storage {
         }
         // A removal is written behind its gate, so that no read pairs the rows from before
         // it with the watermark from after it.
-        let gate = pending.removed_at.map(|_| self.removal_gate(shard));
-        let removing = gate.as_ref().map(|g| g.enter());
+        let gate = match pending.removed_at {
+            Some(_) => Some(self.removal_gate(shard)?),
+            None => None,
+        };
+        let mut removing = gate.as_ref().map(|g| g.enter());
         if let Some(at) = pending.removed_at {
+            if let Some(removing) = &mut removing {
+                removing.raises_to(at);
+            }
             self.raise_removal(shard, at)?;
             batch.insert(
                 &self.data_meta,
@@ -933,9 +939,9 @@ impl Storage {
             }
         }
         self.stage_meta(&mut batch, shard, &export.meta)?;
-        let gate = self.removal_gate(shard);
-        let _removing = gate.enter();
-        self.raise_removal_from(shard, &export.meta)?;
+        let gate = self.removal_gate(shard)?;
+        let mut removing = gate.enter();
+        removing.raises_to(self.raise_removal_from(shard, &export.meta)?);
         for guard in self.expiry.prefix(shard.to_be_bytes()) {
             batch.remove(&self.expiry, guard.key()?);
         }
@@ -958,11 +964,15 @@ impl Storage {
         &self,
         shard: u32,
         meta: &[(String, Vec<u8>)],
-    ) -> Result<(), StorageError> {
-        if let Some((_, value)) = meta.iter().find(|(name, _)| name == REMOVED_ROW) {
-            self.raise_removal(shard, decode_removal(value)?)?;
+    ) -> Result<u64, StorageError> {
+        match meta.iter().find(|(name, _)| name == REMOVED_ROW) {
+            Some((_, value)) => {
+                let at = decode_removal(value)?;
+                self.raise_removal(shard, at)?;
+                Ok(at)
+            }
+            None => Ok(0),
         }
-        Ok(())
     }
 
     /// Stages in `batch` the replacement of every `data_meta` row of `shard` by `meta` (a
@@ -1018,9 +1028,9 @@ impl Storage {
         self.check_writable()?;
         let mut batch = self.db.batch();
         self.stage_meta(&mut batch, shard, meta)?;
-        let gate = self.removal_gate(shard);
-        let _removing = gate.enter();
-        self.raise_removal_from(shard, meta)?;
+        let gate = self.removal_gate(shard)?;
+        let mut removing = gate.enter();
+        removing.raises_to(self.raise_removal_from(shard, meta)?);
         batch.commit()?;
         self.forget_slot_range(shard);
         self.watchers().everything_changed();
@@ -1069,8 +1079,10 @@ impl Storage {
         }
         let upper = (at_slot, range.1);
         // Both shards' rows change under their gates (always the parent's first).
-        let (parent_gate, child_gate) = (self.removal_gate(parent), self.removal_gate(child));
-        let _removing = (parent_gate.enter(), child_gate.enter());
+        let (parent_gate, child_gate) = (self.removal_gate(parent)?, self.removal_gate(child)?);
+        let mut removing = (parent_gate.enter(), child_gate.enter());
+        removing.0.raises_to(index);
+        removing.1.raises_to(index);
         self.raise_removal(parent, index)?;
         batch.insert(
             &self.data_meta,

@@ -436,6 +436,8 @@ const LISTS: &[&[&str]] = &[
     &["BLPOP", "{l}missing", "{l}a", "0.01"],
     &["BRPOP", "{l}missing", "0.01"],
     &["BLMOVE", "{l}a", "{l}b", "LEFT", "LEFT", "0.01"],
+    &["BLMOVE", "{l}missing", "{l}b", "LEFT", "LEFT", "0.01"],
+    &["BRPOPLPUSH", "{l}missing", "{l}b", "0.01"],
     &["BLPOP", "{l}a", "-1"],
     &["BLPOP", "{l}a", "soon"],
     &["TYPE", "{l}a"],
@@ -917,6 +919,17 @@ async fn blocking_pops_wait_for_pushes_on_a_cluster() {
     assert_eq!(
         pusher.cmd(&[b"LRANGE", b"{q}done", b"0", b"-1"]).await,
         b"*1\r\n$4\r\ntask\r\n"
+    );
+
+    // Replies pipelined before a blocking command are not held back by its wait.
+    let mut pipelined = RawResp::connect(waiting_node.resp_addr()).await;
+    pipelined.send(b"PING\r\nBLPOP {q}later 30\r\n").await;
+    assert_eq!(pipelined.read_reply().await, b"+PONG\r\n");
+    until_blocking_queries(waiting_node, 1).await;
+    pusher.cmd(&[b"RPUSH", b"{q}later", b"x"]).await;
+    assert_eq!(
+        pipelined.read_reply().await,
+        b"*2\r\n$8\r\n{q}later\r\n$1\r\nx\r\n"
     );
 
     // A client that hangs up stops waiting; the next push stays in the list.

@@ -339,7 +339,16 @@ pub(crate) async fn run(ctx: &mut Ctx<'_>, args: &mut Args) -> CmdResult {
     let node = &ctx.shared.node;
     let outcome = match (op, block) {
         (ListOp::Read(read), _) => node.list_read(&key, read, ctx.client.read_mode).await?,
-        (op, Some(wait)) => node.list_command_blocking(key, op, wait).await?,
+        (op, Some(wait)) => {
+            let moves = matches!(op, ListOp::Move { .. });
+            let hung_up = ctx.client.hung_up.clone();
+            let outcome = node.list_command_blocking(key, op, wait, hung_up).await?;
+            // A blocking move that waited out its time answers a null array, as Redis.
+            if moves && matches!(&outcome.0, Ok(ListAnswer::Elements(e)) if e.is_empty()) {
+                return Ok(Reply::NullArray);
+            }
+            outcome
+        }
         (op, None) => node.list_command(key, op).await?,
     };
     reply(shape, outcome)

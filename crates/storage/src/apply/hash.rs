@@ -200,17 +200,6 @@ impl Pending<'_> {
         limit: u64,
         values: bool,
     ) -> Result<Vec<(Bytes, Bytes)>, StorageError> {
-        let snapshot = self.storage.db.snapshot();
-        let stored = stored_members(
-            self.storage,
-            &snapshot,
-            self.shard,
-            prefix,
-            after,
-            u64::MAX,
-            values,
-        )?;
-        let mut merged: BTreeMap<Bytes, Bytes> = stored.into_iter().collect();
         // Only this collection's changed rows: the batch's other changes are not looked at.
         let lower = match after {
             Some(after) => {
@@ -220,10 +209,25 @@ impl Pending<'_> {
             }
             None => std::ops::Bound::Included(prefix.clone()),
         };
-        for row in self
+        let changed: Vec<Bytes> = self
             .changed_members
             .range((lower, std::ops::Bound::Unbounded))
-        {
+            .take_while(|row| row.starts_with(&prefix[..]))
+            .cloned()
+            .collect();
+        // Each changed row can hide at most one stored row: that many more are enough.
+        let snapshot = self.storage.db.snapshot();
+        let stored = stored_members(
+            self.storage,
+            &snapshot,
+            self.shard,
+            prefix,
+            after,
+            limit.saturating_add(changed.len() as u64),
+            values,
+        )?;
+        let mut merged: BTreeMap<Bytes, Bytes> = stored.into_iter().collect();
+        for row in &changed {
             let Some(member) = row.strip_prefix(&prefix[..]) else {
                 break;
             };

@@ -249,6 +249,10 @@ impl Pending<'_> {
         index: u64,
     ) -> Result<Vec<Bytes>, StorageError> {
         let take = count.min(head.len);
+        if take == 0 {
+            // `LPOP key 0` leaves the key untouched (a `WATCH` on it holds), as in Redis.
+            return Ok(Vec::new());
+        }
         let mut popped = Vec::with_capacity(take as usize);
         for i in 0..take {
             let position = match end {
@@ -390,10 +394,9 @@ impl Pending<'_> {
                 } else {
                     keep_to - keep_from + 1
                 };
-                if kept != head.len {
-                    let first = head.first + keep_from as i64;
-                    self.write_list_head(key, Some(head), kept, first, index)?;
-                }
+                // Written even when everything is kept: Redis counts an `LTRIM` as a change.
+                let first = head.first + keep_from.min(head.len) as i64;
+                self.write_list_head(key, Some(head), kept, first, index)?;
                 ListAnswer::Done
             }
             ListOp::Remove { count, element } => {

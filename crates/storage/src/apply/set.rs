@@ -258,7 +258,7 @@ impl Pending<'_> {
                     return Ok(Ok(SetAnswer::Members(Vec::new())));
                 };
                 let mut all: Vec<Bytes> = self
-                    .members(&member_prefix(key), None, u64::MAX)?
+                    .member_rows(&member_prefix(key), None, u64::MAX, false)?
                     .into_iter()
                     .map(|(m, _)| m)
                     .collect();
