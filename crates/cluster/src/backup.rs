@@ -20,7 +20,7 @@ use trireme_types::backup::{
 use trireme_types::collection::member_prefix;
 use trireme_types::session::is_internal_key;
 use trireme_types::{
-    Command, CommandResult, End, ErrorCode, HashOp, ListOp, LogCommand, PutCondition, Record,
+    Command, CommandResult, ErrorCode, HashOp, ListOp, LogCommand, PutCondition, Record,
     SLOT_COUNT, SetOp, ShardId, TriremeError, TtlUpdate, ValueKind, key_slot,
 };
 
@@ -188,19 +188,25 @@ impl Node {
                         },
                         &mut emit,
                     ),
-                    ValueKind::List => collection_frames(
-                        &view,
-                        key,
-                        |_, element| (Bytes::copy_from_slice(element), element.len()),
-                        |elements| {
-                            Frame::List(ListEntry {
-                                key: key_bytes.clone(),
-                                elements,
-                                expires_at_ms,
-                            })
-                        },
-                        &mut emit,
-                    ),
+                    ValueKind::List => {
+                        let from = std::cell::Cell::new(0u64);
+                        collection_frames(
+                            &view,
+                            key,
+                            |_, element| (Bytes::copy_from_slice(element), element.len()),
+                            |elements| {
+                                let first = from.get();
+                                from.set(first + elements.len() as u64);
+                                Frame::List(ListEntry {
+                                    key: key_bytes.clone(),
+                                    from: first,
+                                    elements,
+                                    expires_at_ms,
+                                })
+                            },
+                            &mut emit,
+                        )
+                    }
                 };
                 if let Err(e) = walked {
                     corrupt = Some(format!(
@@ -343,10 +349,9 @@ impl Node {
                             .or_default();
                         commands.push(Command::List {
                             key: list.key.clone(),
-                            op: ListOp::Push {
+                            op: ListOp::Restore {
                                 elements: list.elements.clone(),
-                                end: End::Right,
-                                only_existing: false,
+                                from: list.from,
                                 max_len: max_fields,
                             },
                         });

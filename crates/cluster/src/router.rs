@@ -723,6 +723,9 @@ impl Node {
         match op {
             ListOp::Push {
                 elements, max_len, ..
+            }
+            | ListOp::Restore {
+                elements, max_len, ..
             } => {
                 for element in elements.iter() {
                     limits.check_value(element)?;

@@ -55,11 +55,13 @@ pub struct SetEntry {
 }
 
 /// Elements of one Redis list as backed up, in order; a long list is cut into several of
-/// these, restored by pushing each onto the tail.
+/// these, each restored by appending it if the list holds the elements before it.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct ListEntry {
     /// The list's key.
     pub key: Bytes,
+    /// The index of the first element of this part.
+    pub from: u64,
     /// Elements, head first.
     pub elements: Vec<Bytes>,
     /// When the list expires, Unix milliseconds.

@@ -286,6 +286,17 @@ pub enum ListOp {
     },
     /// A read at this point of a transaction (`LRANGE` after `MULTI`).
     Read(ListRead),
+    /// Append `elements` as the list's elements from index `from` on (a piece of a
+    /// restored backup): only when the list has exactly `from` elements, so that a piece
+    /// sent twice is appended once; answers the length.
+    Restore {
+        /// The elements.
+        elements: Vec<Bytes>,
+        /// The index of the first of them.
+        from: u64,
+        /// As in [`ListOp::Push`].
+        max_len: u64,
+    },
 }
 
 /// A read of one list.

@@ -358,6 +358,20 @@ impl Pending<'_> {
                     Err(code) => return Ok(Err(code)),
                 }
             }
+            ListOp::Restore {
+                elements,
+                from,
+                max_len,
+            } => {
+                let len = before.as_ref().map_or(0, |h| h.len);
+                if len != *from {
+                    return Ok(Ok(ListAnswer::Count(len)));
+                }
+                match self.push(key, before.as_ref(), elements, End::Right, *max_len, index)? {
+                    Ok(len) => ListAnswer::Count(len),
+                    Err(code) => return Ok(Err(code)),
+                }
+            }
             ListOp::Pop { end, count } => match &before {
                 Some(head) => ListAnswer::Elements(self.pop(key, head, *end, *count, index)?),
                 // No list: said apart from a pop of none (`LPOP key 0`), which Redis does.
@@ -526,6 +540,38 @@ mod tests {
             Ok(ListAnswer::Elements(e)) => e,
             other => panic!("{other:?}"),
         }
+    }
+
+    #[test]
+    fn a_restored_piece_sent_twice_is_appended_once() {
+        let dir = tempfile::tempdir().unwrap();
+        let storage = Storage::open(dir.path(), &StorageOptions::default()).unwrap();
+        let restore = |elements: &[&str], from: u64| {
+            op(
+                "l",
+                ListOp::Restore {
+                    elements: bs(elements),
+                    from,
+                    max_len: 10,
+                },
+            )
+        };
+        let results = run(
+            &storage,
+            1,
+            vec![
+                restore(&["a", "b"], 0),
+                restore(&["a", "b"], 0),
+                restore(&["c"], 2),
+                restore(&["x"], 1),
+            ],
+        );
+        let counts: Vec<_> = results.iter().map(answer).collect();
+        assert_eq!(
+            counts,
+            [2, 2, 3, 3].map(|n| Ok(ListAnswer::Count(n))).to_vec()
+        );
+        assert_eq!(all(&storage, "l"), bs(&["a", "b", "c"]));
     }
 
     #[test]
