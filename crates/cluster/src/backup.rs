@@ -83,6 +83,25 @@ fn collection_frames<T>(
     Ok(())
 }
 
+/// Adds to its shard's batch the command that restores a part of the collection at `key`,
+/// then its expiry.
+fn push_collection(
+    per_shard: &mut BTreeMap<ShardId, Vec<Command>>,
+    routing: &trireme_types::ShardMap,
+    key: &Bytes,
+    add: Command,
+    expires_at_ms: Option<u64>,
+) {
+    let commands = per_shard.entry(routing.shard_of_key(key)).or_default();
+    commands.push(add);
+    if let Some(at) = expires_at_ms {
+        commands.push(Command::SetTtl {
+            key: key.clone(),
+            ttl: TtlUpdate::At(at),
+        });
+    }
+}
+
 impl Node {
     /// Streams `shard`'s live keys as backup frames (entries, then a shard end frame with
     /// their count and slot range), in chunks. Only the shard's leader exports; another node
@@ -311,56 +330,45 @@ impl Node {
                             ttl: e.expires_at_ms.map_or(TtlUpdate::Clear, TtlUpdate::At),
                         }),
                     Frame::Hash(h) => {
-                        let commands = per_shard.entry(routing.shard_of_key(&h.key)).or_default();
-                        commands.push(Command::Hash {
+                        let op = HashOp::Set {
+                            pairs: h.fields.clone(),
+                            only_new: false,
+                            max_fields,
+                        };
+                        let add = Command::Hash {
                             key: h.key.clone(),
-                            op: HashOp::Set {
-                                pairs: h.fields.clone(),
-                                only_new: false,
-                                max_fields,
-                            },
-                        });
-                        if let Some(at) = h.expires_at_ms {
-                            commands.push(Command::SetTtl {
-                                key: h.key.clone(),
-                                ttl: TtlUpdate::At(at),
-                            });
-                        }
+                            op,
+                        };
+                        push_collection(&mut per_shard, &routing, &h.key, add, h.expires_at_ms);
                     }
                     Frame::Set(set) => {
-                        let commands = per_shard.entry(routing.shard_of_key(&set.key)).or_default();
-                        commands.push(Command::SetMembers {
+                        let op = SetOp::Add {
+                            members: set.members.clone(),
+                            max_members: max_fields,
+                        };
+                        let add = Command::SetMembers {
                             key: set.key.clone(),
-                            op: SetOp::Add {
-                                members: set.members.clone(),
-                                max_members: max_fields,
-                            },
-                        });
-                        if let Some(at) = set.expires_at_ms {
-                            commands.push(Command::SetTtl {
-                                key: set.key.clone(),
-                                ttl: TtlUpdate::At(at),
-                            });
-                        }
+                            op,
+                        };
+                        push_collection(&mut per_shard, &routing, &set.key, add, set.expires_at_ms);
                     }
                     Frame::List(list) => {
-                        let commands = per_shard
-                            .entry(routing.shard_of_key(&list.key))
-                            .or_default();
-                        commands.push(Command::List {
+                        let op = ListOp::Restore {
+                            elements: list.elements.clone(),
+                            from: list.from,
+                            max_len: max_fields,
+                        };
+                        let add = Command::List {
                             key: list.key.clone(),
-                            op: ListOp::Restore {
-                                elements: list.elements.clone(),
-                                from: list.from,
-                                max_len: max_fields,
-                            },
-                        });
-                        if let Some(at) = list.expires_at_ms {
-                            commands.push(Command::SetTtl {
-                                key: list.key.clone(),
-                                ttl: TtlUpdate::At(at),
-                            });
-                        }
+                            op,
+                        };
+                        push_collection(
+                            &mut per_shard,
+                            &routing,
+                            &list.key,
+                            add,
+                            list.expires_at_ms,
+                        );
                     }
                     Frame::End { .. } | Frame::ShardEnd { .. } => {}
                 }

@@ -230,7 +230,7 @@ async fn dispatch(shared: &Shared, client: &mut ClientState, mut args: Args) -> 
 /// Commands that read or write exactly the key after their name and touch nothing else
 /// (no other key, no connection state), so that several of them on different keys may run
 /// at once. `DEL` and `EXISTS` count only with one key.
-const SINGLE_KEY: [&str; 61] = [
+const SINGLE_KEY: [&str; 29] = [
     "get",
     "set",
     "incr",
@@ -260,38 +260,6 @@ const SINGLE_KEY: [&str; 61] = [
     "expireat",
     "pexpireat",
     "expiretime",
-    "hset",
-    "hmset",
-    "hsetnx",
-    "hget",
-    "hmget",
-    "hexists",
-    "hstrlen",
-    "hlen",
-    "hgetall",
-    "hkeys",
-    "hvals",
-    "hdel",
-    "hincrby",
-    "sadd",
-    "srem",
-    "smembers",
-    "sismember",
-    "smismember",
-    "scard",
-    "spop",
-    "lpush",
-    "rpush",
-    "lpushx",
-    "rpushx",
-    "lpop",
-    "rpop",
-    "llen",
-    "lrange",
-    "lindex",
-    "lset",
-    "lrem",
-    "ltrim",
 ];
 
 /// The key of a request that may run beside others (see [`SINGLE_KEY`]), if it is one.
@@ -302,10 +270,15 @@ pub(crate) fn single_key(request: &[bytes::Bytes]) -> Option<bytes::Bytes> {
     if multi_key && request.len() != 2 {
         return None;
     }
-    SINGLE_KEY
-        .iter()
-        .any(|c| c.as_bytes().eq_ignore_ascii_case(name))
-        .then(|| key.clone())
+    let is = |c: &&&str| c.as_bytes().eq_ignore_ascii_case(name);
+    // A collection command qualifies when the command table gives it one key. No
+    // allocation: this runs for every command of a pipeline.
+    let one_key = SINGLE_KEY.iter().any(|c| is(&c))
+        || [hashes::NAMES, sets::NAMES, lists::NAMES]
+            .iter()
+            .find_map(|names| names.iter().find(is))
+            .is_some_and(|c| server::takes_one_key(c));
+    one_key.then(|| key.clone())
 }
 
 fn unknown_command(args: &mut Args) -> String {

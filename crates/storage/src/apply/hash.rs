@@ -345,11 +345,10 @@ impl Pending<'_> {
                     Ok(next) => next,
                     Err(code) => return Ok(Err(code)),
                 };
-                if old.is_none() {
-                    if count >= *max_fields {
-                        return Ok(Err(ErrorCode::ValueTooLarge));
-                    }
-                    count += 1;
+                if old.is_none()
+                    && let Err(code) = one_more(&mut count, *max_fields)
+                {
+                    return Ok(Err(code));
                 }
                 hash.write(self, field, Bytes::from(next.to_string()), old)?;
                 HashAnswer::Int(next)
@@ -364,11 +363,10 @@ impl Pending<'_> {
                     Ok(printed) => printed,
                     Err(code) => return Ok(Err(code)),
                 };
-                if old.is_none() {
-                    if count >= *max_fields {
-                        return Ok(Err(ErrorCode::ValueTooLarge));
-                    }
-                    count += 1;
+                if old.is_none()
+                    && let Err(code) = one_more(&mut count, *max_fields)
+                {
+                    return Ok(Err(code));
                 }
                 hash.write(self, field, printed.clone(), old)?;
                 HashAnswer::Float(printed)
@@ -398,6 +396,15 @@ impl Pending<'_> {
         self.set(key.clone(), Some(record))?;
         Ok(Ok(answer))
     }
+}
+
+/// Counts a new field into `count`, or refuses it past `max`.
+fn one_more(count: &mut u64, max: u64) -> Result<(), ErrorCode> {
+    if *count >= max {
+        return Err(ErrorCode::ValueTooLarge);
+    }
+    *count += 1;
+    Ok(())
 }
 
 /// The hash one command changes.
