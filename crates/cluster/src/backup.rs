@@ -15,13 +15,15 @@ use std::collections::BTreeMap;
 use tokio::sync::mpsc;
 use trireme_raft::ReadMode;
 use trireme_types::backup::{
-    BackupEntry, Frame, HASH_ENTRY_BYTES, HashEntry, ListEntry, SetEntry, encode_frame,
+    BackupEntry, Frame, HASH_ENTRY_BYTES, HashEntry, ListEntry, SetEntry, SortedSetEntry,
+    encode_frame,
 };
 use trireme_types::collection::member_prefix;
 use trireme_types::session::is_internal_key;
 use trireme_types::{
     Command, CommandResult, ErrorCode, HashOp, ListOp, LogCommand, PutCondition, Record,
-    SLOT_COUNT, SetOp, ShardId, TriremeError, TtlUpdate, ValueKind, key_slot,
+    SLOT_COUNT, Score, SetOp, ShardId, SortedSetOp, TriremeError, TtlUpdate, ValueKind,
+    ZAddCompare, ZAddWhen, key_slot,
 };
 
 /// Bytes of frames sent at once.
@@ -45,7 +47,8 @@ impl FromApplied for Restored {
                 refused: results.iter().find_map(|r| match r {
                     CommandResult::Hash(Err(code))
                     | CommandResult::SetMembers(Err(code))
-                    | CommandResult::List(Err(code)) => Some(*code),
+                    | CommandResult::List(Err(code))
+                    | CommandResult::SortedSet(Err(code)) => Some(*code),
                     _ => None,
                 }),
             }),
@@ -207,6 +210,26 @@ impl Node {
                         },
                         &mut emit,
                     ),
+                    ValueKind::SortedSet => collection_frames(
+                        &view,
+                        key,
+                        |member, score| {
+                            let pair = (
+                                Bytes::copy_from_slice(member),
+                                // Every member row holds a score it was written with.
+                                Score::from_row(score).unwrap_or(Score::ZERO),
+                            );
+                            (pair, member.len() + 8)
+                        },
+                        |members| {
+                            Frame::SortedSet(SortedSetEntry {
+                                key: key_bytes.clone(),
+                                members,
+                                expires_at_ms,
+                            })
+                        },
+                        &mut emit,
+                    ),
                     ValueKind::List => {
                         let from = std::cell::Cell::new(0u64);
                         collection_frames(
@@ -299,6 +322,13 @@ impl Node {
                     }
                     (list.key.clone(), list.expires_at_ms)
                 }
+                Frame::SortedSet(sorted) => {
+                    for (member, _) in &sorted.members {
+                        self.config.limits.check_member(member)?;
+                        bytes += member.len() + 8;
+                    }
+                    (sorted.key.clone(), sorted.expires_at_ms)
+                }
                 Frame::End { .. } | Frame::ShardEnd { .. } => {
                     return Err(ClusterError::Request(TriremeError::new(
                         ErrorCode::InvalidArgument,
@@ -368,6 +398,30 @@ impl Node {
                             &list.key,
                             add,
                             list.expires_at_ms,
+                        );
+                    }
+                    Frame::SortedSet(sorted) => {
+                        let op = SortedSetOp::Add {
+                            members: sorted
+                                .members
+                                .iter()
+                                .map(|(m, s)| (*s, m.clone()))
+                                .collect(),
+                            when: ZAddWhen::Always,
+                            compare: ZAddCompare::Any,
+                            increment: false,
+                            max_members: max_fields,
+                        };
+                        let add = Command::SortedSet {
+                            key: sorted.key.clone(),
+                            op,
+                        };
+                        push_collection(
+                            &mut per_shard,
+                            &routing,
+                            &sorted.key,
+                            add,
+                            sorted.expires_at_ms,
                         );
                     }
                     Frame::End { .. } | Frame::ShardEnd { .. } => {}

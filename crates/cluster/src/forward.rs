@@ -432,6 +432,45 @@ impl ReadQuery for ReadList {
     }
 }
 
+/// A read of one sorted set (`ZSCORE`, `ZRANGE`, `ZRANK`, ...): its answer, or `WrongType`.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub(crate) struct ReadSortedSet {
+    pub key: Bytes,
+    pub read: trireme_types::SortedSetRead,
+}
+
+impl ReadQuery for ReadSortedSet {
+    type Found = Result<trireme_types::SortedSetAnswer, trireme_types::ErrorCode>;
+
+    fn is_cheap(&self) -> bool {
+        use trireme_types::SortedSetRead;
+        match &self.read {
+            SortedSetRead::Len | SortedSetRead::Scores { .. } => true,
+            SortedSetRead::Members { limit, .. } => *limit <= u64::from(INLINE_SCAN_ROWS),
+            // A short range by rank from the start; anything else may walk the whole set.
+            SortedSetRead::Range {
+                range: trireme_types::ZRange::Rank { start, stop },
+                ..
+            } => *start >= 0 && *stop >= 0 && stop - start < i64::from(INLINE_SCAN_ROWS),
+            _ => false,
+        }
+    }
+
+    fn run(
+        &self,
+        storage: &Storage,
+        shard: ShardId,
+        now: u64,
+        _: Option<(u16, u16)>,
+    ) -> Result<Self::Found, ClusterError> {
+        Ok(storage.sorted_set_read(shard, &self.key, &self.read, now)?)
+    }
+
+    fn to_wire(&self) -> WireQuery {
+        WireQuery::SortedSet(self.clone())
+    }
+}
+
 /// How fresh the serving replica was (Consul's `X-Consul-*` headers).
 #[derive(Debug, Clone, Copy, Default, Serialize, Deserialize)]
 pub(crate) struct Freshness {
@@ -479,6 +518,7 @@ pub(crate) enum WireQuery {
     Hash(ReadHash),
     Set(ReadSet),
     List(ReadList),
+    SortedSet(ReadSortedSet),
 }
 
 /// A shard request on the peer link: a read carries its mode, a write none.
@@ -827,6 +867,9 @@ impl Node {
                         self.serve_here(shard, Read { mode, query, slots }).await
                     }
                     WireQuery::List(query) => {
+                        self.serve_here(shard, Read { mode, query, slots }).await
+                    }
+                    WireQuery::SortedSet(query) => {
                         self.serve_here(shard, Read { mode, query, slots }).await
                     }
                 }

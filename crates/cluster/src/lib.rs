@@ -43,17 +43,18 @@ pub use pubsub::MessageSink;
 pub use rebalance::ElasticMetrics;
 pub use request::{
     DeleteRequest, Deleted, Done, EditOutcome, FromApplied, HashOutcome, IncrOutcome, ListOutcome,
-    PutOutcome, PutRequest, Records, SetOutcome, TransactionOutcome, TransactionRequest,
-    TtlChanged,
+    PutOutcome, PutRequest, Records, SetOutcome, SortedSetOutcome, TransactionOutcome,
+    TransactionRequest, TtlChanged,
 };
 pub use router::{MAX_ENTRY_BYTES, ReadMeta, ScanPage, SearchPage};
 pub use search::SearchQuery;
 pub use session::{SessionInfo, SessionRequest, is_session_id};
 pub use trireme_raft::{PeerNode, RaftTiming, ReadMode};
 pub use trireme_types::{
-    Command, CommandResult, End, HashAnswer, HashOp, HashRead, KeyCheck, ListAnswer, ListOp,
-    ListRead, PutCondition, SetAnswer, SetCombine, SetOp, SetRead, StringEdit, TtlUpdate,
-    ValueKind,
+    Command, CommandResult, End, HashAnswer, HashOp, HashRead, KeyCheck, LexBound, ListAnswer,
+    ListOp, ListRead, PutCondition, Score, ScoreBound, SetAnswer, SetCombine, SetOp, SetRead,
+    SortedSetAnswer, SortedSetOp, SortedSetRead, StringEdit, TtlUpdate, ValueKind, ZAddCompare,
+    ZAddWhen, ZRange,
 };
 
 /// Wall-clock Unix milliseconds: the time commands are stamped with and reads compare expiry to.

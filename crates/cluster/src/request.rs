@@ -184,6 +184,7 @@ fn is_wrong_type(result: &CommandResult) -> bool {
             | CommandResult::Hash(Err(ErrorCode::WrongType))
             | CommandResult::SetMembers(Err(ErrorCode::WrongType))
             | CommandResult::List(Err(ErrorCode::WrongType))
+            | CommandResult::SortedSet(Err(ErrorCode::WrongType))
     )
 }
 
@@ -241,6 +242,23 @@ impl FromApplied for ListOutcome {
     fn from_applied(result: CommandResult) -> Result<Self, CommandResult> {
         match result {
             CommandResult::List(answer) => Ok(ListOutcome(answer)),
+            other => Err(other),
+        }
+    }
+}
+
+/// What a Redis sorted set command answered, or why it changed nothing: `InvalidArgument`
+/// (an increment would make a score NaN), `ValueTooLarge` (the set would pass its member
+/// limit). A key of another type is an error of its own.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct SortedSetOutcome(pub Result<trireme_types::SortedSetAnswer, ErrorCode>);
+
+impl FromApplied for SortedSetOutcome {
+    const WHAT: &'static str = "a sorted set command";
+
+    fn from_applied(result: CommandResult) -> Result<Self, CommandResult> {
+        match result {
+            CommandResult::SortedSet(answer) => Ok(SortedSetOutcome(answer)),
             other => Err(other),
         }
     }

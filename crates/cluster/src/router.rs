@@ -10,11 +10,13 @@
 //! returns, stay in this crate.
 
 use crate::forward::{
-    CountRows, Freshness, GetKeys, Read, ReadHash, ReadList, ReadSet, ScanRows, SearchRows, Write,
+    CountRows, Freshness, GetKeys, Read, ReadHash, ReadList, ReadSet, ReadSortedSet, ScanRows,
+    SearchRows, Write,
 };
 use crate::request::{
     DeleteRequest, Deleted, Done, EditOutcome, FromApplied, HashOutcome, IncrOutcome, ListOutcome,
-    PutOutcome, PutRequest, SetOutcome, TransactionOutcome, TransactionRequest, TtlChanged,
+    PutOutcome, PutRequest, SetOutcome, SortedSetOutcome, TransactionOutcome, TransactionRequest,
+    TtlChanged,
 };
 use crate::search::SearchQuery;
 use crate::{ClusterError, Node};
@@ -29,7 +31,8 @@ use tokio::time::Instant;
 use trireme_raft::ReadMode;
 use trireme_types::{
     Command, CommandResult, ErrorCode, HashOp, HashRead, ListOp, ListRead, LogCommand, Record,
-    SetOp, SetRead, ShardId, ShardMap, StringEdit, TriremeError, TtlUpdate,
+    SetOp, SetRead, ShardId, ShardMap, SortedSetOp, SortedSetRead, StringEdit, TriremeError,
+    TtlUpdate,
 };
 
 /// Most bytes of keys and values one write may carry into a log entry (a transaction, an
@@ -715,6 +718,70 @@ impl Node {
             .map(ListOutcome)
     }
 
+    /// A Redis sorted set command on `key` (`ZADD`, `ZREM`, `ZPOPMIN`, ...).
+    pub async fn sorted_set(
+        &self,
+        key: Bytes,
+        mut op: SortedSetOp,
+    ) -> Result<SortedSetOutcome, ClusterError> {
+        let bytes = key.len() + self.prepare_sorted_set(&mut op)?;
+        check_entry_size(bytes)?;
+        self.check_key(&key)?;
+        let command = Command::SortedSet {
+            key: key.clone(),
+            op,
+        };
+        self.write_key(&key, command).await
+    }
+
+    /// Reads the sorted set at `key` (`ZSCORE`, `ZRANGE`, `ZRANK`, `ZCOUNT`, ...), the way
+    /// `mode` says.
+    pub async fn sorted_set_read(
+        &self,
+        key: &[u8],
+        read: SortedSetRead,
+        mode: ReadMode,
+    ) -> Result<SortedSetOutcome, ClusterError> {
+        self.check_key(key)?;
+        let key = Bytes::copy_from_slice(key);
+        let query = ReadSortedSet {
+            key: key.clone(),
+            read,
+        };
+        self.read_collection(&key, query, mode)
+            .await
+            .map(SortedSetOutcome)
+    }
+
+    /// Checks a sorted set command's members against the limits and gives it the member
+    /// limit; the bytes it carries.
+    fn prepare_sorted_set(&self, op: &mut SortedSetOp) -> Result<usize, ClusterError> {
+        let limits = &self.config.limits;
+        let mut bytes = 0;
+        match op {
+            SortedSetOp::Add {
+                members,
+                max_members,
+                ..
+            } => {
+                for (_, member) in members.iter() {
+                    limits.check_member(member)?;
+                    bytes += member.len() + 8;
+                }
+                *max_members = limits.max_collection_members;
+            }
+            SortedSetOp::Remove { members }
+            | SortedSetOp::Read(SortedSetRead::Scores { members }) => {
+                for member in members.iter() {
+                    limits.check_member(member)?;
+                    bytes += member.len();
+                }
+            }
+            SortedSetOp::Pop { .. } | SortedSetOp::RemoveRange { .. } | SortedSetOp::Read(_) => {}
+        }
+        Ok(bytes)
+    }
+
     /// Checks a list command's elements against the limits and gives it the length limit;
     /// the bytes it carries.
     fn prepare_list(&self, op: &mut ListOp) -> Result<usize, ClusterError> {
@@ -826,6 +893,7 @@ impl Node {
                 Command::Hash { op, .. } => bytes += self.prepare_hash(op)?,
                 Command::SetMembers { op, .. } => bytes += self.prepare_set(op)?,
                 Command::List { op, .. } => bytes += self.prepare_list(op)?,
+                Command::SortedSet { op, .. } => bytes += self.prepare_sorted_set(op)?,
                 _ => {}
             }
         }

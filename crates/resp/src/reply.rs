@@ -24,7 +24,7 @@ pub enum Protocol {
 }
 
 /// One reply.
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq)]
 pub enum Reply {
     /// A status reply: `+OK\r\n`.
     Simple(Cow<'static, str>),
@@ -34,6 +34,9 @@ pub enum Reply {
     Integer(i64),
     /// A bulk string: `$5\r\nhello\r\n`.
     Bulk(Bytes),
+    /// A double (a sorted set's score): a RESP3 double (`,1.5\r\n`), a bulk string in RESP2,
+    /// written as Redis writes it (see [`format_double`]).
+    Double(f64),
     /// The null bulk string: `$-1\r\n`.
     Null,
     /// The null array: `*-1\r\n`.
@@ -43,6 +46,9 @@ pub enum Reply {
     /// Field-value pairs: a RESP3 map (`%2\r\n...`), a flat array of twice as many items in
     /// RESP2.
     Map(Vec<(Reply, Reply)>),
+    /// Pairs in order (`ZRANGE ... WITHSCORES`): a RESP3 array of two-item arrays, a flat
+    /// array of twice as many items in RESP2.
+    Pairs(Vec<(Reply, Reply)>),
     /// Out-of-band data (pub/sub): a RESP3 push (`>3\r\n...`), an array in RESP2.
     Push(Vec<Reply>),
     /// An unordered collection (`SMEMBERS`): a RESP3 set (`~2\r\n...`), an array in RESP2.
@@ -124,10 +130,33 @@ impl Reply {
                     value.encode_for(out, protocol);
                 }
             }
+            Reply::Pairs(pairs) => {
+                out.reserve(24);
+                out.put_u8(b'*');
+                if protocol == Protocol::Resp3 {
+                    put_u64(out, len_u64(pairs.len()));
+                } else {
+                    put_u64(out, len_u64(pairs.len()).saturating_mul(2));
+                }
+                out.put_slice(b"\r\n");
+                for (first, second) in pairs {
+                    if protocol == Protocol::Resp3 {
+                        out.put_slice(b"*2\r\n");
+                    }
+                    first.encode_for(out, protocol);
+                    second.encode_for(out, protocol);
+                }
+            }
             Reply::Several(replies) => {
                 for reply in replies {
                     reply.encode_for(out, protocol);
                 }
+            }
+            Reply::Double(value) if protocol == Protocol::Resp3 => {
+                put_text_line(out, b',', &format_double(*value));
+            }
+            Reply::Double(value) => {
+                Reply::Bulk(Bytes::from(format_double(*value))).encode_scalar(out)
             }
             Reply::Array(items) | Reply::Push(items) | Reply::Set(items) => {
                 let marker = match (self, protocol) {
@@ -169,6 +198,8 @@ impl Reply {
             Reply::Null => out.put_slice(b"$-1\r\n"),
             Reply::NullArray => out.put_slice(b"*-1\r\n"),
             Reply::Array(_)
+            | Reply::Double(_)
+            | Reply::Pairs(_)
             | Reply::Map(_)
             | Reply::Push(_)
             | Reply::Set(_)
@@ -181,6 +212,44 @@ impl Reply {
         let mut out = BytesMut::new();
         self.encode(&mut out);
         out.freeze()
+    }
+}
+
+/// A double as Redis 7.0 writes one: `inf` / `-inf`, else C's `%.17g` (17 significant
+/// digits, trailing zeros dropped, an exponent of at least two digits below 1e-4 and from
+/// 1e17), so that every score reads back as the same double.
+pub fn format_double(value: f64) -> String {
+    if value.is_infinite() {
+        return if value > 0.0 { "inf" } else { "-inf" }.into();
+    }
+    if value == 0.0 {
+        return if value.is_sign_negative() { "-0" } else { "0" }.into();
+    }
+    // 17 significant digits: d.dddddddddddddddd, then the decimal exponent.
+    let scientific = format!("{:.16e}", value.abs());
+    let (mantissa, exponent) = scientific.split_once('e').unwrap_or((&scientific, "0"));
+    let exponent: i32 = exponent.parse().unwrap_or(0);
+    let digits: String = mantissa.chars().filter(char::is_ascii_digit).collect();
+    let sign = if value < 0.0 { "-" } else { "" };
+    if !(-4..17).contains(&exponent) {
+        let (first, rest) = digits.split_at(1);
+        let rest = rest.trim_end_matches('0');
+        let dot = if rest.is_empty() { "" } else { "." };
+        let exp_sign = if exponent < 0 { '-' } else { '+' };
+        return format!("{sign}{first}{dot}{rest}e{exp_sign}{:02}", exponent.abs());
+    }
+    let (whole, fraction) = if exponent >= 0 {
+        let point = exponent as usize + 1;
+        (digits[..point].to_string(), digits[point..].to_string())
+    } else {
+        let zeros = "0".repeat((-exponent - 1) as usize);
+        ("0".to_string(), format!("{zeros}{digits}"))
+    };
+    let fraction = fraction.trim_end_matches('0');
+    if fraction.is_empty() {
+        format!("{sign}{whole}")
+    } else {
+        format!("{sign}{whole}.{fraction}")
     }
 }
 
@@ -270,6 +339,40 @@ mod tests {
         let mut out = BytesMut::new();
         reply.encode_for(&mut out, Protocol::Resp3);
         out.to_vec()
+    }
+
+    #[test]
+    fn doubles_print_as_c_prints_them_with_17_digits() {
+        // Expected texts from C's printf("%.17g").
+        for (value, text) in [
+            (1.1, "1.1000000000000001"),
+            (2.0, "2"),
+            (1e20, "1e+20"),
+            (3e-5, "3.0000000000000001e-05"),
+            (0.5, "0.5"),
+            (-2.5, "-2.5"),
+            (1e16, "10000000000000000"),
+            (1e17, "1e+17"),
+            (123456789012345678.0, "1.2345678901234568e+17"),
+            (0.0001, "0.0001"),
+            (-1e-300, "-1e-300"),
+            (f64::MAX, "1.7976931348623157e+308"),
+            (5e-324, "4.9406564584124654e-324"),
+            (100.0, "100"),
+            (1234.5678, "1234.5678"),
+            (0.1, "0.10000000000000001"),
+            (0.0, "0"),
+            (f64::INFINITY, "inf"),
+            (f64::NEG_INFINITY, "-inf"),
+        ] {
+            assert_eq!(format_double(value), text, "{value:e}");
+        }
+        assert_eq!(encoded3(&Reply::Double(1.5)), b",1.5\r\n");
+        assert_eq!(encoded(&Reply::Double(1.5)), b"$3\r\n1.5\r\n");
+        assert_eq!(encoded3(&Reply::Double(f64::NEG_INFINITY)), b",-inf\r\n");
+        let pairs = Reply::Pairs(vec![(Reply::bulk("a"), Reply::Double(2.0))]);
+        assert_eq!(encoded3(&pairs), b"*1\r\n*2\r\n$1\r\na\r\n,2\r\n");
+        assert_eq!(encoded(&pairs), b"*2\r\n$1\r\na\r\n$1\r\n2\r\n");
     }
 
     #[test]

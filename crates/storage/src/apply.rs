@@ -14,7 +14,9 @@ use trireme_types::{
 
 mod hash;
 mod list;
+mod rows;
 mod set;
+mod sorted;
 #[cfg(test)]
 mod testing;
 
@@ -202,7 +204,7 @@ impl<'s> Pending<'s> {
                     .as_ref()
                     .is_none_or(|r| r.kind != kind || r.create_index != created)
             {
-                self.purge_members(&key)?;
+                self.purge_members(&key, kind)?;
             }
             if record.is_none() {
                 self.removed_at = Some(self.index);
@@ -736,6 +738,9 @@ impl<'s> Pending<'s> {
                 CommandResult::SetMembers(self.set_members(key, op, index, now)?)
             }
             Command::List { key, op } => CommandResult::List(self.list(key, op, index, now)?),
+            Command::SortedSet { key, op } => {
+                CommandResult::SortedSet(self.sorted_set(key, op, index, now)?)
+            }
             Command::Reap { keys } => {
                 for key in keys {
                     if self.raw(key)?.is_some_and(|r| r.is_expired(now)) {

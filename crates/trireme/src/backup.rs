@@ -212,7 +212,11 @@ async fn stream_shard(
         reader.push(&chunk);
         while let Some((frame, raw)) = reader.next_frame()? {
             match frame {
-                Frame::Entry(_) | Frame::Hash(_) | Frame::Set(_) | Frame::List(_) => {
+                Frame::Entry(_)
+                | Frame::Hash(_)
+                | Frame::Set(_)
+                | Frame::List(_)
+                | Frame::SortedSet(_) => {
                     file.write_all(&writer.entry_bytes(&raw))?;
                     seen += 1;
                 }
@@ -275,6 +279,12 @@ fn verify(path: &Path) -> anyhow::Result<Checked> {
                     largest_value = largest_value.max(element.len());
                 }
             }
+            Frame::SortedSet(sorted) => {
+                longest_key = longest_key.max(sorted.key.len());
+                for (member, _) in &sorted.members {
+                    longest_key = longest_key.max(member.len());
+                }
+            }
             Frame::End { .. } | Frame::ShardEnd { .. } => {}
         });
     }
@@ -310,9 +320,9 @@ async fn restore(args: &RestoreArgs) -> anyhow::Result<()> {
         let n = file.read(&mut buf)?;
         reader.push(&buf[..n]);
         while let Some((frame, raw)) = reader.next_frame()? {
-            let (Frame::Entry(_) | Frame::Hash(_) | Frame::Set(_) | Frame::List(_)) = frame else {
+            if !frame.is_entry() {
                 continue;
-            };
+            }
             // A piece stays within a request body: it goes before the entry that would
             // take it past the size (one entry alone always fits, as values are limited).
             if !piece.is_empty() && piece.len() + raw.len() > RESTORE_PIECE {

@@ -470,6 +470,153 @@ const LISTS: &[&[&str]] = &[
     &["DEL", "{l}a", "{l}b", "{l}c", "{l}s", "{l}t"],
 ];
 
+const SORTED_SETS: &[&[&str]] = &[
+    &["ZADD", "{z}a", "1", "one", "2", "two", "3", "three"],
+    &[
+        "ZADD", "{z}a", "1.1", "x", "1e20", "big", "-inf", "low", "+inf", "high",
+    ],
+    &[
+        "ZADD", "{z}a", "3e-5", "tiny", "0.5", "half", "-2.5", "neg", "0", "zero",
+    ],
+    &["ZADD", "{z}a", "1", "one"],
+    &["ZADD", "{z}a", "CH", "5", "one", "2", "two", "7", "new"],
+    &["ZADD", "{z}a", "NX", "9", "one", "9", "nx"],
+    &["ZADD", "{z}a", "XX", "CH", "6", "one", "9", "absent"],
+    &["ZADD", "{z}a", "GT", "CH", "1", "one", "10", "two"],
+    &["ZADD", "{z}a", "LT", "CH", "1", "one", "100", "two"],
+    &["ZADD", "{z}a", "INCR", "2", "one"],
+    &["ZADD", "{z}a", "NX", "INCR", "2", "one"],
+    &["ZADD", "{z}a", "GT", "INCR", "-1", "one"],
+    &["ZINCRBY", "{z}a", "1.5", "two"],
+    &["ZINCRBY", "{z}a", "2", "fresh"],
+    &["ZINCRBY", "{z}a", "-inf", "high"],
+    &["ZSCORE", "{z}a", "x"],
+    &["ZSCORE", "{z}a", "big"],
+    &["ZSCORE", "{z}a", "tiny"],
+    &["ZSCORE", "{z}a", "high"],
+    &["ZSCORE", "{z}a", "nobody"],
+    &["ZSCORE", "{z}missing", "x"],
+    &["ZMSCORE", "{z}a", "x", "nobody", "low"],
+    &["ZMSCORE", "{z}missing", "x"],
+    &["ZCARD", "{z}a"],
+    &["ZCARD", "{z}missing"],
+    &["ZRANGE", "{z}a", "0", "-1"],
+    &["ZRANGE", "{z}a", "0", "-1", "WITHSCORES"],
+    &["ZRANGE", "{z}a", "2", "4", "WITHSCORES"],
+    &["ZRANGE", "{z}a", "-3", "-1"],
+    &["ZRANGE", "{z}a", "5", "2"],
+    &["ZRANGE", "{z}a", "0", "1", "REV", "WITHSCORES"],
+    &["ZRANGE", "{z}a", "(1", "5", "BYSCORE"],
+    &["ZRANGE", "{z}a", "5", "(1", "BYSCORE", "REV", "WITHSCORES"],
+    &[
+        "ZRANGE", "{z}a", "-inf", "+inf", "BYSCORE", "LIMIT", "2", "3",
+    ],
+    &[
+        "ZRANGE", "{z}a", "-inf", "+inf", "BYSCORE", "LIMIT", "-1", "3",
+    ],
+    &[
+        "ZRANGE", "{z}a", "-inf", "+inf", "BYSCORE", "LIMIT", "1", "-1",
+    ],
+    &["ZRANGE", "{z}a", "0", "1", "LIMIT", "0", "1"],
+    &["ZRANGE", "{z}a", "-", "+", "BYLEX", "WITHSCORES"],
+    &["ZRANGE", "{z}a", "a", "1", "BYSCORE"],
+    &["ZRANGE", "{z}a", "0", "x"],
+    &["ZRANGE", "{z}a", "0", "1", "BOGUS"],
+    &["ZRANGE", "{z}missing", "0", "-1"],
+    &["ZREVRANGE", "{z}a", "0", "2", "WITHSCORES"],
+    &["ZRANGEBYSCORE", "{z}a", "0", "(3", "WITHSCORES"],
+    &["ZRANGEBYSCORE", "{z}a", "-inf", "inf", "LIMIT", "0", "2"],
+    &["ZRANGEBYSCORE", "{z}a", "5", "1"],
+    &["ZRANGEBYSCORE", "{z}a", "(1", "(1"],
+    &["ZRANGEBYSCORE", "{z}a", "0", "1", "REV"],
+    &[
+        "ZREVRANGEBYSCORE",
+        "{z}a",
+        "+inf",
+        "0",
+        "WITHSCORES",
+        "LIMIT",
+        "1",
+        "2",
+    ],
+    &["ZCOUNT", "{z}a", "-inf", "+inf"],
+    &["ZCOUNT", "{z}a", "(0", "2"],
+    &["ZCOUNT", "{z}a", "x", "2"],
+    &["ZRANK", "{z}a", "low"],
+    &["ZRANK", "{z}a", "x"],
+    &["ZREVRANK", "{z}a", "x"],
+    &["ZRANK", "{z}a", "nobody"],
+    &["ZRANK", "{z}missing", "x"],
+    // Members of one score, by member.
+    &[
+        "ZADD", "{z}lex", "0", "a", "0", "b", "0", "c", "0", "d", "0", "e",
+    ],
+    &["ZRANGEBYLEX", "{z}lex", "-", "+"],
+    &["ZRANGEBYLEX", "{z}lex", "[b", "(d"],
+    &["ZRANGEBYLEX", "{z}lex", "(b", "+", "LIMIT", "1", "2"],
+    &["ZREVRANGEBYLEX", "{z}lex", "+", "[c"],
+    &["ZRANGEBYLEX", "{z}lex", "+", "-"],
+    &["ZRANGEBYLEX", "{z}lex", "b", "+"],
+    &["ZLEXCOUNT", "{z}lex", "[b", "[d"],
+    &["ZLEXCOUNT", "{z}lex", "-", "+"],
+    &["ZREMRANGEBYLEX", "{z}lex", "[a", "(c"],
+    &["ZRANGE", "{z}lex", "0", "-1"],
+    // Removals and pops.
+    &["ZREM", "{z}a", "x", "nobody", "x"],
+    &["ZREMRANGEBYSCORE", "{z}a", "(0", "1"],
+    &["ZREMRANGEBYRANK", "{z}a", "-2", "-1"],
+    &["ZRANGE", "{z}a", "0", "-1", "WITHSCORES"],
+    &["ZPOPMIN", "{z}a"],
+    &["ZPOPMAX", "{z}a", "2"],
+    &["ZPOPMIN", "{z}a", "0"],
+    &["ZPOPMIN", "{z}a", "-1"],
+    &["ZPOPMIN", "{z}missing"],
+    &["ZPOPMAX", "{z}missing", "3"],
+    &["ZSCAN", "{z}lex", "0"],
+    &["ZREM", "{z}lex", "c", "d", "e"],
+    &["EXISTS", "{z}lex"],
+    &["TYPE", "{z}a"],
+    &["OBJECT", "ENCODING", "{z}a"],
+    &["EXPIREAT", "{z}a", "4000000000"],
+    &["COPY", "{z}a", "{z}c"],
+    &["ZRANGE", "{z}c", "0", "-1", "WITHSCORES"],
+    &["EXPIRETIME", "{z}c"],
+    // Bad scores and options.
+    &["ZADD", "{z}a", "nan", "x"],
+    &["ZADD", "{z}a", "abc", "x"],
+    &["ZADD", "{z}a", "1", "x", "2"],
+    &["ZADD", "{z}a", "NX", "XX", "1", "x"],
+    &["ZADD", "{z}a", "GT", "LT", "1", "x"],
+    &["ZADD", "{z}a", "NX", "GT", "1", "x"],
+    &["ZADD", "{z}a", "INCR", "1", "x", "2", "y"],
+    &["ZINCRBY", "{z}a", "x", "one"],
+    &["ZADD", "{z}inf", "inf", "m"],
+    &["ZINCRBY", "{z}inf", "-inf", "m"],
+    &["ZSCORE", "{z}inf", "m"],
+    // Types.
+    &["SET", "{z}s", "v"],
+    &["ZADD", "{z}s", "1", "x"],
+    &["ZRANGE", "{z}s", "0", "-1"],
+    &["ZSCORE", "{z}s", "x"],
+    &["GET", "{z}a"],
+    &["SADD", "{z}a", "x"],
+    // Wrong arity.
+    &["ZADD", "{z}a", "1"],
+    &["ZSCORE", "{z}a"],
+    &["ZRANGE", "{z}a", "0"],
+    &["ZRANK", "{z}a", "x", "y"],
+    &["ZCARD"],
+    // In a transaction.
+    &["MULTI"],
+    &["ZADD", "{z}t", "1", "a", "2", "b"],
+    &["ZINCRBY", "{z}t", "5", "a"],
+    &["ZRANGE", "{z}t", "0", "-1", "WITHSCORES"],
+    &["ZPOPMIN", "{z}t"],
+    &["ZCARD", "{z}t"],
+    &["EXEC"],
+    &["DEL", "{z}a", "{z}c", "{z}s", "{z}t", "{z}inf"],
+];
+
 /// Sends every command of `script` to both servers over one connection each and asserts
 /// the replies are the same bytes.
 async fn compare(script: &[&[&str]], resp3: bool) {
@@ -686,6 +833,16 @@ async fn set_commands_answer_as_redis_does_in_resp2() {
 #[tokio::test]
 async fn set_commands_answer_as_redis_does_in_resp3() {
     compare(SETS, true).await;
+}
+
+#[tokio::test]
+async fn sorted_set_commands_answer_as_redis_does_in_resp2() {
+    compare(SORTED_SETS, false).await;
+}
+
+#[tokio::test]
+async fn sorted_set_commands_answer_as_redis_does_in_resp3() {
+    compare(SORTED_SETS, true).await;
 }
 
 #[tokio::test]
@@ -953,7 +1110,7 @@ async fn blocking_pops_wait_for_pushes_on_a_cluster() {
 /// pipeline, `hscan_iter` over 2,500 fields, sets as Python sets, `sscan_iter`, a queue with
 /// `blpop`, `WRONGTYPE`.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn redis_py_uses_hashes_sets_and_lists_on_a_cluster() {
+async fn redis_py_uses_hashes_sets_lists_and_sorted_sets_on_a_cluster() {
     let c = TestCluster::start(ClusterOptions::default()).await;
     let python = concat!(
         env!("CARGO_MANIFEST_DIR"),
@@ -970,7 +1127,7 @@ async fn redis_py_uses_hashes_sets_and_lists_on_a_cluster() {
 
 /// go-redis v9 with its defaults (RESP3; the cluster client finds slots with CLUSTER SLOTS
 /// and splits pipelines by node) against a 3-node cluster: strings, expiry options, a
-/// pipeline, and optimistic transactions with WATCH from four goroutines.
+/// pipeline, a sorted set, and optimistic transactions with WATCH from four goroutines.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn go_redis_with_its_defaults_works_against_a_cluster() {
     let out = tempfile::tempdir().expect("temp dir");
@@ -987,7 +1144,7 @@ async fn go_redis_with_its_defaults_works_against_a_cluster() {
 }
 
 /// node-redis 5 with its defaults (its cluster client) against a 3-node cluster: strings,
-/// 200 commands in flight at once, and MULTI/EXEC on keys of one slot.
+/// 200 commands in flight at once, MULTI/EXEC on keys of one slot, and a sorted set.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn node_redis_with_its_defaults_works_against_a_cluster() {
     let source = clients::source("noderedis");

@@ -130,6 +130,19 @@ async fn a_backup_taken_under_writes_restores_into_a_cluster_of_another_shape() 
     assert_eq!(added, b":3\r\n");
     let pushed = resp.cmd(&[b"RPUSH", b"list/q", b"c", b"a", b"b"]).await;
     assert_eq!(pushed, b":3\r\n");
+    let scored = resp
+        .cmd(&[
+            b"ZADD",
+            b"zset/board",
+            b"2.5",
+            b"b",
+            b"-inf",
+            b"a",
+            b"1e20",
+            b"c",
+        ])
+        .await;
+    assert_eq!(scored, b":3\r\n");
     // A key held by a lock: its value is kept, the lock (and the session) are not.
     let session: serde_json::Value = client
         .put(format!("{base}/v1/session/create"))
@@ -264,10 +277,18 @@ async fn a_backup_taken_under_writes_restores_into_a_cluster_of_another_shape() 
         queue, b"*3\r\n$1\r\nc\r\n$1\r\na\r\n$1\r\nb\r\n",
         "in order"
     );
+    let board = resp
+        .cmd(&[b"ZRANGE", b"zset/board", b"0", b"-1", b"WITHSCORES"])
+        .await;
+    assert_eq!(
+        board,
+        &b"*6\r\n$1\r\na\r\n$4\r\n-inf\r\n$1\r\nb\r\n$3\r\n2.5\r\n$1\r\nc\r\n$5\r\n1e+20\r\n"[..],
+        "members with their scores, in score order"
+    );
     // Every key the backup held, and the ones written during it that it caught.
     let restored = keys(&into).await;
     assert!(
-        restored.len() >= pairs.len() + 10,
+        restored.len() >= pairs.len() + 11,
         "{} keys",
         restored.len()
     );

@@ -68,6 +68,18 @@ pub struct ListEntry {
     pub expires_at_ms: Option<u64>,
 }
 
+/// Members of one Redis sorted set with their scores, as backed up; a large one is cut into
+/// several of these, as a hash is.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct SortedSetEntry {
+    /// The sorted set's key.
+    pub key: Bytes,
+    /// Members and their scores.
+    pub members: Vec<(Bytes, crate::Score)>,
+    /// When the sorted set expires, Unix milliseconds.
+    pub expires_at_ms: Option<u64>,
+}
+
 /// Bytes of fields and values one [`HashEntry`] (or members one [`SetEntry`], elements one
 /// [`ListEntry`]) carries at most (a single larger field
 /// travels alone), so that it fits in one restore request.
@@ -103,6 +115,16 @@ pub enum Frame {
     Set(SetEntry),
     /// A Redis list, or a part of one. Counts as an entry in the end frames.
     List(ListEntry),
+    /// A Redis sorted set, or a part of one. Counts as an entry in the end frames.
+    SortedSet(SortedSetEntry),
+}
+
+impl Frame {
+    /// Whether the frame carries data (a key, or a part of a collection), as opposed to an
+    /// end mark: what the end frames count.
+    pub fn is_entry(&self) -> bool {
+        !matches!(self, Frame::End { .. } | Frame::ShardEnd { .. })
+    }
 }
 
 /// Why a backup cannot be read.
@@ -248,7 +270,11 @@ impl Verifier {
                     return;
                 }
                 Ok(Some((
-                    frame @ (Frame::Entry(_) | Frame::Hash(_) | Frame::Set(_) | Frame::List(_)),
+                    frame @ (Frame::Entry(_)
+                    | Frame::Hash(_)
+                    | Frame::Set(_)
+                    | Frame::List(_)
+                    | Frame::SortedSet(_)),
                     raw,
                 ))) => {
                     self.hasher.update(&raw);

@@ -8,26 +8,32 @@
 //! it ([`crate::key_slot`] reads it back), so a collection's rows stay in its key's shard
 //! through splits and moves; front ends never see member keys (they are internal), and one
 //! collection's members are one contiguous range, in member order.
+//!
+//! A sorted set has a second row per member, its *score row*, under `z/` in place of `m/`
+//! and laid out alike (see [`crate::sorted`]).
 
 use crate::session::INTERNAL_KEY_PREFIX;
 use bytes::Bytes;
 
 /// What follows [`INTERNAL_KEY_PREFIX`] in every member key.
 const MEMBERS: &[u8] = b"m/";
+/// What follows [`INTERNAL_KEY_PREFIX`] in every score row of a sorted set.
+pub(crate) const SCORES: &[u8] = b"z/";
 
-fn members_start() -> usize {
-    INTERNAL_KEY_PREFIX.len() + MEMBERS.len()
-}
-
-/// The first bytes of every member row of the collection at `key`.
-pub fn member_prefix(key: &[u8]) -> Bytes {
-    let mut out = Vec::with_capacity(members_start() + 6 + key.len());
+/// The first bytes of the rows of `kind` (`m/` or `z/`) of the collection at `key`.
+pub(crate) fn internal_rows_prefix(kind: &[u8], key: &[u8]) -> Bytes {
+    let mut out = Vec::with_capacity(INTERNAL_KEY_PREFIX.len() + kind.len() + 6 + key.len());
     out.extend_from_slice(INTERNAL_KEY_PREFIX);
-    out.extend_from_slice(MEMBERS);
+    out.extend_from_slice(kind);
     out.extend_from_slice(&crate::slot::key_slot(key).to_be_bytes());
     out.extend_from_slice(&(key.len() as u32).to_be_bytes());
     out.extend_from_slice(key);
     Bytes::from(out)
+}
+
+/// The first bytes of every member row of the collection at `key`.
+pub fn member_prefix(key: &[u8]) -> Bytes {
+    internal_rows_prefix(MEMBERS, key)
 }
 
 /// The row of `member` in the collection at `key`.
@@ -37,11 +43,12 @@ pub fn member_key(key: &[u8], member: &[u8]) -> Bytes {
     Bytes::from(out)
 }
 
-/// The slot written in a member key; `None` for any other key.
+/// The slot written in a member key or a score row; `None` for any other key.
 pub fn member_slot(key: &[u8]) -> Option<u16> {
-    let rest = key
-        .strip_prefix(INTERNAL_KEY_PREFIX)?
-        .strip_prefix(MEMBERS)?;
+    let rest = key.strip_prefix(INTERNAL_KEY_PREFIX)?;
+    let rest = rest
+        .strip_prefix(MEMBERS)
+        .or_else(|| rest.strip_prefix(SCORES))?;
     let slot: [u8; 2] = rest.get(..2)?.try_into().ok()?;
     Some(u16::from_be_bytes(slot))
 }
@@ -107,6 +114,10 @@ mod tests {
         // A key that is a prefix of another does not share its members' range.
         assert!(!member_key(b"ab", b"c").starts_with(&member_prefix(b"a")));
         assert_eq!(member_slot(b"plain"), None);
+        let score = crate::sorted::Score::new(1.0).expect("a number");
+        let row = crate::sorted::score_key(b"{tag}z", score, b"m");
+        assert_eq!(member_slot(&row), Some(key_slot(b"{tag}z")));
+        assert_eq!(key_slot(&row), key_slot(b"{tag}z"));
         assert_eq!(decode_count(&encode_count(42)), 42);
         assert_eq!(decode_list(&encode_list(3, -7)), (3, -7));
         assert!(list_position(-1) < list_position(0) && list_position(0) < list_position(1));

@@ -196,6 +196,15 @@ pub enum Command {
         /// What to do.
         op: ListOp,
     },
+    /// A Redis sorted set command on the sorted set at `key` (creating it, or refusing a key
+    /// of another type with [`ErrorCode::WrongType`]). Answered with
+    /// [`CommandResult::SortedSet`].
+    SortedSet {
+        /// The sorted set's key.
+        key: Bytes,
+        /// What to do.
+        op: crate::SortedSetOp,
+    },
 }
 
 /// An end of a list.
@@ -661,6 +670,7 @@ impl Command {
             Command::Hash { .. } => "hash",
             Command::SetMembers { .. } => "set_members",
             Command::List { .. } => "list",
+            Command::SortedSet { .. } => "sorted_set",
         }
     }
 
@@ -690,6 +700,7 @@ impl Command {
             | Command::Lock { key, .. }
             | Command::Session { key, .. }
             | Command::Hash { key, .. }
+            | Command::SortedSet { key, .. }
             | Command::Check { key, .. } => vec![key],
             Command::PutMany { pairs } => pairs.iter().map(|(k, _)| k).collect(),
             Command::Delete { keys, .. } | Command::Reap { keys } | Command::Read { keys } => {
@@ -766,4 +777,7 @@ pub enum CommandResult {
     SetMembers(Result<SetAnswer, ErrorCode>),
     /// A [`Command::List`]: its answer, or why nothing changed.
     List(Result<ListAnswer, ErrorCode>),
+    /// A [`Command::SortedSet`]: its answer, or why nothing changed (`InvalidArgument`: an
+    /// increment would make a score NaN).
+    SortedSet(Result<crate::SortedSetAnswer, ErrorCode>),
 }

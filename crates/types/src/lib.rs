@@ -20,6 +20,7 @@ pub mod limits;
 pub mod record;
 pub mod session;
 pub mod slot;
+pub mod sorted;
 pub mod timed;
 
 pub use command::{
@@ -33,4 +34,8 @@ pub use ids::{GroupId, NodeId, ShardId};
 pub use limits::Limits;
 pub use record::{LockInfo, Record, ValueKind};
 pub use slot::{SLOT_COUNT, ShardMap, even_range, even_ranges, key_slot};
+pub use sorted::{
+    LexBound, Score, ScoreBound, SortedSetAnswer, SortedSetOp, SortedSetRead, ZAddCompare,
+    ZAddWhen, ZRange,
+};
 pub use timed::Timed;

@@ -41,6 +41,9 @@ pub enum ValueKind {
     /// A Redis list: the record's value is its length and first position, each element a
     /// row named by its position.
     List,
+    /// A Redis sorted set: the record's value is its member count, each member a row (its
+    /// value the score) and a score row (see [`crate::sorted`]).
+    SortedSet,
 }
 
 impl ValueKind {
@@ -51,6 +54,7 @@ impl ValueKind {
             ValueKind::Hash => "hash",
             ValueKind::Set => "set",
             ValueKind::List => "list",
+            ValueKind::SortedSet => "zset",
         }
     }
 
@@ -60,6 +64,7 @@ impl ValueKind {
             ValueKind::Hash => 1,
             ValueKind::Set => 2,
             ValueKind::List => 3,
+            ValueKind::SortedSet => 4,
         }
     }
 
@@ -69,6 +74,7 @@ impl ValueKind {
             1 => Some(ValueKind::Hash),
             2 => Some(ValueKind::Set),
             3 => Some(ValueKind::List),
+            4 => Some(ValueKind::SortedSet),
             _ => None,
         }
     }

@@ -12,7 +12,7 @@ use axum::http::{StatusCode, header};
 use axum::response::{IntoResponse, Response};
 use serde::Deserialize;
 use trireme_cluster::ReadMode;
-use trireme_types::backup::{Frame, FrameReader};
+use trireme_types::backup::FrameReader;
 use trireme_types::{ErrorCode, ShardId, TriremeError};
 
 /// `GET /v1/backup/shard/{id}`: the shard's live keys as entry frames, then an end frame;
@@ -74,10 +74,8 @@ pub(crate) async fn restore(
         .map_err(|e| ApiError::invalid(e.to_string()))?
     {
         match frame {
-            Frame::Entry(_) | Frame::Hash(_) | Frame::Set(_) | Frame::List(_) => {
-                entries.push(frame)
-            }
-            Frame::End { .. } | Frame::ShardEnd { .. } => {
+            frame if frame.is_entry() => entries.push(frame),
+            _ => {
                 return Err(ApiError::invalid(
                     "a restore piece carries entries only, not an end mark",
                 ));

@@ -281,6 +281,14 @@ fn encoding(record: &trireme_types::Record) -> &'static str {
         // Redis keeps a set of integers as an `intset`; whether every member is one is not
         // known from the key's row, so a set is a `hashtable` here.
         trireme_types::ValueKind::Set => "hashtable",
+        // A short sorted set is a `listpack`, a long one a `skiplist`.
+        trireme_types::ValueKind::SortedSet => {
+            if trireme_types::collection::decode_count(&record.value) <= 128 {
+                "listpack"
+            } else {
+                "skiplist"
+            }
+        }
         // Redis 7.2 keeps a short list as a `listpack`, a long one as a `quicklist`.
         trireme_types::ValueKind::List => {
             if trireme_types::collection::decode_count(&record.value) <= 128 {

@@ -12,6 +12,7 @@ mod optimistic;
 mod pubsub;
 mod server;
 mod sets;
+mod sorted_sets;
 mod strings;
 mod transaction;
 
@@ -175,6 +176,9 @@ async fn dispatch(shared: &Shared, client: &mut ClientState, mut args: Args) -> 
         "srandmember" => sets::srandmember(&mut ctx, &mut args).await,
         // lists
         name if lists::NAMES.contains(&name) => lists::run(&mut ctx, &mut args).await,
+        // sorted sets
+        name if sorted_sets::NAMES.contains(&name) => sorted_sets::run(&mut ctx, &mut args).await,
+        "zscan" => sorted_sets::zscan(&mut ctx, &mut args).await,
         // keys
         "del" | "unlink" => keys::del(&mut ctx, &mut args).await,
         "exists" => keys::exists(&mut ctx, &mut args).await,
@@ -262,6 +266,10 @@ const SINGLE_KEY: [&str; 29] = [
     "expiretime",
 ];
 
+/// The names of the collection commands that run alone or queued in a `MULTI`, by type.
+pub(crate) const COLLECTIONS: [&[&str]; 4] =
+    [hashes::NAMES, sets::NAMES, lists::NAMES, sorted_sets::NAMES];
+
 /// The key of a request that may run beside others (see [`SINGLE_KEY`]), if it is one.
 pub(crate) fn single_key(request: &[bytes::Bytes]) -> Option<bytes::Bytes> {
     let name = request.first()?;
@@ -274,7 +282,7 @@ pub(crate) fn single_key(request: &[bytes::Bytes]) -> Option<bytes::Bytes> {
     // A collection command qualifies when the command table gives it one key. No
     // allocation: this runs for every command of a pipeline.
     let one_key = SINGLE_KEY.iter().any(|c| is(&c))
-        || [hashes::NAMES, sets::NAMES, lists::NAMES]
+        || COLLECTIONS
             .iter()
             .find_map(|names| names.iter().find(is))
             .is_some_and(|c| server::takes_one_key(c));

@@ -12,7 +12,8 @@ use crate::{ArgError, Args, Reply};
 use bytes::Bytes;
 use trireme_cluster::{
     Command, End, FromApplied, HashAnswer, HashOp, HashRead, KeyCheck, ListAnswer, ListOp,
-    ListRead, PutCondition, ReadMode, SetCombine, SetOp, TransactionRequest, TtlChanged, TtlUpdate,
+    ListRead, PutCondition, ReadMode, SetCombine, SetOp, SortedSetAnswer, SortedSetOp,
+    SortedSetRead, TransactionRequest, TtlChanged, TtlUpdate, ZAddCompare, ZAddWhen, ZRange,
 };
 use trireme_types::{Record, ValueKind, key_slot};
 
@@ -275,6 +276,47 @@ async fn copy_of(
                         end: End::Right,
                         only_existing: false,
                         max_len: 0,
+                    },
+                },
+            ];
+            if ttl != TtlUpdate::Clear {
+                commands.push(Command::SetTtl { key: target, ttl });
+            }
+            Ok(commands)
+        }
+        ValueKind::SortedSet => {
+            let all = SortedSetRead::Range {
+                range: ZRange::Rank { start: 0, stop: -1 },
+                reverse: false,
+                offset: 0,
+                limit: u64::MAX,
+            };
+            let outcome = ctx
+                .shared
+                .node
+                .sorted_set_read(source, all, ReadMode::Default)
+                .await?;
+            let pairs = match outcome.0 {
+                Ok(SortedSetAnswer::Pairs(pairs)) => pairs,
+                other => {
+                    return Err(CmdError::Reply(format!(
+                        "ERR internal: reading the sorted set answered {other:?}"
+                    )));
+                }
+            };
+            let mut commands = vec![
+                Command::Delete {
+                    keys: vec![target.clone()],
+                    cas: None,
+                },
+                Command::SortedSet {
+                    key: target.clone(),
+                    op: SortedSetOp::Add {
+                        members: pairs.into_iter().map(|(m, s)| (s, m)).collect(),
+                        when: ZAddWhen::Always,
+                        compare: ZAddCompare::Any,
+                        increment: false,
+                        max_members: 0,
                     },
                 },
             ];

@@ -7,13 +7,13 @@
 //! them or, if a watched key changed, none (`EXEC` answers a null). Keys in more than one
 //! slot get `CROSSSLOT`, as Redis Cluster answers.
 
-use super::{CmdError, CmdResult, Ctx, hashes, keys, lists, no_more, sets, strings};
+use super::{CmdError, CmdResult, Ctx, hashes, keys, lists, no_more, sets, sorted_sets, strings};
 use crate::{ArgError, Args, Reply};
 use bytes::Bytes;
 use trireme_cluster::{
     Command, CommandResult, Deleted, Done, EditOutcome, FromApplied, HashOutcome, IncrOutcome,
     KeyCheck, ListOutcome, PutCondition, PutOutcome, PutRequest, ReadMode, Records, SetOutcome,
-    StringEdit, TransactionRequest, TtlChanged, TtlUpdate,
+    SortedSetOutcome, StringEdit, TransactionRequest, TtlChanged, TtlUpdate,
 };
 use trireme_types::key_slot;
 
@@ -153,7 +153,7 @@ fn check_queueable(
         Some(false) => return Err(args.wrong_arity().into()),
         Some(true) => {}
     }
-    let collection = [hashes::NAMES, sets::NAMES, lists::NAMES]
+    let collection = super::COLLECTIONS
         .iter()
         .any(|names| names.contains(&name.as_str()));
     if !QUEUEABLE.contains(&name.as_str()) && !collection {
@@ -480,6 +480,12 @@ fn plan(args: &mut Args, max_value: u64) -> Result<Step, CmdError> {
             let lists::ListCommand { key, op, shape, .. } = lists::parse(args)?;
             step(Command::List { key, op }, move |r| {
                 lists::reply(shape, read::<ListOutcome>(r)?)
+            })
+        }
+        name if sorted_sets::NAMES.contains(&name) => {
+            let sorted_sets::SortedSetCommand { key, op, shape } = sorted_sets::parse(args)?;
+            step(Command::SortedSet { key, op }, move |r| {
+                sorted_sets::reply(shape, read::<SortedSetOutcome>(r)?)
             })
         }
         "ping" | "unwatch" => {

@@ -3,11 +3,11 @@
 //! replica ([`Storage::hash_read`]) and a read inside a transaction, which must see the
 //! transaction's earlier writes.
 
+use super::rows::{RowSpan, count_stored_rows, stored_rows};
 use super::{Pending, add_decimal, add_integer};
 use crate::keys::owned_key;
 use crate::{Storage, StorageError};
 use bytes::Bytes;
-use std::collections::BTreeMap;
 use trireme_types::collection::{decode_count, encode_count, member_key, member_prefix};
 use trireme_types::{ErrorCode, HashAnswer, HashOp, HashRead, Record, ShardId, ValueKind};
 
@@ -25,46 +25,25 @@ pub(super) trait MemberSource {
         after: Option<&[u8]>,
         limit: u64,
     ) -> Result<Vec<(Bytes, Bytes)>, StorageError>;
+    /// The rows in `span` with their values, at most `limit`.
+    fn rows(&mut self, span: &RowSpan, limit: u64) -> Result<Vec<(Bytes, Bytes)>, StorageError>;
+    /// How many rows lie in `span`.
+    fn count(&mut self, span: &RowSpan) -> Result<u64, StorageError>;
 }
 
 /// The stored rows of `shard` under `prefix` after `after`, at most `limit`, as `snapshot`
-/// holds them: with `values`, the members and their values, else the members only (their
-/// values empty), which spares decoding rows that are only to be removed.
+/// holds them (see [`stored_rows`]).
 fn stored_members(
     storage: &Storage,
     snapshot: &fjall::Snapshot,
     shard: u32,
-    prefix: &[u8],
+    prefix: &Bytes,
     after: Option<&[u8]>,
     limit: u64,
     values: bool,
 ) -> Result<Vec<(Bytes, Bytes)>, StorageError> {
-    use fjall::Readable;
-    let full = owned_key(shard, prefix);
-    let upper = fjall::util::prefix_to_range(&full).1.map(|s| s.to_vec());
-    let lower = match after {
-        Some(after) => {
-            let mut start = full.clone();
-            start.extend_from_slice(after);
-            std::ops::Bound::Excluded(start)
-        }
-        None => std::ops::Bound::Included(full.clone()),
-    };
-    let mut out = Vec::new();
-    for guard in snapshot.range::<Vec<u8>, _>(&storage.data, (lower, upper)) {
-        if out.len() as u64 >= limit {
-            break;
-        }
-        if values {
-            let (key, value) = guard.into_inner()?;
-            let record = Record::decode(&value)?;
-            out.push((Bytes::copy_from_slice(&key[full.len()..]), record.value));
-        } else {
-            let key = guard.key()?;
-            out.push((Bytes::copy_from_slice(&key[full.len()..]), Bytes::new()));
-        }
-    }
-    Ok(out)
+    let span = RowSpan::after(prefix.clone(), after);
+    stored_rows(storage, snapshot, shard, &span, limit, values)
 }
 
 /// One shard as one snapshot of the store holds it: a read of a collection sees its record
@@ -114,6 +93,14 @@ impl MemberSource for Stored<'_> {
             true,
         )
     }
+
+    fn rows(&mut self, span: &RowSpan, limit: u64) -> Result<Vec<(Bytes, Bytes)>, StorageError> {
+        stored_rows(self.storage, &self.snapshot, self.shard, span, limit, true)
+    }
+
+    fn count(&mut self, span: &RowSpan) -> Result<u64, StorageError> {
+        count_stored_rows(self.storage, &self.snapshot, self.shard, span)
+    }
 }
 
 /// A batch being applied, at `now`.
@@ -138,6 +125,14 @@ impl MemberSource for InBatch<'_, '_> {
         limit: u64,
     ) -> Result<Vec<(Bytes, Bytes)>, StorageError> {
         self.pending.members(prefix, after, limit)
+    }
+
+    fn rows(&mut self, span: &RowSpan, limit: u64) -> Result<Vec<(Bytes, Bytes)>, StorageError> {
+        self.pending.rows_in(span, limit, true)
+    }
+
+    fn count(&mut self, span: &RowSpan) -> Result<u64, StorageError> {
+        self.pending.count_rows_in(span)
     }
 }
 
@@ -191,8 +186,7 @@ impl Storage {
 
 impl Pending<'_> {
     /// Member rows under `prefix` as this batch sees them: the stored ones with this batch's
-    /// changes laid over. Reads every stored row after `after` (only transactions and
-    /// purges come here, not the plain read path); without `values`, members only.
+    /// changes laid over; without `values`, members only.
     pub(super) fn member_rows(
         &mut self,
         prefix: &Bytes,
@@ -200,54 +194,7 @@ impl Pending<'_> {
         limit: u64,
         values: bool,
     ) -> Result<Vec<(Bytes, Bytes)>, StorageError> {
-        // Only this collection's changed rows: the batch's other changes are not looked at.
-        let lower = match after {
-            Some(after) => {
-                let mut start = prefix.to_vec();
-                start.extend_from_slice(after);
-                std::ops::Bound::Excluded(Bytes::from(start))
-            }
-            None => std::ops::Bound::Included(prefix.clone()),
-        };
-        let changed: Vec<Bytes> = self
-            .changed_members
-            .range((lower, std::ops::Bound::Unbounded))
-            .take_while(|row| row.starts_with(&prefix[..]))
-            .cloned()
-            .collect();
-        // Each changed row can hide at most one stored row: that many more are enough.
-        let snapshot = self.storage.db.snapshot();
-        let stored = stored_members(
-            self.storage,
-            &snapshot,
-            self.shard,
-            prefix,
-            after,
-            limit.saturating_add(changed.len() as u64),
-            values,
-        )?;
-        let mut merged: BTreeMap<Bytes, Bytes> = stored.into_iter().collect();
-        for row in &changed {
-            let Some(member) = row.strip_prefix(&prefix[..]) else {
-                break;
-            };
-            let member = Bytes::copy_from_slice(member);
-            // A row no longer among the changes was undone with its transaction: the stored
-            // one stands.
-            match self.changes.get(row) {
-                Some(Some(record)) => {
-                    merged.insert(member, record.value.clone());
-                }
-                Some(None) => {
-                    merged.remove(&member);
-                }
-                None => {}
-            }
-        }
-        Ok(merged
-            .into_iter()
-            .take(usize::try_from(limit).unwrap_or(usize::MAX))
-            .collect())
+        self.rows_in(&RowSpan::after(prefix.clone(), after), limit, values)
     }
 
     /// Member rows under `prefix` with their values, as this batch sees them.
@@ -262,12 +209,21 @@ impl Pending<'_> {
 
     /// Removes every member row of the collection at `key` (its record is going or being
     /// replaced by another value). O(members), as Redis's `DEL` of a collection is.
-    pub(super) fn purge_members(&mut self, key: &Bytes) -> Result<(), StorageError> {
-        let prefix = member_prefix(key);
-        for (member, _) in self.member_rows(&prefix, None, u64::MAX, false)? {
-            let mut row = prefix.to_vec();
-            row.extend_from_slice(&member);
-            self.set(Bytes::from(row), None)?;
+    pub(super) fn purge_members(
+        &mut self,
+        key: &Bytes,
+        kind: ValueKind,
+    ) -> Result<(), StorageError> {
+        let mut prefixes = vec![member_prefix(key)];
+        if kind == ValueKind::SortedSet {
+            prefixes.push(trireme_types::sorted::score_prefix(key));
+        }
+        for prefix in prefixes {
+            for (member, _) in self.member_rows(&prefix, None, u64::MAX, false)? {
+                let mut row = prefix.to_vec();
+                row.extend_from_slice(&member);
+                self.set(Bytes::from(row), None)?;
+            }
         }
         Ok(())
     }

@@ -134,14 +134,15 @@ impl Draw {
 }
 
 impl Pending<'_> {
-    /// Writes the record of the set at `key` for `count` members (removes it at 0), keeping
-    /// what `before` had (its creation, its expiry).
-    fn set_head(
+    /// Writes the record of the set (or, of `kind`, the collection) at `key` for `count`
+    /// members (removes it at 0), keeping what `before` had (its creation, its expiry).
+    pub(super) fn set_head(
         &mut self,
         key: &Bytes,
         before: Option<&Record>,
         count: u64,
         index: u64,
+        kind: ValueKind,
     ) -> Result<(), StorageError> {
         if count == 0 {
             if before.is_some() {
@@ -156,7 +157,7 @@ impl Pending<'_> {
             modify_index: index,
             expires_at_ms: before.and_then(|h| h.expires_at_ms),
             lock: Default::default(),
-            kind: ValueKind::Set,
+            kind,
         };
         self.set(key.clone(), Some(record))
     }
@@ -196,7 +197,7 @@ impl Pending<'_> {
                 Some(Record::string(Bytes::new(), index)),
             )?;
         }
-        self.set_head(key, before, count + added, index)?;
+        self.set_head(key, before, count + added, index, ValueKind::Set)?;
         Ok(Ok(added))
     }
 
@@ -219,7 +220,13 @@ impl Pending<'_> {
             }
         }
         if removed > 0 {
-            self.set_head(key, before, count.saturating_sub(removed), index)?;
+            self.set_head(
+                key,
+                before,
+                count.saturating_sub(removed),
+                index,
+                ValueKind::Set,
+            )?;
         }
         Ok(removed)
     }

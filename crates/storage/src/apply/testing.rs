@@ -41,3 +41,32 @@ pub(super) fn run_at(
 pub(super) fn run(storage: &Storage, first: u64, commands: Vec<Command>) -> Vec<CommandResult> {
     run_at(storage, first, 1, commands)
 }
+
+/// A store in a fresh directory (kept alive by the returned guard).
+pub(super) fn storage() -> (tempfile::TempDir, std::sync::Arc<Storage>) {
+    let dir = tempfile::tempdir().unwrap();
+    let storage = Storage::open(dir.path(), &crate::StorageOptions::default()).unwrap();
+    (dir, storage)
+}
+
+/// Applies sorted set `ops` on `key` to shard 0, one entry each from index 1; their answers.
+pub(super) fn apply_all(
+    storage: &Storage,
+    key: &Bytes,
+    ops: Vec<trireme_types::SortedSetOp>,
+) -> Vec<Result<trireme_types::SortedSetAnswer, trireme_types::ErrorCode>> {
+    let commands = ops
+        .into_iter()
+        .map(|op| Command::SortedSet {
+            key: key.clone(),
+            op,
+        })
+        .collect();
+    run(storage, 1, commands)
+        .into_iter()
+        .map(|result| match result {
+            CommandResult::SortedSet(answer) => answer,
+            other => panic!("not a sorted set answer: {other:?}"),
+        })
+        .collect()
+}

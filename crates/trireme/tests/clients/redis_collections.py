@@ -2,7 +2,8 @@
 through its cluster client: a record per hash (`hset(mapping=...)`, `hgetall`), counters in
 fields, a transactional pipeline, `hscan_iter` over a hash larger than one page, tags as sets
 (`smembers` as a Python set, intersections in one slot, `sscan_iter`), a work queue
-(`rpush`, `blpop`, `lmove`), and the errors.
+(`rpush`, `blpop`, `lmove`), a leaderboard as a sorted set (scores as floats, ranges with
+scores, `zscan_iter`, pops), and the errors.
 
 Usage: redis_collections.py HOST PORT
 
@@ -97,6 +98,32 @@ check("lmove round", client.lmove("queue", "queue", "LEFT", "RIGHT") == b"b")
 check("after the round", client.lrange("queue", 0, -1) == [b"c", b"b"], client.lrange("queue", 0, -1))
 check("blpop timeout", client.blpop(["empty-queue"], timeout=0.1) is None)
 client.delete("queue")
+
+# Sorted sets: a leaderboard, read back with scores as Python floats.
+check("zadd", client.zadd("board", {"alice": 10, "bob": 7.5, "carol": 12, "dave": -1}) == 4)
+check("zincrby", client.zincrby("board", 2.25, "bob") == 9.75)
+check("zscore", client.zscore("board", "carol") == 12.0, client.zscore("board", "carol"))
+check("zscore missing", client.zscore("board", "nobody") is None)
+top = client.zrange("board", 0, 1, desc=True, withscores=True)
+check("top two with scores", top == [(b"carol", 12.0), (b"alice", 10.0)], top)
+check("zrevrank", client.zrevrank("board", "bob") == 2)
+check("zrangebyscore", client.zrangebyscore("board", 0, 10) == [b"bob", b"alice"])
+check("zcount", client.zcount("board", "(0", "+inf") == 3)
+check("zadd gt ch", client.zadd("board", {"dave": 5, "alice": 1}, gt=True, ch=True) == 1)
+check("zmscore", client.zmscore("board", ["dave", "x"]) == [5.0, None], client.zmscore("board", ["dave", "x"]))
+popped = client.zpopmin("board", 2)
+check("zpopmin", popped == [(b"dave", 5.0), (b"bob", 9.75)], popped)
+client.zadd("wide", {f"p{i}": i for i in range(1200)})
+scanned = dict(client.zscan_iter("wide", count=250))
+check("zscan_iter", len(scanned) == 1200 and scanned[b"p77"] == 77.0, len(scanned))
+check("zremrangebyrank", client.zremrangebyrank("wide", 0, 199) == 200 and client.zcard("wide") == 1000)
+check("zset type", client.type("board") == b"zset")
+try:
+    client.zadd("plain", {"m": 1})
+    check("zadd on a string raises", False)
+except redis.ResponseError as e:
+    check("WRONGTYPE on zadd", str(e).startswith("WRONGTYPE"), str(e))
+client.delete("board", "wide")
 
 client.delete("user:1", "big", "plain", "{cart}:7")
 check("deleted", client.exists("user:1", "big") == 0)

@@ -63,6 +63,23 @@ func main() {
 	_, err = client.Get(ctx, "go:user").Result()
 	check("get on a hash is WRONGTYPE", err != nil && len(err.Error()) > 9 && err.Error()[:9] == "WRONGTYPE", err)
 
+	// Sorted sets: a leaderboard, scores as float64 (RESP3 doubles under go-redis's defaults).
+	zadded, err := client.ZAdd(ctx, "go:board",
+		redis.Z{Score: 3, Member: "c"}, redis.Z{Score: 1.5, Member: "a"}, redis.Z{Score: 2, Member: "b"}).Result()
+	check("zadd", err == nil && zadded == 3, zadded)
+	score, err := client.ZIncrBy(ctx, "go:board", 2.25, "a").Result()
+	check("zincrby", err == nil && score == 3.75, score)
+	top, err := client.ZRevRangeWithScores(ctx, "go:board", 0, 1).Result()
+	check("zrevrange withscores", err == nil && len(top) == 2 && top[0].Member == "a" && top[0].Score == 3.75 && top[1].Member == "c", top)
+	byScore, err := client.ZRangeByScore(ctx, "go:board", &redis.ZRangeBy{Min: "(2", Max: "+inf"}).Result()
+	check("zrangebyscore", err == nil && len(byScore) == 2 && byScore[0] == "c", byScore)
+	rank, err := client.ZRank(ctx, "go:board", "b").Result()
+	check("zrank", err == nil && rank == 0, rank)
+	_, err = client.ZScore(ctx, "go:board", "nobody").Result()
+	check("zscore missing is redis.Nil", errors.Is(err, redis.Nil), err)
+	popped, err := client.ZPopMax(ctx, "go:board").Result()
+	check("zpopmax", err == nil && len(popped) == 1 && popped[0].Member == "a" && popped[0].Score == 3.75, popped)
+
 	// A pipeline across slots: the cluster client splits it by node.
 	pipe := client.Pipeline()
 	incrs := make([]*redis.IntCmd, 50)

@@ -1,6 +1,6 @@
 // node-redis 5 with its defaults (its cluster client, discovering slots from the node it is
 // given) against a Trireme cluster: strings, many commands in flight at once (node-redis
-// pipelines them on each connection), and MULTI/EXEC on keys of one slot.
+// pipelines them on each connection), MULTI/EXEC on keys of one slot, and a sorted set.
 //
 // Usage: node client.js HOST:PORT
 //
@@ -35,6 +35,17 @@ const replies = await cluster
   .get('{node}a')
   .exec();
 check('multi/exec', JSON.stringify(replies) === JSON.stringify(['OK', 2, '2']), replies);
+
+// A sorted set: a leaderboard read back with scores.
+check('zAdd', (await cluster.zAdd('node:board', [
+  { score: 2, value: 'b' }, { score: 1.5, value: 'a' }, { score: 3, value: 'c' },
+])) === 3, 'wrong count');
+const board = await cluster.zRangeWithScores('node:board', 0, -1, { REV: true });
+check('zRangeWithScores', JSON.stringify(board) === JSON.stringify([
+  { value: 'c', score: 3 }, { value: 'b', score: 2 }, { value: 'a', score: 1.5 },
+]), board);
+check('zScore', (await cluster.zScore('node:board', 'a')) === 1.5, 'wrong score');
+await cluster.del('node:board');
 
 await cluster.close();
 console.log(JSON.stringify({ failures, incrs: incrs.length, replies }));
