@@ -10,7 +10,7 @@ use crate::cmd::{self, Flow};
 use crate::state::{ClientState, Shared, Subscriptions};
 use crate::{Reply, RespCodec};
 use bytes::{Bytes, BytesMut};
-use std::collections::HashSet;
+use std::collections::HashMap;
 use std::sync::Arc;
 use std::sync::atomic::Ordering;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
@@ -130,73 +130,59 @@ impl Connection {
         }
     }
 
-    /// Runs the decoded `requests` in order and queues their replies. Runs of commands that
-    /// each touch one key, all different, go to the cluster together, so their writes share
-    /// commits; anything else runs alone. Says [`Next::Close`] if a command closed the
-    /// connection (the requests after it are dropped, as Redis does).
+    /// Runs the decoded `requests` in order and queues their replies. Consecutive commands
+    /// that each touch one key go to the cluster together: those on different keys side by
+    /// side, so their writes share commits, and those on one key, in order, as one log
+    /// command (see [`cmd::run_together`]). Anything else runs alone. Says [`Next::Close`]
+    /// if a command closed the connection (the requests after it are dropped, as Redis
+    /// does).
     async fn run_pipeline(&mut self, requests: &mut Vec<Vec<Bytes>>) -> std::io::Result<Next> {
         let mut queue = requests.drain(..).peekable();
         while let Some(first) = queue.next() {
-            let mut wave = vec![first];
             // Inside MULTI every command is queued in order, one at a time.
-            if self.client.multi.is_none() && cmd::single_key(&wave[0]).is_some() {
-                let mut keys: HashSet<Bytes> =
-                    wave.iter().filter_map(|r| cmd::single_key(r)).collect();
-                while wave.len() < MAX_WAVE {
-                    let Some(key) = queue.peek().and_then(|r| cmd::single_key(r)) else {
-                        break;
-                    };
-                    if !keys.insert(key) {
-                        break;
+            let gathers = self.client.multi.is_none() && cmd::single_key(&first).is_some();
+            if !gathers {
+                match self.run_alone(first).await? {
+                    Some(flow) => {
+                        if self.take(flow) == Next::Close {
+                            return Ok(Next::Close);
+                        }
                     }
-                    wave.extend(queue.next());
+                    None => return Ok(Next::Close),
+                }
+                continue;
+            }
+            // The wave: for each key, its commands in order (with their places).
+            let mut runs: Vec<Vec<(usize, Vec<Bytes>)>> = Vec::new();
+            let mut run_of: HashMap<Bytes, usize> = HashMap::new();
+            let mut place = 0;
+            let mut next = Some(first);
+            while let Some(request) = next.take() {
+                let key = cmd::single_key(&request).unwrap_or_default();
+                match run_of.get(&key) {
+                    Some(&run) => runs[run].push((place, request)),
+                    None => {
+                        run_of.insert(key, runs.len());
+                        runs.push(vec![(place, request)]);
+                    }
+                }
+                place += 1;
+                if place < MAX_WAVE && queue.peek().is_some_and(|r| cmd::single_key(r).is_some()) {
+                    next = queue.next();
                 }
             }
-            let flows = if let [_] = wave.as_slice() {
-                let request = std::mem::take(&mut wave[0]);
-                if cmd::is_blocking(&request) {
-                    // The replies before it go out first: it may wait for a long time.
-                    self.flush().await?;
-                    // A client that hangs up while blocked stops the wait, as in Redis; a pop
-                    // already on its way finishes (a log write is never cut short).
-                    let run = execute(&self.shared, &mut self.client, request);
-                    tokio::pin!(run);
-                    let mut gone = false;
-                    let flow = loop {
-                        tokio::select! {
-                            flow = &mut run => break flow,
-                            read = self.socket.read_buf(&mut self.input), if !gone => {
-                                if read? == 0 {
-                                    gone = true;
-                                    let _ = self.hang_up.send(true);
-                                }
-                            }
-                        }
-                    };
-                    if gone {
-                        return Ok(Next::Close);
-                    }
-                    vec![flow]
-                } else {
-                    vec![execute(&self.shared, &mut self.client, request).await]
-                }
-            } else {
-                let shared = &self.shared;
-                let client = &self.client;
-                futures::future::join_all(wave.into_iter().map(|request| async move {
-                    // These commands only read the connection's state: each gets a copy.
-                    let mut client = client.clone();
-                    execute(shared, &mut client, request).await
-                }))
-                .await
-            };
-            for flow in flows {
-                match flow {
-                    Flow::Reply(reply) => self.push(&reply),
-                    Flow::Quit(reply) => {
-                        self.push(&reply);
-                        return Ok(Next::Close);
-                    }
+            let shared = &self.shared;
+            let client = &self.client;
+            let done = futures::future::join_all(runs.into_iter().map(|run| async move {
+                // These commands only read the connection's state: each run gets a copy.
+                run_of_one_key(shared, client.clone(), run).await
+            }))
+            .await;
+            let mut flows: Vec<(usize, Flow)> = done.into_iter().flatten().collect();
+            flows.sort_by_key(|(place, _)| *place);
+            for (_, flow) in flows {
+                if self.take(flow) == Next::Close {
+                    return Ok(Next::Close);
                 }
             }
             if self.output.len() > FLUSH_BYTES {
@@ -204,6 +190,51 @@ impl Connection {
             }
         }
         Ok(Next::Read)
+    }
+
+    /// Queues a command's reply; whether the connection goes on.
+    fn take(&mut self, flow: Flow) -> Next {
+        match flow {
+            Flow::Reply(reply) => {
+                self.push(&reply);
+                Next::Read
+            }
+            Flow::Quit(reply) => {
+                self.push(&reply);
+                Next::Close
+            }
+        }
+    }
+
+    /// Runs one request that runs beside no other; `None` if its client hung up while it
+    /// blocked.
+    async fn run_alone(&mut self, request: Vec<Bytes>) -> std::io::Result<Option<Flow>> {
+        if !cmd::is_blocking(&request) {
+            let flow = execute(&self.shared, &mut self.client, request).await;
+            if self.output.len() > FLUSH_BYTES {
+                self.flush().await?;
+            }
+            return Ok(Some(flow));
+        }
+        // The replies before it go out first: it may wait for a long time.
+        self.flush().await?;
+        // A client that hangs up while blocked stops the wait, as in Redis; a pop already on
+        // its way finishes (a log write is never cut short).
+        let run = execute(&self.shared, &mut self.client, request);
+        tokio::pin!(run);
+        let mut gone = false;
+        let flow = loop {
+            tokio::select! {
+                flow = &mut run => break flow,
+                read = self.socket.read_buf(&mut self.input), if !gone => {
+                    if read? == 0 {
+                        gone = true;
+                        let _ = self.hang_up.send(true);
+                    }
+                }
+            }
+        };
+        Ok((!gone).then_some(flow))
     }
 
     fn push_message(&mut self, delivery: crate::pubsub::Delivery) {
@@ -244,6 +275,56 @@ enum Next {
     Read,
     /// Send what is queued and close (`QUIT`).
     Close,
+}
+
+/// Runs the commands of one pipeline wave on one key, in order: alone, side by side if they
+/// only read, or together as one log command if they write (one by one when they cannot).
+async fn run_of_one_key(
+    shared: &Shared,
+    mut client: ClientState,
+    run: Vec<(usize, Vec<Bytes>)>,
+) -> Vec<(usize, Flow)> {
+    let (places, requests): (Vec<usize>, Vec<Vec<Bytes>>) = run.into_iter().unzip();
+    let flows = if requests.len() == 1 {
+        let request = requests.into_iter().next().unwrap_or_default();
+        vec![execute(shared, &mut client, request).await]
+    } else if requests.iter().all(|r| cmd::reads_only(r)) {
+        futures::future::join_all(requests.into_iter().map(|request| {
+            let mut client = client.clone();
+            async move { execute(shared, &mut client, request).await }
+        }))
+        .await
+    } else {
+        let slots: Vec<usize> = requests
+            .iter()
+            .map(|r| crate::metrics::command_slot(r.first().map_or(&[][..], |name| name)))
+            .collect();
+        let start = std::time::Instant::now();
+        match cmd::run_together(shared, &mut client, requests.clone()).await {
+            Some(replies) => {
+                let elapsed = start.elapsed();
+                shared
+                    .metrics
+                    .commands
+                    .fetch_add(replies.len() as u64, Ordering::Relaxed);
+                for (slot, reply) in slots.into_iter().zip(&replies) {
+                    shared.metrics.record(slot, elapsed);
+                    if reply.is_error() {
+                        shared.metrics.errors.fetch_add(1, Ordering::Relaxed);
+                    }
+                }
+                replies.into_iter().map(Flow::Reply).collect()
+            }
+            None => {
+                let mut flows = Vec::with_capacity(requests.len());
+                for request in requests {
+                    flows.push(execute(shared, &mut client, request).await);
+                }
+                flows
+            }
+        }
+    };
+    places.into_iter().zip(flows).collect()
 }
 
 /// Runs one request, counting and timing it.

@@ -7,7 +7,7 @@ mod common;
 
 use common::clients;
 use common::cluster::{ClusterOptions, TestCluster};
-use common::redis::compare_with_redis;
+use common::redis::{compare_pipelined_with_redis, compare_with_redis};
 use common::{RawResp, StartOptions, TestNode};
 use std::time::Duration;
 
@@ -835,6 +835,22 @@ async fn set_commands_answer_as_redis_does_in_resp3() {
     compare(SETS, true).await;
 }
 
+/// The scripts above sent as one pipeline each: a pipeline runs commands on different keys
+/// side by side and commands on one key as one log command, and every reply must still be
+/// the one Redis gives, in order.
+#[tokio::test]
+async fn pipelined_commands_answer_as_redis_does() {
+    for (script, resp3) in [
+        (STRINGS, false),
+        (HASHES, false),
+        (SETS, true),
+        (LISTS, false),
+        (SORTED_SETS, true),
+    ] {
+        compare_pipelined_with_redis(script, resp3).await;
+    }
+}
+
 #[tokio::test]
 async fn sorted_set_commands_answer_as_redis_does_in_resp2() {
     compare(SORTED_SETS, false).await;
@@ -948,6 +964,38 @@ async fn growing_a_value_past_the_limit_is_refused() {
         c.cmd(&[b"STRLEN", b"big"]).await,
         format!(":{}\r\n", half.len()).into_bytes()
     );
+}
+
+/// A pipeline's commands on one key run as one log command; one of them past a limit is
+/// refused alone, and the others apply as they would have one by one.
+#[tokio::test]
+async fn a_pipelined_command_past_a_limit_fails_alone() {
+    let node = TestNode::start(StartOptions::default()).await;
+    let mut c = RawResp::connect(node.resp_addr()).await;
+    let long_field = vec![b'f'; 9 * 1024];
+    let mut pipeline = Vec::new();
+    for command in [
+        &[&b"SET"[..], b"k", b"small"][..],
+        &[b"SETRANGE", b"k", b"600000", b"y"],
+        &[b"APPEND", b"k", b"!"],
+        &[b"HSET", b"h", b"a", b"1"],
+        &[b"HSET", b"h", &long_field, b"2"],
+        &[b"HINCRBY", b"h", b"a", b"5"],
+    ] {
+        pipeline.extend(common::encode_cmd(command));
+    }
+    c.send(&pipeline).await;
+    let mut replies = Vec::new();
+    for _ in 0..6 {
+        replies.push(String::from_utf8_lossy(&c.read_reply().await).into_owned());
+    }
+    assert_eq!(replies[0], "+OK\r\n");
+    assert!(replies[1].starts_with("-ERR"), "{replies:?}");
+    assert_eq!(replies[2], ":6\r\n", "{replies:?}");
+    assert_eq!(replies[3], ":1\r\n");
+    assert!(replies[4].starts_with("-ERR"), "{replies:?}");
+    assert_eq!(replies[5], ":6\r\n", "{replies:?}");
+    assert_eq!(c.cmd(&[b"GET", b"k"]).await, b"$6\r\nsmall!\r\n");
 }
 
 /// The command names in the first column of `docs/redis-compatibility.md`'s command table.

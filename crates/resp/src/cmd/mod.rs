@@ -134,6 +134,27 @@ pub(crate) async fn execute(
     dispatch(shared, client, Args::new(request)).await
 }
 
+/// Runs a pipeline's consecutive commands on one key as one log command (see
+/// [`transaction::run_together`]); `None` when they must run one by one.
+pub(crate) async fn run_together(
+    shared: &Shared,
+    client: &mut ClientState,
+    requests: Vec<Vec<bytes::Bytes>>,
+) -> Option<Vec<Reply>> {
+    // A RESP2 subscriber may only (un)subscribe: each command gets its own refusal.
+    if client.protocol == crate::Protocol::Resp2 && client.subscriptions.count() > 0 {
+        return None;
+    }
+    transaction::run_together(&mut Ctx { shared, client }, requests).await
+}
+
+/// Whether the command table marks `request`'s command read-only.
+pub(crate) fn reads_only(request: &[bytes::Bytes]) -> bool {
+    request
+        .first()
+        .is_some_and(|name| server::reads_only(&String::from_utf8_lossy(name).to_ascii_lowercase()))
+}
+
 async fn dispatch(shared: &Shared, client: &mut ClientState, mut args: Args) -> Flow {
     let mut ctx = Ctx { shared, client };
     let name = args.command_name();

@@ -265,7 +265,13 @@ pub(crate) fn arity_ok(request: &[bytes::Bytes]) -> Option<bool> {
     })
 }
 
-/// The keys of `request` by its `COMMAND` key specification (first, last, step).
+/// Whether the command table marks `name` read-only.
+pub(crate) fn reads_only(name: &str) -> bool {
+    COMMANDS
+        .iter()
+        .any(|c| c.0 == name && c.2.contains(&"readonly"))
+}
+
 /// Whether the command table says `name` takes exactly one key, the first argument.
 pub(crate) fn takes_one_key(name: &str) -> bool {
     COMMANDS
@@ -273,6 +279,7 @@ pub(crate) fn takes_one_key(name: &str) -> bool {
         .any(|c| c.0 == name && (c.3, c.4, c.5) == (1, 1, 1))
 }
 
+/// The keys of `request` by its `COMMAND` key specification (first, last, step).
 pub(crate) fn keys_of(request: &[bytes::Bytes]) -> Vec<bytes::Bytes> {
     let Some(name) = request.first() else {
         return Vec::new();

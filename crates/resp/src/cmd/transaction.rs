@@ -230,6 +230,11 @@ pub(crate) async fn exec(ctx: &mut Ctx<'_>, args: &mut Args) -> CmdResult {
     let Ok(results) = outcome.0 else {
         return Ok(Reply::NullArray);
     };
+    Ok(Reply::array(answers(steps, results)))
+}
+
+/// Each step's reply from the results of the commands, in order.
+fn answers(steps: Vec<Result<Step, CmdError>>, results: Vec<CommandResult>) -> Vec<Reply> {
     let mut results = results.into_iter();
     let mut replies = Vec::with_capacity(steps.len());
     for step in steps {
@@ -246,7 +251,59 @@ pub(crate) async fn exec(ctx: &mut Ctx<'_>, args: &mut Args) -> CmdResult {
         };
         replies.push(reply);
     }
-    Ok(Reply::array(replies))
+    replies
+}
+
+/// Runs a pipeline's consecutive `requests` on one key as one log command, in order, each
+/// answered as it would be alone: one proposal instead of one commit each. `None` when one
+/// of them cannot run that way (not a command `MULTI` takes, arguments that do not parse,
+/// or a limit one of them passes), and they must run one by one to get their own errors.
+///
+/// No other client's command can fall between them, which Redis does not promise either
+/// way; what this changes is that they commit together.
+pub(crate) async fn run_together(
+    ctx: &mut Ctx<'_>,
+    requests: Vec<Vec<Bytes>>,
+) -> Option<Vec<Reply>> {
+    let max_value = ctx.shared.node.config().limits.max_value_bytes as u64;
+    let mut steps = Vec::with_capacity(requests.len());
+    let mut commands = Vec::with_capacity(requests.len());
+    for request in requests {
+        let name = String::from_utf8_lossy(request.first()?).to_ascii_lowercase();
+        let queueable = QUEUEABLE.contains(&name.as_str())
+            || super::COLLECTIONS
+                .iter()
+                .any(|names| names.contains(&name.as_str()));
+        if !queueable || super::server::arity_ok(&request) != Some(true) {
+            return None;
+        }
+        let step = plan(&mut Args::new(request), max_value).ok()?;
+        if let Some(command) = &step.command {
+            // Cheap: keys and values are shared buffers.
+            commands.push(command.clone());
+        }
+        steps.push(Ok(step));
+    }
+    let outcome = ctx
+        .shared
+        .node
+        .transaction(TransactionRequest {
+            watches: Vec::new(),
+            commands,
+        })
+        .await;
+    Some(match outcome {
+        Ok(outcome) => match outcome.0 {
+            Ok(results) => answers(steps, results),
+            // Only a watched key's check undoes a transaction, and there is none.
+            Err(_) => vec![Reply::error("ERR internal: an unwatched run was undone"); steps.len()],
+        },
+        // Refused before it was proposed (a limit, a member too long): alone, only the
+        // command at fault would be.
+        Err(trireme_cluster::ClusterError::Request(_)) => return None,
+        // Not applied, or not known to be: the same for every command of the run.
+        Err(e) => vec![Reply::from(CmdError::from(e)); steps.len()],
+    })
 }
 
 /// Reads a typed outcome from one result of a transaction.

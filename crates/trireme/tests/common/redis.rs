@@ -91,3 +91,42 @@ pub async fn compare_with_redis(script: &[(usize, &[&str])], resp3: bool) {
         differences.join("\n")
     );
 }
+
+/// Sends the whole of `script` to a Trireme node and to `redis-server` in one write each (a
+/// pipeline), then reads a reply per command from each, and asserts they are the same bytes
+/// in the same order: commands that a pipeline runs together answer as if they ran alone.
+pub async fn compare_pipelined_with_redis(script: &[&[&str]], resp3: bool) {
+    let node = super::TestNode::start(super::StartOptions::default()).await;
+    let redis = RedisServer::start().await;
+    let mut mine = RawResp::connect(node.resp_addr()).await;
+    let mut peer = RawResp::connect(redis.addr).await;
+    if resp3 {
+        mine.cmd(&[b"HELLO", b"3"]).await;
+        peer.cmd(&[b"HELLO", b"3"]).await;
+    }
+    let mut pipeline = Vec::new();
+    for command in script {
+        let args: Vec<&[u8]> = command.iter().map(|a| a.as_bytes()).collect();
+        pipeline.extend(super::encode_cmd(&args));
+    }
+    mine.send(&pipeline).await;
+    peer.send(&pipeline).await;
+    let mut differences = Vec::new();
+    for command in script {
+        let (want, got) = (peer.read_reply().await, mine.read_reply().await);
+        if got != want {
+            differences.push(format!(
+                "{command:?}\n  redis:   {:?}\n  trireme: {:?}",
+                String::from_utf8_lossy(&want),
+                String::from_utf8_lossy(&got)
+            ));
+        }
+    }
+    assert!(
+        differences.is_empty(),
+        "{} of {} pipelined replies differ from redis-server's:\n{}",
+        differences.len(),
+        script.len(),
+        differences.join("\n")
+    );
+}
