@@ -37,6 +37,9 @@ pub enum Reply {
     /// A double (a sorted set's score): a RESP3 double (`,1.5\r\n`), a bulk string in RESP2,
     /// written as Redis writes it (see [`format_double`]).
     Double(f64),
+    /// Text meant for people (`INFO`): a RESP3 verbatim string (`=...\r\ntxt:...`), a bulk
+    /// string in RESP2.
+    Verbatim(String),
     /// The null bulk string: `$-1\r\n`.
     Null,
     /// The null array: `*-1\r\n`.
@@ -152,6 +155,15 @@ impl Reply {
                     reply.encode_for(out, protocol);
                 }
             }
+            Reply::Verbatim(text) if protocol == Protocol::Resp3 => {
+                out.reserve(text.len().saturating_add(32));
+                out.put_u8(b'=');
+                put_u64(out, len_u64(text.len().saturating_add(4)));
+                out.put_slice(b"\r\ntxt:");
+                out.put_slice(text.as_bytes());
+                out.put_slice(b"\r\n");
+            }
+            Reply::Verbatim(text) => Reply::bulk(text.clone()).encode_scalar(out),
             Reply::Double(value) if protocol == Protocol::Resp3 => {
                 put_text_line(out, b',', &format_double(*value));
             }
@@ -199,6 +211,7 @@ impl Reply {
             Reply::NullArray => out.put_slice(b"*-1\r\n"),
             Reply::Array(_)
             | Reply::Double(_)
+            | Reply::Verbatim(_)
             | Reply::Pairs(_)
             | Reply::Map(_)
             | Reply::Push(_)
@@ -370,6 +383,11 @@ mod tests {
         assert_eq!(encoded3(&Reply::Double(1.5)), b",1.5\r\n");
         assert_eq!(encoded(&Reply::Double(1.5)), b"$3\r\n1.5\r\n");
         assert_eq!(encoded3(&Reply::Double(f64::NEG_INFINITY)), b",-inf\r\n");
+        assert_eq!(
+            encoded3(&Reply::Verbatim("a:1".into())),
+            b"=7\r\ntxt:a:1\r\n"
+        );
+        assert_eq!(encoded(&Reply::Verbatim("a:1".into())), b"$3\r\na:1\r\n");
         let pairs = Reply::Pairs(vec![(Reply::bulk("a"), Reply::Double(2.0))]);
         assert_eq!(encoded3(&pairs), b"*1\r\n*2\r\n$1\r\na\r\n,2\r\n");
         assert_eq!(encoded(&pairs), b"*2\r\n$1\r\na\r\n$1\r\n2\r\n");

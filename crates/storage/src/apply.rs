@@ -607,6 +607,9 @@ impl<'s> Pending<'s> {
                     PutCondition::IfNotCollection => previous
                         .as_ref()
                         .is_none_or(|r| r.kind == ValueKind::String),
+                    PutCondition::IfPresentString => previous
+                        .as_ref()
+                        .is_some_and(|r| r.kind == ValueKind::String),
                 };
                 if allowed {
                     self.put(key, value.clone(), *flags, *ttl, index, now)?;

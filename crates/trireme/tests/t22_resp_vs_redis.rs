@@ -178,6 +178,13 @@ const HASHES: &[&[&str]] = &[
     &["HMGET", "h", "a", "zz", "c"],
     &["HMGET", "missing", "a"],
     &["HGETALL", "h"],
+    // A string write that reads the old value refuses a hash and keeps it.
+    &["SET", "h", "x", "GET"],
+    &["SET", "h", "x", "XX", "GET"],
+    &["SET", "h", "x", "NX", "GET"],
+    &["GETSET", "h", "x"],
+    &["TYPE", "h"],
+    &["HLEN", "h"],
     &["HGETALL", "missing"],
     &["HKEYS", "h"],
     &["HVALS", "h"],

@@ -36,8 +36,11 @@ pub enum PutCondition {
     /// Only if the key exists with this `ModifyIndex` (Consul `?cas=N`, N > 0).
     IfModifyIndex(u64),
     /// Unless the key holds a Redis collection (a hash): the HTTP APIs' plain writes, which
-    /// must not replace one by mistake.
+    /// must not replace one by mistake, and Redis's `SET ... GET` and `GETSET`, which
+    /// refuse one (`WRONGTYPE`) before writing.
     IfNotCollection,
+    /// Only if the key exists and holds a string (`SET ... XX GET`).
+    IfPresentString,
 }
 
 /// What a write does to a key's expiry.

@@ -152,7 +152,7 @@ pub(crate) fn client(ctx: &mut Ctx<'_>, args: &mut Args) -> CmdResult {
                 .as_ref()
                 .map(|n| String::from_utf8_lossy(n).into_owned())
                 .unwrap_or_default();
-            Ok(Reply::bulk(format!(
+            Ok(Reply::Verbatim(format!(
                 "id={} name={} db=0\n",
                 ctx.client.id, name
             )))

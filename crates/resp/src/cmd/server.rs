@@ -422,7 +422,7 @@ pub(crate) async fn info(ctx: &mut Ctx<'_>, args: &mut Args) -> CmdResult {
             text.push_str(&format!("db0:keys={keys},expires=0,avg_ttl=0\r\n"));
         }
     }
-    Ok(Reply::bulk(text))
+    Ok(Reply::Verbatim(text))
 }
 
 /// `TIME`: this node's clock, seconds and microseconds.

@@ -59,8 +59,8 @@ pub(crate) fn set_reply(outcome: PutOutcome, return_old: bool) -> Reply {
     }
 }
 
-/// The value a write replaced, for `SET ... GET` and `GETSET`. A replaced key of another type
-/// answers `WRONGTYPE`; unlike Redis, the write has happened by then.
+/// The value a write replaced, for `SET ... GET` and `GETSET`: a key of another type answers
+/// `WRONGTYPE` (their conditions kept it from being replaced).
 pub(crate) fn old_value(outcome: PutOutcome) -> Reply {
     match outcome.previous {
         Some(r) if r.kind != trireme_types::ValueKind::String => Reply::error(super::WRONG_TYPE),
@@ -103,6 +103,14 @@ pub(crate) fn parse_set(args: &mut Args) -> Result<(PutRequest, bool), CmdError>
             }
             _ => return Err(ArgError::Syntax.into()),
         }
+    }
+    if return_old {
+        // The old value is read first, so a key of another type is refused, not replaced.
+        condition = match condition {
+            PutCondition::Always => PutCondition::IfNotCollection,
+            PutCondition::IfPresent => PutCondition::IfPresentString,
+            other => other,
+        };
     }
     let request = PutRequest::new(key, value).condition(condition).ttl(ttl);
     Ok((request, return_old))
@@ -205,7 +213,8 @@ pub(crate) async fn getset(ctx: &mut Ctx<'_>, args: &mut Args) -> CmdResult {
     let key = args.next_bytes()?;
     let value = args.next_bytes()?;
     no_more(args)?;
-    let outcome = ctx.shared.node.put(PutRequest::new(key, value)).await?;
+    let request = PutRequest::new(key, value).condition(PutCondition::IfNotCollection);
+    let outcome = ctx.shared.node.put(request).await?;
     Ok(old_value(outcome))
 }
 

@@ -383,10 +383,11 @@ fn plan(args: &mut Args, max_value: u64) -> Result<Step, CmdError> {
             let value = args.next_bytes()?;
             no_more(args)?;
             let nx = name == "setnx";
-            let mut request = PutRequest::new(key, value);
-            if nx {
-                request = request.condition(PutCondition::IfAbsent);
-            }
+            let request = PutRequest::new(key, value).condition(if nx {
+                PutCondition::IfAbsent
+            } else {
+                PutCondition::IfNotCollection
+            });
             step(request.into_command(), move |r| {
                 let outcome = read::<PutOutcome>(r)?;
                 Ok(if nx {
