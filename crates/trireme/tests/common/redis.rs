@@ -75,21 +75,9 @@ pub async fn compare_with_redis(script: &[(usize, &[&str])], resp3: bool) {
                 ours[*client].cmd(&args).await,
             )
         };
-        if got != want {
-            differences.push(format!(
-                "{command:?}\n  redis:   {:?}\n  trireme: {:?}",
-                String::from_utf8_lossy(&want),
-                String::from_utf8_lossy(&got)
-            ));
-        }
+        note_difference(&mut differences, command, &want, &got);
     }
-    assert!(
-        differences.is_empty(),
-        "{} of {} replies differ from redis-server's:\n{}",
-        differences.len(),
-        script.len(),
-        differences.join("\n")
-    );
+    assert_same(&differences, script.len(), "replies");
 }
 
 /// Sends the whole of `script` to a Trireme node and to `redis-server` in one write each (a
@@ -114,19 +102,28 @@ pub async fn compare_pipelined_with_redis(script: &[&[&str]], resp3: bool) {
     let mut differences = Vec::new();
     for command in script {
         let (want, got) = (peer.read_reply().await, mine.read_reply().await);
-        if got != want {
-            differences.push(format!(
-                "{command:?}\n  redis:   {:?}\n  trireme: {:?}",
-                String::from_utf8_lossy(&want),
-                String::from_utf8_lossy(&got)
-            ));
-        }
+        note_difference(&mut differences, command, &want, &got);
     }
+    assert_same(&differences, script.len(), "pipelined replies");
+}
+
+/// Notes `command`'s replies if they differ.
+fn note_difference(differences: &mut Vec<String>, command: &[&str], want: &[u8], got: &[u8]) {
+    if got != want {
+        differences.push(format!(
+            "{command:?}\n  redis:   {:?}\n  trireme: {:?}",
+            String::from_utf8_lossy(want),
+            String::from_utf8_lossy(got)
+        ));
+    }
+}
+
+/// Fails with every difference noted, if there is any.
+fn assert_same(differences: &[String], total: usize, what: &str) {
     assert!(
         differences.is_empty(),
-        "{} of {} pipelined replies differ from redis-server's:\n{}",
+        "{} of {total} {what} differ from redis-server's:\n{}",
         differences.len(),
-        script.len(),
         differences.join("\n")
     );
 }
