@@ -204,7 +204,7 @@ pub async fn run(
     if targets.is_empty() {
         return Err(BenchError::invalid(
             "targets",
-            "no target given; starting a local cluster is not implemented yet",
+            "no target given: name at least one (the `trireme bench` command starts a local cluster when none is given)",
         ));
     }
     let progress = progress.unwrap_or_default();

@@ -44,11 +44,10 @@ enum KvCommand {
     List(ListArgs),
     /// Print a key's value, then each new value as it changes.
     ///
-    /// Trireme does not implement Consul's blocking queries (?index=N&wait=...) yet, so this
-    /// polls: it reads the key every --interval and prints the value only when its
-    /// ModifyIndex changed. Several changes between two reads show as the last of them. A
-    /// deletion is reported on stderr (with --json, printed as `null`). Runs until
-    /// interrupted, or until --count values were printed.
+    /// Each read is a Consul blocking query (?index=N&wait=...) that the node answers when
+    /// the key's ModifyIndex moves past N, or after --wait unchanged; several changes between
+    /// two answers show as the last of them. A deletion is reported on stderr (with --json,
+    /// printed as `null`). Runs until interrupted, or until --count values were printed.
     Watch(WatchArgs),
 }
 

@@ -16,7 +16,7 @@ mod server;
 use clap::{Parser, Subcommand};
 
 /// mimalloc instead of the system allocator: the request path allocates small buffers at a
-/// high rate, and glibc's malloc showed up as ~10% of a write-heavy profile.
+/// high rate, and glibc's malloc showed up prominently in write-heavy profiles.
 #[global_allocator]
 static GLOBAL: mimalloc::MiMalloc = mimalloc::MiMalloc;
 use std::process::ExitCode;
