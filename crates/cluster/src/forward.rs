@@ -447,11 +447,12 @@ impl ReadQuery for ReadSortedSet {
         match &self.read {
             SortedSetRead::Len | SortedSetRead::Scores { .. } => true,
             SortedSetRead::Members { limit, .. } => *limit <= u64::from(INLINE_SCAN_ROWS),
-            // A short range by rank from the start; anything else may walk the whole set.
+            // A range by rank near the start: its walk is `stop + 1` rows. Anything else may
+            // walk the whole set.
             SortedSetRead::Range {
                 range: trireme_types::ZRange::Rank { start, stop },
                 ..
-            } => *start >= 0 && *stop >= 0 && stop - start < i64::from(INLINE_SCAN_ROWS),
+            } => *start >= 0 && (0..i64::from(INLINE_SCAN_ROWS)).contains(stop),
             _ => false,
         }
     }

@@ -10,9 +10,25 @@ use bytes::Bytes;
 use serde::{Deserialize, Serialize};
 
 /// A member's score: a double that is never NaN, so scores order and compare whole, and
-/// never `-0.0` (stored as `0.0`, which Redis treats as equal).
+/// never `-0.0` (stored as `0.0`, which Redis treats as equal). Decoding goes through
+/// [`Score::new`] too, so a NaN from a damaged or forged frame is refused, never stored.
 #[derive(Debug, Clone, Copy, PartialEq, PartialOrd, Serialize, Deserialize)]
+#[serde(try_from = "f64", into = "f64")]
 pub struct Score(f64);
+
+impl TryFrom<f64> for Score {
+    type Error = &'static str;
+
+    fn try_from(value: f64) -> Result<Self, Self::Error> {
+        Score::new(value).ok_or("a score is not a number (NaN)")
+    }
+}
+
+impl From<Score> for f64 {
+    fn from(score: Score) -> f64 {
+        score.0
+    }
+}
 
 impl Eq for Score {}
 
@@ -314,6 +330,16 @@ mod tests {
             Score::new(0.0).unwrap().sortable()
         );
         assert_eq!(Score::new(f64::NAN), None);
+        // Decoded as it is encoded, through the same check.
+        let encoded = serde_json::to_string(&Score::new(-0.0).unwrap()).unwrap();
+        assert_eq!(encoded, "0.0");
+        assert_eq!(serde_json::from_str::<Score>("2.5").unwrap().get(), 2.5);
+        // A NaN where a score belongs is refused when it is decoded.
+        let nan = postcard::to_stdvec(&(Bytes::from_static(b"m"), f64::NAN)).unwrap();
+        assert!(postcard::from_bytes::<(Bytes, Score)>(&nan).is_err());
+        let fine = postcard::to_stdvec(&(Bytes::from_static(b"m"), 1.5f64)).unwrap();
+        let (_, score) = postcard::from_bytes::<(Bytes, Score)>(&fine).unwrap();
+        assert_eq!(score.get(), 1.5);
         let row = score_suffix(Score::new(2.0).unwrap(), b"m");
         assert_eq!(
             split_score_suffix(&row),

@@ -79,23 +79,42 @@ fn not_a_float() -> CmdError {
     CmdError::Reply("ERR value is not a valid float".into())
 }
 
-/// A score as Redis reads one (`1.5`, `-inf`, `+inf`, `1e3`); NaN is refused.
+/// A score as Redis reads one (`1.5`, `-inf`, `+inf`, `1e3`): NaN is refused, and so is a
+/// number too large or too small for a double (`1e400`, `1e-400`), where only the words
+/// `inf` and `infinity` mean infinity.
 pub(crate) fn parse_score(text: &[u8]) -> Option<Score> {
     let text = std::str::from_utf8(text).ok()?;
     if text.is_empty() || text.trim() != text {
         return None;
     }
-    Score::new(text.parse::<f64>().ok()?)
+    let value = text.parse::<f64>().ok()?;
+    let digits = text.trim_start_matches(['+', '-']);
+    let word = digits.eq_ignore_ascii_case("inf") || digits.eq_ignore_ascii_case("infinity");
+    let mantissa = digits.split(['e', 'E']).next().unwrap_or_default();
+    let underflow = value == 0.0 && mantissa.bytes().any(|b| matches!(b, b'1'..=b'9'));
+    if (value.is_infinite() && !word) || underflow {
+        return None;
+    }
+    Score::new(value)
 }
 
-/// One end of a score range: `1.5`, `(1.5` (left out), `-inf`, `+inf`.
+/// One end of a score range: `1.5`, `(1.5` (left out), `-inf`, `+inf`. Read as leniently as
+/// Redis reads it: leading spaces are skipped and an empty end is 0.
 fn score_bound(text: &[u8]) -> Result<ScoreBound, CmdError> {
     let (text, exclusive) = match text.strip_prefix(b"(") {
         Some(rest) => (rest, true),
         None => (text, false),
     };
-    let score =
-        parse_score(text).ok_or_else(|| CmdError::Reply("ERR min or max is not a float".into()))?;
+    let text = text.trim_ascii_start();
+    let score = if text.is_empty() {
+        Score::new(0.0)
+    } else {
+        std::str::from_utf8(text)
+            .ok()
+            .and_then(|t| t.parse::<f64>().ok())
+            .and_then(Score::new)
+    };
+    let score = score.ok_or_else(|| CmdError::Reply("ERR min or max is not a float".into()))?;
     Ok(ScoreBound { score, exclusive })
 }
 
@@ -268,8 +287,10 @@ fn zrange(name: &str, args: &mut Args) -> Result<(SortedSetOp, Shape), CmdError>
     } else {
         range_of(by, &first, &second)?
     };
-    // A negative offset takes nothing, a negative count everything (as Redis).
+    // A negative offset takes nothing, a negative count everything (as Redis); a range by
+    // rank ignores `LIMIT offset -1`, the one form of it that it accepts.
     let (offset, limit) = match u64::try_from(offset) {
+        _ if by == By::Rank => (0, u64::MAX),
         Ok(offset) => (offset, u64::try_from(limit).unwrap_or(u64::MAX)),
         Err(_) => (0, 0),
     };

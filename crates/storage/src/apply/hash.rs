@@ -25,8 +25,13 @@ pub(super) trait MemberSource {
         after: Option<&[u8]>,
         limit: u64,
     ) -> Result<Vec<(Bytes, Bytes)>, StorageError>;
-    /// The rows in `span` with their values, at most `limit`.
-    fn rows(&mut self, span: &RowSpan, limit: u64) -> Result<Vec<(Bytes, Bytes)>, StorageError>;
+    /// The rows in `span` with their values, past the first `skip`, at most `limit`.
+    fn rows(
+        &mut self,
+        span: &RowSpan,
+        skip: u64,
+        limit: u64,
+    ) -> Result<Vec<(Bytes, Bytes)>, StorageError>;
     /// How many rows lie in `span`.
     fn count(&mut self, span: &RowSpan) -> Result<u64, StorageError>;
 }
@@ -43,7 +48,7 @@ fn stored_members(
     values: bool,
 ) -> Result<Vec<(Bytes, Bytes)>, StorageError> {
     let span = RowSpan::after(prefix.clone(), after);
-    stored_rows(storage, snapshot, shard, &span, limit, values)
+    stored_rows(storage, snapshot, shard, &span, 0, limit, values)
 }
 
 /// One shard as one snapshot of the store holds it: a read of a collection sees its record
@@ -94,8 +99,21 @@ impl MemberSource for Stored<'_> {
         )
     }
 
-    fn rows(&mut self, span: &RowSpan, limit: u64) -> Result<Vec<(Bytes, Bytes)>, StorageError> {
-        stored_rows(self.storage, &self.snapshot, self.shard, span, limit, true)
+    fn rows(
+        &mut self,
+        span: &RowSpan,
+        skip: u64,
+        limit: u64,
+    ) -> Result<Vec<(Bytes, Bytes)>, StorageError> {
+        stored_rows(
+            self.storage,
+            &self.snapshot,
+            self.shard,
+            span,
+            skip,
+            limit,
+            true,
+        )
     }
 
     fn count(&mut self, span: &RowSpan) -> Result<u64, StorageError> {
@@ -127,8 +145,13 @@ impl MemberSource for InBatch<'_, '_> {
         self.pending.members(prefix, after, limit)
     }
 
-    fn rows(&mut self, span: &RowSpan, limit: u64) -> Result<Vec<(Bytes, Bytes)>, StorageError> {
-        self.pending.rows_in(span, limit, true)
+    fn rows(
+        &mut self,
+        span: &RowSpan,
+        skip: u64,
+        limit: u64,
+    ) -> Result<Vec<(Bytes, Bytes)>, StorageError> {
+        self.pending.rows_in(span, skip, limit, true)
     }
 
     fn count(&mut self, span: &RowSpan) -> Result<u64, StorageError> {
@@ -194,7 +217,7 @@ impl Pending<'_> {
         limit: u64,
         values: bool,
     ) -> Result<Vec<(Bytes, Bytes)>, StorageError> {
-        self.rows_in(&RowSpan::after(prefix.clone(), after), limit, values)
+        self.rows_in(&RowSpan::after(prefix.clone(), after), 0, limit, values)
     }
 
     /// Member rows under `prefix` with their values, as this batch sees them.

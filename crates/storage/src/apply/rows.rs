@@ -94,14 +94,16 @@ impl RowSpan {
     }
 }
 
-/// The stored rows of `shard` in `span`, at most `limit`, as `snapshot` holds them: with
-/// `values`, the remainders and the rows' values, else the remainders only (their values
-/// empty), which spares decoding rows that are only to be counted or removed.
+/// The stored rows of `shard` in `span`, past the first `skip` (walked over, not copied)
+/// and at most `limit`, as `snapshot` holds them: with `values`, the remainders and the
+/// rows' values, else the remainders only (their values empty), which spares decoding rows
+/// that are only to be counted or removed.
 pub(super) fn stored_rows(
     storage: &Storage,
     snapshot: &fjall::Snapshot,
     shard: u32,
     span: &RowSpan,
+    skip: u64,
     limit: u64,
     values: bool,
 ) -> Result<Vec<(Bytes, Bytes)>, StorageError> {
@@ -116,8 +118,9 @@ pub(super) fn stored_rows(
     } else {
         Box::new(range)
     };
+    let skip = usize::try_from(skip).unwrap_or(usize::MAX);
     let mut out = Vec::new();
-    for guard in rows {
+    for guard in rows.skip(skip) {
         if out.len() as u64 >= limit {
             break;
         }
@@ -155,10 +158,12 @@ pub(super) fn count_stored_rows(
 
 impl Pending<'_> {
     /// The rows in `span` as this batch sees them: the stored ones with this batch's changes
-    /// laid over, at most `limit`; without `values`, remainders only.
+    /// laid over, past the first `skip` and at most `limit`; without `values`, remainders
+    /// only.
     pub(super) fn rows_in(
         &mut self,
         span: &RowSpan,
+        skip: u64,
         limit: u64,
         values: bool,
     ) -> Result<Vec<(Bytes, Bytes)>, StorageError> {
@@ -182,7 +187,9 @@ impl Pending<'_> {
             &snapshot,
             self.shard,
             span,
-            limit.saturating_add(changed.len() as u64),
+            0,
+            skip.saturating_add(limit)
+                .saturating_add(changed.len() as u64),
             values,
         )?;
         let mut merged: BTreeMap<Bytes, Bytes> = stored.into_iter().collect();
@@ -205,16 +212,17 @@ impl Pending<'_> {
                 None => {}
             }
         }
+        let skip = usize::try_from(skip).unwrap_or(usize::MAX);
         let take = usize::try_from(limit).unwrap_or(usize::MAX);
         Ok(if span.reverse {
-            merged.into_iter().rev().take(take).collect()
+            merged.into_iter().rev().skip(skip).take(take).collect()
         } else {
-            merged.into_iter().take(take).collect()
+            merged.into_iter().skip(skip).take(take).collect()
         })
     }
 
     /// How many rows lie in `span` as this batch sees them.
     pub(super) fn count_rows_in(&mut self, span: &RowSpan) -> Result<u64, StorageError> {
-        Ok(self.rows_in(span, u64::MAX, false)?.len() as u64)
+        Ok(self.rows_in(span, 0, u64::MAX, false)?.len() as u64)
     }
 }

@@ -52,26 +52,25 @@ fn score_span(key: &[u8], min: ScoreBound, max: ScoreBound, reverse: bool) -> Ro
     }
 }
 
-/// The member rows of the sorted set at `key` from `min` to `max`.
-fn lex_span(key: &[u8], min: &LexBound, max: &LexBound, reverse: bool) -> RowSpan {
-    // `+` as a low end or `-` as a high end takes nothing: an empty span says so.
-    let nothing = || Bound::Excluded(Vec::new());
-    RowSpan {
+/// The member rows of the sorted set at `key` from `min` to `max`; `None` when the range
+/// takes nothing whatever the set holds (`+` as its low end, `-` as its high end).
+fn lex_span(key: &[u8], min: &LexBound, max: &LexBound, reverse: bool) -> Option<RowSpan> {
+    Some(RowSpan {
         prefix: member_prefix(key),
         lower: match min {
             LexBound::Lowest => Bound::Unbounded,
-            LexBound::Highest => nothing(),
+            LexBound::Highest => return None,
             LexBound::Inclusive(m) => Bound::Included(m.to_vec()),
             LexBound::Exclusive(m) => Bound::Excluded(m.to_vec()),
         },
         upper: match max {
             LexBound::Highest => Bound::Unbounded,
-            LexBound::Lowest => nothing(),
+            LexBound::Lowest => return None,
             LexBound::Inclusive(m) => Bound::Included(m.to_vec()),
             LexBound::Exclusive(m) => Bound::Excluded(m.to_vec()),
         },
         reverse,
-    }
+    })
 }
 
 /// Redis's ranks `start..=stop` (negative from the end) of a set of `len`, as the number of
@@ -109,9 +108,8 @@ fn range(
     offset: u64,
     limit: u64,
 ) -> Result<Vec<(Bytes, Score)>, StorageError> {
-    let from_score_rows = |rows: Vec<(Bytes, Bytes)>, skip: u64| -> Result<_, StorageError> {
+    let from_score_rows = |rows: Vec<(Bytes, Bytes)>| -> Result<_, StorageError> {
         rows.into_iter()
-            .skip(usize::try_from(skip).unwrap_or(usize::MAX))
             .map(|(suffix, _)| {
                 split_score_suffix(&suffix)
                     .map(|(score, member)| (member, score))
@@ -119,7 +117,6 @@ fn range(
             })
             .collect()
     };
-    let want = offset.saturating_add(limit);
     match range {
         ZRange::Rank { start, stop } => {
             let Some((skip, take)) = rank_window(*start, *stop, decode_count(&head.value)) else {
@@ -131,19 +128,22 @@ fn range(
             };
             let skip = skip.saturating_add(offset);
             let take = take.saturating_sub(offset).min(limit);
-            let rows = source.rows(&span, skip.saturating_add(take))?;
-            from_score_rows(rows, skip)
+            from_score_rows(source.rows(&span, skip, take)?)
         }
         ZRange::Score { min, max } => {
-            let rows = source.rows(&score_span(key, *min, *max, reverse), want)?;
-            from_score_rows(rows, offset)
+            let span = score_span(key, *min, *max, reverse);
+            from_score_rows(source.rows(&span, offset, limit)?)
         }
-        ZRange::Lex { min, max } => source
-            .rows(&lex_span(key, min, max, reverse), want)?
-            .into_iter()
-            .skip(usize::try_from(offset).unwrap_or(usize::MAX))
-            .map(|(member, value)| Ok((member, decode_score(&value)?)))
-            .collect(),
+        ZRange::Lex { min, max } => {
+            let Some(span) = lex_span(key, min, max, reverse) else {
+                return Ok(Vec::new());
+            };
+            source
+                .rows(&span, offset, limit)?
+                .into_iter()
+                .map(|(member, value)| Ok((member, decode_score(&value)?)))
+                .collect()
+        }
     }
 }
 
@@ -205,7 +205,10 @@ fn read(
                 rank_window(*start, *stop, decode_count(&head.value)).map_or(0, |(_, n)| n)
             }
             ZRange::Score { min, max } => source.count(&score_span(key, *min, *max, false))?,
-            ZRange::Lex { min, max } => source.count(&lex_span(key, min, max, false))?,
+            ZRange::Lex { min, max } => match lex_span(key, min, max, false) {
+                Some(span) => source.count(&span)?,
+                None => 0,
+            },
         }),
         SortedSetRead::Range {
             range: which,
