@@ -2,11 +2,12 @@
 //!
 //! [`load`] reads each run's `result.json`; [`rows`] lays out, per operation (and the total),
 //! throughput and the latency figures of every run with the ratio of each run to the first;
-//! [`text`] prints them; [`write_dir`] writes `compare.html` and the overlaid plots.
+//! [`text`] prints them; [`crate::output::write_compare_dir`] writes them out with
+//! `compare.html` and the overlaid plots.
 
 use std::collections::BTreeSet;
 use std::fmt::Write as _;
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 
 use crate::results::{self, ResultFile, ResultsError};
 use crate::stats::OpSummary;
@@ -208,31 +209,6 @@ pub fn text(runs: &[Run]) -> String {
     out
 }
 
-/// Writes `compare.html`, `compare-throughput.svg`, `compare-latency.svg` and
-/// `compare.txt` into `dir` (created if missing); returns the files written.
-pub fn write_dir(dir: &Path, runs: &[Run]) -> Result<Vec<PathBuf>, ResultsError> {
-    results::create_dir(dir)?;
-    let labelled: Vec<(String, &crate::runner::RunResult)> = runs
-        .iter()
-        .enumerate()
-        .map(|(i, r)| (format!("[{}]", i + 1), &r.file.result))
-        .collect();
-    let labelled: Vec<(&str, &crate::runner::RunResult)> =
-        labelled.iter().map(|(l, r)| (l.as_str(), *r)).collect();
-    let throughput = crate::plot::throughput(&labelled);
-    let latency = crate::plot::latency(&labelled);
-    Ok(vec![
-        results::write_file(dir, "compare.txt", &text(runs))?,
-        results::write_file(dir, "compare-throughput.svg", &throughput)?,
-        results::write_file(dir, "compare-latency.svg", &latency)?,
-        results::write_file(
-            dir,
-            "compare.html",
-            &crate::html::compare_report(runs, &throughput, &latency),
-        )?,
-    ])
-}
-
 #[cfg(test)]
 mod tests {
     use std::time::{Duration, SystemTime};
@@ -240,6 +216,7 @@ mod tests {
     use super::*;
     use crate::results::{HostInfo, rfc3339, write_json};
     use crate::scenario::Operation;
+    use std::path::Path;
 
     /// Writes a synthetic run whose get and total figures have the given ops/s and p99.
     fn write_run(dir: &Path, name: &str, ops_per_sec: f64, p99_us: u64) -> PathBuf {
@@ -288,7 +265,7 @@ mod tests {
         assert!(text.contains("1.50x"), "{text}");
         assert!(text.contains("0.50x"), "{text}");
         let out = dir.path().join("cmp");
-        write_dir(&out, &runs).unwrap();
+        crate::output::write_compare_dir(&out, &runs).unwrap();
         for name in [
             "compare.html",
             "compare-throughput.svg",

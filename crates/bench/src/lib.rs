@@ -18,6 +18,7 @@ pub mod compare;
 pub mod driver;
 pub mod html;
 pub mod keygen;
+pub mod output;
 pub mod plot;
 pub mod presets;
 pub mod probe;

@@ -1,6 +1,6 @@
 //! The results directory of a run: everything `trireme bench` leaves behind for later.
 //!
-//! [`write_run_dir`] writes, into one directory:
+//! [`crate::output::write_run_dir`] writes, into one directory:
 //!
 //! - `summary.txt`: the seeds' table and hey's histogram per operation ([`crate::report`]);
 //! - `summary.csv` and `<op>_latencies.csv`: basho_bench's CSV files ([`summary_csv`],
@@ -299,35 +299,6 @@ pub fn write_json<T: Serialize>(
     write(dir, name, &text)
 }
 
-/// Writes a run's results directory (created if missing); returns the files written.
-pub fn write_run_dir(dir: &Path, file: &ResultFile) -> Result<Vec<PathBuf>, ResultsError> {
-    create_dir(dir)?;
-    let result = &file.result;
-    let mut written = vec![
-        write(dir, "summary.txt", &crate::report::summary_text(result))?,
-        write(dir, "summary.csv", &summary_csv(result))?,
-    ];
-    for (op, stats) in result.histograms.iter() {
-        written.push(write(
-            dir,
-            &format!("{op}_latencies.csv"),
-            &latencies_csv(result, op),
-        )?);
-        written.push(write(dir, &format!("{op}.hgrm"), &hgrm(stats.histogram()))?);
-    }
-    written.push(write_json(dir, "result.json", file)?);
-    let throughput = crate::plot::throughput(std::slice::from_ref(&("", result)));
-    let latency = crate::plot::latency(std::slice::from_ref(&("", result)));
-    written.push(write(dir, "throughput.svg", &throughput)?);
-    written.push(write(dir, "latency.svg", &latency)?);
-    written.push(write(
-        dir,
-        "report.html",
-        &crate::html::run_report(file, &throughput, &latency),
-    )?);
-    Ok(written)
-}
-
 /// Reads `result.json` from a run directory (or the file itself, if `path` is a file).
 pub fn read_result(path: &Path) -> Result<ResultFile, ResultsError> {
     let file = if path.is_file() {
@@ -585,7 +556,7 @@ pub(crate) mod tests {
         };
         let dir = tempfile::tempdir().unwrap();
         let run = dir.path().join("run");
-        write_run_dir(&run, &file).unwrap();
+        crate::output::write_run_dir(&run, &file).unwrap();
         for name in [
             "summary.txt",
             "summary.csv",

@@ -246,7 +246,7 @@ pub fn run(mut args: BenchArgs) -> anyhow::Result<()> {
                 scenario: scenario.clone(),
                 result,
             };
-            results::write_run_dir(&dir, &file)?;
+            trireme_bench::output::write_run_dir(&dir, &file)?;
             eprintln!("results in {}", dir.display());
             dirs.push(dir.display().to_string());
             runs.push(file.result);
@@ -300,7 +300,7 @@ fn run_compare(args: &CompareArgs) -> anyhow::Result<()> {
     let dir = args.out.clone().unwrap_or_else(|| {
         Path::new(RESULTS_DIR).join(format!("compare-{}", results::stamp(SystemTime::now())))
     });
-    trireme_bench::compare::write_dir(&dir, &runs)?;
+    trireme_bench::output::write_compare_dir(&dir, &runs)?;
     eprintln!("compare.html and plots in {}", dir.display());
     Ok(())
 }
