@@ -8,7 +8,6 @@ use std::process::{Child, ExitStatus, Stdio};
 use std::time::Duration;
 
 use rustix::process::{Pid, Signal, kill_process};
-use serde::Deserialize;
 
 use crate::command::ServerCommand;
 use crate::logs::{RUN_MARKER, log_section, log_tail};
@@ -75,19 +74,7 @@ impl StopOutcome {
 
 /// `<data dir>/endpoints.json`, which a server writes once it listens: its real addresses
 /// (port 0 becomes the port it got) and its PID.
-#[derive(Debug, Clone, Deserialize, PartialEq, Eq)]
-pub struct Endpoints {
-    /// `--node-id`.
-    pub node: String,
-    /// Client HTTP address.
-    pub http: String,
-    /// Client RESP address.
-    pub resp: String,
-    /// Peer address.
-    pub peer: String,
-    /// The server's process id.
-    pub pid: u32,
-}
+pub type Endpoints = trireme_types::admin::EndpointsDoc;
 
 /// Reads `<data_dir>/endpoints.json`; `None` when it is missing or not (yet) whole.
 pub fn read_endpoints(data_dir: &Path) -> Option<Endpoints> {

@@ -364,13 +364,11 @@ async fn send_piece(
         let sent = client.post(&url).body(piece.to_vec()).send().await;
         let failure = match sent {
             Ok(response) if response.status().is_success() => {
-                let answer: serde_json::Value = response
+                let answer: trireme_types::admin::RestoreAnswer = response
                     .json()
                     .await
                     .map_err(|e| anyhow!("POST {url}: unexpected answer: {}", root_cause(&e)))?;
-                return answer["written"]
-                    .as_u64()
-                    .ok_or_else(|| anyhow!("POST {url}: unexpected answer {answer}"));
+                return Ok(answer.written);
             }
             // Refused for what it is (a cluster that is not empty, a key over the limits):
             // trying again changes nothing.

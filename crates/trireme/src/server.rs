@@ -159,18 +159,18 @@ struct Bound {
 /// others (`advertised`).
 async fn write_endpoints(node: &Node, bound: &Bound) -> anyhow::Result<()> {
     let me = node.me();
-    let body = serde_json::json!({
-        "node": me.name,
-        "http": bound.http.to_string(),
-        "resp": bound.resp.to_string(),
-        "peer": bound.peer.to_string(),
-        "advertised": {
-            "http": me.http_addr,
-            "resp": me.resp_addr,
-            "peer": me.peer_addr,
-        },
-        "pid": std::process::id(),
-    });
+    let body = trireme_types::admin::EndpointsDoc {
+        node: me.name.clone(),
+        http: bound.http.to_string(),
+        resp: bound.resp.to_string(),
+        peer: bound.peer.to_string(),
+        advertised: Some(trireme_types::admin::AdvertisedDoc {
+            http: me.http_addr.clone(),
+            resp: me.resp_addr.clone(),
+            peer: me.peer_addr.clone(),
+        }),
+        pid: std::process::id(),
+    };
     let path = node.config().data_dir.join("endpoints.json");
     let tmp = path.with_extension("json.tmp");
     tokio::fs::write(&tmp, serde_json::to_vec_pretty(&body)?).await?;

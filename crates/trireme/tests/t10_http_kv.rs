@@ -4,7 +4,10 @@
 
 mod common;
 
-use common::{KvEntry, RawResp, Reply, ReplyExt, StartOptions, TestNode, http_client, wait_until};
+use common::{
+    KvEntry, RawResp, Reply, ReplyExt, StartOptions, TestNode, expect_error, http_client,
+    wait_until,
+};
 use reqwest::StatusCode;
 use serde_json::Value;
 use std::time::Duration;
@@ -26,16 +29,6 @@ fn header_str(resp: &reqwest::Response, name: &str) -> String {
         .to_str()
         .expect("header is text")
         .to_string()
-}
-
-/// Asserts a JSON error body with the given status and code; returns the message.
-async fn expect_error(resp: reqwest::Response, status: StatusCode, code: &str) -> String {
-    assert_eq!(resp.status(), status, "status of an error answer");
-    let body: Value = resp.json().await.expect("error body is JSON");
-    assert_eq!(body["code"], code, "error code in {body}");
-    let message = body["error"].as_str().expect("error message").to_string();
-    assert!(!message.is_empty(), "empty error message");
-    message
 }
 
 /// Proves the node still serves after a rejected request.

@@ -4,8 +4,8 @@
 
 mod common;
 
-use common::cluster::{CLUSTER_DEADLINE, ClusterOptions, TestCluster, poll_until};
-use common::{StartOptions, TestNode};
+use common::cluster::{CLUSTER_DEADLINE, ClusterOptions, TestCluster, bounded, poll_until};
+use common::{StartOptions, TestNode, expect_error};
 use reqwest::StatusCode;
 use serde_json::{Value, json};
 use std::time::Duration;
@@ -19,12 +19,6 @@ fn page_keys(page: &Value) -> Vec<&str> {
         .iter()
         .map(|r| r["path"]["key"].as_str().expect("a key"))
         .collect()
-}
-
-async fn bounded<F: std::future::Future<Output = ()>>(limit: Duration, body: F) {
-    if tokio::time::timeout(limit, body).await.is_err() {
-        panic!("the test did not finish within {limit:?}");
-    }
 }
 
 fn header(resp: &reqwest::Response, name: &str) -> String {
@@ -43,16 +37,6 @@ fn etag_ref(resp: &reqwest::Response) -> u64 {
         .and_then(|t| t.strip_suffix('"'))
         .and_then(|t| t.parse().ok())
         .unwrap_or_else(|| panic!("ETag {tag:?} is not a quoted ref"))
-}
-
-/// Asserts a JSON error answer with `status` and `code`; returns its message.
-async fn expect_error(resp: reqwest::Response, status: StatusCode, code: &str) -> String {
-    assert_eq!(resp.status(), status, "status of an error answer");
-    let body: Value = resp.json().await.expect("error body is JSON");
-    assert_eq!(body["code"], code, "error code in {body}");
-    let message = body["error"].as_str().expect("error message").to_string();
-    assert!(!message.is_empty(), "empty error message");
-    message
 }
 
 /// PUTs a document and returns its new ref, asserting a 201.

@@ -10,7 +10,7 @@
 mod common;
 
 use common::cluster::{
-    ClusterOptions, Steady, TestCluster, assert_acked_readable, free_ports, peer_addr,
+    ClusterOptions, Steady, TestCluster, assert_acked_readable, bounded, free_ports, peer_addr,
     spawn_steady_writer, wait_for_acks,
 };
 use common::{run_program_async, wait_until};
@@ -23,12 +23,6 @@ use trireme_types::cluster_status::{ClusterStatus, RemoveResult, SplitResult};
 /// How long a cluster may take to settle after a membership change (moves run two at a time,
 /// each a snapshot and two membership changes, on a busy 2-core machine).
 const SETTLE: Duration = Duration::from_secs(120);
-
-async fn bounded<F: std::future::Future<Output = ()>>(limit: Duration, body: F) {
-    if tokio::time::timeout(limit, body).await.is_err() {
-        panic!("the test did not finish within {limit:?}");
-    }
-}
 
 /// `GET /v1/cluster/status` of node `via`.
 async fn status(c: &TestCluster, via: usize) -> Option<ClusterStatus> {

@@ -14,21 +14,7 @@ use std::time::Duration;
 
 /// Runs `trireme ARGS` within 120 s: success, stdout, stderr.
 async fn trireme(args: &[&str]) -> (bool, String, String) {
-    let output = tokio::time::timeout(
-        Duration::from_secs(120),
-        tokio::process::Command::new(binary())
-            .args(args)
-            .kill_on_drop(true)
-            .output(),
-    )
-    .await
-    .unwrap_or_else(|_| panic!("trireme {args:?} did not finish within 120 s"))
-    .expect("run trireme");
-    (
-        output.status.success(),
-        String::from_utf8_lossy(&output.stdout).into_owned(),
-        String::from_utf8_lossy(&output.stderr).into_owned(),
-    )
+    common::run_program_async(binary(), args, Duration::from_secs(120)).await
 }
 
 /// The keys a node lists (`?keys`), empty when it has none.

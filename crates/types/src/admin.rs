@@ -106,6 +106,46 @@ pub struct HealthDoc {
     pub uptime_secs: u64,
 }
 
+/// `<data dir>/endpoints.json`, which a node writes once it listens: the socket addresses
+/// it bound (port 0 becomes the port it got), what it tells others, and its PID, for the
+/// scripts, supervisors and tests that started it.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct EndpointsDoc {
+    /// The node's name (its `--node-id`).
+    pub node: String,
+    /// The bound client HTTP address.
+    pub http: String,
+    /// The bound client RESP address.
+    pub resp: String,
+    /// The bound peer address.
+    pub peer: String,
+    /// The addresses other nodes and clients are told. (A server from before it sends
+    /// none.)
+    #[serde(default)]
+    pub advertised: Option<AdvertisedDoc>,
+    /// The server's process id.
+    pub pid: u32,
+}
+
+/// The addresses a node tells other nodes and clients.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct AdvertisedDoc {
+    /// Client HTTP address.
+    pub http: String,
+    /// Client RESP address.
+    pub resp: String,
+    /// Peer address.
+    pub peer: String,
+}
+
+/// `POST /v1/backup/restore`'s answer: how many entries of the piece were written (an
+/// entry already expired is skipped).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub struct RestoreAnswer {
+    /// Entries written.
+    pub written: u64,
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

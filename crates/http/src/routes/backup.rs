@@ -122,7 +122,7 @@ pub(crate) async fn restore(
     let written = state.node.restore(entries).await?;
     Ok((
         StatusCode::OK,
-        axum::Json(serde_json::json!({ "written": written })),
+        axum::Json(trireme_types::admin::RestoreAnswer { written }),
     )
         .into_response())
 }

@@ -48,17 +48,44 @@ pub fn run_program(program: &str, args: &[String], limit: Duration) -> (bool, St
     )
 }
 
-/// [`run_program`] off the async runtime, for tests that also drive a server.
+/// Asserts a JSON error answer with `status` and `code` (the HTTP APIs' error shape);
+/// returns its message, which must not be empty.
+pub async fn expect_error(
+    resp: reqwest::Response,
+    status: reqwest::StatusCode,
+    code: &str,
+) -> String {
+    assert_eq!(resp.status(), status, "status of an error answer");
+    let body: serde_json::Value = resp.json().await.expect("error body is JSON");
+    assert_eq!(body["code"], code, "error code in {body}");
+    let message = body["error"].as_str().expect("error message").to_string();
+    assert!(!message.is_empty(), "empty error message");
+    message
+}
+
+/// Runs `program ARGS` within `limit` without holding up the async runtime (for tests that
+/// also drive a server): success, stdout, stderr. Output is read while the program runs, so
+/// a long one never fills its pipe; the program is killed if the test gives up on it.
 pub async fn run_program_async(
     program: &str,
     args: &[&str],
     limit: Duration,
 ) -> (bool, String, String) {
-    let program = program.to_string();
-    let args: Vec<String> = args.iter().map(|s| s.to_string()).collect();
-    tokio::task::spawn_blocking(move || run_program(&program, &args, limit))
-        .await
-        .expect("runner")
+    let output = tokio::time::timeout(
+        limit,
+        tokio::process::Command::new(program)
+            .args(args)
+            .kill_on_drop(true)
+            .output(),
+    )
+    .await
+    .unwrap_or_else(|_| panic!("{program} {args:?} did not finish within {limit:?}"))
+    .unwrap_or_else(|e| panic!("{program} cannot start ({e}): run scripts/install-test-deps.sh"));
+    (
+        output.status.success(),
+        String::from_utf8_lossy(&output.stdout).into_owned(),
+        String::from_utf8_lossy(&output.stderr).into_owned(),
+    )
 }
 
 /// Runs `trireme bench ARGS` (within 2 minutes) and returns its stdout, failing the test on
