@@ -2,8 +2,11 @@
 //! change, and what came of it, with no log command or applied result in between.
 //!
 //! A write goes through a shard's log as a [`Command`] and comes back as a
-//! [`CommandResult`]; both stay inside this crate. Each outcome type reads its result in
-//! [`FromApplied`], the one place a result becomes an outcome; a result of another shape is
+//! [`CommandResult`]. Front ends see those only in a transaction ([`TransactionRequest`]),
+//! whose steps are log commands by design: a Redis `MULTI` or a Consul `/v1/txn` is a list of
+//! commands the state machine applies whole, and any command may be one of them. Each
+//! outcome type reads its result in [`FromApplied`], the one place a result becomes an
+//! outcome, for a lone write and for a transaction's step alike; a result of another shape is
 //! a [`ClusterError::Internal`], never a guess.
 //!
 //! [`Node`]: crate::Node

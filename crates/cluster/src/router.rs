@@ -6,8 +6,8 @@
 //! `stale` reads), otherwise by the leader over the peer link.
 //!
 //! Front ends speak to the node in typed requests and outcomes ([`crate::PutRequest`],
-//! [`crate::PutOutcome`], ...); the log commands they become, and the results applying them
-//! returns, stay in this crate.
+//! [`crate::PutOutcome`], ...); they name log commands only as the steps of a transaction
+//! (see [`crate::request`]).
 
 use crate::forward::{
     CountRows, Freshness, GetKeys, Read, ReadHash, ReadList, ReadSet, ReadSortedSet, ScanRows,

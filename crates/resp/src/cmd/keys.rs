@@ -120,33 +120,62 @@ pub(crate) async fn key_type(ctx: &mut Ctx<'_>, args: &mut Args) -> CmdResult {
     Ok(Reply::simple(record.map_or("none", |r| r.kind.type_name())))
 }
 
+/// `SCAN`'s arguments, parsed.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) struct ScanRequest {
+    /// 0 to start, else a cursor the node handed out.
+    pub(crate) cursor: u64,
+    /// `MATCH`: keep the keys this glob matches.
+    pub(crate) pattern: Option<Bytes>,
+    /// `COUNT`: keys to read for this page (at most 100,000).
+    pub(crate) count: usize,
+    /// `TYPE`: keep the keys of this type (`string`, `hash`, ...).
+    pub(crate) only_type: Option<String>,
+}
+
+impl ScanRequest {
+    /// Parses `cursor [MATCH pattern] [COUNT n] [TYPE t]`.
+    pub(crate) fn parse(args: &mut Args) -> Result<ScanRequest, CmdError> {
+        if args.remaining() == 0 {
+            return Err(args.wrong_arity().into());
+        }
+        let cursor = args
+            .next_u64()
+            .map_err(|_| CmdError::Reply("ERR invalid cursor".into()))?;
+        let mut scan = ScanRequest {
+            cursor,
+            pattern: None,
+            count: 10,
+            only_type: None,
+        };
+        while args.remaining() > 0 {
+            if args.next_keyword("match") {
+                scan.pattern = Some(args.next_bytes()?);
+            } else if args.next_keyword("count") {
+                let n = args.next_i64()?;
+                if n < 1 {
+                    return Err(ArgError::Syntax.into());
+                }
+                scan.count = (n as usize).min(100_000);
+            } else if args.next_keyword("type") {
+                scan.only_type = Some(args.next_str()?.to_ascii_lowercase());
+            } else {
+                return Err(ArgError::Syntax.into());
+            }
+        }
+        Ok(scan)
+    }
+}
+
 /// `SCAN cursor [MATCH pattern] [COUNT n] [TYPE t]`. Cursors are handed out by the server and
 /// remember the shard and last key; an unknown cursor starts nothing and returns `0`.
 pub(crate) async fn scan(ctx: &mut Ctx<'_>, args: &mut Args) -> CmdResult {
-    if args.remaining() == 0 {
-        return Err(args.wrong_arity().into());
-    }
-    let cursor = args
-        .next_u64()
-        .map_err(|_| CmdError::Reply("ERR invalid cursor".into()))?;
-    let mut pattern: Option<Bytes> = None;
-    let mut count: usize = 10;
-    let mut only_type: Option<String> = None;
-    while args.remaining() > 0 {
-        if args.next_keyword("match") {
-            pattern = Some(args.next_bytes()?);
-        } else if args.next_keyword("count") {
-            let n = args.next_i64()?;
-            if n < 1 {
-                return Err(ArgError::Syntax.into());
-            }
-            count = (n as usize).min(100_000);
-        } else if args.next_keyword("type") {
-            only_type = Some(args.next_str()?.to_ascii_lowercase());
-        } else {
-            return Err(ArgError::Syntax.into());
-        }
-    }
+    let ScanRequest {
+        cursor,
+        pattern,
+        count,
+        only_type,
+    } = ScanRequest::parse(args)?;
     let (shard, after) = if cursor == 0 {
         (ShardId(0), None)
     } else {
@@ -330,4 +359,58 @@ pub(crate) async fn memory(ctx: &mut Ctx<'_>, args: &mut Args) -> CmdResult {
     Ok(record.map_or(Reply::Null, |r| {
         Reply::integer((key.len() + r.value.len() + 48) as i64)
     }))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::{ScanRequest, parse_expire};
+    use crate::Args;
+    use bytes::Bytes;
+
+    fn args(words: &[&str]) -> Args {
+        Args::new(
+            words
+                .iter()
+                .map(|w| Bytes::copy_from_slice(w.as_bytes()))
+                .collect(),
+        )
+    }
+
+    #[test]
+    fn scan_options_parse() {
+        let scan = ScanRequest::parse(&mut args(&["scan", "0"])).unwrap();
+        assert_eq!(
+            (scan.cursor, scan.count, scan.pattern, scan.only_type),
+            (0, 10, None, None)
+        );
+        let scan = ScanRequest::parse(&mut args(&[
+            "scan", "42", "MATCH", "user:*", "count", "1000000", "TYPE", "Hash",
+        ]))
+        .unwrap();
+        assert_eq!(scan.cursor, 42);
+        assert_eq!(scan.pattern, Some(Bytes::from_static(b"user:*")));
+        assert_eq!(scan.count, 100_000, "COUNT is capped");
+        assert_eq!(scan.only_type.as_deref(), Some("hash"));
+        assert!(ScanRequest::parse(&mut args(&["scan", "x"])).is_err());
+        assert!(ScanRequest::parse(&mut args(&["scan", "0", "count", "0"])).is_err());
+        assert!(ScanRequest::parse(&mut args(&["scan", "0", "bogus"])).is_err());
+        assert!(ScanRequest::parse(&mut args(&["scan"])).is_err());
+    }
+
+    #[test]
+    fn expire_times_are_absolute_milliseconds() {
+        let (key, at, condition) = parse_expire(&mut args(&["expireat", "k", "10"])).unwrap();
+        assert_eq!(
+            (key, at, condition.is_none()),
+            (Bytes::from_static(b"k"), 10_000, true)
+        );
+        let (_, at, _) = parse_expire(&mut args(&["pexpireat", "k", "-5"])).unwrap();
+        assert_eq!(at, 0, "a time in the past is now");
+        let before = trireme_cluster::now_ms();
+        let (_, at, condition) = parse_expire(&mut args(&["expire", "k", "60", "NX"])).unwrap();
+        assert!((before + 60_000..=trireme_cluster::now_ms() + 60_000).contains(&at));
+        assert!(condition.is_some());
+        assert!(parse_expire(&mut args(&["expire", "k", "9223372036854775807"])).is_err());
+        assert!(parse_expire(&mut args(&["expire", "k", "1", "NX", "XX"])).is_err());
+    }
 }

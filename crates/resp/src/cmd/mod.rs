@@ -32,6 +32,7 @@ pub(crate) enum Flow {
 }
 
 /// Why a command failed: bad arguments, or the router's error.
+#[derive(Debug)]
 pub(crate) enum CmdError {
     Args(ArgError),
     Cluster(ClusterError),

@@ -227,6 +227,18 @@ pub(crate) async fn getdel(ctx: &mut Ctx<'_>, args: &mut Args) -> CmdResult {
 
 /// `GETEX key [EX s | PX ms | EXAT s | PXAT ms | PERSIST]`; without an option, a `GET`.
 pub(crate) async fn getex(ctx: &mut Ctx<'_>, args: &mut Args) -> CmdResult {
+    let (key, ttl) = parse_getex(args)?;
+    match ttl {
+        Some(ttl) => edited(ctx, key, StringEdit::GetEx(ttl)).await,
+        None => {
+            let record = ctx.record(&key).await?;
+            Ok(record.map_or(Reply::Null, |r| Reply::Bulk(r.value)))
+        }
+    }
+}
+
+/// Parses `GETEX`'s arguments: the key, and the expiry change if an option asks for one.
+pub(crate) fn parse_getex(args: &mut Args) -> Result<(Bytes, Option<TtlUpdate>), CmdError> {
     let key = args.next_bytes()?;
     let mut ttl = None;
     while args.remaining() > 0 {
@@ -251,13 +263,7 @@ pub(crate) async fn getex(ctx: &mut Ctx<'_>, args: &mut Args) -> CmdResult {
             _ => return Err(ArgError::Syntax.into()),
         });
     }
-    match ttl {
-        Some(ttl) => edited(ctx, key, StringEdit::GetEx(ttl)).await,
-        None => {
-            let record = ctx.record(&key).await?;
-            Ok(record.map_or(Reply::Null, |r| Reply::Bulk(r.value)))
-        }
-    }
+    Ok((key, ttl))
 }
 
 /// `APPEND key value`: the length after appending.
@@ -362,8 +368,80 @@ pub(crate) fn not_a_float() -> CmdError {
 
 #[cfg(test)]
 mod tests {
-    use super::substring;
+    use super::{parse_getex, parse_set, substring};
+    use crate::Args;
     use bytes::Bytes;
+    use trireme_cluster::{PutCondition, TtlUpdate};
+
+    fn args(words: &[&str]) -> Args {
+        Args::new(
+            words
+                .iter()
+                .map(|w| Bytes::copy_from_slice(w.as_bytes()))
+                .collect(),
+        )
+    }
+
+    fn error(result: Result<impl std::fmt::Debug, super::CmdError>) -> String {
+        match crate::Reply::from(result.expect_err("refused")) {
+            crate::Reply::Error(text) => text,
+            other => format!("{other:?}"),
+        }
+    }
+
+    #[test]
+    fn set_options_parse_as_redis_takes_them() {
+        let (request, old) = parse_set(&mut args(&["set", "k", "v"])).unwrap();
+        assert_eq!(
+            (request.condition, request.ttl, old),
+            (PutCondition::Always, TtlUpdate::Clear, false)
+        );
+        let (request, old) =
+            parse_set(&mut args(&["set", "k", "v", "xx", "keepttl", "GET"])).unwrap();
+        // GET reads the old value first: a key of another type is refused, not replaced.
+        assert_eq!(
+            (request.condition, request.ttl, old),
+            (PutCondition::IfPresentString, TtlUpdate::Keep, true)
+        );
+        let (request, _) = parse_set(&mut args(&["set", "k", "v", "NX", "PXAT", "5000"])).unwrap();
+        assert_eq!(
+            (request.condition, request.ttl),
+            (PutCondition::IfAbsent, TtlUpdate::At(5000))
+        );
+        let (request, _) = parse_set(&mut args(&["set", "k", "v", "get"])).unwrap();
+        assert_eq!(request.condition, PutCondition::IfNotCollection);
+        let refused = |words: &[&str]| error(parse_set(&mut args(words)));
+        assert_eq!(refused(&["set", "k", "v", "nx", "xx"]), "ERR syntax error");
+        assert_eq!(
+            refused(&["set", "k", "v", "ex", "1", "px", "1"]),
+            "ERR syntax error"
+        );
+        assert_eq!(refused(&["set", "k", "v", "ex"]), "ERR syntax error");
+        assert_eq!(
+            refused(&["set", "k", "v", "ex", "0"]),
+            "ERR invalid expire time in 'set' command"
+        );
+        assert_eq!(
+            refused(&["set", "k", "v", "ex", "ten"]),
+            "ERR value is not an integer or out of range"
+        );
+    }
+
+    #[test]
+    fn getex_takes_one_expiry_option() {
+        let (key, ttl) = parse_getex(&mut args(&["getex", "k"])).unwrap();
+        assert_eq!((key, ttl), (Bytes::from_static(b"k"), None));
+        let (_, ttl) = parse_getex(&mut args(&["getex", "k", "persist"])).unwrap();
+        assert_eq!(ttl, Some(TtlUpdate::Clear));
+        let (_, ttl) = parse_getex(&mut args(&["getex", "k", "EXAT", "7"])).unwrap();
+        assert_eq!(ttl, Some(TtlUpdate::At(7000)));
+        let refused = |words: &[&str]| error(parse_getex(&mut args(words)));
+        assert_eq!(
+            refused(&["getex", "k", "persist", "ex", "1"]),
+            "ERR syntax error"
+        );
+        assert_eq!(refused(&["getex", "k", "forever"]), "ERR syntax error");
+    }
 
     #[test]
     fn getrange_counts_like_redis() {
