@@ -160,7 +160,7 @@ pub fn rows(runs: &[Run]) -> Vec<Row> {
 }
 
 /// The comparison as text: the runs, then per operation a block of the metrics, each run's
-/// value followed by its ratio to run [1].
+/// value followed by its ratio to run `[1]`.
 #[must_use]
 pub fn text(runs: &[Run]) -> String {
     let mut out = String::from("runs:\n");

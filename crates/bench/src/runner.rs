@@ -61,7 +61,7 @@ pub struct LoadSummary {
 const MAX_INTERVALS: u64 = 300;
 
 /// The reporting interval for a measured part of `duration`: one second, or longer so that
-/// there are at most [`MAX_INTERVALS`] of them (whole seconds).
+/// there are at most `MAX_INTERVALS` of them (whole seconds).
 #[must_use]
 pub fn report_interval(duration: Duration) -> Duration {
     Duration::from_secs(duration.as_secs().div_ceil(MAX_INTERVALS).max(1))

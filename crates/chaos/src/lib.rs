@@ -15,7 +15,7 @@
 //!   transactions over groups of keys; [`locks`]: clients that take Consul locks with
 //!   sessions, and sometimes stall while holding one.
 //! - [`elastic`]: splits and membership changes (join, drain, replace) between the faults.
-//! - [`run`]: drives one run and its verification ([`verify`]).
+//! - [`mod@run`]: drives one run and its verification ([`verify`]).
 
 #![deny(missing_docs)]
 #![deny(clippy::unwrap_used)]

@@ -58,7 +58,7 @@ pub(crate) fn check_entry_size(bytes: usize) -> Result<(), ClusterError> {
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct ReadMeta {
     /// The index of the answer (`X-Consul-Index`): a key's `ModifyIndex`, or for a listing
-    /// the construction [`ShardIndex`] describes. It never goes backwards for the same query,
+    /// the construction `ShardIndex` describes. It never goes backwards for the same query,
     /// on any node, and grows whenever the answer changes.
     pub index: u64,
     /// Whether the shard(s) had a known leader (`X-Consul-KnownLeader`).

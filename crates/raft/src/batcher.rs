@@ -33,7 +33,7 @@ const QUEUE: usize = 4096;
 #[derive(Debug, Default)]
 pub struct ProposalMetrics {
     /// Entries proposed, and per entry the time from taking its first writer to proposing it:
-    /// the wait for more writers ([`Linger`]) and the taking of those already queued.
+    /// the wait for more writers (`Linger`) and the taking of those already queued.
     pub gathers: Timed,
     /// Writers (commands) those entries carried, counted with them.
     pub writers: AtomicU64,
