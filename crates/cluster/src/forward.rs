@@ -286,6 +286,33 @@ impl ReadQuery for CountRows {
     }
 }
 
+/// The live keys with an expiry and the sum of their times to live in milliseconds (Redis's
+/// `expires` and `avg_ttl` in `INFO keyspace`). O(keys with an expiry).
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub(crate) struct CountExpiring;
+
+impl ReadQuery for CountExpiring {
+    type Found = (u64, u64);
+
+    fn is_cheap(&self) -> bool {
+        false
+    }
+
+    fn run(
+        &self,
+        storage: &Storage,
+        shard: ShardId,
+        now: u64,
+        slots: Option<(u16, u16)>,
+    ) -> Result<(u64, u64), ClusterError> {
+        Ok(storage.expiring(shard, now, slots)?)
+    }
+
+    fn to_wire(&self) -> WireQuery {
+        WireQuery::CountExpiring(self.clone())
+    }
+}
+
 /// Documents under `prefix` matching `query` (text, parsed where it runs, so the wire format
 /// does not fix the query's shape): the number of all matches and the first `limit` in key
 /// order. Reads every row under the prefix, each as JSON where it is stored (only the fields
@@ -520,6 +547,7 @@ pub(crate) enum WireQuery {
     Set(ReadSet),
     List(ReadList),
     SortedSet(ReadSortedSet),
+    CountExpiring(CountExpiring),
 }
 
 /// A shard request on the peer link: a read carries its mode, a write none.
@@ -871,6 +899,9 @@ impl Node {
                         self.serve_here(shard, Read { mode, query, slots }).await
                     }
                     WireQuery::SortedSet(query) => {
+                        self.serve_here(shard, Read { mode, query, slots }).await
+                    }
+                    WireQuery::CountExpiring(query) => {
                         self.serve_here(shard, Read { mode, query, slots }).await
                     }
                 }

@@ -10,8 +10,8 @@
 //! (see [`crate::request`]).
 
 use crate::forward::{
-    CountRows, Freshness, GetKeys, Read, ReadHash, ReadList, ReadSet, ReadSortedSet, ScanRows,
-    SearchRows, Write,
+    CountExpiring, CountRows, Freshness, GetKeys, Read, ReadHash, ReadList, ReadSet, ReadSortedSet,
+    ScanRows, SearchRows, Write,
 };
 use crate::request::{
     DeleteRequest, Deleted, Done, EditOutcome, FromApplied, HashOutcome, IncrOutcome, ListOutcome,
@@ -461,6 +461,26 @@ impl Node {
             })
             .await?;
         Ok(answers.into_iter().map(|(n, _)| n).sum())
+    }
+
+    /// How many live keys have an expiry, and their average time to live in milliseconds
+    /// (0 without any), over every shard: `INFO keyspace`'s `expires` and `avg_ttl`.
+    pub async fn expiring_keys(&self) -> Result<(u64, u64), ClusterError> {
+        let answers = self
+            .routed(|routing| async move {
+                try_join_all(routing.shards().map(|shard| {
+                    let read = Self::read_of(&routing, shard, ReadMode::Default, CountExpiring);
+                    self.on_shard(shard, read)
+                }))
+                .await
+            })
+            .await?;
+        let (count, sum) = answers
+            .into_iter()
+            .fold((0u64, 0u64), |(count, sum), ((c, s), _)| {
+                (count + c, sum.saturating_add(s))
+            });
+        Ok((count, sum.checked_div(count).unwrap_or(0)))
     }
 
     /// Proposes `command` to `shard`'s group, waits for it to be applied, and reads what

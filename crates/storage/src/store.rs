@@ -683,6 +683,35 @@ impl Storage {
         Ok(out)
     }
 
+    /// How many live keys of `shard` (in `slots`) have an expiry at `now_ms`, and the sum of
+    /// their times to live in milliseconds: Redis's `expires` and `avg_ttl`. Walks the
+    /// expiry index from `now_ms` on, O(keys with an expiry).
+    pub fn expiring(
+        &self,
+        shard: ShardId,
+        now_ms: u64,
+        slots: Option<(u16, u16)>,
+    ) -> Result<(u64, u64), StorageError> {
+        let shard = shard.0;
+        let start = crate::keys::expiry_key(shard, now_ms.saturating_add(1), b"");
+        let (mut count, mut ttl_sum) = (0u64, 0u64);
+        for guard in self.expiry.range(start..) {
+            let key = guard.key()?;
+            if key.get(..4) != Some(&shard.to_be_bytes()[..]) {
+                break;
+            }
+            if !in_slots(&key[12..], slots) {
+                continue;
+            }
+            let at: [u8; 8] = key[4..12]
+                .try_into()
+                .map_err(|_| StorageError::Corrupt("an expiry index row".into()))?;
+            count += 1;
+            ttl_sum = ttl_sum.saturating_add(u64::from_be_bytes(at).saturating_sub(now_ms));
+        }
+        Ok((count, ttl_sum))
+    }
+
     /// Approximate number of keys stored for `shard` (expired ones included).
     pub fn count_keys(&self, shard: ShardId) -> usize {
         let shard = shard.0;

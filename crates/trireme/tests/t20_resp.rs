@@ -141,6 +141,41 @@ async fn replies_are_byte_exact() {
     assert_eq!(c.read_to_close().await, b"+OK\r\n");
 }
 
+/// `INFO keyspace` counts the keys, those with an expiry, and their average time to live,
+/// as Redis does; in RESP3 the text is a verbatim string.
+#[tokio::test]
+async fn info_keyspace_counts_keys_with_an_expiry() {
+    let node = TestNode::start(StartOptions::default()).await;
+    let mut c = RawResp::connect(node.resp_addr()).await;
+    for key in ["a", "b", "c"] {
+        c.cmd(&[b"SET", key.as_bytes(), b"v"]).await;
+    }
+    c.cmd(&[b"EXPIRE", b"a", b"100"]).await;
+    c.cmd(&[b"PEXPIRE", b"b", b"300000"]).await;
+    let info = Reply::parse(&c.cmd(&[b"INFO", b"keyspace"]).await);
+    let text = String::from_utf8_lossy(info.bulk()).into_owned();
+    let line = text
+        .lines()
+        .find(|l| l.starts_with("db0:"))
+        .unwrap_or_else(|| panic!("no db0 line in {text:?}"));
+    let fields: std::collections::HashMap<&str, u64> = line["db0:".len()..]
+        .split(',')
+        .filter_map(|f| f.split_once('='))
+        .map(|(k, v)| (k, v.parse().expect("a number")))
+        .collect();
+    assert_eq!((fields["keys"], fields["expires"]), (3, 2), "{line}");
+    // 100 s and 300 s average to 200 s, less the time the test took.
+    assert!((190_000..=200_000).contains(&fields["avg_ttl"]), "{line}");
+    c.cmd(&[b"HELLO", b"3"]).await;
+    let raw = c.cmd(&[b"INFO", b"keyspace"]).await;
+    assert!(
+        raw.starts_with(b"=")
+            && raw[raw.iter().position(|&b| b == b'\n').unwrap() + 1..].starts_with(b"txt:"),
+        "{:?}",
+        String::from_utf8_lossy(&raw)
+    );
+}
+
 #[tokio::test]
 async fn error_replies_are_byte_exact_and_keep_the_connection() {
     let node = TestNode::start(StartOptions::default()).await;

@@ -419,7 +419,10 @@ pub(crate) async fn info(ctx: &mut Ctx<'_>, args: &mut Args) -> CmdResult {
         text.push_str("# Keyspace\r\n");
         let keys = node.key_count().await?;
         if keys > 0 {
-            text.push_str(&format!("db0:keys={keys},expires=0,avg_ttl=0\r\n"));
+            let (expires, avg_ttl) = node.expiring_keys().await?;
+            text.push_str(&format!(
+                "db0:keys={keys},expires={expires},avg_ttl={avg_ttl}\r\n"
+            ));
         }
     }
     Ok(Reply::Verbatim(text))
