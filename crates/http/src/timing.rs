@@ -14,13 +14,16 @@ use std::time::Instant;
 use tower::{Layer, Service};
 
 /// Route families, as the `route` label of `trireme_http_request_duration_seconds`.
-pub(crate) const ROUTES: [&str; 7] = [
+pub(crate) const ROUTES: [&str; 10] = [
     "kv",
     "document",
     "collection",
     "search",
     "status",
     "metrics",
+    "txn",
+    "session",
+    "backup",
     "other",
 ];
 /// Methods, as its `method` label.
@@ -49,8 +52,14 @@ pub(crate) fn slot(method: &Method, uri: &Uri) -> usize {
         4
     } else if path == "/metrics" {
         5
-    } else {
+    } else if path == "/v1/txn" {
         6
+    } else if path.starts_with("/v1/session/") {
+        7
+    } else if path.starts_with("/v1/backup/") {
+        8
+    } else {
+        9
     };
     let method = match *method {
         Method::GET => 0,
@@ -162,5 +171,9 @@ mod tests {
         );
         assert_eq!(label(Method::GET, "/metrics"), ("metrics", "GET"));
         assert_eq!(label(Method::HEAD, "/v1/health"), ("status", "other"));
+        assert_eq!(label(Method::PUT, "/v1/txn"), ("txn", "PUT"));
+        assert_eq!(label(Method::PUT, "/v1/session/create"), ("session", "PUT"));
+        assert_eq!(label(Method::GET, "/v1/backup/shard/3"), ("backup", "GET"));
+        assert_eq!(label(Method::GET, "/v1/agent/self"), ("other", "GET"));
     }
 }
