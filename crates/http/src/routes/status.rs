@@ -69,7 +69,7 @@ pub(crate) async fn peers(State(state): State<AppState>) -> Json<Vec<String>> {
 /// `GET /v1/cluster/shards`: slot ranges, replicas and leaders of every shard.
 pub(crate) async fn shards(State(state): State<AppState>) -> Json<ShardsDoc> {
     let node = &state.node;
-    let addrs = |n: &trireme_raft::PeerNode| NodeAddrs {
+    let addrs = |n: &trireme_cluster::PeerNode| NodeAddrs {
         name: n.name.clone(),
         peer: n.peer_addr.clone(),
         http: n.http_addr.clone(),
