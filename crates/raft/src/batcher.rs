@@ -268,7 +268,7 @@ async fn propose(raft: &Raft<TypeConfig, ShardStateMachine>, shard: u32, mut bat
             }
             other => {
                 for reply in replies {
-                    let _ = reply.send(Err(RaftLayerError::Setup(format!(
+                    let _ = reply.send(Err(RaftLayerError::Internal(format!(
                         "batch answered {other:?}"
                     ))));
                 }

@@ -57,6 +57,10 @@ pub enum RaftLayerError {
     /// openraft refused a setup call (initialize, membership).
     #[error("raft: {0}")]
     Setup(String),
+    /// Something failed while serving that a client cannot fix (a task died, a state that
+    /// should not occur); unlike `Setup`, not a problem with how the group was set up.
+    #[error("raft: {0}")]
+    Internal(String),
 }
 
 impl RaftLayerError {
@@ -127,8 +131,9 @@ impl RaftLayerError {
                 shard: *shard,
                 millis: *millis,
             },
-            RaftLayerError::Storage(e) => RaftLayerError::Setup(format!("storage: {e}")),
+            RaftLayerError::Storage(e) => RaftLayerError::Internal(format!("storage: {e}")),
             RaftLayerError::Setup(m) => RaftLayerError::Setup(m.clone()),
+            RaftLayerError::Internal(m) => RaftLayerError::Internal(m.clone()),
         }
     }
 
@@ -153,7 +158,7 @@ impl RaftLayerError {
                 ErrorCode::Timeout
             }
             RaftLayerError::Storage(_) => ErrorCode::StorageFailure,
-            RaftLayerError::Setup(_) => ErrorCode::Internal,
+            RaftLayerError::Setup(_) | RaftLayerError::Internal(_) => ErrorCode::Internal,
         }
     }
 }
@@ -196,5 +201,12 @@ mod tests {
         );
         let to_client = TriremeError::from(discarded.duplicate());
         assert_eq!(to_client.code, ErrorCode::Timeout, "504: outcome unknown");
+    }
+
+    #[test]
+    fn a_failure_while_serving_is_internal() {
+        let died = RaftLayerError::Internal("the proposal task died".into());
+        assert_eq!(died.duplicate().code(), ErrorCode::Internal);
+        assert_eq!(died.to_string(), "raft: the proposal task died");
     }
 }

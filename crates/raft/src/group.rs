@@ -397,10 +397,10 @@ impl ShardGroup {
             .wait(Some(timeout))
             .metrics(|m| m.current_leader.is_some(), "leader elected")
             .await
-            .map_err(|e| RaftLayerError::Setup(e.to_string()))?;
+            .map_err(|e| RaftLayerError::Internal(e.to_string()))?;
         metrics
             .current_leader
-            .ok_or_else(|| RaftLayerError::Setup("no leader".into()))
+            .ok_or_else(|| RaftLayerError::Internal("no leader".into()))
     }
 
     /// Proposes a command and returns its result once it is committed and applied here.
@@ -647,7 +647,7 @@ impl ShardGroup {
             Ok::<_, trireme_storage::StorageError>(rows)
         })
         .await
-        .map_err(|e| RaftLayerError::Setup(format!("dropping shard {shard}: {e}")))??;
+        .map_err(|e| RaftLayerError::Internal(format!("dropping shard {shard}: {e}")))??;
         self.storage.sync_async().await?;
         Ok(deleted)
     }
