@@ -672,7 +672,7 @@ impl Node {
         }
         Err(
             last_error.unwrap_or(ClusterError::Raft(RaftLayerError::Timeout {
-                shard: shard.0,
+                shard,
                 millis: self.config.timing.request_timeout.as_millis() as u64,
             })),
         )
@@ -940,7 +940,7 @@ impl Node {
     pub(crate) fn owned_slots(&self, shard: ShardId) -> Result<Option<(u16, u16)>, ClusterError> {
         Ok(match self.storage.slot_range(shard)? {
             Some(owned) => Some(owned),
-            None => trireme_types::even_range(self.bootstrap_shards, shard.0),
+            None => trireme_types::even_range(self.bootstrap_shards, shard),
         })
     }
 }

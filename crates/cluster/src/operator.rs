@@ -112,7 +112,7 @@ impl Node {
                 None
             };
             moves.push(MoveStatus {
-                shard,
+                shard: ShardId(shard),
                 from: mv.from.map(name),
                 to: name(mv.to),
                 phase: match mv.phase {
@@ -259,8 +259,8 @@ pub(crate) async fn plan_split(
 
 fn split_result(shard: ShardId, split: &PendingSplit) -> SplitResult {
     SplitResult {
-        shard: shard.0,
-        child: split.child,
+        shard,
+        child: ShardId(split.child),
         at_slot: split.at_slot,
         slots: [split.range.0, split.range.1],
         started_ms: split.started_ms,

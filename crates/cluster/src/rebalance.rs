@@ -404,7 +404,7 @@ async fn split_when_due(node: &Node, map: &ClusterMap) -> Result<(), ClusterErro
                 shard = shard.0,
                 bytes,
                 why,
-                child = started.child,
+                child = started.child.0,
                 at_slot = started.at_slot,
                 "splitting a shard automatically"
             );

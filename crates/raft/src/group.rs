@@ -226,7 +226,7 @@ impl ShardGroup {
                 .with_budget(budget),
         )
         .await
-        .map_err(|e| RaftLayerError::from_fatal(shard.0, e))?;
+        .map_err(|e| RaftLayerError::from_fatal(shard, e))?;
         tokio::spawn(run_compaction(
             raft.clone(),
             budget_seen_by_compaction,
@@ -237,7 +237,7 @@ impl ShardGroup {
         let metrics = raft.metrics();
         let events = Arc::new(GroupEvents::default());
         watch_events(raft.metrics(), events.clone());
-        let proposals = crate::batcher::spawn(raft.clone(), shard.0, proposal_metrics);
+        let proposals = crate::batcher::spawn(raft.clone(), shard, proposal_metrics);
         Ok(Self {
             shard,
             storage,
@@ -303,7 +303,7 @@ impl ShardGroup {
             .trigger()
             .transfer_leader(to)
             .await
-            .map_err(|e| RaftLayerError::from_fatal(self.shard.0, e))
+            .map_err(|e| RaftLayerError::from_fatal(self.shard, e))
     }
 
     /// Starts an election now instead of waiting for the election timeout: for a group whose
@@ -314,7 +314,7 @@ impl ShardGroup {
             .trigger()
             .elect(false)
             .await
-            .map_err(|e| RaftLayerError::from_fatal(self.shard.0, e))
+            .map_err(|e| RaftLayerError::from_fatal(self.shard, e))
     }
 
     /// Waits until this replica has applied past `index`, or `timeout` passes.
@@ -362,7 +362,7 @@ impl ShardGroup {
             .raft
             .is_initialized()
             .await
-            .map_err(|e| RaftLayerError::from_fatal(self.shard.0, e))?
+            .map_err(|e| RaftLayerError::from_fatal(self.shard, e))?
         {
             return Ok(());
         }
@@ -405,7 +405,7 @@ impl ShardGroup {
 
     /// Proposes a command and returns its result once it is committed and applied here.
     pub async fn write(&self, command: LogCommand) -> Result<CommandResult, RaftLayerError> {
-        let shard = self.shard.0;
+        let shard = self.shard;
         let stopped = || RaftLayerError::Stopped {
             shard,
             reason: "the group's proposal queue is closed".into(),
@@ -438,7 +438,7 @@ impl ShardGroup {
 
     /// Returns once a local read of the state machine is ordered as `mode` promises.
     pub async fn read_barrier(&self, mode: ReadMode) -> Result<(), RaftLayerError> {
-        let shard = self.shard.0;
+        let shard = self.shard;
         let policy = match mode {
             ReadMode::Stale => return Ok(()),
             ReadMode::Default if self.holds_lease() => return Ok(()),
@@ -463,7 +463,7 @@ impl ShardGroup {
                             if !self.raft.is_leader() {
                                 return Err(e);
                             }
-                            tracing::debug!(shard, error = %e, "read barrier retried");
+                            tracing::debug!(shard = shard.0, error = %e, "read barrier retried");
                             policy = ReadPolicy::ReadIndex;
                             tokio::time::sleep(backoff).await;
                             backoff = (backoff * 2).min(Duration::from_millis(100));
@@ -582,7 +582,7 @@ impl ShardGroup {
             .add_learner(id, node, false)
             .await
             .map(drop)
-            .map_err(|e| RaftLayerError::from_write(self.shard.0, e))
+            .map_err(|e| RaftLayerError::from_write(self.shard, e))
     }
 
     /// Makes `voters` the group's voters; every other voter stays as a learner with `retain`,
@@ -601,7 +601,7 @@ impl ShardGroup {
             .change_membership(openraft::ChangeMembers::ReplaceAllVoters(voters), retain)
             .await
             .map(drop)
-            .map_err(|e| RaftLayerError::from_write(self.shard.0, e))
+            .map_err(|e| RaftLayerError::from_write(self.shard, e))
     }
 
     /// Removes learner `id` from the group (a move given up); a no-op when it is not a member.
@@ -618,7 +618,7 @@ impl ShardGroup {
             )
             .await
             .map(drop)
-            .map_err(|e| RaftLayerError::from_write(self.shard.0, e))
+            .map_err(|e| RaftLayerError::from_write(self.shard, e))
     }
 
     /// The size of this replica's last snapshot file, bytes (0 before its first): about the

@@ -34,8 +34,9 @@ impl fmt::Display for NodeId {
 pub struct ShardId(pub u32);
 
 impl fmt::Display for ShardId {
+    /// The bare number, honouring width and fill (`{:<4}` in tables).
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(f, "{}", self.0)
+        fmt::Display::fmt(&self.0, f)
     }
 }
 
@@ -81,5 +82,18 @@ mod tests {
         assert_eq!(GroupId::META.shard(), None);
         assert_eq!(GroupId::of_shard(ShardId(0)), GroupId(1));
         assert_eq!(GroupId(5).shard(), Some(ShardId(4)));
+    }
+
+    /// Fields once typed `u32`/`u64` became these newtypes; documents already written and
+    /// peers already running must read the same bytes.
+    #[test]
+    fn ids_encode_as_their_bare_numbers() {
+        assert_eq!(serde_json::to_string(&ShardId(3)).unwrap(), "3");
+        assert_eq!(serde_json::from_str::<ShardId>("3").unwrap(), ShardId(3));
+        assert_eq!(
+            postcard::to_stdvec(&ShardId(300)).unwrap(),
+            postcard::to_stdvec(&300u32).unwrap()
+        );
+        assert_eq!(format!("[{:<4}]", ShardId(3)), "[3   ]");
     }
 }
