@@ -692,12 +692,12 @@ impl Node {
             if (op.any_replica() && self.serves_stale(shard)) || group.is_leader() {
                 return Some(Target::Local(group));
             }
-            let leader = match hint.or_else(|| group.leader()) {
+            let leader = match hint.or_else(|| group.leader().map(|l| l.0)) {
                 Some(leader) => Some(leader),
                 // A voter learns of the next leader by itself. A metadata learner not added
                 // yet never would: it asks the voters below instead.
                 None if self.replicas_of(shard).contains(&me) => {
-                    Some(group.await_leader(left).await?)
+                    Some(group.await_leader(left).await?.0)
                 }
                 None => None,
             };
@@ -884,7 +884,9 @@ impl Node {
         };
         let may_serve = group.is_leader() || (op.any_replica() && self.serves_stale(shard));
         if !may_serve {
-            return encode_reply(&ForwardReply::<R::Answer>::NotLeader(group.leader()));
+            return encode_reply(&ForwardReply::<R::Answer>::NotLeader(
+                group.leader().map(|l| l.0),
+            ));
         }
         let reply = match op.serve(self, &group).await {
             Ok(answer) => ForwardReply::Served(answer),
