@@ -137,7 +137,7 @@ impl Node {
             // shows in both, so the stream never claims slots whose rows already left.
             let slots = match view.slot_range() {
                 Ok(Some(range)) => Some(range),
-                Ok(None) => trireme_types::even_range(bootstrap_shards, shard.0),
+                Ok(None) => trireme_types::even_range(bootstrap_shards, shard),
                 Err(e) => {
                     let _ = tx.blocking_send(Err(ClusterError::Storage(e)));
                     return;

@@ -7,6 +7,7 @@
 use crate::Node;
 use std::sync::Arc;
 use std::time::Duration;
+use trireme_types::NodeId;
 
 /// How often leaders check.
 const INTERVAL: Duration = Duration::from_secs(2);
@@ -27,16 +28,16 @@ async fn balance_once(node: Arc<Node>) {
         if !group.is_leader() {
             continue;
         }
-        let Some(preferred) = node.replicas_of(group.shard()).first().copied() else {
+        let Some(preferred) = node.replicas_of(group.shard()).first().copied().map(NodeId) else {
             continue;
         };
-        if preferred == node.node_id
-            || !node.is_linked(preferred)
+        if preferred.0 == node.node_id
+            || !node.is_linked(preferred.0)
             || !group.follower_caught_up(preferred)
         {
             continue;
         }
-        tracing::debug!(shard = group.shard().0, to = %format_args!("{preferred:016x}"), "handing leadership to the preferred replica");
+        tracing::debug!(shard = group.shard().0, to = %preferred, "handing leadership to the preferred replica");
         if let Err(e) = group.transfer_leader(preferred).await {
             tracing::warn!(shard = group.shard().0, error = %e, "leader transfer");
         }

@@ -701,7 +701,7 @@ impl Node {
         }
         Err(
             last_error.unwrap_or(ClusterError::Raft(RaftLayerError::Timeout {
-                shard: shard.0,
+                shard,
                 millis: self.config.timing.request_timeout.as_millis() as u64,
             })),
         )
@@ -721,12 +721,12 @@ impl Node {
             if (op.any_replica() && self.serves_stale(shard)) || group.is_leader() {
                 return Some(Target::Local(group));
             }
-            let leader = match hint.or_else(|| group.leader()) {
+            let leader = match hint.or_else(|| group.leader().map(|l| l.0)) {
                 Some(leader) => Some(leader),
                 // A voter learns of the next leader by itself. A metadata learner not added
                 // yet never would: it asks the voters below instead.
                 None if self.replicas_of(shard).contains(&me) => {
-                    Some(group.await_leader(left).await?)
+                    Some(group.await_leader(left).await?.0)
                 }
                 None => None,
             };
@@ -916,7 +916,9 @@ impl Node {
         };
         let may_serve = group.is_leader() || (op.any_replica() && self.serves_stale(shard));
         if !may_serve {
-            return encode_reply(&ForwardReply::<R::Answer>::NotLeader(group.leader()));
+            return encode_reply(&ForwardReply::<R::Answer>::NotLeader(
+                group.leader().map(|l| l.0),
+            ));
         }
         let reply = match op.serve(self, &group).await {
             Ok(answer) => ForwardReply::Served(answer),
@@ -972,7 +974,7 @@ impl Node {
     pub(crate) fn owned_slots(&self, shard: ShardId) -> Result<Option<(u16, u16)>, ClusterError> {
         Ok(match self.storage.slot_range(shard)? {
             Some(owned) => Some(owned),
-            None => trireme_types::even_range(self.bootstrap_shards, shard.0),
+            None => trireme_types::even_range(self.bootstrap_shards, shard),
         })
     }
 }

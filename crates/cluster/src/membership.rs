@@ -10,7 +10,7 @@ use std::collections::BTreeSet;
 use std::sync::{Arc, Weak};
 use std::time::Duration;
 use trireme_raft::{ForwardHandler, PeerNode};
-use trireme_types::{Command, ErrorCode, LogCommand, ShardId, TriremeError};
+use trireme_types::{Command, ErrorCode, LogCommand, NodeId, ShardId, TriremeError};
 
 /// How long one operation may take on the shard leader (a membership change commits twice).
 const OP_TIMEOUT: Duration = Duration::from_secs(10);
@@ -75,7 +75,7 @@ impl Node {
     ) -> Result<MembershipReply, ClusterError> {
         let mut candidates: Vec<u64> = Vec::new();
         if let Some(leader) = self.group(shard).and_then(|g| g.leader()) {
-            candidates.push(leader);
+            candidates.push(leader.0);
         }
         candidates.extend(self.replicas_of(shard));
         let payload = postcard::to_stdvec(&Request {
@@ -122,13 +122,15 @@ impl Node {
             return MembershipReply::NotLeader(None);
         };
         if !group.is_leader() {
-            return MembershipReply::NotLeader(group.leader());
+            return MembershipReply::NotLeader(group.leader().map(|l| l.0));
         }
         let result =
             match op {
-                MembershipOp::AddLearner { node, member } => group.add_learner(node, member).await,
+                MembershipOp::AddLearner { node, member } => {
+                    group.add_learner(NodeId(node), member).await
+                }
                 MembershipOp::Progress { node } => {
-                    return match group.replication_progress(node) {
+                    return match group.replication_progress(NodeId(node)) {
                         Some((last_index, matched)) => MembershipReply::Progress {
                             last_index,
                             matched,
@@ -146,9 +148,9 @@ impl Node {
                         let heir = voters
                             .iter()
                             .copied()
-                            .find(|v| self.is_linked(*v) && group.follower_caught_up(*v));
+                            .find(|v| self.is_linked(*v) && group.follower_caught_up(NodeId(*v)));
                         return match heir {
-                            Some(heir) => match group.transfer_leader(heir).await {
+                            Some(heir) => match group.transfer_leader(NodeId(heir)).await {
                                 Ok(()) => MembershipReply::Retry(format!(
                                     "handing leadership of shard {shard} to {heir:016x} first"
                                 )),
@@ -159,9 +161,11 @@ impl Node {
                             )),
                         };
                     }
-                    group.set_voters(voters, false).await
+                    group
+                        .set_voters(voters.into_iter().map(NodeId).collect(), false)
+                        .await
                 }
-                MembershipOp::RemoveLearner { node } => group.remove_learner(node).await,
+                MembershipOp::RemoveLearner { node } => group.remove_learner(NodeId(node)).await,
                 MembershipOp::Usage => {
                     return MembershipReply::Usage {
                         bytes: group.snapshot_size(),
@@ -204,9 +208,7 @@ impl Node {
         match result {
             Ok(()) => MembershipReply::Done,
             Err(trireme_raft::RaftLayerError::NotLeader { leader, .. }) => {
-                MembershipReply::NotLeader(
-                    leader.map(|n| trireme_types::NodeId::from_name(&n.name).0),
-                )
+                MembershipReply::NotLeader(leader.map(|n| NodeId::from_name(&n.name).0))
             }
             Err(e) => MembershipReply::Failed(e.to_string()),
         }

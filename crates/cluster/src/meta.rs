@@ -153,12 +153,12 @@ pub(crate) struct ClusterMap {
 
 impl ClusterMap {
     /// The voters of `shard` with the identities their group was initialized with.
-    pub fn membership(&self, shard: ShardId) -> BTreeMap<u64, PeerNode> {
+    pub fn membership(&self, shard: ShardId) -> BTreeMap<NodeId, PeerNode> {
         self.replicas
             .get(shard.0 as usize)
             .into_iter()
             .flatten()
-            .filter_map(|id| self.members.get(id).map(|n| (*id, n.clone())))
+            .filter_map(|id| self.members.get(id).map(|n| (NodeId(*id), n.clone())))
             .collect()
     }
 

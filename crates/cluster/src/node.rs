@@ -38,6 +38,7 @@ const START_TIMEOUT: Duration = Duration::from_secs(120);
 /// A running node: its storage, its Raft groups, and the request path through them.
 pub struct Node {
     pub(crate) config: NodeConfig,
+    /// This node's Raft id, as the cluster map and the peer protocol hold ids.
     pub(crate) node_id: u64,
     pub(crate) me: PeerNode,
     pub(crate) storage: Arc<Storage>,
@@ -132,7 +133,7 @@ impl Node {
     ) -> Result<Arc<Self>, ClusterError> {
         let storage = Storage::open(&config.data_dir, &StorageOptions::default())?;
         let stored = identity::check(&storage, &config)?;
-        let node_id = NodeId::from_name(&config.name).0;
+        let node_id = NodeId::from_name(&config.name);
         let me = PeerNode {
             name: config.name.clone(),
             peer_addr: config.peer_addr.clone(),
@@ -146,7 +147,7 @@ impl Node {
             None => initial_cluster(&config)?,
         };
 
-        let transport = PeerTransport::new(node_id, config.cluster_name.clone())
+        let transport = PeerTransport::new(node_id.0, config.cluster_name.clone())
             .with_snapshot_chunk_bytes(config.timing.snapshot_chunk_bytes as usize)
             .with_snapshot_rate(config.timing.snapshot_rate_bytes_per_sec);
         for (name, addr) in &initial {
@@ -224,7 +225,7 @@ impl Node {
             directory: RwLock::new(BTreeMap::new()),
             meta_voters_hint,
             config,
-            node_id,
+            node_id: node_id.0,
             me,
             storage,
             proposal_metrics,
@@ -521,7 +522,7 @@ impl Node {
             self.storage.clone(),
             GroupId::of_shard(shard),
             shard,
-            self.node_id,
+            NodeId(self.node_id),
             &self.config.timing,
             &self.transport,
             self.proposal_metrics.clone(),
@@ -716,8 +717,8 @@ impl Node {
     }
 
     /// This node's Raft id.
-    pub fn node_id(&self) -> u64 {
-        self.node_id
+    pub fn node_id(&self) -> NodeId {
+        NodeId(self.node_id)
     }
 
     /// The node's storage (metrics, tests).
@@ -792,7 +793,7 @@ impl Node {
     /// The voters of `shard` by node id.
     pub(crate) fn replicas_of(&self, shard: ShardId) -> Vec<u64> {
         if shard == META_SHARD {
-            let voters: Vec<u64> = self.meta.status().voters.into_iter().collect();
+            let voters: Vec<u64> = self.meta.status().voters.iter().map(|v| v.0).collect();
             return if voters.is_empty() {
                 self.meta_voters_hint.clone()
             } else {
@@ -805,19 +806,20 @@ impl Node {
     }
 
     /// Name and current addresses of node `id`.
-    pub fn node_info(&self, id: u64) -> Option<PeerNode> {
-        if id == self.node_id {
+    pub fn node_info(&self, id: NodeId) -> Option<PeerNode> {
+        if id.0 == self.node_id {
             return Some(self.me.clone());
         }
         if let Some(info) = self
             .directory
             .read()
             .unwrap_or_else(std::sync::PoisonError::into_inner)
-            .get(&id)
+            .get(&id.0)
         {
             return Some(info.node.clone());
         }
-        self.cluster_map().and_then(|m| m.members.get(&id).cloned())
+        self.cluster_map()
+            .and_then(|m| m.members.get(&id.0).cloned())
     }
 
     /// Every registered node by id.
@@ -862,7 +864,7 @@ impl Node {
                 let replicas: Vec<PeerNode> = self
                     .replicas_of(shard)
                     .into_iter()
-                    .filter_map(|id| self.node_info(id))
+                    .filter_map(|id| self.node_info(NodeId(id)))
                     .collect();
                 let mut info = ShardInfo {
                     shard,
@@ -934,7 +936,7 @@ fn initial_cluster(config: &NodeConfig) -> Result<Vec<(String, String)>, Cluster
     }
     let mut seen = BTreeMap::new();
     for (name, addr) in &config.initial_cluster {
-        if let Some(other) = seen.insert(NodeId::from_name(name).0, name) {
+        if let Some(other) = seen.insert(NodeId::from_name(name), name) {
             return Err(ClusterError::Config(format!(
                 "--initial-cluster names {other:?} and {name:?} collide (same node id)"
             )));
@@ -969,7 +971,7 @@ pub(crate) fn removed_message(config: &NodeConfig) -> String {
 }
 
 /// The metadata group's first voters: up to five initial nodes, by name.
-pub(crate) fn meta_voters(initial: &[(String, String)]) -> BTreeMap<u64, PeerNode> {
+pub(crate) fn meta_voters(initial: &[(String, String)]) -> BTreeMap<NodeId, PeerNode> {
     let mut sorted: Vec<&(String, String)> = initial.iter().collect();
     sorted.sort();
     sorted
@@ -977,7 +979,7 @@ pub(crate) fn meta_voters(initial: &[(String, String)]) -> BTreeMap<u64, PeerNod
         .take(meta::META_VOTERS)
         .map(|(name, addr)| {
             (
-                NodeId::from_name(name).0,
+                NodeId::from_name(name),
                 PeerNode {
                     name: name.clone(),
                     peer_addr: addr.clone(),

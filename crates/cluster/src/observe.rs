@@ -43,7 +43,7 @@ impl Node {
                     .map(|(id, lag)| {
                         let name = self
                             .node_info(id)
-                            .map_or_else(|| id.to_string(), |n| n.name);
+                            .map_or_else(|| id.0.to_string(), |n| n.name);
                         (name, lag)
                     })
                     .collect();

@@ -12,7 +12,7 @@ use std::time::{Duration, Instant};
 use trireme_types::cluster_status::{
     ClusterStatus, MoveStatus, NodeStatus, RemoveResult, ShardPlacement, SplitResult,
 };
-use trireme_types::{ErrorCode, ShardId};
+use trireme_types::{ErrorCode, NodeId, ShardId};
 
 /// What a removal did.
 pub type RemoveOutcome = RemoveResult;
@@ -24,7 +24,7 @@ impl Node {
         let map = self.cluster_map();
         let meta = self.meta.status();
         let name = |id: u64| {
-            self.node_info(id)
+            self.node_info(NodeId(id))
                 .map_or_else(|| format!("{id:016x}"), |n| n.name)
         };
         let mut nodes = Vec::new();
@@ -34,14 +34,14 @@ impl Node {
             ids.extend(map.states.keys());
         }
         for id in ids {
-            let info = self.node_info(id).unwrap_or_default();
+            let info = self.node_info(NodeId(id)).unwrap_or_default();
             let state = map
                 .as_ref()
                 .and_then(|m| m.state(id))
                 .map_or("joining", NodeState::as_str);
-            let role = if meta.voters.contains(&id) {
+            let role = if meta.voters.contains(&NodeId(id)) {
                 "voter"
-            } else if meta.members.contains_key(&id) {
+            } else if meta.members.contains_key(&NodeId(id)) {
                 "learner"
             } else {
                 "none"
@@ -82,7 +82,10 @@ impl Node {
                         .flatten()
                         .map(|id| name(*id))
                         .collect(),
-                    leader: self.group(shard).and_then(|g| g.leader()).map(name),
+                    leader: self
+                        .group(shard)
+                        .and_then(|g| g.leader())
+                        .map(|l| name(l.0)),
                 }
             })
             .collect();
@@ -112,7 +115,7 @@ impl Node {
                 None
             };
             moves.push(MoveStatus {
-                shard,
+                shard: ShardId(shard),
                 from: mv.from.map(name),
                 to: name(mv.to),
                 phase: match mv.phase {
@@ -259,8 +262,8 @@ pub(crate) async fn plan_split(
 
 fn split_result(shard: ShardId, split: &PendingSplit) -> SplitResult {
     SplitResult {
-        shard: shard.0,
-        child: split.child,
+        shard,
+        child: ShardId(split.child),
         at_slot: split.at_slot,
         slots: [split.range.0, split.range.1],
         started_ms: split.started_ms,

@@ -44,7 +44,7 @@ impl Node {
     /// node).
     pub async fn publish(&self, channel: Bytes, message: Bytes) -> u64 {
         let here = self.deliver_here(&channel, &message);
-        let me = self.node_id();
+        let me = self.node_id;
         let others: Vec<u64> = self
             .nodes()
             .iter()

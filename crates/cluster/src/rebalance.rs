@@ -18,7 +18,7 @@ use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, Instant};
-use trireme_types::{Command, ErrorCode, PutCondition, ShardId, TtlUpdate};
+use trireme_types::{Command, ErrorCode, NodeId, PutCondition, ShardId, TtlUpdate};
 
 /// How often the metadata leader looks.
 const INTERVAL: Duration = Duration::from_millis(500);
@@ -167,13 +167,13 @@ async fn admit_joined(node: &Node, map: &ClusterMap) -> Result<(), ClusterError>
     let status = node.meta.status();
     let mut ready = Vec::new();
     for (id, info) in node.directory_snapshot() {
-        if map.state(id).is_some() && status.members.contains_key(&id) {
+        if map.state(id).is_some() && status.members.contains_key(&NodeId(id)) {
             continue;
         }
         if map.state(id) == Some(NodeState::Removed) {
             continue;
         }
-        if !status.members.contains_key(&id) {
+        if !status.members.contains_key(&NodeId(id)) {
             if let Err(e) = node
                 .meta
                 .raft()
@@ -184,7 +184,7 @@ async fn admit_joined(node: &Node, map: &ClusterMap) -> Result<(), ClusterError>
             }
             continue;
         }
-        if map.state(id).is_none() && node.meta.follower_caught_up(id) {
+        if map.state(id).is_none() && node.meta.follower_caught_up(NodeId(id)) {
             ready.push(info);
         }
     }
@@ -221,23 +221,23 @@ async fn keep_meta_voters(node: &Node, map: &ClusterMap) -> Result<(), ClusterEr
     let removed = map.nodes_in(NodeState::Removed);
 
     // Removed nodes leave the metadata group once they stopped (or after a grace period).
-    let gone: Vec<u64> = {
+    let gone: Vec<NodeId> = {
         let mut memory = node.leader_memory();
         memory.removed_seen.retain(|id, _| removed.contains(id));
         removed
             .iter()
+            .map(|id| NodeId(*id))
             .filter(|id| status.members.contains_key(id) && !status.voters.contains(id))
             .filter(|id| {
-                let since = *memory.removed_seen.entry(**id).or_insert_with(Instant::now);
-                !node.is_linked(**id) || since.elapsed() > REMOVED_GRACE
+                let since = *memory.removed_seen.entry(id.0).or_insert_with(Instant::now);
+                !node.is_linked(id.0) || since.elapsed() > REMOVED_GRACE
             })
-            .copied()
             .collect()
     };
     if let Some(id) = gone.first() {
         // One membership change per round.
         node.meta.remove_learner(*id).await?;
-        tracing::info!(node = %format_args!("{id:016x}"), "removed node left the metadata group");
+        tracing::info!(node = %id, "removed node left the metadata group");
         return Ok(());
     }
 
@@ -247,26 +247,26 @@ async fn keep_meta_voters(node: &Node, map: &ClusterMap) -> Result<(), ClusterEr
     } else {
         most
     };
-    let mut voters: BTreeSet<u64> = status
+    let mut voters: BTreeSet<NodeId> = status
         .voters
         .iter()
         .copied()
-        .filter(|v| active.contains(v))
+        .filter(|v| active.contains(&v.0))
         .collect();
-    for id in &active {
+    for id in active.iter().copied().map(NodeId) {
         if voters.len() >= want {
             break;
         }
-        if !voters.contains(id)
-            && status.members.contains_key(id)
-            && node.meta.follower_caught_up(*id)
-            && node.is_linked(*id)
+        if !voters.contains(&id)
+            && status.members.contains_key(&id)
+            && node.meta.follower_caught_up(id)
+            && node.is_linked(id.0)
         {
-            voters.insert(*id);
+            voters.insert(id);
         }
     }
     while voters.len() > want {
-        let Some(extra) = voters.iter().rev().find(|v| **v != node.node_id).copied() else {
+        let Some(extra) = voters.iter().rev().find(|v| v.0 != node.node_id).copied() else {
             break;
         };
         voters.remove(&extra);
@@ -274,12 +274,12 @@ async fn keep_meta_voters(node: &Node, map: &ClusterMap) -> Result<(), ClusterEr
     if voters.is_empty() || voters == status.voters {
         return Ok(());
     }
-    if !voters.contains(&node.node_id) {
+    if !voters.contains(&node.node_id()) {
         // Hand the metadata leadership to a staying voter; it makes the change.
         if let Some(heir) = voters
             .iter()
             .copied()
-            .find(|v| node.is_linked(*v) && node.meta.follower_caught_up(*v))
+            .find(|v| node.is_linked(v.0) && node.meta.follower_caught_up(*v))
         {
             node.meta.transfer_leader(heir).await?;
         }
@@ -404,7 +404,7 @@ async fn split_when_due(node: &Node, map: &ClusterMap) -> Result<(), ClusterErro
                 shard = shard.0,
                 bytes,
                 why,
-                child = started.child,
+                child = started.child.0,
                 at_slot = started.at_slot,
                 "splitting a shard automatically"
             );
@@ -610,7 +610,7 @@ async fn plan(node: &Node, map: &ClusterMap) -> Result<(), ClusterError> {
         changed |= spread_preferred(map);
         for id in map.nodes_in(NodeState::Draining) {
             let referenced = map.moves.values().any(|m| m.to == id || m.from == Some(id));
-            if map.replica_count(id) == 0 && !referenced && !meta_voters.contains(&id) {
+            if map.replica_count(id) == 0 && !referenced && !meta_voters.contains(&NodeId(id)) {
                 map.states.insert(id, NodeState::Removed);
                 changed = true;
             }

@@ -22,7 +22,7 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 use tokio::sync::{mpsc, oneshot};
-use trireme_types::{Command, CommandResult, LogCommand, Timed};
+use trireme_types::{Command, CommandResult, LogCommand, ShardId, Timed};
 
 /// Most commands in one entry.
 const MAX_BATCH: usize = 256;
@@ -53,7 +53,7 @@ pub(crate) struct Proposal {
 /// committed in batches until the channel closes.
 pub(crate) fn spawn(
     raft: Raft<TypeConfig, ShardStateMachine>,
-    shard: u32,
+    shard: ShardId,
     metrics: Arc<ProposalMetrics>,
 ) -> mpsc::Sender<Proposal> {
     let (tx, rx) = mpsc::channel(QUEUE);
@@ -75,7 +75,7 @@ pub(crate) fn spawn(
 /// ([`Linger`]).
 async fn run(
     raft: Raft<TypeConfig, ShardStateMachine>,
-    shard: u32,
+    shard: ShardId,
     mut rx: mpsc::Receiver<Proposal>,
     metrics: Arc<ProposalMetrics>,
 ) {
@@ -232,7 +232,11 @@ fn batchable(proposal: &Proposal) -> bool {
     proposal.command.command.can_share_an_entry()
 }
 
-async fn propose(raft: &Raft<TypeConfig, ShardStateMachine>, shard: u32, mut batch: Vec<Proposal>) {
+async fn propose(
+    raft: &Raft<TypeConfig, ShardStateMachine>,
+    shard: ShardId,
+    mut batch: Vec<Proposal>,
+) {
     if batch.len() == 1 {
         if let Some(proposal) = batch.pop() {
             let result = raft
@@ -268,7 +272,7 @@ async fn propose(raft: &Raft<TypeConfig, ShardStateMachine>, shard: u32, mut bat
             }
             other => {
                 for reply in replies {
-                    let _ = reply.send(Err(RaftLayerError::Setup(format!(
+                    let _ = reply.send(Err(RaftLayerError::Internal(format!(
                         "batch answered {other:?}"
                     ))));
                 }

@@ -32,6 +32,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Mutex, Weak};
 use std::time::Duration;
 use tokio::sync::{mpsc, watch};
+use trireme_types::NodeId;
 
 /// Most entry sizes kept per group (they are dropped as the log is purged, so this only bounds
 /// a log that is never purged). Dropping the oldest loses nothing a purge point needs: the
@@ -156,9 +157,10 @@ impl LogBudget {
 /// their snapshot at the same entry: three builds of a 200 MB shard (about 3 s of CPU each)
 /// at once on the same two cores stalled every request for seconds (measured by
 /// `bench/move.sh` on 2026-11-24, in the run without a move).
-pub(crate) fn stagger_percent(node_id: u64) -> u64 {
+pub(crate) fn stagger_percent(node_id: NodeId) -> u64 {
     // The id is a hash of the node's name: its bits are spread enough.
-    (node_id ^ (node_id >> 29)) % 41
+    let id = node_id.0;
+    (id ^ (id >> 29)) % 41
 }
 
 /// The sizes of a group's entries not yet purged.
@@ -377,7 +379,7 @@ mod tests {
         assert!(late_events.requests.try_recv().is_ok());
         let spread: std::collections::BTreeSet<u64> = ["n1", "n2", "n3", "n4", "n5"]
             .iter()
-            .map(|n| stagger_percent(trireme_types::NodeId::from_name(n).0))
+            .map(|n| stagger_percent(NodeId::from_name(n)))
             .collect();
         assert!(spread.iter().all(|p| *p <= 40));
         assert!(

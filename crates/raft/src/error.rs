@@ -1,6 +1,6 @@
 use crate::TypeConfig;
 use openraft::errors::{ClientWriteError, Fatal, LinearizableReadError, RaftError};
-use trireme_types::{ErrorCode, TriremeError};
+use trireme_types::{ErrorCode, ShardId, TriremeError};
 
 /// What can go wrong between a request and a shard's Raft group.
 #[derive(Debug, thiserror::Error)]
@@ -9,7 +9,7 @@ pub enum RaftLayerError {
     #[error("not the leader of shard {shard}; leader is {leader:?}")]
     NotLeader {
         /// The shard.
-        shard: u32,
+        shard: ShardId,
         /// The leader's node name and HTTP address, if known.
         leader: Option<crate::PeerNode>,
     },
@@ -17,7 +17,7 @@ pub enum RaftLayerError {
     #[error("shard {shard} could not confirm its leader: {reason}")]
     NoQuorum {
         /// The shard.
-        shard: u32,
+        shard: ShardId,
         /// What openraft said.
         reason: String,
     },
@@ -25,7 +25,7 @@ pub enum RaftLayerError {
     #[error("shard {shard} is not running: {reason}")]
     Stopped {
         /// The shard.
-        shard: u32,
+        shard: ShardId,
         /// Why.
         reason: String,
     },
@@ -37,7 +37,7 @@ pub enum RaftLayerError {
     )]
     OutcomeUnknown {
         /// The shard.
-        shard: u32,
+        shard: ShardId,
         /// What openraft said.
         reason: String,
     },
@@ -47,7 +47,7 @@ pub enum RaftLayerError {
     )]
     Timeout {
         /// The shard.
-        shard: u32,
+        shard: ShardId,
         /// The time limit.
         millis: u64,
     },
@@ -57,11 +57,15 @@ pub enum RaftLayerError {
     /// openraft refused a setup call (initialize, membership).
     #[error("raft: {0}")]
     Setup(String),
+    /// Something failed while serving that a client cannot fix (a task died, a state that
+    /// should not occur); unlike `Setup`, not a problem with how the group was set up.
+    #[error("raft: {0}")]
+    Internal(String),
 }
 
 impl RaftLayerError {
     pub(crate) fn from_write(
-        shard: u32,
+        shard: ShardId,
         e: RaftError<TypeConfig, ClientWriteError<TypeConfig>>,
     ) -> Self {
         match e {
@@ -86,7 +90,7 @@ impl RaftLayerError {
     }
 
     pub(crate) fn from_read(
-        shard: u32,
+        shard: ShardId,
         e: RaftError<TypeConfig, LinearizableReadError<TypeConfig>>,
     ) -> Self {
         match e {
@@ -127,12 +131,13 @@ impl RaftLayerError {
                 shard: *shard,
                 millis: *millis,
             },
-            RaftLayerError::Storage(e) => RaftLayerError::Setup(format!("storage: {e}")),
+            RaftLayerError::Storage(e) => RaftLayerError::Internal(format!("storage: {e}")),
             RaftLayerError::Setup(m) => RaftLayerError::Setup(m.clone()),
+            RaftLayerError::Internal(m) => RaftLayerError::Internal(m.clone()),
         }
     }
 
-    pub(crate) fn from_fatal(shard: u32, fatal: Fatal<TypeConfig>) -> Self {
+    pub(crate) fn from_fatal(shard: ShardId, fatal: Fatal<TypeConfig>) -> Self {
         RaftLayerError::Stopped {
             shard,
             reason: fatal.to_string(),
@@ -153,7 +158,7 @@ impl RaftLayerError {
                 ErrorCode::Timeout
             }
             RaftLayerError::Storage(_) => ErrorCode::StorageFailure,
-            RaftLayerError::Setup(_) => ErrorCode::Internal,
+            RaftLayerError::Setup(_) | RaftLayerError::Internal(_) => ErrorCode::Internal,
         }
     }
 }
@@ -172,21 +177,30 @@ mod tests {
     #[test]
     fn a_write_refused_before_its_append_may_be_retried_a_discarded_one_may_not() {
         let refused = RaftLayerError::from_write(
-            7,
+            ShardId(7),
             RaftError::APIError(ClientWriteError::ForwardToLeader(ForwardToLeader::empty())),
         );
         assert!(matches!(
             refused,
-            RaftLayerError::NotLeader { shard: 7, .. }
+            RaftLayerError::NotLeader {
+                shard: ShardId(7),
+                ..
+            }
         ));
         assert_eq!(TriremeError::from(refused).code, ErrorCode::NoLeader);
 
         let discarded = RaftLayerError::from_write(
-            7,
+            ShardId(7),
             RaftError::APIError(ClientWriteError::LogEntryDiscarded(ForwardToLeader::empty())),
         );
         assert!(
-            matches!(discarded, RaftLayerError::OutcomeUnknown { shard: 7, .. }),
+            matches!(
+                discarded,
+                RaftLayerError::OutcomeUnknown {
+                    shard: ShardId(7),
+                    ..
+                }
+            ),
             "{discarded:?}"
         );
         assert!(
@@ -196,5 +210,12 @@ mod tests {
         );
         let to_client = TriremeError::from(discarded.duplicate());
         assert_eq!(to_client.code, ErrorCode::Timeout, "504: outcome unknown");
+    }
+
+    #[test]
+    fn a_failure_while_serving_is_internal() {
+        let died = RaftLayerError::Internal("the proposal task died".into());
+        assert_eq!(died.duplicate().code(), ErrorCode::Internal);
+        assert_eq!(died.to_string(), "raft: the proposal task died");
     }
 }

@@ -10,7 +10,7 @@ use std::collections::{BTreeMap, BTreeSet};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 use trireme_storage::Storage;
-use trireme_types::{CommandResult, GroupId, LogCommand, ShardId};
+use trireme_types::{CommandResult, GroupId, LogCommand, NodeId, ShardId};
 
 /// The Raft handle type of a shard.
 type ShardRaft = Raft<TypeConfig, ShardStateMachine>;
@@ -64,7 +64,7 @@ const SNAPSHOT_CHUNK_TIMEOUT: Duration = Duration::from_secs(10);
 
 impl RaftTiming {
     /// openraft's config for a group on node `node_id` (whose snapshots are staggered).
-    fn config(&self, node_id: u64) -> Result<Config, RaftLayerError> {
+    fn config(&self, node_id: NodeId) -> Result<Config, RaftLayerError> {
         let every = self.snapshot_every;
         let every = every + every / 100 * crate::compaction::stagger_percent(node_id);
         let config = Config {
@@ -110,11 +110,11 @@ pub struct GroupStatus {
     /// This node's role.
     pub state: ServerState,
     /// The leader's node id, if known.
-    pub leader: Option<u64>,
+    pub leader: Option<NodeId>,
     /// Voters and learners, and how to reach them.
-    pub members: BTreeMap<u64, PeerNode>,
+    pub members: BTreeMap<NodeId, PeerNode>,
     /// The voters (of every configuration, while a membership change is in its joint phase).
-    pub voters: BTreeSet<u64>,
+    pub voters: BTreeSet<NodeId>,
     /// Whether a membership change is half done (a joint configuration).
     pub joint: bool,
     /// Current term.
@@ -206,7 +206,7 @@ impl ShardGroup {
         storage: Arc<Storage>,
         group: GroupId,
         shard: ShardId,
-        node_id: u64,
+        node_id: NodeId,
         timing: &RaftTiming,
         transport: &PeerTransport,
         proposal_metrics: Arc<ProposalMetrics>,
@@ -217,16 +217,16 @@ impl ShardGroup {
         let budget = Arc::new(budget);
         let budget_seen_by_compaction = Arc::downgrade(&budget);
         let raft = Raft::new(
-            node_id,
+            node_id.0,
             config,
             GroupNetworkFactory::new(transport.clone(), group.0),
             LogStore::new(storage.clone(), group).with_budget(budget.clone()),
             ShardStateMachine::new(storage.clone(), shard)
-                .on_node(node_id)
+                .on_node(node_id.0)
                 .with_budget(budget),
         )
         .await
-        .map_err(|e| RaftLayerError::from_fatal(shard.0, e))?;
+        .map_err(|e| RaftLayerError::from_fatal(shard, e))?;
         tokio::spawn(run_compaction(
             raft.clone(),
             budget_seen_by_compaction,
@@ -237,7 +237,7 @@ impl ShardGroup {
         let metrics = raft.metrics();
         let events = Arc::new(GroupEvents::default());
         watch_events(raft.metrics(), events.clone());
-        let proposals = crate::batcher::spawn(raft.clone(), shard.0, proposal_metrics);
+        let proposals = crate::batcher::spawn(raft.clone(), shard, proposal_metrics);
         Ok(Self {
             shard,
             storage,
@@ -270,8 +270,8 @@ impl ShardGroup {
     }
 
     /// The leader's node id, if known.
-    pub fn leader(&self) -> Option<u64> {
-        self.metrics.borrow_watched().current_leader
+    pub fn leader(&self) -> Option<NodeId> {
+        self.metrics.borrow_watched().current_leader.map(NodeId)
     }
 
     /// Milliseconds since this replica last heard from its leader: 0 on the leader itself,
@@ -288,22 +288,22 @@ impl ShardGroup {
     }
 
     /// Whether, as leader, this node knows that `follower` holds every entry of its log.
-    pub fn follower_caught_up(&self, follower: u64) -> bool {
+    pub fn follower_caught_up(&self, follower: NodeId) -> bool {
         let m = self.metrics.borrow_watched();
         let last = m.last_log_index;
         m.replication
             .as_ref()
-            .and_then(|r| r.get(&follower))
+            .and_then(|r| r.get(&follower.0))
             .is_some_and(|matched| matched.as_ref().map(|l| l.index) == last)
     }
 
     /// Hands leadership to `to` (ignored unless this node leads).
-    pub async fn transfer_leader(&self, to: u64) -> Result<(), RaftLayerError> {
+    pub async fn transfer_leader(&self, to: NodeId) -> Result<(), RaftLayerError> {
         self.raft
             .trigger()
-            .transfer_leader(to)
+            .transfer_leader(to.0)
             .await
-            .map_err(|e| RaftLayerError::from_fatal(self.shard.0, e))
+            .map_err(|e| RaftLayerError::from_fatal(self.shard, e))
     }
 
     /// Starts an election now instead of waiting for the election timeout: for a group whose
@@ -314,7 +314,7 @@ impl ShardGroup {
             .trigger()
             .elect(false)
             .await
-            .map_err(|e| RaftLayerError::from_fatal(self.shard.0, e))
+            .map_err(|e| RaftLayerError::from_fatal(self.shard, e))
     }
 
     /// Waits until this replica has applied past `index`, or `timeout` passes.
@@ -336,12 +336,12 @@ impl ShardGroup {
     }
 
     /// Waits until a leader is known or `timeout` passes; returns it.
-    pub async fn await_leader(&self, timeout: Duration) -> Option<u64> {
+    pub async fn await_leader(&self, timeout: Duration) -> Option<NodeId> {
         let mut metrics = self.metrics.clone();
         let wait = async {
             loop {
                 if let Some(leader) = metrics.borrow_watched().current_leader {
-                    return Some(leader);
+                    return Some(NodeId(leader));
                 }
                 if metrics.changed().await.is_err() {
                     return None;
@@ -357,15 +357,20 @@ impl ShardGroup {
     }
 
     /// Makes this group's first membership (bootstrap). Only on a fresh group.
-    pub async fn initialize(&self, members: BTreeMap<u64, PeerNode>) -> Result<(), RaftLayerError> {
+    pub async fn initialize(
+        &self,
+        members: BTreeMap<NodeId, PeerNode>,
+    ) -> Result<(), RaftLayerError> {
         if self
             .raft
             .is_initialized()
             .await
-            .map_err(|e| RaftLayerError::from_fatal(self.shard.0, e))?
+            .map_err(|e| RaftLayerError::from_fatal(self.shard, e))?
         {
             return Ok(());
         }
+        let members: BTreeMap<u64, PeerNode> =
+            members.into_iter().map(|(id, node)| (id.0, node)).collect();
         match self.raft.initialize(members).await {
             Ok(()) => Ok(()),
             // Another replica initialized with the same membership first and has already
@@ -391,21 +396,22 @@ impl ShardGroup {
     }
 
     /// Waits until the group has a leader (any node), up to `timeout`.
-    pub async fn wait_for_leader(&self, timeout: Duration) -> Result<u64, RaftLayerError> {
+    pub async fn wait_for_leader(&self, timeout: Duration) -> Result<NodeId, RaftLayerError> {
         let metrics = self
             .raft
             .wait(Some(timeout))
             .metrics(|m| m.current_leader.is_some(), "leader elected")
             .await
-            .map_err(|e| RaftLayerError::Setup(e.to_string()))?;
+            .map_err(|e| RaftLayerError::Internal(e.to_string()))?;
         metrics
             .current_leader
-            .ok_or_else(|| RaftLayerError::Setup("no leader".into()))
+            .map(NodeId)
+            .ok_or_else(|| RaftLayerError::Internal("no leader".into()))
     }
 
     /// Proposes a command and returns its result once it is committed and applied here.
     pub async fn write(&self, command: LogCommand) -> Result<CommandResult, RaftLayerError> {
-        let shard = self.shard.0;
+        let shard = self.shard;
         let stopped = || RaftLayerError::Stopped {
             shard,
             reason: "the group's proposal queue is closed".into(),
@@ -438,7 +444,7 @@ impl ShardGroup {
 
     /// Returns once a local read of the state machine is ordered as `mode` promises.
     pub async fn read_barrier(&self, mode: ReadMode) -> Result<(), RaftLayerError> {
-        let shard = self.shard.0;
+        let shard = self.shard;
         let policy = match mode {
             ReadMode::Stale => return Ok(()),
             ReadMode::Default if self.holds_lease() => return Ok(()),
@@ -463,7 +469,7 @@ impl ShardGroup {
                             if !self.raft.is_leader() {
                                 return Err(e);
                             }
-                            tracing::debug!(shard, error = %e, "read barrier retried");
+                            tracing::debug!(shard = shard.0, error = %e, "read barrier retried");
                             policy = ReadPolicy::ReadIndex;
                             tokio::time::sleep(backoff).await;
                             backoff = (backoff * 2).min(Duration::from_millis(100));
@@ -519,14 +525,19 @@ impl ShardGroup {
         let m = self.metrics.borrow_watched();
         GroupStatus {
             state: m.state,
-            leader: m.current_leader,
+            leader: m.current_leader.map(NodeId),
             members: m
                 .membership_config
                 .membership()
                 .nodes()
-                .map(|(id, node)| (*id, node.clone()))
+                .map(|(id, node)| (NodeId(*id), node.clone()))
                 .collect(),
-            voters: m.membership_config.membership().voter_ids().collect(),
+            voters: m
+                .membership_config
+                .membership()
+                .voter_ids()
+                .map(NodeId)
+                .collect(),
             joint: m.membership_config.membership().get_joint_config().len() > 1,
             term: m.current_term,
             applied_index: m.last_applied.as_ref().map_or(0, |l| l.index),
@@ -541,9 +552,9 @@ impl ShardGroup {
     /// How far `follower` has got, as this leader sees it: (the leader's last log index, the
     /// follower's matched index). `None` when this node does not lead or does not replicate to
     /// `follower`.
-    pub fn replication_progress(&self, follower: u64) -> Option<(u64, Option<u64>)> {
+    pub fn replication_progress(&self, follower: NodeId) -> Option<(u64, Option<u64>)> {
         let m = self.metrics.borrow_watched();
-        let matched = m.replication.as_ref()?.get(&follower)?;
+        let matched = m.replication.as_ref()?.get(&follower.0)?;
         Some((
             m.last_log_index.unwrap_or(0),
             matched.as_ref().map(|l| l.index),
@@ -557,7 +568,7 @@ impl ShardGroup {
 
     /// On a leader, how many log entries each follower (and learner) is behind: the leader's
     /// last log index minus the follower's matched index. Empty on other replicas.
-    pub fn follower_lag(&self) -> Vec<(u64, u64)> {
+    pub fn follower_lag(&self) -> Vec<(NodeId, u64)> {
         let m = self.metrics.borrow_watched();
         let last = m.last_log_index.unwrap_or(0);
         m.replication.as_ref().map_or_else(Vec::new, |replication| {
@@ -566,7 +577,7 @@ impl ShardGroup {
                 .filter(|(id, _)| **id != m.id)
                 .map(|(id, matched)| {
                     let matched = matched.as_ref().map_or(0, |l| l.index);
-                    (*id, last.saturating_sub(matched))
+                    (NodeId(*id), last.saturating_sub(matched))
                 })
                 .collect()
         })
@@ -574,15 +585,15 @@ impl ShardGroup {
 
     /// Adds `id` as a learner without waiting for it to catch up; a no-op when it is a member
     /// already. Only on the leader.
-    pub async fn add_learner(&self, id: u64, node: PeerNode) -> Result<(), RaftLayerError> {
+    pub async fn add_learner(&self, id: NodeId, node: PeerNode) -> Result<(), RaftLayerError> {
         if self.status().members.contains_key(&id) {
             return Ok(());
         }
         self.raft
-            .add_learner(id, node, false)
+            .add_learner(id.0, node, false)
             .await
             .map(drop)
-            .map_err(|e| RaftLayerError::from_write(self.shard.0, e))
+            .map_err(|e| RaftLayerError::from_write(self.shard, e))
     }
 
     /// Makes `voters` the group's voters; every other voter stays as a learner with `retain`,
@@ -590,35 +601,36 @@ impl ShardGroup {
     /// id in `voters` must be a member already.
     pub async fn set_voters(
         &self,
-        voters: BTreeSet<u64>,
+        voters: BTreeSet<NodeId>,
         retain: bool,
     ) -> Result<(), RaftLayerError> {
         let status = self.status();
         if status.voters == voters && !status.joint {
             return Ok(());
         }
+        let voters = voters.iter().map(|v| v.0).collect();
         self.raft
             .change_membership(openraft::ChangeMembers::ReplaceAllVoters(voters), retain)
             .await
             .map(drop)
-            .map_err(|e| RaftLayerError::from_write(self.shard.0, e))
+            .map_err(|e| RaftLayerError::from_write(self.shard, e))
     }
 
     /// Removes learner `id` from the group (a move given up); a no-op when it is not a member.
     /// A voter is not removed this way.
-    pub async fn remove_learner(&self, id: u64) -> Result<(), RaftLayerError> {
+    pub async fn remove_learner(&self, id: NodeId) -> Result<(), RaftLayerError> {
         let status = self.status();
         if !status.members.contains_key(&id) || status.voters.contains(&id) {
             return Ok(());
         }
         self.raft
             .change_membership(
-                openraft::ChangeMembers::RemoveNodes(BTreeSet::from([id])),
+                openraft::ChangeMembers::RemoveNodes(BTreeSet::from([id.0])),
                 false,
             )
             .await
             .map(drop)
-            .map_err(|e| RaftLayerError::from_write(self.shard.0, e))
+            .map_err(|e| RaftLayerError::from_write(self.shard, e))
     }
 
     /// The size of this replica's last snapshot file, bytes (0 before its first): about the
@@ -647,7 +659,7 @@ impl ShardGroup {
             Ok::<_, trireme_storage::StorageError>(rows)
         })
         .await
-        .map_err(|e| RaftLayerError::Setup(format!("dropping shard {shard}: {e}")))??;
+        .map_err(|e| RaftLayerError::Internal(format!("dropping shard {shard}: {e}")))??;
         self.storage.sync_async().await?;
         Ok(deleted)
     }
@@ -667,7 +679,7 @@ mod tests {
 
     #[test]
     fn a_restarted_leader_must_be_elected_again() {
-        let config = RaftTiming::default().config(0).unwrap();
+        let config = RaftTiming::default().config(NodeId(0)).unwrap();
         assert_eq!(config.enable_leader_restore, Some(false));
         assert_eq!(config.enable_pre_vote, Some(true));
     }

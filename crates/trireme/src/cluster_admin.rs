@@ -71,7 +71,7 @@ pub async fn split(args: SplitArgs) -> anyhow::Result<()> {
     let deadline = std::time::Instant::now() + SPLIT_WAIT;
     loop {
         let status = fetch_status(&target).await?;
-        if status.shards.iter().any(|s| s.shard == started.child) {
+        if status.shards.iter().any(|s| s.shard == started.child.0) {
             println!(
                 "shard {} split: it owns slots {}..={}, and the new shard {} owns {}..={} on the same replicas (the rebalancer moves them from here)",
                 started.shard,
@@ -204,6 +204,7 @@ pub fn render_membership(status: &ClusterStatus) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use trireme_types::ShardId;
     use trireme_types::cluster_status::{MoveStatus, NodeStatus};
 
     #[test]
@@ -228,7 +229,7 @@ mod tests {
             nodes: vec![node("n1", "active"), node("n4", "draining")],
             shards: Vec::new(),
             moves: vec![MoveStatus {
-                shard: 3,
+                shard: ShardId(3),
                 from: Some("n4".into()),
                 to: "n1".into(),
                 phase: "learner".into(),
@@ -236,8 +237,8 @@ mod tests {
                 progress: Some((120, Some(80))),
             }],
             splits: vec![SplitResult {
-                shard: 2,
-                child: 16,
+                shard: ShardId(2),
+                child: ShardId(16),
                 at_slot: 3072,
                 slots: [2048, 4095],
                 started_ms: 0,

@@ -402,7 +402,7 @@ async fn a_shard_split_under_load_hands_over_its_keys_and_loses_nothing() {
         assert_eq!(code, 200, "{body}");
         let started: SplitResult = serde_json::from_str(&body).expect("a split");
         assert_eq!(
-            (started.shard, started.child, started.at_slot),
+            (started.shard.0, started.child.0, started.at_slot),
             (1, 4, 6144),
             "{body}"
         );

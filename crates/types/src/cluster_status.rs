@@ -2,6 +2,7 @@
 //! the replica moves in progress. One type, written by the server and read by `trireme cluster
 //! status`, the tests and chaos.
 
+use crate::ShardId;
 use serde::{Deserialize, Serialize};
 
 /// The whole document.
@@ -90,7 +91,7 @@ pub struct ShardPlacement {
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct MoveStatus {
     /// The shard.
-    pub shard: u32,
+    pub shard: ShardId,
     /// The node giving up its replica, if any.
     pub from: Option<String>,
     /// The node receiving one.
@@ -122,9 +123,9 @@ pub struct RemoveResult {
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct SplitResult {
     /// The shard being split.
-    pub shard: u32,
+    pub shard: ShardId,
     /// The new shard, which takes the upper slots.
-    pub child: u32,
+    pub child: ShardId,
     /// The first slot the new shard owns.
     pub at_slot: u16,
     /// The shard's slot range before the split.
@@ -189,8 +190,8 @@ mod tests {
             "two active nodes cap the factor"
         );
         status.splits.push(SplitResult {
-            shard: 0,
-            child: 1,
+            shard: ShardId(0),
+            child: ShardId(1),
             at_slot: 8192,
             slots: [0, 16383],
             started_ms: 0,

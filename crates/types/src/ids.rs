@@ -29,13 +29,21 @@ impl fmt::Display for NodeId {
     }
 }
 
+/// Hex at a width other than [`Display`]'s 16 digits (a Redis Cluster node id has 40).
+impl fmt::LowerHex for NodeId {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        fmt::LowerHex::fmt(&self.0, f)
+    }
+}
+
 /// A shard: a contiguous slot range with its own Raft group.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
 pub struct ShardId(pub u32);
 
 impl fmt::Display for ShardId {
+    /// The bare number, honouring width and fill (`{:<4}` in tables).
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(f, "{}", self.0)
+        fmt::Display::fmt(&self.0, f)
     }
 }
 
@@ -74,6 +82,8 @@ mod tests {
         assert_ne!(NodeId::from_name("n1"), NodeId::from_name("n2"));
         // FNV-1a of the empty string is its offset basis.
         assert_eq!(NodeId::from_name("").0, 0xcbf2_9ce4_8422_2325);
+        assert_eq!(format!("{:08x}", NodeId(0xab)), "000000ab");
+        assert_eq!(NodeId(0xab).to_string(), format!("{:016x}", 0xab));
     }
 
     #[test]
@@ -81,5 +91,25 @@ mod tests {
         assert_eq!(GroupId::META.shard(), None);
         assert_eq!(GroupId::of_shard(ShardId(0)), GroupId(1));
         assert_eq!(GroupId(5).shard(), Some(ShardId(4)));
+    }
+
+    /// Fields once typed `u32`/`u64` became these newtypes; documents already written and
+    /// peers already running must read the same bytes.
+    #[test]
+    fn ids_encode_as_their_bare_numbers() {
+        assert_eq!(serde_json::to_string(&ShardId(3)).unwrap(), "3");
+        assert_eq!(serde_json::from_str::<ShardId>("3").unwrap(), ShardId(3));
+        assert_eq!(serde_json::to_string(&NodeId(7)).unwrap(), "7");
+        let keyed = std::collections::BTreeMap::from([(NodeId(7), 1)]);
+        assert_eq!(serde_json::to_string(&keyed).unwrap(), r#"{"7":1}"#);
+        assert_eq!(
+            postcard::to_stdvec(&ShardId(300)).unwrap(),
+            postcard::to_stdvec(&300u32).unwrap()
+        );
+        assert_eq!(
+            postcard::to_stdvec(&NodeId(u64::MAX)).unwrap(),
+            postcard::to_stdvec(&u64::MAX).unwrap()
+        );
+        assert_eq!(format!("[{:<4}]", ShardId(3)), "[3   ]");
     }
 }

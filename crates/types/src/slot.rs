@@ -139,13 +139,14 @@ impl ShardMap {
 pub fn even_ranges(count: u32) -> Vec<(u16, u16)> {
     let count = count.clamp(1, u32::from(SLOT_COUNT));
     (0..count)
-        .filter_map(|shard| even_range(count, shard))
+        .filter_map(|shard| even_range(count, ShardId(shard)))
         .collect()
 }
 
 /// The slots of shard `shard` in the layout of `count` equal shards ([`even_ranges`]); `None`
 /// for a shard beyond it (or a count of 0 or more than there are slots).
-pub fn even_range(count: u32, shard: u32) -> Option<(u16, u16)> {
+pub fn even_range(count: u32, shard: ShardId) -> Option<(u16, u16)> {
+    let shard = shard.0;
     if shard >= count || count > u32::from(SLOT_COUNT) {
         return None;
     }

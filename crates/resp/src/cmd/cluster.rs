@@ -8,7 +8,7 @@ use trireme_types::NodeId;
 
 /// A Redis Cluster node id: 40 hex characters, derived from the node name.
 fn redis_node_id(name: &str) -> String {
-    format!("{:040x}", NodeId::from_name(name).0)
+    format!("{:040x}", NodeId::from_name(name))
 }
 
 fn split_addr(addr: &str) -> (String, i64) {
