@@ -117,7 +117,7 @@ pub async fn busiest_leader(client: &reqwest::Client, nodes: &[Endpoint]) -> Opt
         if let Some(view) = shards_of(client, node).await {
             for s in view.shards {
                 if let (Some(l), true) = (&s.leader, s.is_local()) {
-                    leaders.entry(s.shard).or_insert(l.name.clone());
+                    leaders.entry(s.shard.0).or_insert(l.name.clone());
                 }
             }
         }
@@ -196,7 +196,7 @@ pub async fn wait_converged(
             match shards_of(client, node).await {
                 Some(view) => {
                     for s in view.shards.into_iter().filter(|s| s.is_local()) {
-                        applied.entry(s.shard).or_default().push(s.applied_index);
+                        applied.entry(s.shard.0).or_default().push(s.applied_index);
                     }
                 }
                 None => all_answered = false,

@@ -71,7 +71,7 @@ impl Node {
             .map(|shard| {
                 let slots = routing.slots_of(shard);
                 ShardPlacement {
-                    shard: shard.0,
+                    shard,
                     slots: [*slots.start(), *slots.end()],
                     // From the same copy of the map as the nodes above, so one status never
                     // mixes two versions of it.

@@ -89,7 +89,7 @@ fn check_coverage(mut ranges: Vec<(u16, u16)>) -> anyhow::Result<()> {
 
 async fn backup(args: &BackupArgs) -> anyhow::Result<()> {
     let status = fetch_status(&args.target).await?;
-    let mut shards: Vec<u32> = status.shards.iter().map(|s| s.shard).collect();
+    let mut shards: Vec<u32> = status.shards.iter().map(|s| s.shard.0).collect();
     shards.sort_unstable();
     let mut partial = args.out.clone().into_os_string();
     partial.push(".partial");
@@ -164,7 +164,7 @@ async fn backup_shard(
     let placement = status
         .shards
         .iter()
-        .find(|s| s.shard == shard)
+        .find(|s| s.shard.0 == shard)
         .ok_or_else(|| anyhow!("the cluster no longer lists it"))?;
     let mut candidates: Vec<&str> = placement.leader.iter().map(String::as_str).collect();
     candidates.extend(placement.replicas.iter().map(String::as_str));

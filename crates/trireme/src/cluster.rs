@@ -363,7 +363,7 @@ struct NodeReport {
 
 #[derive(Debug, Serialize)]
 struct ShardReport {
-    shard: u32,
+    shard: trireme_types::ShardId,
     slots: [u16; 2],
     leader: Option<String>,
     term: Option<u64>,
@@ -735,7 +735,7 @@ mod tests {
             membership: None,
             shards: vec![
                 ShardReport {
-                    shard: 0,
+                    shard: trireme_types::ShardId(0),
                     slots: [0, 8191],
                     leader: Some("n1".into()),
                     term: Some(2),
@@ -756,7 +756,7 @@ mod tests {
                     ],
                 },
                 ShardReport {
-                    shard: 1,
+                    shard: trireme_types::ShardId(1),
                     slots: [8192, 16383],
                     leader: None,
                     term: None,

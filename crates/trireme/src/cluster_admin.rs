@@ -71,7 +71,7 @@ pub async fn split(args: SplitArgs) -> anyhow::Result<()> {
     let deadline = std::time::Instant::now() + SPLIT_WAIT;
     loop {
         let status = fetch_status(&target).await?;
-        if status.shards.iter().any(|s| s.shard == started.child.0) {
+        if status.shards.iter().any(|s| s.shard == started.child) {
             println!(
                 "shard {} split: it owns slots {}..={}, and the new shard {} owns {}..={} on the same replicas (the rebalancer moves them from here)",
                 started.shard,

@@ -434,7 +434,7 @@ async fn status_cluster_health_and_metrics() {
     assert_eq!(shards.shards.len(), 16);
     let mut next_slot = 0u32;
     for (i, s) in shards.shards.iter().enumerate() {
-        assert_eq!(s.shard, i as u32);
+        assert_eq!(s.shard, trireme_types::ShardId(i as u32));
         let [a, b] = s.slots;
         assert_eq!(
             u32::from(a),

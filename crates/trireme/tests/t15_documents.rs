@@ -310,6 +310,7 @@ async fn a_collection_lists_page_by_page_across_shards_in_key_order() {
             map.shard_of_slot(slot)
                 .expect("every slot has a shard")
                 .shard
+                .0
         })
         .collect();
     assert!(shards.len() > 3, "keys in shards {shards:?}");

@@ -46,7 +46,7 @@ impl ShardsDoc {
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct ShardDoc {
     /// The shard's number.
-    pub shard: u32,
+    pub shard: crate::ShardId,
     /// Its inclusive slot range, first and last.
     pub slots: [u16; 2],
     /// The leader, when the answering node knows it (it holds a replica).
@@ -167,7 +167,7 @@ mod tests {
             shard_count: 2,
             shards: vec![
                 ShardDoc {
-                    shard: 0,
+                    shard: crate::ShardId(0),
                     slots: [0, 8191],
                     leader: Some(addrs("n1")),
                     replicas: vec![addrs("n1")],
@@ -177,7 +177,7 @@ mod tests {
                     committed_index: 9,
                 },
                 ShardDoc {
-                    shard: 1,
+                    shard: crate::ShardId(1),
                     slots: [8192, 16383],
                     leader: None,
                     replicas: vec![addrs("n2")],
@@ -192,8 +192,9 @@ mod tests {
         assert!(text.contains(r#""slots":[0,8191]"#), "{text}");
         assert!(text.contains(r#""leader":null"#), "{text}");
         assert_eq!(serde_json::from_str::<ShardsDoc>(&text).unwrap(), doc);
-        assert_eq!(doc.shard_of_slot(8191).unwrap().shard, 0);
-        assert_eq!(doc.shard_of_slot(8192).unwrap().shard, 1);
+        assert!(text.contains(r#""shard":1,"#), "the bare number: {text}");
+        assert_eq!(doc.shard_of_slot(8191).unwrap().shard, crate::ShardId(0));
+        assert_eq!(doc.shard_of_slot(8192).unwrap().shard, crate::ShardId(1));
         assert!(doc.shards[0].is_led_here() && !doc.shards[1].is_local());
 
         let without_epoch = text.replace(r#""epoch":3,"#, "");

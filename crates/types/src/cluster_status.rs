@@ -78,7 +78,7 @@ pub struct NodeStatus {
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct ShardPlacement {
     /// The shard.
-    pub shard: u32,
+    pub shard: ShardId,
     /// Its inclusive slot range.
     pub slots: [u16; 2],
     /// Its voters by name, the preferred leader first.
@@ -157,7 +157,7 @@ mod tests {
 
     fn shard(replicas: &[&str]) -> ShardPlacement {
         ShardPlacement {
-            shard: 0,
+            shard: ShardId(0),
             slots: [0, 16383],
             replicas: replicas.iter().map(|r| r.to_string()).collect(),
             leader: None,

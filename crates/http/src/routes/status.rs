@@ -79,7 +79,7 @@ pub(crate) async fn shards(State(state): State<AppState>) -> Json<ShardsDoc> {
         .shards()
         .into_iter()
         .map(|s| ShardDoc {
-            shard: s.shard.0,
+            shard: s.shard,
             slots: [s.slots.0, s.slots.1],
             leader: s.leader.as_ref().map(addrs),
             replicas: s.replicas.iter().map(addrs).collect(),

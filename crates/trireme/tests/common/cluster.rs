@@ -149,7 +149,7 @@ impl ShardView {
     /// The names and numbers of the server's own shard document that the tests look at.
     fn from_doc(doc: ShardDoc) -> ShardView {
         ShardView {
-            shard: doc.shard,
+            shard: doc.shard.0,
             slots: (doc.slots[0], doc.slots[1]),
             leader: doc.leader.map(|l| l.name),
             replicas: doc.replicas.into_iter().map(|r| r.name).collect(),
