@@ -981,23 +981,21 @@ impl Probe {
     }
 }
 
-/// A node's `/v1/cluster/shards`: the shard count and the shards it knows a leader of. Read
-/// field by field, so it keeps working whatever else the answer comes to hold.
+/// A node's `/v1/cluster/shards`: the shard count and the shards it knows a leader of.
 async fn shard_leaders(client: &reqwest::Client, http: &str) -> Option<(u32, Vec<u32>)> {
     let url = format!("http://{http}/v1/cluster/shards");
     let response = client.get(url).send().await.ok()?;
     if response.status() != reqwest::StatusCode::OK {
         return None;
     }
-    let view: serde_json::Value = response.json().await.ok()?;
-    let count = u32::try_from(view["shard_count"].as_u64()?).ok()?;
-    let led = view["shards"]
-        .as_array()?
+    let view: trireme_types::admin::ShardsDoc = response.json().await.ok()?;
+    let led = view
+        .shards
         .iter()
-        .filter(|s| !s["leader"].is_null())
-        .filter_map(|s| u32::try_from(s["shard"].as_u64()?).ok())
+        .filter(|s| s.leader.is_some())
+        .map(|s| s.shard.0)
         .collect();
-    Some((count, led))
+    Some((view.shard_count, led))
 }
 
 /// Refuses a directory that holds another set of nodes, or nodes created on other ports:
