@@ -562,6 +562,16 @@ async fn the_http_apis_see_a_hash_as_one_key_they_cannot_overwrite() {
             "{body}"
         );
     }
+    // A document write on "whatever is there" (If-Match: *) does not take a hash either.
+    let resp = node
+        .http
+        .put(format!("{}/v0/dir/h", node.http_url()))
+        .header("If-Match", "*")
+        .body(r#"{"a":1}"#)
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(resp.status(), 409);
     exact(&mut c, &[b"HGET", b"dir/h", b"g"], b"$1\r\nw\r\n").await;
 
     let resp = node.http.delete(node.kv_url("dir/h")).send().await.unwrap();

@@ -236,7 +236,8 @@ pub(crate) async fn put(
     let condition = match when {
         Precondition::None => PutCondition::IfNotCollection,
         Precondition::Ref(r) => PutCondition::IfModifyIndex(r),
-        Precondition::Exists => PutCondition::IfPresent,
+        // "Whatever is there" means whatever document: a Redis collection is not replaced.
+        Precondition::Exists => PutCondition::IfPresentString,
         Precondition::Absent => PutCondition::IfAbsent,
     };
     // Flags are a Consul notion; a document write leaves whatever the key had.
@@ -245,7 +246,7 @@ pub(crate) async fn put(
     let index = outcome.index;
     if let Some(previous) = &outcome.previous
         && !outcome.written
-        && when == Precondition::None
+        && matches!(when, Precondition::None | Precondition::Exists)
         && previous.kind != trireme_types::ValueKind::String
     {
         return Err(ApiError(super::kv::collection_error(previous.kind)));
