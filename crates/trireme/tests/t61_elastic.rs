@@ -411,8 +411,11 @@ async fn a_shard_split_under_load_hands_over_its_keys_and_loses_nothing() {
         })
         .await;
         assert!(settled.epoch > before.epoch);
-        let slots: BTreeMap<u32, [u16; 2]> =
-            settled.shards.iter().map(|s| (s.shard.0, s.slots)).collect();
+        let slots: BTreeMap<u32, [u16; 2]> = settled
+            .shards
+            .iter()
+            .map(|s| (s.shard.0, s.slots))
+            .collect();
         assert_eq!(slots[&1], [4096, 6143]);
         assert_eq!(slots[&4], [6144, 8191]);
         assert_eq!(settled.shards[4].replicas.len(), 3);
@@ -570,8 +573,11 @@ async fn a_shard_past_the_size_threshold_splits_by_itself() {
             s.shards.len() == 3 && s.splits.is_empty()
         })
         .await;
-        let slots: BTreeMap<u32, [u16; 2]> =
-            settled.shards.iter().map(|s| (s.shard.0, s.slots)).collect();
+        let slots: BTreeMap<u32, [u16; 2]> = settled
+            .shards
+            .iter()
+            .map(|s| (s.shard.0, s.slots))
+            .collect();
         assert_eq!(slots[&0], [0, 4095], "{settled:#?}");
         assert_eq!(slots[&2], [4096, 8191], "{settled:#?}");
         let mut automatic = 0.0;
