@@ -32,7 +32,7 @@ async fn balance_once(node: Arc<Node>) {
             continue;
         };
         if preferred.0 == node.node_id
-            || !node.is_linked(preferred.0)
+            || !node.is_linked(preferred)
             || !group.follower_caught_up(preferred)
         {
             continue;

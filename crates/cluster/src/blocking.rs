@@ -22,7 +22,7 @@ use std::time::Duration;
 use tokio::time::Instant;
 use trireme_raft::ReadMode;
 use trireme_storage::{Watch, WatchTarget};
-use trireme_types::{ListAnswer, ListOp, Record, ShardId};
+use trireme_types::{ListAnswer, ListOp, NodeId, Record, ShardId};
 
 /// Longest wait a node asks of another at once (a request whose client hung up cancels its
 /// wait on the other node; should the cancel be lost, the waiter lingers at most this long).
@@ -240,7 +240,7 @@ impl Node {
             wait_ms: u64::try_from(wait.as_millis()).unwrap_or(u64::MAX),
         };
         Ok(self
-            .forward_wait_op::<()>(to, shard, op, wait + REMOTE_MARGIN)
+            .forward_wait_op::<()>(NodeId(to), shard, op, wait + REMOTE_MARGIN)
             .await?
             .is_some())
     }

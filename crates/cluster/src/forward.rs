@@ -669,7 +669,7 @@ impl Node {
                     }
                     other => return other,
                 },
-                Target::Remote(to) => match self.forward(to, shard, &op, left).await {
+                Target::Remote(to) => match self.forward(NodeId(to), shard, &op, left).await {
                     Ok(ForwardReply::Served(answer)) => return Ok(answer),
                     Ok(ForwardReply::NotLeader(leader)) => {
                         hint = leader.filter(|l| *l != to);
@@ -776,7 +776,7 @@ impl Node {
     /// Asks node `to` to deliver a pub/sub message to its subscribers; how many got it.
     pub(crate) async fn forward_publish(
         &self,
-        to: u64,
+        to: NodeId,
         channel: Bytes,
         message: Bytes,
         left: Duration,
@@ -800,7 +800,7 @@ impl Node {
     /// serve it. Dropped before the answer, it tells `to` to stop waiting.
     pub(crate) async fn forward_wait_op<A: DeserializeOwned>(
         &self,
-        to: u64,
+        to: NodeId,
         shard: ShardId,
         op: WireOp,
         left: Duration,
@@ -825,7 +825,7 @@ impl Node {
 
     async fn forward<R: ShardRequest>(
         &self,
-        to: u64,
+        to: NodeId,
         shard: ShardId,
         op: &R,
         left: Duration,
@@ -987,7 +987,7 @@ pub(crate) fn moved(shard: ShardId) -> ClusterError {
     ))
 }
 
-fn unreachable_node(to: u64, error: PeerError) -> ClusterError {
+fn unreachable_node(to: NodeId, error: PeerError) -> ClusterError {
     ClusterError::Remote(TriremeError::new(
         ErrorCode::Unavailable,
         format!("node {to:016x}: {error}"),
@@ -1013,7 +1013,11 @@ fn unreachable(shard: ShardId, to: u64) -> ClusterError {
 struct ForwardedRequests(Weak<Node>);
 
 impl ForwardHandler for ForwardedRequests {
-    fn handle(&self, _from: u64, payload: Vec<u8>) -> futures::future::BoxFuture<'static, Vec<u8>> {
+    fn handle(
+        &self,
+        _from: NodeId,
+        payload: Vec<u8>,
+    ) -> futures::future::BoxFuture<'static, Vec<u8>> {
         let node = self.0.upgrade();
         Box::pin(async move {
             match node {

@@ -95,7 +95,11 @@ impl Node {
             let reply = if to == self.node_id {
                 self.serve_membership(shard, op.clone()).await
             } else {
-                match self.transport.admin(to, payload.clone(), OP_TIMEOUT).await {
+                match self
+                    .transport
+                    .admin(NodeId(to), payload.clone(), OP_TIMEOUT)
+                    .await
+                {
                     Ok(bytes) => postcard::from_bytes(&bytes).unwrap_or_else(|e| {
                         MembershipReply::Failed(format!("undecodable answer: {e}"))
                     }),
@@ -148,9 +152,10 @@ impl Node {
                         let heir = voters
                             .iter()
                             .copied()
-                            .find(|v| self.is_linked(*v) && group.follower_caught_up(NodeId(*v)));
+                            .map(NodeId)
+                            .find(|v| self.is_linked(*v) && group.follower_caught_up(*v));
                         return match heir {
-                            Some(heir) => match group.transfer_leader(NodeId(heir)).await {
+                            Some(heir) => match group.transfer_leader(heir).await {
                                 Ok(()) => MembershipReply::Retry(format!(
                                     "handing leadership of shard {shard} to {heir:016x} first"
                                 )),
@@ -219,7 +224,11 @@ impl Node {
 struct MembershipRequests(Weak<Node>);
 
 impl ForwardHandler for MembershipRequests {
-    fn handle(&self, _from: u64, payload: Vec<u8>) -> futures::future::BoxFuture<'static, Vec<u8>> {
+    fn handle(
+        &self,
+        _from: NodeId,
+        payload: Vec<u8>,
+    ) -> futures::future::BoxFuture<'static, Vec<u8>> {
         let node = self.0.upgrade();
         Box::pin(async move {
             let reply = match (node, postcard::from_bytes::<Request>(&payload)) {

@@ -147,11 +147,11 @@ impl Node {
             None => initial_cluster(&config)?,
         };
 
-        let transport = PeerTransport::new(node_id.0, config.cluster_name.clone())
+        let transport = PeerTransport::new(node_id, config.cluster_name.clone())
             .with_snapshot_chunk_bytes(config.timing.snapshot_chunk_bytes as usize)
             .with_snapshot_rate(config.timing.snapshot_rate_bytes_per_sec);
         for (name, addr) in &initial {
-            transport.set_peer_addr(NodeId::from_name(name).0, addr);
+            transport.set_peer_addr(NodeId::from_name(name), addr);
         }
         transport.serve(peer_listener);
         let proposal_metrics = Arc::new(ProposalMetrics::default());
@@ -179,7 +179,7 @@ impl Node {
                         };
                         let answer = crate::join::ask(&config, info, member).await?;
                         for (id, addr) in &answer.peers {
-                            transport.set_peer_addr(*id, addr);
+                            transport.set_peer_addr(NodeId(*id), addr);
                         }
                         meta_voters_hint = answer.meta_voters.clone();
                         tracing::info!(node = %config.name, via = %member, shards = answer.shards, "joined the cluster");
@@ -378,7 +378,8 @@ impl Node {
         if current.as_ref().is_some_and(|c| **c == map) {
             return false;
         }
-        self.transport.set_removed(map.nodes_in(NodeState::Removed));
+        self.transport
+            .set_removed(map.nodes_in(NodeState::Removed).into_iter().map(NodeId));
         match map.shard_map() {
             Some(routing) => {
                 *self
@@ -694,7 +695,7 @@ impl Node {
             match serde_json::from_slice::<NodeInfo>(&record.value) {
                 Ok(info) => {
                     self.transport
-                        .set_peer_addr(info.id(), &info.node.peer_addr);
+                        .set_peer_addr(NodeId(info.id()), &info.node.peer_addr);
                     directory.insert(info.id(), info);
                 }
                 Err(e) => tracing::warn!(key = ?key, error = %e, "unreadable node row"),
@@ -850,8 +851,8 @@ impl Node {
     }
 
     /// Whether the node has a link up to `id` (itself counts as linked).
-    pub fn is_linked(&self, id: u64) -> bool {
-        id == self.node_id || self.transport.is_linked(id)
+    pub fn is_linked(&self, id: NodeId) -> bool {
+        id.0 == self.node_id || self.transport.is_linked(id)
     }
 
     /// Every shard as this node sees it.

@@ -59,7 +59,7 @@ impl Node {
                 replicas: map.as_ref().map_or(0, |m| m.replica_count(id)) as u32,
                 preferred_leaders: map.as_ref().map_or(0, |m| m.preferred_count(id)) as u32,
                 meta: role.to_string(),
-                linked: self.is_linked(id),
+                linked: self.is_linked(NodeId(id)),
             });
         }
         let routing = map
@@ -164,7 +164,7 @@ impl Node {
         let linked: BTreeSet<u64> = self
             .directory_snapshot()
             .into_keys()
-            .filter(|id| self.is_linked(*id))
+            .filter(|id| self.is_linked(NodeId(*id)))
             .collect();
         let mut answer = None;
         crate::rebalance::update_map(self, |map| {

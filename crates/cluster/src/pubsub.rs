@@ -8,6 +8,7 @@ use bytes::Bytes;
 use futures::future::join_all;
 use std::sync::Arc;
 use std::time::Duration;
+use trireme_types::NodeId;
 
 /// How long a publish waits for another node to say how many of its subscribers got the
 /// message; a node that does not answer in time counts as none.
@@ -44,11 +45,11 @@ impl Node {
     /// node).
     pub async fn publish(&self, channel: Bytes, message: Bytes) -> u64 {
         let here = self.deliver_here(&channel, &message);
-        let me = self.node_id;
-        let others: Vec<u64> = self
+        let me = self.node_id();
+        let others: Vec<NodeId> = self
             .nodes()
             .iter()
-            .map(|info| info.id())
+            .map(|info| NodeId(info.id()))
             .filter(|id| *id != me && self.is_linked(*id))
             .collect();
         let answers = join_all(others.into_iter().map(|to| {

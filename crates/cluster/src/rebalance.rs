@@ -230,7 +230,7 @@ async fn keep_meta_voters(node: &Node, map: &ClusterMap) -> Result<(), ClusterEr
             .filter(|id| status.members.contains_key(id) && !status.voters.contains(id))
             .filter(|id| {
                 let since = *memory.removed_seen.entry(id.0).or_insert_with(Instant::now);
-                !node.is_linked(id.0) || since.elapsed() > REMOVED_GRACE
+                !node.is_linked(*id) || since.elapsed() > REMOVED_GRACE
             })
             .collect()
     };
@@ -260,7 +260,7 @@ async fn keep_meta_voters(node: &Node, map: &ClusterMap) -> Result<(), ClusterEr
         if !voters.contains(&id)
             && status.members.contains_key(&id)
             && node.meta.follower_caught_up(id)
-            && node.is_linked(id.0)
+            && node.is_linked(id)
         {
             voters.insert(id);
         }
@@ -279,7 +279,7 @@ async fn keep_meta_voters(node: &Node, map: &ClusterMap) -> Result<(), ClusterEr
         if let Some(heir) = voters
             .iter()
             .copied()
-            .find(|v| node.is_linked(v.0) && node.meta.follower_caught_up(*v))
+            .find(|v| node.is_linked(*v) && node.meta.follower_caught_up(*v))
         {
             node.meta.transfer_leader(heir).await?;
         }
@@ -478,7 +478,7 @@ async fn step(
                 node.leader_memory().progress.remove(&shard.0);
                 return set_phase(node, shard, mv, MovePhase::Voter).await;
             }
-            if stalled && !node.is_linked(mv.to) {
+            if stalled && !node.is_linked(NodeId(mv.to)) {
                 tracing::warn!(shard = shard.0, to = %format_args!("{:016x}", mv.to), "move stalled; giving up");
                 return set_phase(node, shard, mv, MovePhase::Cancel).await;
             }

@@ -37,6 +37,7 @@ use tokio::io::AsyncWriteExt;
 use tokio::net::{TcpListener, TcpStream};
 use tokio::sync::Notify;
 use tokio_util::codec::{FramedRead, LengthDelimitedCodec};
+use trireme_types::NodeId;
 
 /// How long a dialer waits for a connection and for the answer to its `Hello`.
 const HANDSHAKE_TIMEOUT: Duration = Duration::from_secs(2);
@@ -59,7 +60,7 @@ pub(crate) type GroupRaft = Raft<TypeConfig, crate::ShardStateMachine>;
 /// transport only carries the bytes.
 pub trait ForwardHandler: Send + Sync + 'static {
     /// Answers the encoded request `payload` from node `from` with an encoded response.
-    fn handle(&self, from: u64, payload: Vec<u8>) -> BoxFuture<'static, Vec<u8>>;
+    fn handle(&self, from: NodeId, payload: Vec<u8>) -> BoxFuture<'static, Vec<u8>>;
 }
 
 /// Answers a node that asks to join the cluster (the cluster layer implements it): its
@@ -78,16 +79,16 @@ const REMOVED_REASON: &str = "was removed from the cluster";
 pub enum PeerError {
     /// No link to the node; the request was not sent.
     #[error("node {0:016x} is unreachable: {1}")]
-    Unreachable(u64, String),
+    Unreachable(NodeId, String),
     /// The link broke after the request was sent; it may have been served.
     #[error("lost the link to node {0:016x}: {1}")]
-    Lost(u64, String),
+    Lost(NodeId, String),
     /// No answer in time; the request may have been served.
     #[error("node {0:016x} did not answer within {1:?}")]
-    Timeout(u64, Duration),
+    Timeout(NodeId, Duration),
     /// The node received the request but could not serve it.
     #[error("node {0:016x} could not serve the request: {1}")]
-    Failed(u64, String),
+    Failed(NodeId, String),
 }
 
 /// A group registered with the transport, so RPCs addressed to it reach its Raft.
@@ -97,6 +98,8 @@ struct GroupEntry {
     last_append: Arc<Mutex<Option<Instant>>>,
 }
 
+/// Node ids are kept as the `u64` that `Hello` frames and openraft's targets carry; the
+/// public methods take and give [`NodeId`].
 struct Inner {
     me: u64,
     cluster: String,
@@ -143,10 +146,10 @@ pub const MAX_SNAPSHOT_CHUNK_BYTES: usize = wire::MAX_FRAME / 2;
 impl PeerTransport {
     /// A transport for node `me` of `cluster`. Nothing is dialled or served until
     /// [`PeerTransport::serve`] and [`PeerTransport::set_peer_addr`] are called.
-    pub fn new(me: u64, cluster: impl Into<String>) -> Self {
+    pub fn new(me: NodeId, cluster: impl Into<String>) -> Self {
         Self {
             inner: Arc::new(Inner {
-                me,
+                me: me.0,
                 cluster: cluster.into(),
                 groups: RwLock::new(HashMap::new()),
                 links: Mutex::new(HashMap::new()),
@@ -185,8 +188,8 @@ impl PeerTransport {
     }
 
     /// This node's id.
-    pub fn me(&self) -> u64 {
-        self.inner.me
+    pub fn me(&self) -> NodeId {
+        NodeId(self.inner.me)
     }
 
     /// Installs the handler for forwarded client requests (once).
@@ -207,8 +210,8 @@ impl PeerTransport {
     /// Marks nodes as removed from the cluster: new links from them are refused with a reason
     /// they recognise, and instead of being dialled they are told. A link that is up stays up,
     /// so that a removed node still receives the metadata entry that removes it.
-    pub fn set_removed(&self, ids: impl IntoIterator<Item = u64>) {
-        *write_lock(&self.inner.removed) = ids.into_iter().collect();
+    pub fn set_removed(&self, ids: impl IntoIterator<Item = NodeId>) {
+        *write_lock(&self.inner.removed) = ids.into_iter().map(|id| id.0).collect();
     }
 
     /// Whether a peer refused this node's link because this node was removed from the
@@ -286,7 +289,8 @@ impl PeerTransport {
 
     /// Records where node `id` listens for peers. Of each pair the lower id dials, so this
     /// starts (once) a task that keeps a link to `id` up when `id` is higher than this node.
-    pub fn set_peer_addr(&self, id: u64, addr: &str) {
+    pub fn set_peer_addr(&self, id: NodeId, addr: &str) {
+        let id = id.0;
         if id == self.inner.me || addr.is_empty() {
             return;
         }
@@ -300,8 +304,8 @@ impl PeerTransport {
     }
 
     /// Whether a link to `id` is up.
-    pub fn is_linked(&self, id: u64) -> bool {
-        self.inner.link(id).is_some()
+    pub fn is_linked(&self, id: NodeId) -> bool {
+        self.inner.link(id.0).is_some()
     }
 
     /// Registers a group's Raft so RPCs for `group` reach it; returns the cell the transport
@@ -327,7 +331,7 @@ impl PeerTransport {
     /// including for the link to come up.
     pub async fn forward(
         &self,
-        to: u64,
+        to: NodeId,
         payload: Vec<u8>,
         timeout: Duration,
     ) -> Result<Vec<u8>, PeerError> {
@@ -340,7 +344,7 @@ impl PeerTransport {
     /// serving it. Never for a write, whose serving must not be cut short.
     pub async fn forward_cancellable(
         &self,
-        to: u64,
+        to: NodeId,
         payload: Vec<u8>,
         timeout: Duration,
     ) -> Result<Vec<u8>, PeerError> {
@@ -352,7 +356,7 @@ impl PeerTransport {
     /// like [`PeerTransport::forward`] otherwise.
     pub async fn admin(
         &self,
-        to: u64,
+        to: NodeId,
         payload: Vec<u8>,
         timeout: Duration,
     ) -> Result<Vec<u8>, PeerError> {
@@ -363,7 +367,7 @@ impl PeerTransport {
     /// A request for one of the cluster layer's handlers, answered with bytes.
     async fn call_handler(
         &self,
-        to: u64,
+        to: NodeId,
         request: wire::Request,
         timeout: Duration,
         cancellable: bool,
@@ -374,7 +378,7 @@ impl PeerTransport {
         let link_deadline = deadline.min(tokio::time::Instant::now() + LINK_WAIT);
         let link = loop {
             let notified = self.inner.link_up.notified();
-            if let Some(link) = self.inner.link(to) {
+            if let Some(link) = self.inner.link(to.0) {
                 break link;
             }
             if tokio::time::timeout_at(link_deadline, notified)
@@ -573,11 +577,11 @@ impl Inbound for Inner {
                 None => no_group(group),
             },
             Request::Forward { payload } => match self.forward.get() {
-                Some(handler) => Response::Forward(handler.handle(peer, payload).await),
+                Some(handler) => Response::Forward(handler.handle(NodeId(peer), payload).await),
                 None => Response::Failed("this node is still starting".into()),
             },
             Request::Admin { payload } => match self.admin.get() {
-                Some(handler) => Response::Forward(handler.handle(peer, payload).await),
+                Some(handler) => Response::Forward(handler.handle(NodeId(peer), payload).await),
                 None => Response::Failed("this node is still starting".into()),
             },
         }
@@ -949,7 +953,22 @@ impl RaftNetworkFactory<TypeConfig> for GroupNetworkFactory<PeerTransport, u32> 
     type Network = GroupNetworkAdapter<TypeConfig, u32, PeerTransport>;
 
     async fn new_client(&mut self, target: u64, node: &PeerNode) -> Self::Network {
-        self.factory.set_peer_addr(target, &node.peer_addr);
+        self.factory.set_peer_addr(NodeId(target), &node.peer_addr);
         GroupNetworkAdapter::new(self.factory.clone(), target, self.group_id)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Forwarding errors reach clients in messages; a `NodeId` prints as the bare id did.
+    #[test]
+    fn peer_errors_name_the_node_as_before() {
+        let error = PeerError::Unreachable(NodeId(0xab), "no link".into());
+        assert_eq!(
+            error.to_string(),
+            "node 00000000000000ab is unreachable: no link"
+        );
     }
 }
