@@ -936,6 +936,16 @@ impl Node {
                         self.config.limits.check_value(value)?;
                         bytes += value.len();
                     }
+                    // As `edit` checks them alone: a growing edit's bytes are a value's.
+                    Command::Edit {
+                        edit:
+                            StringEdit::Append { bytes: added, .. }
+                            | StringEdit::SetRange { bytes: added, .. },
+                        ..
+                    } => {
+                        self.config.limits.check_value(added)?;
+                        bytes += added.len();
+                    }
                     Command::PutMany { pairs } => {
                         for (_, value) in pairs {
                             self.config.limits.check_value(value)?;

@@ -10,7 +10,7 @@ use crate::cmd::{self, Flow};
 use crate::state::{ClientState, Shared, Subscriptions};
 use crate::{Reply, RespCodec};
 use bytes::{Bytes, BytesMut};
-use std::collections::HashMap;
+use std::collections::HashSet;
 use std::sync::Arc;
 use std::sync::atomic::Ordering;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
@@ -131,9 +131,9 @@ impl Connection {
     }
 
     /// Runs the decoded `requests` in order and queues their replies. Consecutive commands
-    /// that each touch one key go to the cluster together: those on different keys side by
-    /// side, so their writes share commits, and those on one key, in order, as one log
-    /// command (see [`cmd::run_together`]). Anything else runs alone. Says [`Next::Close`]
+    /// that each touch one key go to the cluster together: runs on different keys side by
+    /// side, so their writes share commits, and a run of consecutive commands on one key, in
+    /// order, as one log command (see [`cmd::run_together`]). Anything else runs alone. Says [`Next::Close`]
     /// if a command closed the connection (the requests after it are dropped, as Redis
     /// does).
     async fn run_pipeline(&mut self, requests: &mut Vec<Vec<Bytes>>) -> std::io::Result<Next> {
@@ -152,24 +152,34 @@ impl Connection {
                 }
                 continue;
             }
-            // The wave: for each key, its commands in order (with their places).
+            // The wave: runs of consecutive commands on one key (with their places), each
+            // key once. A key that comes back after another key's commands ends the wave, so
+            // its later commands never take effect before the other key's earlier ones.
             let mut runs: Vec<Vec<(usize, Vec<Bytes>)>> = Vec::new();
-            let mut run_of: HashMap<Bytes, usize> = HashMap::new();
+            let mut keys: HashSet<Bytes> = HashSet::new();
+            let mut last: Option<Bytes> = None;
             let mut place = 0;
             let mut next = Some(first);
             while let Some(request) = next.take() {
                 let key = cmd::single_key(&request).unwrap_or_default();
-                match run_of.get(&key) {
-                    Some(&run) => runs[run].push((place, request)),
-                    None => {
-                        run_of.insert(key, runs.len());
-                        runs.push(vec![(place, request)]);
-                    }
+                if let Some(run) = runs.last_mut().filter(|_| last.as_ref() == Some(&key)) {
+                    run.push((place, request));
+                } else {
+                    keys.insert(key.clone());
+                    runs.push(vec![(place, request)]);
+                    last = Some(key);
                 }
                 place += 1;
-                if place < MAX_WAVE && queue.peek().is_some_and(|r| cmd::single_key(r).is_some()) {
-                    next = queue.next();
+                if place >= MAX_WAVE {
+                    break;
                 }
+                let Some(key) = queue.peek().and_then(|r| cmd::single_key(r)) else {
+                    break;
+                };
+                if last.as_ref() != Some(&key) && keys.contains(&key) {
+                    break;
+                }
+                next = queue.next();
             }
             let shared = &self.shared;
             let client = &self.client;
