@@ -144,6 +144,12 @@ struct Pending<'s> {
     /// The member rows among `changes`, in order, so that a collection's changed rows are a
     /// range, not a walk over every change of the batch.
     changed_members: std::collections::BTreeSet<Bytes>,
+    /// For sorted sets popped in this batch: the score rows' prefix, which end was popped
+    /// (the highest), and a remainder beyond which (towards that end) every row is deleted
+    /// in this batch, so the next pop starts there instead of walking every earlier pop's
+    /// deletion again. Dropped when a row under the prefix is written, or a transaction is
+    /// undone.
+    pop_hints: Vec<(Bytes, bool, Bytes)>,
     /// While a transaction applies: what each change replaced, to undo them all if one of
     /// its checks fails.
     undo: Option<Vec<(Bytes, Option<Option<Record>>)>>,
@@ -190,6 +196,10 @@ impl<'s> Pending<'s> {
             // A member row has no expiry, is no collection and no row a Consul query lists:
             // none of the bookkeeping below concerns it.
             self.changed_members.insert(key.clone());
+            if record.is_some() && !self.pop_hints.is_empty() {
+                self.pop_hints
+                    .retain(|(prefix, _, _)| !key.starts_with(&prefix[..]));
+            }
         } else {
             if !self.changes.contains_key(&key) && !self.stored_expiry.contains_key(&key) {
                 self.raw(&key)?;
@@ -281,6 +291,8 @@ impl<'s> Pending<'s> {
                 None => self.changes.remove(&key),
             };
         }
+        // Rows deleted by the transaction are back.
+        self.pop_hints.clear();
         self.order.truncate(order_before);
         Ok(Err(failed))
     }
@@ -842,6 +854,7 @@ impl Storage {
             stored_expiry: HashMap::new(),
             stored_collections: HashMap::new(),
             changed_members: std::collections::BTreeSet::new(),
+            pop_hints: Vec::new(),
             undo: None,
             ended: None,
             ended_changed: false,

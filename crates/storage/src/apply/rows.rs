@@ -54,19 +54,13 @@ impl RowSpan {
         low > high || (low == high && !(low_in && high_in))
     }
 
-    /// Whether a remainder lies inside the bounds.
-    fn contains(&self, remainder: &[u8]) -> bool {
-        let above = match &self.lower {
-            Bound::Unbounded => true,
-            Bound::Included(low) => remainder >= &low[..],
-            Bound::Excluded(low) => remainder > &low[..],
-        };
-        let below = match &self.upper {
+    /// Whether a remainder lies below the upper bound.
+    fn below_upper(&self, remainder: &[u8]) -> bool {
+        match &self.upper {
             Bound::Unbounded => true,
             Bound::Included(high) => remainder <= &high[..],
             Bound::Excluded(high) => remainder < &high[..],
-        };
-        above && below
+        }
     }
 
     /// The bounds over whole keys starting with `full` (a prefix with anything before it).
@@ -170,13 +164,25 @@ impl Pending<'_> {
         if span.is_empty() {
             return Ok(Vec::new());
         }
-        // Only this collection's changed rows: the batch's other changes are not looked at.
+        // Only this span's changed rows, from its low end: the batch's other changes (and
+        // this collection's outside the span, such as many pops' deletions) are not walked.
         let prefix = &span.prefix;
+        let join = |rest: &[u8]| {
+            let mut row = prefix.to_vec();
+            row.extend_from_slice(rest);
+            Bytes::from(row)
+        };
+        let from = match &span.lower {
+            Bound::Unbounded => Bound::Included(prefix.clone()),
+            Bound::Included(low) => Bound::Included(join(low)),
+            Bound::Excluded(low) => Bound::Excluded(join(low)),
+        };
         let changed: Vec<Bytes> = self
             .changed_members
-            .range::<Bytes, _>((Bound::Included(prefix.clone()), Bound::Unbounded))
-            .take_while(|row| row.starts_with(&prefix[..]))
-            .filter(|row| span.contains(&row[prefix.len()..]))
+            .range::<Bytes, _>((from, Bound::Unbounded))
+            .take_while(|row| {
+                row.starts_with(&prefix[..]) && span.below_upper(&row[prefix.len()..])
+            })
             .cloned()
             .collect();
         // Each changed row can hide at most one stored row: that many more are enough,

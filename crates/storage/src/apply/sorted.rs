@@ -396,6 +396,47 @@ impl Pending<'_> {
         self.set_head(key, Some(head), count, index, ValueKind::SortedSet)
     }
 
+    /// The `count` members with the lowest scores (with `highest`, the highest) of the
+    /// sorted set at `key`, as this batch sees it, lowest (highest) first. Many pops of one
+    /// set in one batch would each walk every earlier pop's deleted rows; the batch remembers
+    /// where its pops of the set reached, and the next one starts there.
+    fn pop_scored(
+        &mut self,
+        key: &Bytes,
+        count: u64,
+        highest: bool,
+    ) -> Result<Vec<(Bytes, Score)>, StorageError> {
+        let prefix = score_prefix(key);
+        let mut span = RowSpan {
+            reverse: highest,
+            ..RowSpan::all(prefix.clone())
+        };
+        if let Some((_, _, reached)) = self
+            .pop_hints
+            .iter()
+            .find(|(p, end, _)| *p == prefix && *end == highest)
+        {
+            if highest {
+                span.upper = Bound::Included(reached.to_vec());
+            } else {
+                span.lower = Bound::Included(reached.to_vec());
+            }
+        }
+        let rows = self.rows_in(&span, 0, count, false)?;
+        if let Some((last, _)) = rows.last() {
+            self.pop_hints
+                .retain(|(p, end, _)| !(*p == prefix && *end == highest));
+            self.pop_hints.push((prefix, highest, last.clone()));
+        }
+        rows.into_iter()
+            .map(|(suffix, _)| {
+                split_score_suffix(&suffix)
+                    .map(|(score, member)| (member, score))
+                    .ok_or_else(|| StorageError::Corrupt("a sorted set score row".into()))
+            })
+            .collect()
+    }
+
     /// Applies a sorted set command to `key` at `index`.
     pub(super) fn sorted_set(
         &mut self,
@@ -452,16 +493,7 @@ impl Pending<'_> {
                 SortedSetAnswer::Count(pairs.len() as u64)
             }
             SortedSetOp::Pop { count, highest } => {
-                let all = ZRange::Rank { start: 0, stop: -1 };
-                let pairs = range(
-                    &mut InBatch { pending: self, now },
-                    key,
-                    &head,
-                    &all,
-                    *highest,
-                    0,
-                    *count,
-                )?;
+                let pairs = self.pop_scored(key, *count, *highest)?;
                 self.remove_pairs(key, &head, &pairs, index)?;
                 SortedSetAnswer::Pairs(pairs)
             }
@@ -708,6 +740,71 @@ mod tests {
             .unwrap();
         // The key's record, one member row, one score row.
         assert_eq!(rows, 3);
+    }
+
+    #[test]
+    fn many_pops_in_one_batch_stay_right_when_rows_come_back() {
+        use super::super::testing::run;
+        use trireme_types::{Command, CommandResult, KeyCheck};
+        let (_dir, storage) = storage();
+        let key = Bytes::from_static(b"queue");
+        let members: Vec<(f64, String)> =
+            (1..=100).map(|i| (i as f64, format!("m{i:03}"))).collect();
+        let pairs: Vec<(f64, &str)> = members.iter().map(|(s, m)| (*s, m.as_str())).collect();
+        apply_all(&storage, &key, vec![zadd(&pairs)]);
+        let pop = |highest| Command::SortedSet {
+            key: key.clone(),
+            op: SortedSetOp::Pop { count: 1, highest },
+        };
+        let mut batch: Vec<Command> = (0..40).map(|_| pop(false)).collect();
+        // A member below where the pops reached: the next pop must find it.
+        batch.push(Command::SortedSet {
+            key: key.clone(),
+            op: zadd(&[(0.5, "early")]),
+        });
+        batch.push(pop(false));
+        batch.extend((0..3).map(|_| pop(true)));
+        // A transaction that pops two and is then undone: both are back for the next pop.
+        batch.push(Command::Transaction {
+            watches: Vec::new(),
+            commands: vec![
+                Command::SortedSet {
+                    key: key.clone(),
+                    op: SortedSetOp::Pop {
+                        count: 2,
+                        highest: false,
+                    },
+                },
+                Command::Check {
+                    key: Bytes::from_static(b"absent"),
+                    check: KeyCheck::Exists,
+                },
+            ],
+        });
+        batch.push(pop(false));
+        let popped: Vec<String> = run(&storage, 2, batch)
+            .into_iter()
+            .filter_map(|result| match result {
+                CommandResult::SortedSet(Ok(answer @ SortedSetAnswer::Pairs(_))) => {
+                    Some(names(&answer))
+                }
+                _ => None,
+            })
+            .flatten()
+            .collect();
+        let mut expected: Vec<String> = (1..=40).map(|i| format!("m{i:03}={i}")).collect();
+        expected.push("early=0.5".into());
+        expected.extend(["m100=100", "m099=99", "m098=98", "m041=41"].map(String::from));
+        assert_eq!(popped, expected);
+        let rest = storage
+            .sorted_set_read(
+                ShardId(0),
+                &key,
+                &range_read(ZRange::Rank { start: 0, stop: 1 }, false),
+                0,
+            )
+            .unwrap();
+        assert_eq!(names(rest.as_ref().unwrap()), ["m042=42", "m043=43"]);
     }
 
     #[test]
