@@ -44,6 +44,17 @@ pub struct Args {
 }
 
 impl Args {
+    /// A request from words, for tests of the parsers.
+    #[cfg(test)]
+    pub(crate) fn from_words(words: &[&str]) -> Self {
+        Args::new(
+            words
+                .iter()
+                .map(|w| Bytes::copy_from_slice(w.as_bytes()))
+                .collect(),
+        )
+    }
+
     /// Wraps a request as decoded by [`crate::RespCodec`]; its first element is the command.
     pub fn new(request: Vec<Bytes>) -> Self {
         let total = request.len();

@@ -368,12 +368,7 @@ mod tests {
     use bytes::Bytes;
 
     fn args(words: &[&str]) -> Args {
-        Args::new(
-            words
-                .iter()
-                .map(|w| Bytes::copy_from_slice(w.as_bytes()))
-                .collect(),
-        )
+        Args::from_words(words)
     }
 
     #[test]

@@ -374,12 +374,7 @@ mod tests {
     use trireme_cluster::{PutCondition, TtlUpdate};
 
     fn args(words: &[&str]) -> Args {
-        Args::new(
-            words
-                .iter()
-                .map(|w| Bytes::copy_from_slice(w.as_bytes()))
-                .collect(),
-        )
+        Args::from_words(words)
     }
 
     fn error(result: Result<impl std::fmt::Debug, super::CmdError>) -> String {

@@ -92,6 +92,17 @@ fn rank_window(start: i64, stop: i64, len: u64) -> Option<(u64, u64)> {
     (start <= stop && start < len).then(|| (start as u64, (stop - start + 1) as u64))
 }
 
+/// The members and scores that score rows (their remainders after the prefix) name.
+fn from_score_rows(rows: Vec<(Bytes, Bytes)>) -> Result<Vec<(Bytes, Score)>, StorageError> {
+    rows.into_iter()
+        .map(|(suffix, _)| {
+            split_score_suffix(&suffix)
+                .map(|(score, member)| (member, score))
+                .ok_or_else(|| StorageError::Corrupt("a sorted set score row".into()))
+        })
+        .collect()
+}
+
 /// The score in a member row's value.
 fn decode_score(value: &[u8]) -> Result<Score, StorageError> {
     Score::from_row(value).ok_or_else(|| StorageError::Corrupt("a sorted set score".into()))
@@ -108,15 +119,6 @@ fn range(
     offset: u64,
     limit: u64,
 ) -> Result<Vec<(Bytes, Score)>, StorageError> {
-    let from_score_rows = |rows: Vec<(Bytes, Bytes)>| -> Result<_, StorageError> {
-        rows.into_iter()
-            .map(|(suffix, _)| {
-                split_score_suffix(&suffix)
-                    .map(|(score, member)| (member, score))
-                    .ok_or_else(|| StorageError::Corrupt("a sorted set score row".into()))
-            })
-            .collect()
-    };
     match range {
         ZRange::Rank { start, stop } => {
             let Some((skip, take)) = rank_window(*start, *stop, decode_count(&head.value)) else {
@@ -428,13 +430,7 @@ impl Pending<'_> {
                 .retain(|(p, end, _)| !(*p == prefix && *end == highest));
             self.pop_hints.push((prefix, highest, last.clone()));
         }
-        rows.into_iter()
-            .map(|(suffix, _)| {
-                split_score_suffix(&suffix)
-                    .map(|(score, member)| (member, score))
-                    .ok_or_else(|| StorageError::Corrupt("a sorted set score row".into()))
-            })
-            .collect()
+        from_score_rows(rows)
     }
 
     /// Applies a sorted set command to `key` at `index`.
