@@ -52,6 +52,8 @@ pub struct NodeConfig {
     pub limits: Limits,
     /// How often the leader of each shard looks for expired keys to remove through the log.
     pub expiry_interval: Duration,
+    /// Access control (off by default).
+    pub acl: crate::AclConfig,
 }
 
 impl NodeConfig {
@@ -78,6 +80,7 @@ impl NodeConfig {
             timing: RaftTiming::default(),
             limits: Limits::default(),
             expiry_interval: Duration::from_millis(250),
+            acl: crate::AclConfig::default(),
         }
     }
 }

@@ -10,6 +10,7 @@
 #![deny(clippy::unwrap_used)]
 #![cfg_attr(test, allow(clippy::unwrap_used))]
 
+mod acl;
 mod backup;
 mod balance;
 mod blocking;
@@ -32,6 +33,10 @@ mod router;
 mod search;
 mod session;
 
+pub use acl::{
+    ANONYMOUS_ACCESSOR, AclConfig, AclPolicy, AclToken, Caller, GLOBAL_MANAGEMENT_ID, PolicyLink,
+    PolicyRequest, Resolved, TokenRequest,
+};
 pub use blocking::Blocking;
 pub use config::NodeConfig;
 pub use error::ClusterError;
@@ -62,4 +67,20 @@ pub fn now_ms() -> u64 {
     std::time::SystemTime::now()
         .duration_since(std::time::UNIX_EPOCH)
         .map_or(0, |d| d.as_millis() as u64)
+}
+
+/// A fresh version 4 UUID from the thread's CSPRNG (session ids, ACL ids and secrets).
+pub(crate) fn new_uuid() -> String {
+    let mut bytes: [u8; 16] = rand::random();
+    bytes[6] = (bytes[6] & 0x0f) | 0x40;
+    bytes[8] = (bytes[8] & 0x3f) | 0x80;
+    let hex: String = bytes.iter().map(|b| format!("{b:02x}")).collect();
+    format!(
+        "{}-{}-{}-{}-{}",
+        &hex[0..8],
+        &hex[8..12],
+        &hex[12..16],
+        &hex[16..20],
+        &hex[20..32]
+    )
 }

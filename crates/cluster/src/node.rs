@@ -76,6 +76,8 @@ pub struct Node {
     pub(crate) elastic_metrics: crate::rebalance::ElasticMetrics,
     /// Where published messages go on this node (the RESP front end's subscribers).
     pub(crate) message_sink: RwLock<Option<Arc<dyn crate::pubsub::MessageSink>>>,
+    /// ACL configuration and the cache tokens resolve through.
+    pub(crate) acl: crate::acl::Acl,
 }
 
 /// One shard as this node sees it.
@@ -217,6 +219,7 @@ impl Node {
         meta.wait_recovered(START_TIMEOUT).await?;
 
         let (removed, _) = tokio::sync::watch::channel(false);
+        let acl = crate::acl::Acl::new(config.acl.clone());
         let node = Arc::new(Node {
             groups: RwLock::new(vec![None; identity.shards as usize]),
             routing: RwLock::new(Arc::new(map)),
@@ -240,6 +243,7 @@ impl Node {
             rebalance: std::sync::Mutex::default(),
             elastic_metrics: crate::rebalance::ElasticMetrics::default(),
             message_sink: RwLock::new(None),
+            acl,
         });
         node.transport
             .set_forward_handler(crate::forward::handler(&node));
@@ -251,6 +255,7 @@ impl Node {
         let starting = node.reconciling.lock().await;
         node.refresh_directory();
         node.refresh_map();
+        node.refresh_acl();
         spawn_meta_watcher(Arc::downgrade(&node));
         crate::rebalance::spawn(&node);
 
@@ -265,6 +270,7 @@ impl Node {
         drop(starting);
         crate::expiry::spawn_reaper(&node);
         crate::session::spawn_session_reaper(&node);
+        crate::acl::spawn_initial_token(&node);
         if node.config.balance_leaders {
             crate::balance::spawn_balancer(&node);
         }
@@ -1027,6 +1033,7 @@ fn spawn_meta_watcher(node: std::sync::Weak<Node>) {
             let applied = node.meta.leader_and_applied().1;
             if applied != seen {
                 node.refresh_directory();
+                node.refresh_acl();
                 if node.refresh_map() {
                     let removed = node
                         .cluster_map()

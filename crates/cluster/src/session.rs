@@ -68,22 +68,6 @@ impl SessionInfo {
     }
 }
 
-/// A new session id: a random (version 4) UUID in text.
-fn new_session_id() -> String {
-    let mut bytes: [u8; 16] = rand::random();
-    bytes[6] = (bytes[6] & 0x0f) | 0x40;
-    bytes[8] = (bytes[8] & 0x3f) | 0x80;
-    let hex: String = bytes.iter().map(|b| format!("{b:02x}")).collect();
-    format!(
-        "{}-{}-{}-{}-{}",
-        &hex[0..8],
-        &hex[8..12],
-        &hex[12..16],
-        &hex[16..20],
-        &hex[20..32]
-    )
-}
-
 /// Whether `id` is a UUID in text (what Consul accepts as a session id).
 pub fn is_session_id(id: &str) -> bool {
     let bytes = id.as_bytes();
@@ -124,7 +108,7 @@ impl Node {
         request: SessionRequest,
     ) -> Result<SessionInfo, ClusterError> {
         let state = SessionState {
-            id: new_session_id(),
+            id: crate::new_uuid(),
             name: request.name,
             node: request.node.unwrap_or_else(|| self.config.name.clone()),
             lock_delay_ms: u64::try_from(request.lock_delay.as_millis()).unwrap_or(u64::MAX),
@@ -339,10 +323,10 @@ mod tests {
 
     #[test]
     fn session_ids_are_version_4_uuids() {
-        let id = new_session_id();
+        let id = crate::new_uuid();
         assert!(is_session_id(&id), "{id}");
         assert_eq!(&id[14..15], "4");
-        assert_ne!(id, new_session_id());
+        assert_ne!(id, crate::new_uuid());
         for bad in [
             "",
             "not-a-uuid",

@@ -13,6 +13,7 @@
 #![deny(clippy::unwrap_used)]
 #![cfg_attr(test, allow(clippy::unwrap_used))]
 
+mod access;
 mod blocking;
 mod error;
 mod query;

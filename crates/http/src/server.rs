@@ -2,7 +2,7 @@
 //! open connections, so slow or idle clients cannot starve the others.
 
 use crate::AppState;
-use crate::routes::{admin, backup, documents, kv, metrics, session, status, txn};
+use crate::routes::{acl, admin, backup, documents, kv, metrics, session, status, txn};
 use crate::state::{HttpMetrics, OpenConnection};
 use axum::Router;
 use axum::extract::DefaultBodyLimit;
@@ -87,6 +87,26 @@ pub fn router(state: AppState) -> Router {
         .route("/v1/cluster/shards/{shard}/split", post(admin::split_shard))
         .route("/v1/backup/shard/{shard}", get(backup::export))
         .route("/v1/backup/restore", post(backup::restore))
+        .route("/v1/acl/bootstrap", put(acl::bootstrap))
+        .route("/v1/acl/policy", put(acl::create_policy))
+        .route(
+            "/v1/acl/policy/{id}",
+            get(acl::read_policy)
+                .put(acl::update_policy)
+                .delete(acl::delete_policy),
+        )
+        .route("/v1/acl/policy/name/{name}", get(acl::read_policy_by_name))
+        .route("/v1/acl/policies", get(acl::list_policies))
+        .route("/v1/acl/token", put(acl::create_token))
+        .route("/v1/acl/token/self", get(acl::read_self))
+        .route(
+            "/v1/acl/token/{accessor}",
+            get(acl::read_token)
+                .put(acl::update_token)
+                .delete(acl::delete_token),
+        )
+        .route("/v1/acl/token/{accessor}/clone", put(acl::clone_token))
+        .route("/v1/acl/tokens", get(acl::list_tokens))
         .route("/v1/health", get(status::health))
         .route("/metrics", get(metrics::metrics))
         .layer(DefaultBodyLimit::max(body_limit))

@@ -14,7 +14,7 @@ use std::time::Instant;
 use tower::{Layer, Service};
 
 /// Route families, as the `route` label of `trireme_http_request_duration_seconds`.
-pub(crate) const ROUTES: [&str; 10] = [
+pub(crate) const ROUTES: [&str; 11] = [
     "kv",
     "document",
     "collection",
@@ -24,6 +24,7 @@ pub(crate) const ROUTES: [&str; 10] = [
     "txn",
     "session",
     "backup",
+    "acl",
     "other",
 ];
 /// Methods, as its `method` label.
@@ -58,8 +59,10 @@ pub(crate) fn slot(method: &Method, uri: &Uri) -> usize {
         7
     } else if path.starts_with("/v1/backup/") {
         8
-    } else {
+    } else if path.starts_with("/v1/acl/") {
         9
+    } else {
+        10
     };
     let method = match *method {
         Method::GET => 0,
@@ -156,6 +159,7 @@ mod tests {
         assert_eq!(label(Method::PUT, "/v1/kv"), ("kv", "PUT"));
         assert_eq!(label(Method::DELETE, "/v1/kv/x"), ("kv", "DELETE"));
         assert_eq!(label(Method::GET, "/v1/kvx"), ("other", "GET"));
+        assert_eq!(label(Method::PUT, "/v1/acl/token"), ("acl", "PUT"));
         assert_eq!(label(Method::PUT, "/v0/users/alice"), ("document", "PUT"));
         assert_eq!(label(Method::GET, "/v0/users/"), ("document", "GET"));
         assert_eq!(label(Method::GET, "/v0/users"), ("collection", "GET"));

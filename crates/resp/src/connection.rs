@@ -59,6 +59,8 @@ impl Connection {
                 watches: Vec::new(),
                 read_mode: trireme_cluster::ReadMode::Default,
                 hung_up,
+                token: None,
+                auth_failures: 0,
                 subscriptions: Subscriptions {
                     channels: Default::default(),
                     patterns: Default::default(),

@@ -32,6 +32,10 @@ pub(crate) struct ClientState {
     /// Turns true when the client hangs up while a blocking command waits: the command
     /// stops waiting and takes nothing more.
     pub(crate) hung_up: tokio::sync::watch::Receiver<bool>,
+    /// The ACL secret this connection authenticated with (`AUTH`); `None`: anonymous.
+    pub(crate) token: Option<Arc<str>>,
+    /// Failed `AUTH` attempts so far: past a few, each failure is answered slowly.
+    pub(crate) auth_failures: u32,
 }
 
 /// An open `MULTI`: the requests queued so far (`cmd::transaction` queues and runs them).

@@ -615,9 +615,29 @@ fn render_status(report: &StatusReport) -> String {
 // helpers
 // ---------------------------------------------------------------------------------------------
 
-/// A client for loopback and LAN nodes: never through a proxy, never waiting long.
+/// The ACL token `--token` (or `TRIREME_TOKEN`) gave, sent by every client [`http_client`]
+/// makes.
+static TOKEN: std::sync::OnceLock<String> = std::sync::OnceLock::new();
+
+/// Remembers the command line's ACL token for [`http_client`].
+pub(crate) fn use_token(token: Option<String>) {
+    if let Some(token) = token.filter(|t| !t.is_empty()) {
+        let _ = TOKEN.set(token);
+    }
+}
+
+/// A client for loopback and LAN nodes: never through a proxy, never waiting long; it
+/// carries the command line's ACL token, if any.
 pub(crate) fn http_client(timeout: Duration) -> anyhow::Result<reqwest::Client> {
+    let mut headers = reqwest::header::HeaderMap::new();
+    if let Some(token) = TOKEN.get() {
+        let mut value = reqwest::header::HeaderValue::from_str(token)
+            .context("--token holds characters a header cannot carry")?;
+        value.set_sensitive(true);
+        headers.insert("X-Trireme-Token", value);
+    }
     reqwest::Client::builder()
+        .default_headers(headers)
         .no_proxy()
         .connect_timeout(timeout)
         .timeout(timeout)

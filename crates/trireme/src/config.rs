@@ -90,6 +90,21 @@ pub struct FileConfig {
     limits: Option<Limits>,
     raft: Option<RaftSection>,
     cluster: Option<ClusterSection>,
+    acl: Option<AclSection>,
+}
+
+/// `[acl]`: Consul-style access control (off by default).
+#[derive(Deserialize, Debug, Default)]
+#[serde(deny_unknown_fields)]
+struct AclSection {
+    /// Check every request's token (default false).
+    enabled: Option<bool>,
+    /// `allow` or `deny`: what a request gets where no rule of its token answers (default
+    /// `allow`, as Consul).
+    default_policy: Option<String>,
+    /// A management token created at start unless it exists; else bootstrap through
+    /// `PUT /v1/acl/bootstrap`.
+    initial_management_token: Option<String>,
 }
 
 /// `[cluster]`: how the metadata leader rebalances.
@@ -393,6 +408,9 @@ impl ServerArgs {
         if let Some(balance) = file.balance_leaders {
             node.balance_leaders = balance;
         }
+        if let Some(acl) = file.acl {
+            node.acl = acl_config(acl)?;
+        }
         node.rack = self.rack.or(file.rack);
         node.zone = self.zone.or(file.zone);
         Ok(ServerConfig {
@@ -404,6 +422,30 @@ impl ServerArgs {
                 .unwrap_or_else(|| "info,openraft=error".into()),
         })
     }
+}
+
+fn acl_config(section: AclSection) -> anyhow::Result<trireme_cluster::AclConfig> {
+    let default_policy = match section.default_policy.as_deref() {
+        None => trireme_types::acl::DefaultPolicy::Allow,
+        Some(text) => text.parse().map_err(|_| {
+            anyhow::anyhow!("[acl] default_policy must be \"allow\" or \"deny\", got {text:?}")
+        })?,
+    };
+    if let Some(token) = &section.initial_management_token
+        && (token.is_empty()
+            || token.len() > 256
+            || !token.bytes().all(|b| b.is_ascii_graphic())
+            || token == "anonymous")
+    {
+        bail!(
+            "[acl] initial_management_token must be 1 to 256 printable ASCII characters without spaces"
+        );
+    }
+    Ok(trireme_cluster::AclConfig {
+        enabled: section.enabled.unwrap_or(false),
+        default_policy,
+        initial_management_token: section.initial_management_token,
+    })
 }
 
 fn validate_name(name: &str) -> anyhow::Result<()> {

@@ -27,6 +27,10 @@ use std::process::ExitCode;
 struct Cli {
     #[command(subcommand)]
     command: Commands,
+    /// ACL token sent to nodes by the commands that talk to one (kv, cluster status, remove
+    /// and split, backup, restore); also read from TRIREME_TOKEN.
+    #[arg(long, global = true, env = "TRIREME_TOKEN", hide_env_values = true)]
+    token: Option<String>,
 }
 
 #[derive(Subcommand, Debug)]
@@ -53,6 +57,7 @@ enum Commands {
 
 fn main() -> ExitCode {
     let cli = Cli::parse();
+    cluster::use_token(cli.token);
     let result = match cli.command {
         Commands::Server(args) => server::run(*args),
         Commands::Cluster(args) => cluster::run(args),

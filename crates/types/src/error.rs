@@ -46,6 +46,11 @@ pub enum ErrorCode {
     /// The key holds a value of another type than the command works on (Redis's
     /// `WRONGTYPE`): a string command on a hash, a hash command on a string.
     WrongType,
+    /// The request's ACL token is unknown (or was deleted): Consul's 403 "ACL not found".
+    AclNotFound,
+    /// The request's ACL token lacks the right it needs: Consul's 403 "Permission denied",
+    /// Redis's `NOPERM`.
+    PermissionDenied,
 }
 
 impl ErrorCode {
@@ -66,6 +71,7 @@ impl ErrorCode {
             ErrorCode::NotFound => 404,
             ErrorCode::PreconditionFailed => 412,
             ErrorCode::Conflict | ErrorCode::WrongType => 409,
+            ErrorCode::AclNotFound | ErrorCode::PermissionDenied => 403,
         }
     }
 
@@ -80,6 +86,7 @@ impl ErrorCode {
             ErrorCode::Timeout => "TIMEOUT",
             ErrorCode::StorageFailure => "IOERR",
             ErrorCode::WrongType => "WRONGTYPE",
+            ErrorCode::PermissionDenied => "NOPERM",
             _ => "ERR",
         }
     }
@@ -104,6 +111,8 @@ impl ErrorCode {
             ErrorCode::Moved => "moved",
             ErrorCode::InvalidSession => "invalid_session",
             ErrorCode::WrongType => "wrong_type",
+            ErrorCode::AclNotFound => "acl_not_found",
+            ErrorCode::PermissionDenied => "permission_denied",
         }
     }
 }

@@ -7,6 +7,7 @@
 #![deny(missing_docs)]
 #![deny(clippy::unwrap_used)]
 
+pub mod acl;
 pub mod admin;
 pub mod backup;
 pub mod cluster_status;

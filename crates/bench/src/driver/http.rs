@@ -35,7 +35,7 @@ impl HttpDriver {
                 Consistency::Consistent => "&consistent",
                 Consistency::Stale => "&stale",
             },
-            conn: HttpConnection::new(parse_target(target)?, ""),
+            conn: HttpConnection::new(parse_target(target)?, super::headers_for("", target)),
         })
     }
 

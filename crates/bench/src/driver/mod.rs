@@ -110,16 +110,52 @@ pub(crate) fn host_port(target: &str, scheme: &str) -> Result<String, DriverErro
         .and_then(|r| r.strip_prefix("://"))
         .ok_or_else(|| bad(expected()))?;
     let rest = rest.strip_suffix('/').unwrap_or(rest);
+    // A password in the URL is the target's ACL token (see `target_token`), not an address.
+    let rest = rest.rsplit_once('@').map_or(rest, |(_, address)| address);
     let (host, port) = rest
         .rsplit_once(':')
         .ok_or_else(|| bad(format!("missing port: {}", expected())))?;
     if host.is_empty() || host.contains('/') || host.contains('@') {
-        return Err(bad(format!("{} (no user, path or database)", expected())));
+        return Err(bad(format!("{} (no path or database)", expected())));
     }
     match port.parse::<u16>() {
         Ok(p) if p > 0 => Ok(rest.to_owned()),
         _ => Err(bad("port must be a number from 1 to 65535".into())),
     }
+}
+
+/// The ACL token a target carries as the password of its URL (`http://:TOKEN@host:port`,
+/// `redis://default:TOKEN@host:port`), so that every target of a comparison has its own.
+#[must_use]
+pub fn target_token(target: &str) -> Option<String> {
+    let rest = target.split_once("://")?.1;
+    let (userinfo, _) = rest.rsplit_once('@')?;
+    let password = userinfo.split_once(':').map_or(userinfo, |(_, p)| p);
+    (!password.is_empty()).then(|| {
+        percent_encoding::percent_decode_str(password)
+            .decode_utf8_lossy()
+            .into_owned()
+    })
+}
+
+/// `fixed` header lines followed by the target's token header (Consul's `X-Consul-Token`), if
+/// it has one: made once per distinct text for the life of the process, since connections
+/// keep their header lines as `&'static str`.
+pub(crate) fn headers_for(fixed: &'static str, target: &str) -> &'static str {
+    static MADE: std::sync::Mutex<Vec<&'static str>> = std::sync::Mutex::new(Vec::new());
+    let Some(token) = target_token(target) else {
+        return fixed;
+    };
+    let text = format!("{fixed}X-Consul-Token: {token}\r\n");
+    let mut made = MADE
+        .lock()
+        .unwrap_or_else(std::sync::PoisonError::into_inner);
+    if let Some(found) = made.iter().find(|m| **m == text) {
+        return found;
+    }
+    let leaked: &'static str = Box::leak(text.into_boxed_str());
+    made.push(leaked);
+    leaked
 }
 
 /// The name of `driver` as written in scenario files.

@@ -45,7 +45,7 @@ impl OrchestrateDriver {
             },
             conn: HttpConnection::new(
                 super::host_port(target, "http")?,
-                "Content-Type: application/json\r\n",
+                super::headers_for("Content-Type: application/json\r\n", target),
             ),
         })
     }

@@ -39,6 +39,8 @@ struct Connection {
 /// A RESP client on one connection, opened lazily and reopened after failures.
 pub struct RespDriver {
     addr: String,
+    /// The target's ACL token, sent with `AUTH` on every new connection.
+    token: Option<String>,
     timeout: Duration,
     conn: Option<Connection>,
     out: Vec<u8>,
@@ -58,6 +60,7 @@ impl RespDriver {
     pub fn new(target: &str) -> Result<Self, DriverError> {
         Ok(RespDriver {
             addr: parse_target(target)?,
+            token: super::target_token(target),
             timeout: REQUEST_TIMEOUT,
             conn: None,
             out: Vec::new(),
@@ -101,10 +104,30 @@ impl RespDriver {
         if self.conn.is_none() {
             let stream = TcpStream::connect(&self.addr).await?;
             stream.set_nodelay(true)?;
-            self.conn = Some(Connection {
+            let mut conn = Connection {
                 stream,
                 buf: BytesMut::with_capacity(16 * 1024),
-            });
+            };
+            if let Some(token) = &self.token {
+                let mut out = Vec::new();
+                encode(&[b"AUTH", token.as_bytes()], &mut out);
+                conn.stream.write_all(&out).await?;
+                let reply = loop {
+                    if let Some((reply, used)) = parse_reply(&conn.buf)? {
+                        conn.buf.advance(used);
+                        break reply;
+                    }
+                    if conn.stream.read_buf(&mut conn.buf).await? == 0 {
+                        return Err(DriverError::Protocol(
+                            "the server closed the connection at AUTH".into(),
+                        ));
+                    }
+                };
+                if let Reply::Error(message) = reply {
+                    return Err(DriverError::Server(format!("AUTH: {message}")));
+                }
+            }
+            self.conn = Some(conn);
         }
         match self.conn.as_mut() {
             Some(conn) => Ok(conn),
@@ -238,6 +261,20 @@ mod tests {
             parse_target("redis://localhost:7000/").unwrap(),
             "localhost:7000"
         );
+        // A password is the target's ACL token, not part of the address.
+        assert_eq!(
+            parse_target("redis://default:s3cret@127.0.0.1:6379").unwrap(),
+            "127.0.0.1:6379"
+        );
+        assert_eq!(
+            super::super::target_token("redis://default:s3cret@127.0.0.1:6379").as_deref(),
+            Some("s3cret")
+        );
+        assert_eq!(
+            super::super::target_token("http://:a%40b@127.0.0.1:7700").as_deref(),
+            Some("a@b")
+        );
+        assert_eq!(super::super::target_token("redis://127.0.0.1:6379"), None);
         for bad in [
             "127.0.0.1:6379",
             "http://127.0.0.1:6379",

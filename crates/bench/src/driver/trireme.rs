@@ -27,6 +27,19 @@ pub struct TriremeDriver {
     /// Every node the shard map named (leaders and replicas), to fall back on when the
     /// node in use goes away: any node forwards to the leader.
     known: Vec<String>,
+    /// The target's ACL token, for the connections to the other nodes.
+    token: Option<String>,
+}
+
+/// The URL of node `addr`, carrying `token` as the target did.
+fn node_target(token: Option<&str>, addr: &str) -> String {
+    match token {
+        Some(token) => format!(
+            "http://:{}@{addr}",
+            percent_encoding::utf8_percent_encode(token, percent_encoding::NON_ALPHANUMERIC)
+        ),
+        None => format!("http://{addr}"),
+    }
 }
 
 impl TriremeDriver {
@@ -40,6 +53,7 @@ impl TriremeDriver {
             )));
         }
         let routes = parse_routes(&body)?;
+        let token = super::target_token(target);
         let fallback = super::host_port(target, "http")?;
         let mut known = parse_nodes(&body)?;
         if !known.contains(&fallback) {
@@ -50,7 +64,8 @@ impl TriremeDriver {
         for route in &routes {
             if !nodes.contains_key(&route.leader) {
                 let driver =
-                    HttpDriver::connect(&format!("http://{}", route.leader), consistency).await?;
+                    HttpDriver::connect(&node_target(token.as_deref(), &route.leader), consistency)
+                        .await?;
                 nodes.insert(route.leader.clone(), driver);
             }
         }
@@ -60,6 +75,7 @@ impl TriremeDriver {
             fallback,
             nodes,
             known,
+            token,
         })
     }
 
@@ -78,7 +94,8 @@ impl TriremeDriver {
             .find(|r| (r.first..=r.last).contains(&slot))
             .map_or(&self.fallback, |r| &r.leader);
         if !self.nodes.contains_key(addr) {
-            let driver = HttpDriver::new(&format!("http://{addr}"), self.consistency)?;
+            let driver =
+                HttpDriver::new(&node_target(self.token.as_deref(), addr), self.consistency)?;
             self.nodes.insert(addr.clone(), driver);
         }
         self.nodes
@@ -219,6 +236,7 @@ mod tests {
             fallback: "127.0.0.1:1".into(),
             nodes,
             known: vec!["127.0.0.1:1".into(), "127.0.0.1:2".into()],
+            token: None,
         };
         // "bar" is in slot 5061: served by the first node, which went away.
         assert!(driver.route_around("bar"));
@@ -254,6 +272,7 @@ mod tests {
             fallback: "127.0.0.1:1".into(),
             nodes,
             known,
+            token: None,
         };
         assert!(driver.route_around("bar"));
         assert_eq!(driver.fallback, "127.0.0.1:2");

@@ -2,6 +2,7 @@
 //! replica moves in progress), removing a node, and splitting a shard. Any node answers; a change is decided
 //! against the metadata leader's map.
 
+use crate::access::Access;
 use crate::{ApiError, AppState};
 use axum::Json;
 use axum::extract::{Path, Query, State};
@@ -9,8 +10,12 @@ use serde::Deserialize;
 use trireme_types::cluster_status::{ClusterStatus, RemoveResult, SplitResult};
 
 /// `GET /v1/cluster/status`.
-pub(crate) async fn status(State(state): State<AppState>) -> Json<ClusterStatus> {
-    Json(state.node.cluster_status().await)
+pub(crate) async fn status(
+    State(state): State<AppState>,
+    access: Access,
+) -> Result<Json<ClusterStatus>, ApiError> {
+    access.operator_read()?;
+    Ok(Json(state.node.cluster_status().await))
 }
 
 /// Query of `POST /v1/cluster/nodes/{name}/remove`.
@@ -26,9 +31,11 @@ pub(crate) struct RemoveQuery {
 /// that would leave shards without enough nodes, or that raced with another change.
 pub(crate) async fn remove_node(
     State(state): State<AppState>,
+    access: Access,
     Path(name): Path<String>,
     Query(query): Query<RemoveQuery>,
 ) -> Result<Json<RemoveResult>, ApiError> {
+    access.operator_write()?;
     let force = match query.force.as_deref() {
         None | Some("false" | "0") => false,
         Some("" | "true" | "1") => true,
@@ -55,9 +62,11 @@ pub(crate) struct SplitQuery {
 /// runs. Answers once the split is decided; `GET /v1/cluster/status` shows it until done.
 pub(crate) async fn split_shard(
     State(state): State<AppState>,
+    access: Access,
     Path(shard): Path<String>,
     Query(query): Query<SplitQuery>,
 ) -> Result<Json<SplitResult>, ApiError> {
+    access.operator_write()?;
     let shard: u32 = shard
         .parse()
         .map_err(|_| ApiError::invalid(format!("a shard is a number, got {shard:?}")))?;

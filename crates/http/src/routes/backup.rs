@@ -3,6 +3,7 @@
 //! `POST /v1/backup/restore` writes a piece of a backup, routed by the cluster's own shards.
 //! Both carry frames of the backup format (`trireme_types::backup`).
 
+use crate::access::Access;
 use crate::routes::request_body;
 use crate::{ApiError, AppState};
 use axum::body::{Body, Bytes};
@@ -19,8 +20,10 @@ use trireme_types::{ErrorCode, ShardId, TriremeError};
 /// on the shard's leader only (another node answers with the error a read there would get).
 pub(crate) async fn export(
     State(state): State<AppState>,
+    access: Access,
     Path(shard): Path<String>,
 ) -> Result<Response, ApiError> {
+    access.operator_write()?;
     let shard: u32 = shard
         .parse()
         .map_err(|_| ApiError::invalid(format!("a shard is a number, got {shard:?}")))?;
@@ -59,9 +62,11 @@ pub(crate) struct RestoreQuery {
 /// nothing is written then.
 pub(crate) async fn restore(
     State(state): State<AppState>,
+    access: Access,
     Query(query): Query<RestoreQuery>,
     body: Result<Bytes, BytesRejection>,
 ) -> Result<Response, ApiError> {
+    access.operator_write()?;
     let body = match request_body(body) {
         Ok(body) => body,
         Err(response) => return Ok(*response),

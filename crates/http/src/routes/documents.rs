@@ -9,6 +9,7 @@
 //! Values under a collection's prefix that are not JSON objects (written through `/v1/kv`
 //! or RESP) are not documents: reads answer 404 and listings and searches pass over them.
 
+use crate::access::Access;
 use crate::query::Query;
 use crate::routes::kv::read_mode;
 use crate::routes::request_body;
@@ -210,6 +211,7 @@ fn precondition(headers: &HeaderMap) -> Result<Precondition, ApiError> {
 /// `PUT /v0/{collection}/{key}` with a JSON object as body → 201, `ETag`, `Location`.
 pub(crate) async fn put(
     State(state): State<AppState>,
+    access: Access,
     uri: Uri,
     headers: HeaderMap,
     body: Result<Bytes, BytesRejection>,
@@ -221,6 +223,7 @@ pub(crate) async fn put(
     };
     let path = DocPath::parse(&uri)?;
     let key = path.full_key()?;
+    access.key_write(key.as_bytes())?;
     match serde_json::from_slice::<Value>(&body) {
         Ok(Value::Object(_)) => {}
         Ok(_) => {
@@ -268,10 +271,15 @@ pub(crate) async fn put(
 }
 
 /// `GET /v0/{collection}/{key}` → the document, with its ref as `ETag`.
-pub(crate) async fn get(State(state): State<AppState>, uri: Uri) -> Result<Response, ApiError> {
+pub(crate) async fn get(
+    State(state): State<AppState>,
+    access: Access,
+    uri: Uri,
+) -> Result<Response, ApiError> {
     HttpMetrics::inc(&state.metrics.doc_get);
     let path = DocPath::parse(&uri)?;
     let key = path.full_key()?;
+    access.key_read(key.as_bytes())?;
     let mode = read_mode(&Query::parse(uri.query()))?;
     let (record, _) = state.node.get(key.as_bytes(), mode).await?;
     let Some(record) = record else {
@@ -297,12 +305,14 @@ pub(crate) async fn get(State(state): State<AppState>, uri: Uri) -> Result<Respo
 /// `DELETE /v0/{collection}/{key}` → 204; with `If-Match`, only at that ref.
 pub(crate) async fn delete(
     State(state): State<AppState>,
+    access: Access,
     uri: Uri,
     headers: HeaderMap,
 ) -> Result<Response, ApiError> {
     HttpMetrics::inc(&state.metrics.doc_delete);
     let path = DocPath::parse(&uri)?;
     let key = path.full_key()?;
+    access.key_write(key.as_bytes())?;
     let when = precondition(&headers)?;
     let cas = match when {
         Precondition::Ref(r) => Some(r),
@@ -327,10 +337,12 @@ pub(crate) async fn delete(
 /// `DELETE /v0/{collection}?force=true`: every key of the collection, shard by shard.
 pub(crate) async fn delete_collection(
     State(state): State<AppState>,
+    access: Access,
     uri: Uri,
 ) -> Result<Response, ApiError> {
     HttpMetrics::inc(&state.metrics.doc_delete);
     let path = DocPath::parse(&uri)?;
+    access.key_write_prefix(path.prefix().as_bytes())?;
     let query = Query::parse(uri.query());
     if query.str("force") != Some("true") {
         return Err(ApiError::invalid(
@@ -368,14 +380,17 @@ struct Page<'a> {
     next: Option<String>,
 }
 
-/// The documents among `rows` (keys under `prefix`), as result items; other values skipped.
+/// The documents among `rows` (keys under `prefix`) the caller may read, as result items;
+/// other values skipped.
 fn items<'a>(
     collection: &'a str,
     prefix: &str,
     rows: &'a [(Bytes, Record)],
     score: Option<f64>,
+    access: &Access,
 ) -> Vec<Item<'a>> {
     rows.iter()
+        .filter(|(k, _)| access.can().key_read(k))
         .filter_map(|(k, record)| {
             let key = std::str::from_utf8(k.get(prefix.len()..)?).ok()?;
             if key.is_empty() || record.value.trim_ascii_start().first() != Some(&b'{') {
@@ -424,12 +439,15 @@ fn json_page(page: &Page<'_>) -> Response {
 }
 
 /// `GET /v0/{collection}`: a page of the collection in key order (`?limit`, `?afterKey` or
-/// `?startKey`), or with `?query=` a search (`?limit`, `?offset`).
+/// `?startKey`), or with `?query=` a search (`?limit`, `?offset`). Needs `key:list` on the
+/// collection; documents the caller may not read are left out of the page.
 pub(crate) async fn get_collection(
     State(state): State<AppState>,
+    access: Access,
     uri: Uri,
 ) -> Result<Response, ApiError> {
     let path = DocPath::parse(&uri)?;
+    access.key_list(path.prefix().as_bytes())?;
     let query = Query::parse(uri.query());
     let mode = read_mode(&query)?;
     let limit = bounded(&query, "limit", DEFAULT_LIMIT, MAX_LIMIT, 1)?;
@@ -450,7 +468,7 @@ pub(crate) async fn get_collection(
                 mode,
             )
             .await?;
-        let results = items(collection, &prefix, &page.rows, Some(1.0));
+        let results = items(collection, &prefix, &page.rows, Some(1.0), &access);
         let next = (offset + (page.rows.len() as u64) < page.total).then(|| {
             format!(
                 "{base}&query={}&offset={}{}",
@@ -497,7 +515,7 @@ pub(crate) async fn get_collection(
         }
         _ => None,
     };
-    let results = items(collection, &prefix, &rows, None);
+    let results = items(collection, &prefix, &rows, None, &access);
     Ok(json_page(&Page {
         count: results.len(),
         total_count: None,

@@ -1,5 +1,6 @@
 //! `/v1/kv/<key>`: Consul's KV API.
 
+use crate::access::Access;
 use crate::query::Query;
 use crate::routes::request_body;
 use crate::state::HttpMetrics;
@@ -128,7 +129,14 @@ fn not_found(headers: HeaderMap) -> Response {
 }
 
 /// `GET /v1/kv/<key>`.
-pub(crate) async fn get(State(state): State<AppState>, uri: Uri) -> Result<Response, ApiError> {
+///
+/// Listings (`keys`, `recurse`) need `key:list` on the prefix and show only the keys the
+/// caller may read.
+pub(crate) async fn get(
+    State(state): State<AppState>,
+    access: Access,
+    uri: Uri,
+) -> Result<Response, ApiError> {
     HttpMetrics::inc(&state.metrics.kv_get);
     let key = key_of(&uri);
     let query = Query::parse(uri.query());
@@ -142,7 +150,9 @@ pub(crate) async fn get(State(state): State<AppState>, uri: Uri) -> Result<Respo
     };
 
     if query.flag("keys")? {
-        let (entries, meta) = list(&key).await?;
+        access.key_list(&key)?;
+        let (mut entries, meta) = list(&key).await?;
+        entries.retain(|(k, _)| access.can().key_read(k));
         let separator = query.str("separator").filter(|s| !s.is_empty());
         let mut keys: Vec<String> = Vec::with_capacity(entries.len());
         for (k, _) in &entries {
@@ -166,7 +176,9 @@ pub(crate) async fn get(State(state): State<AppState>, uri: Uri) -> Result<Respo
     }
 
     if query.flag("recurse")? {
-        let (entries, meta) = list(&key).await?;
+        access.key_list(&key)?;
+        let (mut entries, meta) = list(&key).await?;
+        entries.retain(|(k, _)| access.can().key_read(k));
         let headers = consul_headers(&meta);
         if entries.is_empty() {
             return Ok(not_found(headers));
@@ -178,6 +190,7 @@ pub(crate) async fn get(State(state): State<AppState>, uri: Uri) -> Result<Respo
     if key.is_empty() {
         return Err(ApiError::invalid("Missing key name"));
     }
+    access.key_read(&key)?;
     let (record, meta) = match block {
         Some(block) => node.get_blocking(&key, mode, block).await?,
         None => node.get(&key, mode).await?,
@@ -212,6 +225,7 @@ fn bool_response(value: bool) -> Response {
 /// `PUT /v1/kv/<key>` with the raw value as body.
 pub(crate) async fn put(
     State(state): State<AppState>,
+    access: Access,
     uri: Uri,
     body: Result<Bytes, BytesRejection>,
 ) -> Result<Response, ApiError> {
@@ -225,6 +239,7 @@ pub(crate) async fn put(
     if key.is_empty() {
         return Err(ApiError::invalid("Missing key name"));
     }
+    access.key_write(&key)?;
     let flags = query.u64("flags")?.unwrap_or(0);
     match (query.str("acquire"), query.str("release")) {
         (Some(_), Some(_)) => {
@@ -261,17 +276,23 @@ pub(crate) async fn put(
 }
 
 /// `DELETE /v1/kv/<key>`.
-pub(crate) async fn delete(State(state): State<AppState>, uri: Uri) -> Result<Response, ApiError> {
+pub(crate) async fn delete(
+    State(state): State<AppState>,
+    access: Access,
+    uri: Uri,
+) -> Result<Response, ApiError> {
     HttpMetrics::inc(&state.metrics.kv_delete);
     let key = key_of(&uri);
     let query = Query::parse(uri.query());
     if query.flag("recurse")? {
+        access.key_write_prefix(&key)?;
         state.node.delete_prefix(&key).await?;
         return Ok(bool_response(true));
     }
     if key.is_empty() {
         return Err(ApiError::invalid("Missing key name"));
     }
+    access.key_write(&key)?;
     let cas = query.u64("cas")?;
     let request = DeleteRequest::new(key).if_modify_index(cas);
     let deleted = state.node.delete(request).await?;

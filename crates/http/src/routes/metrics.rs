@@ -1,13 +1,19 @@
 //! `GET /metrics` in the Prometheus text format.
 
-use crate::AppState;
+use crate::access::Access;
+use crate::{ApiError, AppState};
 use axum::extract::State;
 use axum::http::header;
 use axum::response::IntoResponse;
 use std::fmt::Write;
 use std::sync::atomic::Ordering;
 
-pub(crate) async fn metrics(State(state): State<AppState>) -> impl IntoResponse {
+/// Needs `operator:read` when ACLs are on (Prometheus sends it as a Bearer token).
+pub(crate) async fn metrics(
+    State(state): State<AppState>,
+    access: Access,
+) -> Result<impl IntoResponse, ApiError> {
+    access.operator_read()?;
     let mut out = String::with_capacity(4096);
     let m = &state.metrics;
     let counter = |out: &mut String, name: &str, help: &str, value: String| {
@@ -155,7 +161,7 @@ pub(crate) async fn metrics(State(state): State<AppState>) -> impl IntoResponse 
     elastic(&mut out, &state);
     requests(&mut out, m);
     out.push_str(&(state.extra_metrics)());
-    ([(header::CONTENT_TYPE, "text/plain; version=0.0.4")], out)
+    Ok(([(header::CONTENT_TYPE, "text/plain; version=0.0.4")], out))
 }
 
 /// `# HELP` and `# TYPE` lines of a metric.

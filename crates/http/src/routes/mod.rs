@@ -1,5 +1,6 @@
 //! One module per family of endpoints.
 
+pub(crate) mod acl;
 pub(crate) mod admin;
 pub(crate) mod backup;
 pub(crate) mod documents;

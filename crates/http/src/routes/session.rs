@@ -1,6 +1,7 @@
 //! `/v1/session/*`: Consul's sessions (create, destroy, info, list, node, renew), in Consul's
 //! JSON shapes, so that `api.Session`, `api.Lock` and `api.Semaphore` work unchanged.
 
+use crate::access::Access;
 use crate::query::Query;
 use crate::routes::kv::{consul_headers, read_mode};
 use crate::routes::request_body;
@@ -84,9 +85,32 @@ fn check_id(id: &str) -> Result<(), ApiError> {
     }
 }
 
-/// `PUT /v1/session/create`: `{"ID": ...}`.
+/// Refuses `session:write` on the node of session `id` (a session that does not exist is
+/// left to the operation, which answers for it).
+async fn require_session_write(
+    state: &AppState,
+    access: &Access,
+    id: &str,
+) -> Result<(), ApiError> {
+    if !state.node.acl_enabled() {
+        return Ok(());
+    }
+    let (found, _) = state.node.session_info(id, ReadMode::Default, None).await?;
+    if let Some(session) = &found {
+        let node = &session.state.node;
+        access.require(
+            access.can().session_write(node),
+            "session:write",
+            Some(node.as_bytes()),
+        )?;
+    }
+    Ok(())
+}
+
+/// `PUT /v1/session/create`: `{"ID": ...}`; `session:write` on the session's node.
 pub(crate) async fn create(
     State(state): State<AppState>,
+    access: Access,
     body: Result<Bytes, BytesRejection>,
 ) -> Result<Response, ApiError> {
     let body = match request_body(body) {
@@ -139,6 +163,12 @@ pub(crate) async fn create(
         )));
     }
     let node = Some(text("Node")).filter(|n| !n.is_empty());
+    let on = node.as_deref().unwrap_or(&state.node.me().name);
+    access.require(
+        access.can().session_write(on),
+        "session:write",
+        Some(on.as_bytes()),
+    )?;
     let request = SessionRequest {
         name: text("Name"),
         node,
@@ -153,9 +183,11 @@ pub(crate) async fn create(
 /// `PUT /v1/session/destroy/<id>`: `true`, whether or not the session existed.
 pub(crate) async fn destroy(
     State(state): State<AppState>,
+    access: Access,
     Path(id): Path<String>,
 ) -> Result<Json<bool>, ApiError> {
     check_id(&id)?;
+    require_session_write(&state, &access, &id).await?;
     state.node.session_destroy(&id).await?;
     Ok(Json(true))
 }
@@ -166,9 +198,17 @@ fn read_of(uri: &Uri) -> Result<(ReadMode, Option<Blocking>), ApiError> {
     Ok((read_mode(&query)?, crate::blocking::blocking(&query)?))
 }
 
-/// Entries as Consul lists them, with the read's index headers.
-fn listed<'a>(meta: &ReadMeta, sessions: impl Iterator<Item = &'a SessionInfo>) -> Response {
-    let body: Vec<Value> = sessions.map(entry).collect();
+/// Entries as Consul lists them, with the read's index headers: those of nodes the caller
+/// may read sessions of.
+fn listed<'a>(
+    meta: &ReadMeta,
+    access: &Access,
+    sessions: impl Iterator<Item = &'a SessionInfo>,
+) -> Response {
+    let body: Vec<Value> = sessions
+        .filter(|s| access.can().session_read(&s.state.node))
+        .map(entry)
+        .collect();
     (consul_headers(meta), Json(body)).into_response()
 }
 
@@ -176,41 +216,53 @@ fn listed<'a>(meta: &ReadMeta, sessions: impl Iterator<Item = &'a SessionInfo>) 
 /// `?index=` until the session changes or ends.
 pub(crate) async fn info(
     State(state): State<AppState>,
+    access: Access,
     Path(id): Path<String>,
     uri: Uri,
 ) -> Result<Response, ApiError> {
     check_id(&id)?;
     let (mode, block) = read_of(&uri)?;
     let (found, meta) = state.node.session_info(&id, mode, block).await?;
-    Ok(listed(&meta, found.iter()))
+    Ok(listed(&meta, &access, found.iter()))
 }
 
 /// `GET /v1/session/list`: every live session; blocks with `?index=` until one is created,
 /// renewed or ends.
-pub(crate) async fn list(State(state): State<AppState>, uri: Uri) -> Result<Response, ApiError> {
+pub(crate) async fn list(
+    State(state): State<AppState>,
+    access: Access,
+    uri: Uri,
+) -> Result<Response, ApiError> {
     let (mode, block) = read_of(&uri)?;
     let (all, meta) = state.node.session_list(mode, block).await?;
-    Ok(listed(&meta, all.iter()))
+    Ok(listed(&meta, &access, all.iter()))
 }
 
 /// `GET /v1/session/node/<node>`: the live sessions of one node; blocks as `list` does.
 pub(crate) async fn of_node(
     State(state): State<AppState>,
+    access: Access,
     Path(node): Path<String>,
     uri: Uri,
 ) -> Result<Response, ApiError> {
     let (mode, block) = read_of(&uri)?;
     let (all, meta) = state.node.session_list(mode, block).await?;
-    Ok(listed(&meta, all.iter().filter(|s| s.state.node == node)))
+    Ok(listed(
+        &meta,
+        &access,
+        all.iter().filter(|s| s.state.node == node),
+    ))
 }
 
 /// `PUT /v1/session/renew/<id>`: the renewed entry in a list, or 404 when the session does
 /// not exist or has ended.
 pub(crate) async fn renew(
     State(state): State<AppState>,
+    access: Access,
     Path(id): Path<String>,
 ) -> Result<Response, ApiError> {
     check_id(&id)?;
+    require_session_write(&state, &access, &id).await?;
     match state.node.session_renew(&id).await? {
         Some(info) => Ok(Json(vec![entry(&info)]).into_response()),
         None => Ok((

@@ -9,6 +9,7 @@
 //! the key in its session's row, as an acquire does. Prefix operations (`get-tree`,
 //! `delete-tree`) are refused.
 
+use crate::access::Access;
 use crate::routes::request_body;
 use crate::{ApiError, AppState};
 use axum::body::Bytes;
@@ -109,8 +110,12 @@ struct Condition {
 }
 
 /// `PUT /v1/txn`.
+///
+/// An operation the caller's token may not do fails the whole transaction with a 409 that
+/// names it, as Consul answers.
 pub(crate) async fn txn(
     State(state): State<AppState>,
+    access: Access,
     body: Result<Bytes, BytesRejection>,
 ) -> Result<Response, ApiError> {
     let body = match request_body(body) {
@@ -136,6 +141,7 @@ pub(crate) async fn txn(
     let mut keys: Vec<(usize, Bytes)> = Vec::new();
     // The `lock` operations: (operation, session, key), noted in their sessions first.
     let mut locks: Vec<(usize, String, Bytes)> = Vec::new();
+    let mut denied: Vec<TxnError> = Vec::new();
     for (i, op) in ops.into_iter().enumerate() {
         let kv = match op {
             TxnOp { kv: Some(kv), .. } => kv,
@@ -158,6 +164,21 @@ pub(crate) async fn txn(
             )));
         }
         let key = Bytes::from(kv.key.clone().into_bytes());
+        let reads_only = matches!(
+            verb,
+            "get" | "check-index" | "check-not-exists" | "check-session"
+        );
+        let allowed = if reads_only {
+            access.can().key_read(&key)
+        } else {
+            access.can().key_write(&key)
+        };
+        if !allowed {
+            denied.push(TxnError {
+                op_index: i,
+                what: "Permission denied".into(),
+            });
+        }
         keys.push((i, key.clone()));
         let value = match &kv.value {
             Some(text) => Bytes::from(
@@ -286,6 +307,9 @@ pub(crate) async fn txn(
         }
         // Each operation's check, if it has one, comes first among its commands.
         conditions.resize_with(commands.len(), || None);
+    }
+    if !denied.is_empty() {
+        return Ok(conflict(denied));
     }
     // Every key in one shard: a transaction is one entry of one shard's log.
     let map = state.node.shard_map();

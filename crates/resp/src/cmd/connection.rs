@@ -23,7 +23,7 @@ pub(crate) fn echo(args: &mut Args) -> CmdResult {
 /// connection, answered with the server's description (a map in RESP3). RESP3 here means its
 /// null (`_`) and map (`%`) types where replies have them; other RESP3 types (doubles,
 /// booleans, sets, verbatim strings, pushes) are not used by any command yet.
-pub(crate) fn hello(ctx: &mut Ctx<'_>, args: &mut Args) -> CmdResult {
+pub(crate) async fn hello(ctx: &mut Ctx<'_>, args: &mut Args) -> CmdResult {
     let mut protocol = ctx.client.protocol;
     if args.remaining() > 0 {
         let version = args.next_i64().map_err(|_| {
@@ -43,8 +43,12 @@ pub(crate) fn hello(ctx: &mut Ctx<'_>, args: &mut Args) -> CmdResult {
                 ctx.client.name = Some(args.next_bytes()?);
             } else if args.next_keyword("auth") {
                 let user = args.next_bytes()?;
-                args.next_bytes()?;
-                check_user(&user)?;
+                let secret = args.next_bytes()?;
+                if ctx.shared.node.acl_enabled() {
+                    log_in(ctx, &secret).await?;
+                } else {
+                    check_user(&user)?;
+                }
             } else {
                 return Err(CmdError::Reply("ERR Syntax error in HELLO option".into()));
             }
@@ -94,15 +98,59 @@ fn check_user(user: &[u8]) -> Result<(), CmdError> {
     if user == b"default" {
         Ok(())
     } else {
-        Err(CmdError::Reply(
-            "WRONGPASS invalid username-password pair or user is disabled.".into(),
-        ))
+        Err(CmdError::Reply(WRONGPASS.into()))
     }
 }
 
-/// `AUTH password` (refused: no password is configured) and `AUTH user password`.
-pub(crate) fn auth(args: &mut Args) -> CmdResult {
+/// Failed `AUTH`s a connection may make at full speed; later ones are answered after
+/// [`AUTH_FAILURE_DELAY`], and past [`MAX_AUTH_FAILURES`] the connection is closed.
+const FREE_AUTH_FAILURES: u32 = 3;
+const AUTH_FAILURE_DELAY: std::time::Duration = std::time::Duration::from_millis(250);
+const MAX_AUTH_FAILURES: u32 = 10;
+
+const WRONGPASS: &str = "WRONGPASS invalid username-password pair or user is disabled.";
+
+/// With ACLs on: makes `secret` this connection's token if a token has it. The user name is
+/// not checked (the secret names the token), so `AUTH default <secret>` works too.
+async fn log_in(ctx: &mut Ctx<'_>, secret: &[u8]) -> Result<(), CmdError> {
+    let known = std::str::from_utf8(secret)
+        .ok()
+        .filter(|s| !s.is_empty())
+        .filter(|s| ctx.shared.node.resolve_token(Some(s)).is_ok());
+    match known {
+        Some(secret) => {
+            ctx.client.token = Some(std::sync::Arc::from(secret));
+            ctx.client.auth_failures = 0;
+            Ok(())
+        }
+        None => {
+            ctx.client.auth_failures += 1;
+            if ctx.client.auth_failures > MAX_AUTH_FAILURES {
+                return Err(CmdError::Close(
+                    "ERR too many failed AUTH attempts; closing the connection".into(),
+                ));
+            }
+            if ctx.client.auth_failures > FREE_AUTH_FAILURES {
+                tokio::time::sleep(AUTH_FAILURE_DELAY).await;
+            }
+            Err(CmdError::Reply(WRONGPASS.into()))
+        }
+    }
+}
+
+/// `AUTH password` and `AUTH user password`: with ACLs on, the password is a token's
+/// secret; with them off, no password is configured (as a Redis without `requirepass`).
+pub(crate) async fn auth(ctx: &mut Ctx<'_>, args: &mut Args) -> CmdResult {
     let first = args.next_bytes()?;
+    if ctx.shared.node.acl_enabled() {
+        let secret = match args.remaining() {
+            0 => first,
+            1 => args.next_bytes()?,
+            _ => return Err(crate::ArgError::Syntax.into()),
+        };
+        log_in(ctx, &secret).await?;
+        return Ok(Reply::ok());
+    }
     match args.remaining() {
         0 => Err(CmdError::Reply(no_password().into())),
         1 => {

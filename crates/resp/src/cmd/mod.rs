@@ -2,6 +2,7 @@
 //! and calling the node's router. Errors from the router become `-ERR`, `-TRYAGAIN` or
 //! `-TIMEOUT` replies through the one mapping in [`trireme_types::ErrorCode::resp_prefix`].
 
+mod access;
 mod cluster;
 mod connection;
 mod hashes;
@@ -38,6 +39,8 @@ pub(crate) enum CmdError {
     Cluster(ClusterError),
     /// A complete error text (`ERR ...`, `NOPROTO ...`).
     Reply(String),
+    /// A complete error text, after which the connection is closed.
+    Close(String),
 }
 
 impl From<ArgError> for CmdError {
@@ -60,7 +63,7 @@ impl From<CmdError> for Reply {
                 let e = e.to_client();
                 Reply::error(format!("{} {}", e.code.resp_prefix(), e.message))
             }
-            CmdError::Reply(text) => Reply::error(text),
+            CmdError::Reply(text) | CmdError::Close(text) => Reply::error(text),
         }
     }
 }
@@ -122,6 +125,13 @@ pub(crate) async fn execute(
     client: &mut ClientState,
     request: Vec<bytes::Bytes>,
 ) -> Flow {
+    if let Some(refusal) = access::refusal(shared, client, &request) {
+        // Inside MULTI a refused command fails the transaction, as an unknown one does.
+        if let Some(multi) = client.multi.as_mut() {
+            multi.failed = true;
+        }
+        return Flow::Reply(refusal);
+    }
     if let Some(multi) = client.multi.as_mut() {
         let name = request
             .first()
@@ -144,6 +154,13 @@ pub(crate) async fn run_together(
 ) -> Option<Vec<Reply>> {
     // A RESP2 subscriber may only (un)subscribe: each command gets its own refusal.
     if client.protocol == crate::Protocol::Resp2 && client.subscriptions.count() > 0 {
+        return None;
+    }
+    // A command the token may not run gets its own refusal, one by one.
+    if requests
+        .iter()
+        .any(|r| access::refusal(shared, client, r).is_some())
+    {
         return None;
     }
     transaction::run_together(&mut Ctx { shared, client }, requests).await
@@ -223,10 +240,10 @@ async fn dispatch(shared: &Shared, client: &mut ClientState, mut args: Args) -> 
         // connection
         "ping" => connection::ping(&mut args),
         "echo" => connection::echo(&mut args),
-        "hello" => connection::hello(&mut ctx, &mut args),
+        "hello" => connection::hello(&mut ctx, &mut args).await,
         "select" => connection::select(&mut args),
         "client" => connection::client(&mut ctx, &mut args),
-        "auth" => connection::auth(&mut args),
+        "auth" => connection::auth(&mut ctx, &mut args).await,
         "quit" => return Flow::Quit(Reply::ok()),
         // server
         "info" => server::info(&mut ctx, &mut args).await,
@@ -250,7 +267,10 @@ async fn dispatch(shared: &Shared, client: &mut ClientState, mut args: Args) -> 
         "" => Err(CmdError::Reply("ERR empty command".into())),
         _ => Err(CmdError::Reply(unknown_command(&mut args))),
     };
-    Flow::Reply(result.unwrap_or_else(Reply::from))
+    match result {
+        Err(CmdError::Close(text)) => Flow::Quit(Reply::error(text)),
+        result => Flow::Reply(result.unwrap_or_else(Reply::from)),
+    }
 }
 
 /// Commands that read or write exactly the key after their name and touch nothing else

@@ -87,6 +87,8 @@ pub struct ClusterOptions {
     pub cluster: String,
     /// Lines of the `[limits]` table of the nodes' config, if any.
     pub limits: String,
+    /// Lines of the `[acl]` table of the nodes' config, if any.
+    pub acl: String,
 }
 
 impl Default for ClusterOptions {
@@ -101,6 +103,7 @@ impl Default for ClusterOptions {
             balance_leaders: true,
             cluster: String::new(),
             limits: String::new(),
+            acl: String::new(),
         }
     }
 }
@@ -119,6 +122,9 @@ impl ClusterOptions {
         }
         if !self.limits.is_empty() {
             toml.push_str(&format!("[limits]\n{}\n", self.limits));
+        }
+        if !self.acl.is_empty() {
+            toml.push_str(&format!("[acl]\n{}\n", self.acl));
         }
         toml
     }
