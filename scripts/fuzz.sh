@@ -11,7 +11,7 @@ if ! cargo +nightly --version >/dev/null 2>&1; then
 fi
 command -v cargo-fuzz >/dev/null 2>&1 || cargo install --locked cargo-fuzz
 cd fuzz
-for target in resp_decode stored_values peer_frames http_query search_query; do
+for target in resp_decode stored_values peer_frames http_query search_query acl_rules; do
   mkdir -p "target/corpus/$target"
   cargo +nightly fuzz run "$target" "target/corpus/$target" "corpus/$target" -- \
     -max_total_time="$SECONDS_EACH" -max_len=4096 -print_final_stats=1 2>&1 | tail -n 12

@@ -396,7 +396,7 @@ impl Scenario {
         }
         for target in &self.targets {
             let ok = match self.driver {
-                Driver::Resp => target.starts_with("redis://"),
+                Driver::Resp => target.starts_with("redis://") || target.starts_with("rediss://"),
                 Driver::Trireme | Driver::Consul | Driver::Etcd | Driver::Orchestrate => {
                     target.starts_with("http://") || target.starts_with("https://")
                 }

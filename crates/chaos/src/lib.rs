@@ -29,6 +29,7 @@ pub mod locks;
 pub mod nodes;
 pub mod run;
 pub mod schedule;
+pub mod secure;
 pub mod txns;
 pub mod verify;
 pub mod workload;

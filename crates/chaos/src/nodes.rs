@@ -40,6 +40,8 @@ pub enum Role {
 pub struct NodeProcess {
     /// Where it sits in the lab.
     pub lab: LabNode,
+    /// Its HTTP port speaks TLS (a secure run).
+    pub https: bool,
     /// The node's name in the cluster: the slot's name, or a replacement's new name.
     pub node_id: String,
     /// Where it stands in the cluster.
@@ -75,7 +77,8 @@ impl NodeProcess {
     /// The node's HTTP base URL (reachable from the hub namespace).
     #[must_use]
     pub fn http_base(&self) -> String {
-        format!("http://{}:{HTTP_PORT}", self.lab.ip)
+        let scheme = if self.https { "https" } else { "http" };
+        format!("{scheme}://{}:{HTTP_PORT}", self.lab.ip)
     }
 
     /// The node's RESP address.
@@ -182,7 +185,12 @@ pub fn prepare(
         .collect::<Vec<_>>()
         .join(",");
     let config = settings.dir.join("node.toml");
-    std::fs::write(&config, CONFIG).map_err(|e| ChaosError::io(config.display(), e))?;
+    let security = crate::secure::current();
+    let text = match &security {
+        Some(security) => format!("{CONFIG}{}", security.config),
+        None => CONFIG.to_string(),
+    };
+    std::fs::write(&config, text).map_err(|e| ChaosError::io(config.display(), e))?;
     Ok(lab_nodes
         .iter()
         .enumerate()
@@ -206,6 +214,7 @@ pub fn prepare(
             command.log = Some("info,openraft=warn".into());
             let log = settings.dir.join(format!("{}.log", lab.name));
             NodeProcess {
+                https: security.is_some(),
                 lab: lab.clone(),
                 node_id: lab.name.clone(),
                 role: if spare { Role::Spare } else { Role::Member },

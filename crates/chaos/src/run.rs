@@ -67,6 +67,8 @@ pub struct ChaosConfig {
     pub out: PathBuf,
     /// The Go checker's source directory (`chaos/checker`).
     pub checker: PathBuf,
+    /// ACLs (default deny) and TLS on every port, with a CA and a token made for the run.
+    pub secure: bool,
 }
 
 /// A fault as it happened.
@@ -160,6 +162,7 @@ pub fn run(config: &ChaosConfig) -> Result<RunSummary, ChaosError> {
     let tag = format!("{}", std::process::id() % 100_000);
     let spares = usize::from(config.membership);
     let lab = Lab::create(&tag, config.nodes + spares as u32)?;
+    crate::secure::prepare(&config.out, config.secure.then(|| lab.nodes()))?;
     let settings = ServerSettings {
         exe: config.exe.clone(),
         shards: config.shards,

@@ -99,14 +99,38 @@ pub fn since(clock: Instant) -> u64 {
 }
 
 /// An HTTP client for the run: no proxy, no retries of its own, [`OP_TIMEOUT`].
+/// In a secure run it trusts the run's CA and sends its management token.
 pub fn http_client() -> reqwest::Client {
-    reqwest::Client::builder()
+    let mut builder = reqwest::Client::builder();
+    if let Some(security) = crate::secure::current() {
+        if let Ok(pem) = std::fs::read(&security.ca_file)
+            && let Ok(ca) = reqwest::Certificate::from_pem(&pem)
+        {
+            builder = builder
+                .tls_built_in_root_certs(false)
+                .add_root_certificate(ca);
+        }
+        let mut headers = reqwest::header::HeaderMap::new();
+        if let Ok(token) = reqwest::header::HeaderValue::from_str(&security.token) {
+            headers.insert("X-Consul-Token", token);
+        }
+        builder = builder.default_headers(headers);
+    }
+    builder
         .no_proxy()
         .timeout(OP_TIMEOUT)
         .connect_timeout(Duration::from_secs(1))
         .pool_max_idle_per_host(4)
         .build()
         .unwrap_or_else(|_| reqwest::Client::new())
+}
+
+/// The RESP target of `addr`: over TLS with the token in a secure run.
+fn resp_target(addr: &str) -> String {
+    match crate::secure::current() {
+        Some(security) => format!("rediss://default:{}@{addr}", security.token),
+        None => format!("redis://{addr}"),
+    }
 }
 
 /// A read's answer over HTTP: the value and its ModifyIndex, or absent.
@@ -397,7 +421,7 @@ async fn resp_op(
     };
     let conn = match conns.get_mut(&node.name) {
         Some(conn) => conn,
-        None => match RespDriver::new(&format!("redis://{}", node.resp_addr)) {
+        None => match RespDriver::new(&resp_target(&node.resp_addr)) {
             Ok(driver) => conns
                 .entry(node.name.clone())
                 .or_insert(driver.with_timeout(OP_TIMEOUT)),

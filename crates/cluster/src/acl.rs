@@ -37,6 +37,8 @@ const MAX_RULES_BYTES: usize = 64 << 10;
 const MAX_DESCRIPTION_BYTES: usize = 1 << 10;
 /// Attempts at a compare-and-set before a change gives up as a conflict.
 const CAS_ATTEMPTS: usize = 8;
+/// How long a change waits for this node to apply it before answering anyway.
+const APPLY_WAIT: std::time::Duration = std::time::Duration::from_secs(5);
 
 /// How a node enforces ACLs (the `[acl]` table of its config).
 #[derive(Debug, Clone, Default)]
@@ -145,7 +147,7 @@ pub(crate) struct AclCache {
     row_index: u64,
     /// Secrets by a keyed hash, so a lookup costs one hash, and the final comparison is
     /// constant-time (see [`same_secret`]).
-    by_secret: HashMap<u64, Vec<Resolved>>,
+    by_secret: HashMap<u64, Vec<Arc<Resolved>>>,
     hasher: RandomState,
     anonymous: Option<Arc<Resolved>>,
 }
@@ -313,10 +315,13 @@ impl AclStore {
             return Ok(());
         }
         let rules = self.rules_of();
-        let any = self
-            .tokens
-            .values()
-            .any(|t| self.authorizer(t, &rules, default).acl_write());
+        // One question per distinct set of policies, not per token.
+        let mut seen: std::collections::HashSet<Vec<&str>> = std::collections::HashSet::new();
+        let any = self.tokens.values().any(|t| {
+            let mut ids: Vec<&str> = t.policies.iter().map(|l| l.id.as_str()).collect();
+            ids.sort_unstable();
+            seen.insert(ids) && self.authorizer(t, &rules, default).acl_write()
+        });
         if any {
             Ok(())
         } else {
@@ -413,16 +418,25 @@ impl AclCache {
     fn build(row_index: u64, store: AclStore, default: DefaultPolicy) -> Self {
         let rules = store.rules_of();
         let hasher = RandomState::new();
-        let mut by_secret: HashMap<u64, Vec<Resolved>> = HashMap::new();
+        let mut by_secret: HashMap<u64, Vec<Arc<Resolved>>> = HashMap::new();
         let mut anonymous = None;
+        // Tokens with the same policies share one authorizer: thousands of tokens of one
+        // application policy cost one.
+        let mut shared: HashMap<Vec<&str>, Arc<Authorizer>> = HashMap::new();
         for token in store.tokens.values() {
-            let resolved = Resolved {
+            let mut ids: Vec<&str> = token.policies.iter().map(|l| l.id.as_str()).collect();
+            ids.sort_unstable();
+            let authorizer = shared
+                .entry(ids)
+                .or_insert_with(|| Arc::new(store.authorizer(token, &rules, default)))
+                .clone();
+            let resolved = Arc::new(Resolved {
                 secret: token.secret_id.clone(),
                 accessor_id: token.accessor_id.clone(),
-                authorizer: Arc::new(store.authorizer(token, &rules, default)),
-            };
+                authorizer,
+            });
             if token.accessor_id == ANONYMOUS_ACCESSOR {
-                anonymous = Some(Arc::new(resolved));
+                anonymous = Some(resolved);
                 continue;
             }
             by_secret
@@ -438,7 +452,7 @@ impl AclCache {
         }
     }
 
-    fn find(&self, secret: &str) -> Option<&Resolved> {
+    fn find(&self, secret: &str) -> Option<&Arc<Resolved>> {
         self.by_secret
             .get(&self.hasher.hash_one(secret.as_bytes()))?
             .iter()
@@ -518,7 +532,7 @@ impl Node {
                 None => Err(acl_not_found()),
             },
             Some(secret) => match cache.find(secret) {
-                Some(resolved) => Ok(Caller::Token(Arc::new(resolved.clone()))),
+                Some(resolved) => Ok(Caller::Token(resolved.clone())),
                 None => Err(acl_not_found()),
             },
         }
@@ -548,15 +562,26 @@ impl Node {
             }
         };
         let cache = AclCache::build(record.modify_index, store, self.acl.config.default_policy);
-        *self
+        let mut current = self
             .acl
             .cache
             .write()
-            .unwrap_or_else(std::sync::PoisonError::into_inner) = Arc::new(cache);
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        // Two refreshes may race (the metadata watcher, a change made here): the older row
+        // never replaces a newer one, or a deleted token could live on until the next entry.
+        if cache.row_index > current.row_index {
+            *current = Arc::new(cache);
+        }
     }
 
     /// The store as the metadata leader has it, with its row's modify index (0: no row).
     async fn read_acl_store(&self) -> Result<(AclStore, u64), ClusterError> {
+        if !self.acl.config.enabled {
+            // Its answers would be unchecked here, secrets included.
+            return Err(invalid(
+                "ACLs are disabled on this node: set [acl] enabled = true",
+            ));
+        }
         let read = crate::forward::Read::whole(
             trireme_raft::ReadMode::Consistent,
             crate::forward::GetKeys(vec![Bytes::from_static(ACL_KEY)]),
@@ -609,7 +634,12 @@ impl Node {
             };
             let written: crate::request::PutOutcome = self.write_shard(META_SHARD, put).await?;
             if written.written {
-                // Read-your-writes on this node: the next request here sees the change.
+                // Read-your-writes on this node: the next request here sees the change once
+                // this node's copy of the metadata group has applied it (the write returned
+                // when the metadata leader committed it).
+                self.meta
+                    .await_applied_beyond(written.index.saturating_sub(1), APPLY_WAIT)
+                    .await;
                 self.refresh_acl();
                 return Ok(outcome);
             }
@@ -622,6 +652,13 @@ impl Node {
 
     /// `PUT /v1/acl/bootstrap`: the first management token, once.
     pub async fn acl_bootstrap(&self) -> Result<AclToken, ClusterError> {
+        if self.acl.config.initial_management_token.is_some() {
+            // The configured token is the bootstrap; a request must not race it at start.
+            return Err(ClusterError::Request(TriremeError::new(
+                ErrorCode::PermissionDenied,
+                "Permission denied: ACL bootstrap no longer allowed (an initial management token is configured)",
+            )));
+        }
         self.change_acl(|store, revision| {
             if store.bootstrapped {
                 return Err(ClusterError::Request(TriremeError::new(

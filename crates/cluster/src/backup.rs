@@ -113,15 +113,20 @@ impl Node {
         &self,
         shard: ShardId,
     ) -> Result<mpsc::Receiver<Result<Bytes, ClusterError>>, ClusterError> {
-        let group = self.group(shard).ok_or_else(|| {
-            ClusterError::Request(TriremeError::new(
-                ErrorCode::NotFound,
-                format!(
-                    "node {} holds no replica of shard {shard}",
-                    self.config.name
-                ),
-            ))
-        })?;
+        // The metadata group is not a data shard: its rows (the ACL store among them) are
+        // never exported.
+        let group = (shard != crate::meta::META_SHARD)
+            .then(|| self.group(shard))
+            .flatten()
+            .ok_or_else(|| {
+                ClusterError::Request(TriremeError::new(
+                    ErrorCode::NotFound,
+                    format!(
+                        "node {} holds no replica of shard {shard}",
+                        self.config.name
+                    ),
+                ))
+            })?;
         group.read_barrier(ReadMode::Consistent).await?;
         let bootstrap_shards = self.bootstrap_shards;
         let storage = self.storage.clone();

@@ -54,6 +54,8 @@ pub struct NodeConfig {
     pub expiry_interval: Duration,
     /// Access control (off by default).
     pub acl: crate::AclConfig,
+    /// Mutual TLS on the peer links (`[peer_tls]`), if set.
+    pub peer_tls: Option<std::sync::Arc<trireme_tls::PeerTls>>,
 }
 
 impl NodeConfig {
@@ -81,6 +83,7 @@ impl NodeConfig {
             limits: Limits::default(),
             expiry_interval: Duration::from_millis(250),
             acl: crate::AclConfig::default(),
+            peer_tls: None,
         }
     }
 }

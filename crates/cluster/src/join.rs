@@ -68,6 +68,7 @@ pub(crate) async fn ask(
             &config.cluster_name,
             payload.clone(),
             JOIN_TIMEOUT,
+            config.peer_tls.as_deref(),
         )
         .await
         {
@@ -110,9 +111,14 @@ pub(crate) async fn refuse_if_cluster_exists(
     let payload = postcard::to_stdvec(&JoinRequest { info, probe: true })
         .map_err(|e| ClusterError::Config(format!("cannot encode a probe: {e}")))?;
     for (name, addr) in initial.iter().filter(|(n, _)| *n != config.name) {
-        let Ok(bytes) =
-            PeerTransport::ask_to_join(addr, &config.cluster_name, payload.clone(), PROBE_TIMEOUT)
-                .await
+        let Ok(bytes) = PeerTransport::ask_to_join(
+            addr,
+            &config.cluster_name,
+            payload.clone(),
+            PROBE_TIMEOUT,
+            config.peer_tls.as_deref(),
+        )
+        .await
         else {
             continue;
         };

@@ -151,7 +151,8 @@ impl Node {
 
         let transport = PeerTransport::new(node_id, config.cluster_name.clone())
             .with_snapshot_chunk_bytes(config.timing.snapshot_chunk_bytes as usize)
-            .with_snapshot_rate(config.timing.snapshot_rate_bytes_per_sec);
+            .with_snapshot_rate(config.timing.snapshot_rate_bytes_per_sec)
+            .with_tls(config.peer_tls.clone());
         for (name, addr) in &initial {
             transport.set_peer_addr(NodeId::from_name(name), addr);
         }

@@ -27,6 +27,8 @@ pub struct HttpOptions {
     pub max_connections: usize,
     /// Where to count open connections (`/metrics`), usually the router state's counters.
     pub metrics: Option<Arc<HttpMetrics>>,
+    /// HTTPS: every connection completes a TLS handshake first (`[tls]`).
+    pub tls: Option<Arc<trireme_tls::ServerTls>>,
 }
 
 impl Default for HttpOptions {
@@ -36,6 +38,7 @@ impl Default for HttpOptions {
             // Each Consul blocking query holds a connection while it waits.
             max_connections: 32_768,
             metrics: None,
+            tls: None,
         }
     }
 }
@@ -151,7 +154,7 @@ pub async fn serve(
                 Err(_) => return,
             },
         };
-        let (stream, _peer) = tokio::select! {
+        let (stream, peer) = tokio::select! {
             _ = &mut shutdown => return,
             accepted = listener.accept() => match accepted {
                 Ok(accepted) => accepted,
@@ -167,13 +170,29 @@ pub async fn serve(
         let service = TowerToHyperService::new(router.clone());
         let builder = builder.clone();
         let open = OpenConnection::new(options.metrics.clone());
+        let tls = options.tls.clone();
         tokio::spawn(async move {
             let _permit = permit;
             let _open = open;
-            if let Err(e) = builder
-                .serve_connection(TokioIo::new(stream), service)
-                .await
-            {
+            let served = match tls {
+                None => {
+                    builder
+                        .serve_connection(TokioIo::new(stream), service)
+                        .await
+                }
+                Some(tls) => match tls.accept(stream).await {
+                    Ok(stream) => {
+                        builder
+                            .serve_connection(TokioIo::new(stream), service)
+                            .await
+                    }
+                    Err(e) => {
+                        tracing::warn!(remote = %peer, reason = %e, "refused an HTTPS connection");
+                        return;
+                    }
+                },
+            };
+            if let Err(e) = served {
                 tracing::debug!(error = %e, "http connection ended with an error");
             }
         });

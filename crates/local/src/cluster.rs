@@ -71,6 +71,28 @@ pub struct ServerFlags {
     pub cluster_name: Option<String>,
     /// `--log`; `None` keeps the server's default.
     pub log: Option<String>,
+    /// ACLs, TLS on the client ports and mutual TLS between nodes, with a CA and a token
+    /// made in the cluster's directory (see `secure.rs`).
+    #[serde(default)]
+    pub secure: bool,
+}
+
+/// The base URL of a node's HTTP address in a cluster with or without TLS.
+fn node_url(secure: bool, http: &str) -> String {
+    if secure {
+        format!("https://{http}")
+    } else {
+        http.to_string()
+    }
+}
+
+/// The client that talks to the nodes of the cluster in `dir`.
+fn cluster_client(secure: bool, dir: &Path, timeout: Duration) -> Result<reqwest::Client> {
+    if secure {
+        crate::secure::client(dir, timeout)
+    } else {
+        http_client(timeout)
+    }
 }
 
 impl ServerFlags {
@@ -423,6 +445,9 @@ impl LocalCluster {
         };
         command.membership = membership;
         self.opts.flags.apply(&mut command);
+        if self.opts.flags.secure {
+            command.config = Some(crate::secure::prepare_node(&self.dir, &addrs.name)?);
+        }
         let mut process =
             ServerProcess::new(command, Output::Append(log.clone())).in_own_process_group();
         let pid = process.spawn()?;
@@ -445,7 +470,7 @@ impl LocalCluster {
     /// tail of the logs concerned. The nodes are left running: the caller decides how to stop
     /// them.
     pub async fn wait_ready(&mut self, timeout: Duration) -> Result<()> {
-        let client = http_client(Duration::from_secs(2))?;
+        let client = cluster_client(self.opts.flags.secure, &self.dir, Duration::from_secs(2))?;
         let deadline = tokio::time::Instant::now() + timeout;
         // What the last complete look saw, for the error at the deadline.
         let mut last = Probe::nothing_yet(&self.nodes);
@@ -482,7 +507,7 @@ impl LocalCluster {
         for node in &self.nodes {
             let client = client.clone();
             let name = node.name.clone();
-            let http = node.http.clone();
+            let http = node_url(self.opts.flags.secure, &node.http);
             looks.spawn(async move {
                 let view = if crate::process::healthy(&client, &http).await {
                     shard_leaders(&client, &http).await
@@ -619,8 +644,12 @@ impl LocalCluster {
             + 1;
         let addrs = next_node_addrs(&self.dir, self.opts.base_port, k)?;
         let (node, mut process) = self.spawn_node(addrs, Membership::Join(join))?;
-        let client = http_client(Duration::from_secs(2))?;
-        if let Err(e) = process.wait_healthy(&client, &node.http, timeout).await {
+        let secure = self.opts.flags.secure;
+        let client = cluster_client(secure, &self.dir, Duration::from_secs(2))?;
+        if let Err(e) = process
+            .wait_healthy(&client, &node_url(secure, &node.http), timeout)
+            .await
+        {
             drop(process); // SIGKILLs it
             // Unlisted, its data directory would stop the next start on this directory.
             let _ = std::fs::remove_dir_all(&node.data_dir);
@@ -877,12 +906,16 @@ pub async fn add_to_running(dir: &Path, opts: AddOptions) -> Result<LocalNode> {
     command.peer.clone_from(&addrs.peer);
     command.membership = Membership::Join(join.clone());
     manifest.flags.apply(&mut command);
+    let secure = manifest.flags.secure;
+    if secure {
+        command.config = Some(crate::secure::prepare_node(&dir, &addrs.name)?);
+    }
     let mut process =
         ServerProcess::new(command, Output::Append(log.clone())).in_own_process_group();
     let pid = process.spawn()?;
-    let client = http_client(Duration::from_secs(2))?;
+    let client = cluster_client(secure, &dir, Duration::from_secs(2))?;
     let started = process
-        .wait_healthy(&client, &addrs.http, opts.timeout)
+        .wait_healthy(&client, &node_url(secure, &addrs.http), opts.timeout)
         .await
         // A `cluster up` killed meanwhile (its second Ctrl-C does not wait for this lock)
         // would leave the node without a supervisor.
@@ -983,7 +1016,12 @@ impl Probe {
 
 /// A node's `/v1/cluster/shards`: the shard count and the shards it knows a leader of.
 async fn shard_leaders(client: &reqwest::Client, http: &str) -> Option<(u32, Vec<u32>)> {
-    let url = format!("http://{http}/v1/cluster/shards");
+    let base = if http.contains("://") {
+        http.to_string()
+    } else {
+        format!("http://{http}")
+    };
+    let url = format!("{base}/v1/cluster/shards");
     let response = client.get(url).send().await.ok()?;
     if response.status() != reqwest::StatusCode::OK {
         return None;

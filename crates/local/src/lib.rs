@@ -28,6 +28,7 @@ pub mod command;
 mod error;
 pub mod logs;
 pub mod process;
+pub mod secure;
 
 pub use cluster::{
     AddOptions, ClusterOptions, DEFAULT_BASE_PORT, ExitedNode, LocalCluster, LocalNode, Manifest,

@@ -354,7 +354,7 @@ impl ServerProcess {
             }
             if tokio::time::Instant::now() >= deadline {
                 return Err(self.not_ready(&format!(
-                    "did not answer GET http://{http}/v1/health with 200 within {}",
+                    "did not answer GET {http}/v1/health with 200 within {}",
                     humantime::format_duration(timeout)
                 )));
             }
@@ -372,7 +372,12 @@ impl ServerProcess {
         let start = tokio::time::Instant::now();
         let endpoints = self.wait_endpoints(timeout).await?;
         let left = timeout.saturating_sub(start.elapsed());
-        self.wait_healthy(client, &endpoints.http, left).await?;
+        let http = if endpoints.tls {
+            format!("https://{}", endpoints.http)
+        } else {
+            endpoints.http.clone()
+        };
+        self.wait_healthy(client, &http, left).await?;
         Ok(endpoints)
     }
 
@@ -421,8 +426,14 @@ pub fn http_client(timeout: Duration) -> Result<reqwest::Client> {
 
 /// Whether the node at `http` (`IP:port`) answers `GET /v1/health` with 200.
 pub async fn healthy(client: &reqwest::Client, http: &str) -> bool {
+    // A bare `host:port` is plain HTTP; a node with TLS is given with its scheme.
+    let base = if http.contains("://") {
+        http.to_string()
+    } else {
+        format!("http://{http}")
+    };
     matches!(
-        client.get(format!("http://{http}/v1/health")).send().await,
+        client.get(format!("{base}/v1/health")).send().await,
         Ok(r) if r.status() == reqwest::StatusCode::OK
     )
 }

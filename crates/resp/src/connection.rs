@@ -13,8 +13,7 @@ use bytes::{Bytes, BytesMut};
 use std::collections::HashSet;
 use std::sync::Arc;
 use std::sync::atomic::Ordering;
-use tokio::io::{AsyncReadExt, AsyncWriteExt};
-use tokio::net::TcpStream;
+use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
 use tokio_util::codec::Decoder;
 
 /// Most requests decoded from the input before they run: a deep pipeline is taken in
@@ -25,8 +24,9 @@ const MAX_WAVE: usize = 128;
 /// Replies queued past this many bytes are written out before the next command runs.
 const FLUSH_BYTES: usize = 64 * 1024;
 
-pub(crate) struct Connection {
-    socket: TcpStream,
+/// A client connection over `S`: TCP, or TLS over TCP.
+pub(crate) struct Connection<S> {
+    socket: S,
     shared: Arc<Shared>,
     codec: RespCodec,
     input: BytesMut,
@@ -38,8 +38,8 @@ pub(crate) struct Connection {
     hang_up: tokio::sync::watch::Sender<bool>,
 }
 
-impl Connection {
-    pub(crate) fn new(socket: TcpStream, shared: Arc<Shared>) -> Self {
+impl<S: AsyncRead + AsyncWrite + Unpin> Connection<S> {
+    pub(crate) fn new(socket: S, shared: Arc<Shared>) -> Self {
         let id = shared.client_id();
         let (sender, inbox) = tokio::sync::mpsc::channel(crate::pubsub::QUEUE_MESSAGES);
         let (hang_up, hung_up) = tokio::sync::watch::channel(false);
@@ -255,6 +255,9 @@ impl Connection {
             .inbox
             .queued_bytes
             .fetch_sub(delivery.size(), Ordering::SeqCst);
+        if !cmd::may_receive(&self.shared, &self.client, &delivery.channel) {
+            return;
+        }
         let reply = cmd::pubsub_message(delivery);
         self.push(&reply);
     }
@@ -269,7 +272,11 @@ impl Connection {
         if !self.output.is_empty() {
             let kicked = self.client.subscriptions.inbox.kicked.clone();
             tokio::select! {
-                written = self.socket.write_all(&self.output) => written?,
+                // TLS holds the last records until flushed; TCP's flush does nothing.
+                written = async {
+                    self.socket.write_all(&self.output).await?;
+                    self.socket.flush().await
+                } => written?,
                 () = kicked.notified() => {
                     return Err(std::io::Error::other("a subscriber fell behind its messages"));
                 }

@@ -36,10 +36,12 @@ impl RespServer {
         self.shared.metrics.clone()
     }
 
-    /// Serves clients on `listener` until `shutdown` completes.
+    /// Serves clients on `listener` until `shutdown` completes; with `tls`, every client
+    /// completes a TLS handshake first.
     pub async fn serve(
         self,
         listener: TcpListener,
+        tls: Option<Arc<trireme_tls::ServerTls>>,
         shutdown: impl Future<Output = ()> + Send + 'static,
     ) {
         let permits = Arc::new(Semaphore::new(MAX_CONNECTIONS));
@@ -52,10 +54,10 @@ impl RespServer {
                     Err(_) => return,
                 },
             };
-            let socket = tokio::select! {
+            let (socket, remote) = tokio::select! {
                 _ = &mut shutdown => return,
                 accepted = listener.accept() => match accepted {
-                    Ok((socket, _)) => socket,
+                    Ok(accepted) => accepted,
                     Err(e) => {
                         tracing::warn!(error = %e, "resp accept failed");
                         tokio::time::sleep(Duration::from_millis(50)).await;
@@ -70,10 +72,21 @@ impl RespServer {
                 .fetch_add(1, Ordering::Relaxed);
             let shared = self.shared.clone();
             let open = OpenConnection::new(shared.metrics.clone());
+            let tls = tls.clone();
             tokio::spawn(async move {
                 let _permit = permit;
                 let _open = open;
-                if let Err(e) = Connection::new(socket, shared).run().await {
+                let ended = match tls {
+                    None => Connection::new(socket, shared).run().await,
+                    Some(tls) => match tls.accept(socket).await {
+                        Ok(socket) => Connection::new(socket, shared).run().await,
+                        Err(e) => {
+                            tracing::warn!(%remote, reason = %e, "refused a RESP TLS connection");
+                            return;
+                        }
+                    },
+                };
+                if let Err(e) = ended {
                     tracing::debug!(error = %e, "resp connection ended with an error");
                 }
             });

@@ -15,8 +15,10 @@
 #![cfg_attr(test, allow(clippy::unwrap_used))]
 
 mod local_ca;
+mod stream;
 
-pub use local_ca::{IssueParams, LocalCa, date_time_ymd};
+pub use local_ca::{IssueParams, LocalCa, date_time_ymd, write_private};
+pub use stream::MaybeTls;
 
 use rustls::server::WebPkiClientVerifier;
 use rustls::{ClientConfig, RootCertStore, ServerConfig};
@@ -266,25 +268,71 @@ impl PeerTls {
     /// The dialing side of a peer link to `addr` (`host:port`): the peer's certificate must
     /// be signed by the cluster CA and name `host`.
     pub async fn connect(&self, addr: &str, stream: TcpStream) -> Result<ClientStream, TlsError> {
-        let host = addr
-            .rsplit_once(':')
-            .map_or(addr, |(host, _)| host)
-            .trim_start_matches('[')
-            .trim_end_matches(']');
-        let name = ServerName::try_from(host.to_string())
-            .map_err(|e| TlsError::Config(format!("{host:?} cannot name a TLS server: {e}")))?;
         let config = self
             .client
             .read()
             .unwrap_or_else(std::sync::PoisonError::into_inner)
             .clone();
-        let connector = tokio_rustls::TlsConnector::from(config);
-        match tokio::time::timeout(HANDSHAKE_TIMEOUT, connector.connect(name, stream)).await {
-            Ok(Ok(stream)) => Ok(stream),
-            Ok(Err(e)) => Err(TlsError::Handshake(handshake_reason(&e))),
-            Err(_) => Err(TlsError::Handshake(format!(
-                "not completed within {HANDSHAKE_TIMEOUT:?}"
-            ))),
-        }
+        connect_with(config, addr, stream).await
+    }
+}
+
+/// The client side of a handshake with the server at `addr` (`host:port`), whose certificate
+/// must name `host`.
+async fn connect_with(
+    config: Arc<ClientConfig>,
+    addr: &str,
+    stream: TcpStream,
+) -> Result<ClientStream, TlsError> {
+    let host = addr
+        .rsplit_once(':')
+        .map_or(addr, |(host, _)| host)
+        .trim_start_matches('[')
+        .trim_end_matches(']');
+    let name = ServerName::try_from(host.to_string())
+        .map_err(|e| TlsError::Config(format!("{host:?} cannot name a TLS server: {e}")))?;
+    let connector = tokio_rustls::TlsConnector::from(config);
+    match tokio::time::timeout(HANDSHAKE_TIMEOUT, connector.connect(name, stream)).await {
+        Ok(Ok(stream)) => Ok(stream),
+        Ok(Err(e)) => Err(TlsError::Handshake(handshake_reason(&e))),
+        Err(_) => Err(TlsError::Handshake(format!(
+            "not completed within {HANDSHAKE_TIMEOUT:?}"
+        ))),
+    }
+}
+
+/// A client of TLS servers whose certificates the CA in a file signed (the benchmark's
+/// drivers against `https://` and `rediss://` targets).
+#[derive(Clone)]
+pub struct ClientTls {
+    config: Arc<ClientConfig>,
+}
+
+impl std::fmt::Debug for ClientTls {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("ClientTls").finish_non_exhaustive()
+    }
+}
+
+impl ClientTls {
+    /// A client that trusts the CA certificates in `ca_file`.
+    pub fn load(ca_file: &Path) -> Result<Self, TlsError> {
+        let config = ClientConfig::builder_with_provider(provider())
+            .with_safe_default_protocol_versions()
+            .map_err(|e| TlsError::Config(e.to_string()))?
+            .with_root_certificates(roots(ca_file)?)
+            .with_no_client_auth();
+        Ok(ClientTls {
+            config: Arc::new(config),
+        })
+    }
+
+    /// Opens a connection to `addr` (`host:port`) and completes the handshake.
+    pub async fn connect(&self, addr: &str) -> Result<ClientStream, TlsError> {
+        let stream = TcpStream::connect(addr)
+            .await
+            .map_err(|e| TlsError::Handshake(format!("cannot reach {addr}: {e}")))?;
+        let _ = stream.set_nodelay(true);
+        connect_with(self.config.clone(), addr, stream).await
     }
 }

@@ -8,9 +8,20 @@ use rcgen::{
 };
 use std::path::{Path, PathBuf};
 
-/// The CA's distinguished name: issued certificates name it as their issuer, so a CA read
-/// back from its files must be rebuilt with the same one.
-const CA_NAME: &str = "Trireme local CA";
+/// The CA's common name, followed by a fingerprint of its public key: issued certificates
+/// name it as their issuer, so a CA read back from its key gets the same one, and two CAs
+/// never share a name (a certificate of another CA is then refused as unknown, not as
+/// badly signed).
+fn ca_name(key: &KeyPair) -> String {
+    // FNV-1a: a label, not a security measure.
+    let fingerprint = key
+        .public_key_raw()
+        .iter()
+        .fold(0xcbf2_9ce4_8422_2325_u64, |h, b| {
+            (h ^ u64::from(*b)).wrapping_mul(0x0000_0100_0000_01b3)
+        });
+    format!("Trireme local CA {fingerprint:016x}")
+}
 
 /// A CA that issues node and client certificates.
 pub struct LocalCa {
@@ -22,10 +33,12 @@ fn generate_error(e: impl std::fmt::Display) -> TlsError {
     TlsError::Generate(e.to_string())
 }
 
-fn ca_params() -> Result<CertificateParams, TlsError> {
+fn ca_params(key: &KeyPair) -> Result<CertificateParams, TlsError> {
     let mut params = CertificateParams::new(Vec::<String>::new()).map_err(generate_error)?;
     params.is_ca = IsCa::Ca(BasicConstraints::Unconstrained);
-    params.distinguished_name.push(DnType::CommonName, CA_NAME);
+    params
+        .distinguished_name
+        .push(DnType::CommonName, ca_name(key));
     params.key_usages = vec![
         KeyUsagePurpose::KeyCertSign,
         KeyUsagePurpose::CrlSign,
@@ -41,11 +54,28 @@ fn write(path: &Path, text: &str) -> Result<(), TlsError> {
     })
 }
 
+/// Writes a secret (a private key) readable by its owner only.
+pub fn write_private(path: &Path, text: &str) -> Result<(), TlsError> {
+    use std::io::Write as _;
+    use std::os::unix::fs::OpenOptionsExt as _;
+    std::fs::OpenOptions::new()
+        .write(true)
+        .create(true)
+        .truncate(true)
+        .mode(0o600)
+        .open(path)
+        .and_then(|mut file| file.write_all(text.as_bytes()))
+        .map_err(|e| TlsError::File {
+            path: path.to_path_buf(),
+            message: format!("cannot write: {e}"),
+        })
+}
+
 impl LocalCa {
     /// A new CA with a fresh key.
     pub fn generate() -> Result<Self, TlsError> {
         let key = KeyPair::generate().map_err(generate_error)?;
-        let cert = ca_params()?.self_signed(&key).map_err(generate_error)?;
+        let cert = ca_params(&key)?.self_signed(&key).map_err(generate_error)?;
         Ok(LocalCa { cert, key })
     }
 
@@ -57,7 +87,7 @@ impl LocalCa {
             message: e.to_string(),
         })?;
         let key = KeyPair::from_pem(&pem).map_err(generate_error)?;
-        let cert = ca_params()?.self_signed(&key).map_err(generate_error)?;
+        let cert = ca_params(&key)?.self_signed(&key).map_err(generate_error)?;
         Ok(LocalCa { cert, key })
     }
 
@@ -70,7 +100,7 @@ impl LocalCa {
     pub fn write(&self, dir: &Path) -> Result<PathBuf, TlsError> {
         let cert = dir.join("ca.pem");
         write(&cert, &self.cert.pem())?;
-        write(&dir.join("ca-key.pem"), &self.key.serialize_pem())?;
+        write_private(&dir.join("ca-key.pem"), &self.key.serialize_pem())?;
         Ok(cert)
     }
 
@@ -116,7 +146,7 @@ impl LocalCa {
         let cert_file = dir.join(format!("{name}.pem"));
         let key_file = dir.join(format!("{name}-key.pem"));
         write(&cert_file, &cert)?;
-        write(&key_file, &key)?;
+        write_private(&key_file, &key)?;
         Ok((cert_file, key_file))
     }
 }

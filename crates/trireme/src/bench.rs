@@ -203,7 +203,7 @@ pub fn run(mut args: BenchArgs) -> anyhow::Result<()> {
         if scenario.targets.is_empty() {
             format!("a local {LOCAL_NODES}-node Trireme cluster")
         } else {
-            scenario.targets.join(", ")
+            redacted(&scenario.targets).join(", ")
         }
     );
     let command = command_line();
@@ -243,7 +243,10 @@ pub fn run(mut args: BenchArgs) -> anyhow::Result<()> {
                 started_at: results::rfc3339(started),
                 command: command.clone(),
                 host: HostInfo::current(),
-                scenario: scenario.clone(),
+                scenario: Scenario {
+                    targets: redacted(&scenario.targets),
+                    ..scenario.clone()
+                },
                 result,
             };
             trireme_bench::output::write_run_dir(&dir, &file)?;
@@ -306,6 +309,15 @@ fn run_compare(args: &CompareArgs) -> anyhow::Result<()> {
 }
 
 /// The command line as typed, arguments with spaces or quotes single-quoted.
+/// Targets as they may be shown: tokens replaced (see `redact_target`).
+fn redacted(targets: &[String]) -> Vec<String> {
+    targets
+        .iter()
+        .map(|t| trireme_bench::driver::redact_target(t))
+        .collect()
+}
+
+/// The command line, for the results; tokens in targets and after `--token` replaced.
 fn command_line() -> String {
     let mut args = std::env::args();
     // The program as `trireme`, whatever path it was started by.
@@ -317,7 +329,18 @@ fn command_line() -> String {
                 .map_or(p.clone(), |n| n.to_string_lossy().into_owned())
         },
     )];
+    let mut after_token = false;
     words.extend(args.map(|a| {
+        let a = if std::mem::take(&mut after_token) {
+            "***".to_owned()
+        } else if a == "--token" {
+            after_token = true;
+            a
+        } else if a.starts_with("--token=") {
+            "--token=***".to_owned()
+        } else {
+            trireme_bench::driver::redact_target(&a)
+        };
         if a.is_empty() || a.contains(|c: char| c.is_whitespace() || "'\"$\\`".contains(c)) {
             format!("'{}'", a.replace('\'', "'\\''"))
         } else {

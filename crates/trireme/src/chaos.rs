@@ -82,6 +82,10 @@ pub struct ChaosArgs {
     /// (every hold then stalls, so a takeover happens in any run of a few seconds).
     #[arg(long, hide = true)]
     pub self_test_overstate_lease: bool,
+    /// ACLs (default deny) and TLS on every port and between nodes: the clients use a
+    /// management token and trust a CA made for the run.
+    #[arg(long)]
+    pub secure: bool,
     /// The Go checker's source directory.
     #[arg(long, default_value = concat!(env!("CARGO_MANIFEST_DIR"), "/../../chaos/checker"))]
     pub checker: PathBuf,
@@ -164,6 +168,7 @@ pub fn run(args: ChaosArgs) -> anyhow::Result<()> {
             },
             out: out.join(format!("seed-{seed}")),
             checker: checker.clone(),
+            secure: args.secure,
         };
         let summary = trireme_chaos::run(&config).with_context(|| format!("seed {seed}"))?;
         println!(

@@ -17,7 +17,7 @@ use clap::{Args, Subcommand};
 use serde::Serialize;
 use std::collections::BTreeMap;
 use std::fmt::Write as _;
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::time::Duration;
 use trireme_local::logs::log_section;
 use trireme_local::{
@@ -104,6 +104,10 @@ pub struct UpArgs {
     /// Log filter passed to every node (server default: info,openraft=error).
     #[arg(long)]
     log: Option<String>,
+    /// ACLs (default deny) and TLS: makes a CA, node certificates and a management token in
+    /// DIR/tls, and prints how to reach the nodes.
+    #[arg(long)]
+    secure: bool,
 }
 
 /// Flags of `trireme cluster add`.
@@ -158,6 +162,7 @@ async fn up(args: UpArgs) -> anyhow::Result<()> {
             replication_factor: args.replication_factor,
             cluster_name: args.cluster_name,
             log: args.log,
+            secure: args.secure,
         },
         base_port: args.base_port,
         start_timeout: parse_timeout(&args.timeout)?,
@@ -166,6 +171,7 @@ async fn up(args: UpArgs) -> anyhow::Result<()> {
     // Before any node starts: from here on a Ctrl-C must stop the nodes, not just this process.
     let mut signals = StopSignals::register()?;
     let timeout = opts.start_timeout;
+    let secure = opts.flags.secure;
     let mut cluster = LocalCluster::spawn(opts)?;
     eprintln!(
         "starting {} nodes in {} (logs: n<i>.log there)",
@@ -189,7 +195,7 @@ async fn up(args: UpArgs) -> anyhow::Result<()> {
         }
         None => return Ok(cluster.stop().await?),
     }
-    print_up_summary(&cluster);
+    print_up_summary(&cluster, secure);
     cluster.mark_running()?;
 
     // Nodes that died while the cluster was up: reported at once, and in the exit status.
@@ -242,7 +248,7 @@ async fn up(args: UpArgs) -> anyhow::Result<()> {
     Ok(())
 }
 
-fn print_up_summary(cluster: &LocalCluster) {
+fn print_up_summary(cluster: &LocalCluster, secure: bool) {
     let nodes = cluster.nodes();
     println!(
         "trireme cluster up: {} nodes, {} shards, in {} (cluster.json)",
@@ -253,6 +259,24 @@ fn print_up_summary(cluster: &LocalCluster) {
     print!("{}", node_table(nodes));
     let first = &nodes[0];
     let resp_port = first.resp.rsplit_once(':').map_or("", |(_, p)| p);
+    if secure {
+        let dir = cluster.dir();
+        let ca = trireme_local::secure::ca_file(dir);
+        let token = trireme_local::secure::management_token(dir).unwrap_or_default();
+        println!("secure: ACLs on (default deny), TLS on every port");
+        println!("management token: {token}");
+        println!("CA certificate: {}", ca.display());
+        println!(
+            "try: export TRIREME_TOKEN={token} TRIREME_CA_FILE={ca}; trireme kv put greeting hello --target https://{http}; redis-cli --tls --cacert {ca} -p {resp_port} --user default --pass $TRIREME_TOKEN GET greeting",
+            ca = ca.display(),
+            http = first.http,
+        );
+        println!(
+            "status: trireme cluster status --target https://{}; Ctrl-C stops every node.",
+            first.http
+        );
+        return;
+    }
     println!(
         "try: redis-cli -c -p {resp_port} SET greeting hello; curl 'http://{}/v1/kv/greeting?raw'",
         first.http
@@ -402,10 +426,7 @@ pub(crate) fn normalize_target(target: &str) -> anyhow::Result<String> {
     if target.is_empty() {
         bail!("--target is empty; give a node's HTTP URL like http://127.0.0.1:7700");
     }
-    if target.starts_with("https://") {
-        bail!("--target {target}: trireme nodes speak plain HTTP; use http://");
-    }
-    if target.starts_with("http://") {
+    if target.starts_with("http://") || target.starts_with("https://") {
         Ok(target.to_string())
     } else if target.contains("://") {
         bail!("--target {target}: give a node's HTTP URL like http://127.0.0.1:7700")
@@ -438,7 +459,13 @@ async fn collect_status(target: &str) -> anyhow::Result<StatusReport> {
     let mut nodes = Vec::new();
     let mut views: BTreeMap<String, ShardsDoc> = BTreeMap::new();
     for (name, node) in addrs {
-        let base = format!("http://{}", node.http);
+        // The other nodes speak what the target does.
+        let scheme = if target.starts_with("https://") {
+            "https"
+        } else {
+            "http"
+        };
+        let base = format!("{scheme}://{}", node.http);
         let health = match client.get(format!("{base}/v1/health")).send().await {
             Ok(r) if r.status() == reqwest::StatusCode::OK => "ok".to_string(),
             Ok(r) if r.status() == reqwest::StatusCode::SERVICE_UNAVAILABLE => {
@@ -618,12 +645,21 @@ fn render_status(report: &StatusReport) -> String {
 /// The ACL token `--token` (or `TRIREME_TOKEN`) gave, sent by every client [`http_client`]
 /// makes.
 static TOKEN: std::sync::OnceLock<String> = std::sync::OnceLock::new();
+/// The CA certificate (PEM) `--ca-file` (or `TRIREME_CA_FILE`) gave: `https://` nodes must
+/// have a certificate it signed.
+static CA_PEM: std::sync::OnceLock<Vec<u8>> = std::sync::OnceLock::new();
 
-/// Remembers the command line's ACL token for [`http_client`].
-pub(crate) fn use_token(token: Option<String>) {
+/// Remembers the command line's ACL token and CA file for [`http_client`].
+pub(crate) fn use_credentials(token: Option<String>, ca_file: Option<&Path>) -> anyhow::Result<()> {
     if let Some(token) = token.filter(|t| !t.is_empty()) {
         let _ = TOKEN.set(token);
     }
+    if let Some(path) = ca_file {
+        let pem = std::fs::read(path)
+            .with_context(|| format!("cannot read --ca-file {}", path.display()))?;
+        let _ = CA_PEM.set(pem);
+    }
+    Ok(())
 }
 
 /// A client for loopback and LAN nodes: never through a proxy, never waiting long; it
@@ -636,7 +672,15 @@ pub(crate) fn http_client(timeout: Duration) -> anyhow::Result<reqwest::Client> 
         value.set_sensitive(true);
         headers.insert("X-Trireme-Token", value);
     }
-    reqwest::Client::builder()
+    let mut builder = reqwest::Client::builder();
+    if let Some(pem) = CA_PEM.get() {
+        let ca =
+            reqwest::Certificate::from_pem(pem).context("--ca-file holds no PEM certificate")?;
+        builder = builder
+            .tls_built_in_root_certs(false)
+            .add_root_certificate(ca);
+    }
+    builder
         .default_headers(headers)
         .no_proxy()
         .connect_timeout(timeout)

@@ -3,7 +3,7 @@
 use anyhow::{Context, bail};
 use clap::Args;
 use serde::Deserialize;
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::time::Duration;
 use trireme_cluster::{NodeConfig, RaftTiming};
 use trireme_types::Limits;
@@ -91,6 +91,32 @@ pub struct FileConfig {
     raft: Option<RaftSection>,
     cluster: Option<ClusterSection>,
     acl: Option<AclSection>,
+    tls: Option<TlsSection>,
+    peer_tls: Option<TlsSection>,
+}
+
+/// `[tls]` (the HTTP and RESP client ports) and `[peer_tls]` (node to node, always mutual).
+/// Relative paths are taken from the config file's directory.
+#[derive(Deserialize, Debug)]
+#[serde(deny_unknown_fields)]
+struct TlsSection {
+    cert_file: PathBuf,
+    key_file: PathBuf,
+    ca_file: Option<PathBuf>,
+    /// Clients must present a certificate signed by `ca_file` (default false; the peer
+    /// link always requires one).
+    verify_incoming: Option<bool>,
+}
+
+impl TlsSection {
+    fn files(self, base: &Path) -> trireme_tls::TlsFiles {
+        trireme_tls::TlsFiles {
+            cert_file: base.join(self.cert_file),
+            key_file: base.join(self.key_file),
+            ca_file: self.ca_file.map(|ca| base.join(ca)),
+            verify_incoming: self.verify_incoming.unwrap_or(false),
+        }
+    }
 }
 
 /// `[acl]`: Consul-style access control (off by default).
@@ -148,6 +174,8 @@ pub struct ServerConfig {
     /// Where to listen, and what to advertise for each listener.
     pub listen: Listen,
     pub log: String,
+    /// TLS of the client ports (`[tls]`), if any.
+    pub tls: Option<trireme_tls::TlsFiles>,
 }
 
 /// The three listeners of a node.
@@ -411,11 +439,30 @@ impl ServerArgs {
         if let Some(acl) = file.acl {
             node.acl = acl_config(acl)?;
         }
+        let base = self
+            .config
+            .as_deref()
+            .and_then(Path::parent)
+            .unwrap_or(Path::new(""))
+            .to_path_buf();
+        let tls = file.tls.map(|t| t.files(&base));
+        if let Some(files) = &tls {
+            // Read now, so a bad file stops the node before it touches its data.
+            trireme_tls::ServerTls::load(files.clone(), &[]).context("[tls]")?;
+        }
+        if let Some(section) = file.peer_tls {
+            let files = section.files(&base);
+            if files.ca_file.is_none() {
+                bail!("[peer_tls] needs ca_file: peers are checked against the cluster CA");
+            }
+            node.peer_tls = Some(trireme_tls::PeerTls::load(files).context("[peer_tls]")?);
+        }
         node.rack = self.rack.or(file.rack);
         node.zone = self.zone.or(file.zone);
         Ok(ServerConfig {
             node,
             listen,
+            tls,
             log: self
                 .log
                 .or(file.log)

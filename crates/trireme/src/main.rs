@@ -31,6 +31,10 @@ struct Cli {
     /// and split, backup, restore); also read from TRIREME_TOKEN.
     #[arg(long, global = true, env = "TRIREME_TOKEN", hide_env_values = true)]
     token: Option<String>,
+    /// CA certificate (PEM) that https:// (and, for bench, rediss://) nodes' certificates
+    /// must chain to; also read from TRIREME_CA_FILE.
+    #[arg(long, global = true, env = "TRIREME_CA_FILE")]
+    ca_file: Option<std::path::PathBuf>,
 }
 
 #[derive(Subcommand, Debug)]
@@ -57,7 +61,16 @@ enum Commands {
 
 fn main() -> ExitCode {
     let cli = Cli::parse();
-    cluster::use_token(cli.token);
+    if let Err(e) = cluster::use_credentials(cli.token, cli.ca_file.as_deref()) {
+        eprintln!("error: {e:#}");
+        return ExitCode::FAILURE;
+    }
+    if let Some(ca_file) = &cli.ca_file
+        && let Err(e) = trireme_bench::driver::use_ca_file(ca_file)
+    {
+        eprintln!("error: --ca-file {}: {e}", ca_file.display());
+        return ExitCode::FAILURE;
+    }
     let result = match cli.command {
         Commands::Server(args) => server::run(*args),
         Commands::Cluster(args) => cluster::run(args),

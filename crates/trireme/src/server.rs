@@ -75,10 +75,18 @@ async fn serve(mut config: ServerConfig) -> anyhow::Result<()> {
         peer: peer_bound,
     };
 
+    if config.node.acl.enabled && config.node.peer_tls.is_none() {
+        tracing::warn!(
+            "ACLs are on but the peer port is plain: whoever reaches it can send requests past the ACL checks; set [peer_tls] (see docs/security.md)"
+        );
+    }
     let data_dir = config.node.data_dir.clone();
     // Signals are caught from here on: a node waiting for its peers at start-up must stop
     // cleanly too, not die of the default SIGTERM action.
     let mut signal = Box::pin(wait_for_signal());
+    // SIGHUP re-reads certificates (below); caught from here on, so that it never stops a
+    // node, with TLS or without, starting or serving.
+    let hangups = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::hangup()).ok();
     // The peer listener serves from here on: the other nodes need it while this one waits
     // for them during start-up.
     let starting = Node::start_with_listener(config.node.clone(), peer);
@@ -101,6 +109,23 @@ async fn serve(mut config: ServerConfig) -> anyhow::Result<()> {
         let _ = rx.wait_for(|stop| *stop).await;
     };
 
+    let http_tls = match &config.tls {
+        Some(files) => Some(trireme_tls::ServerTls::load(files.clone(), &[b"http/1.1"])?),
+        None => None,
+    };
+    let resp_tls = match &config.tls {
+        Some(files) => Some(trireme_tls::ServerTls::load(files.clone(), &[])?),
+        None => None,
+    };
+    spawn_tls_reloader(
+        hangups,
+        [http_tls.clone(), resp_tls.clone()]
+            .into_iter()
+            .flatten()
+            .collect(),
+        config.node.peer_tls.clone(),
+    );
+
     let resp_server = trireme_resp::RespServer::new(node.clone());
     let mut http_state = trireme_http::AppState::new(node.clone());
     let resp_metrics = resp_server.metrics();
@@ -114,13 +139,14 @@ async fn serve(mut config: ServerConfig) -> anyhow::Result<()> {
                 config.node.limits.header_read_timeout_ms,
             ),
             metrics: Some(http_metrics),
+            tls: http_tls,
             ..Default::default()
         },
         stopped(stop_rx.clone()),
     ));
-    let resp_task = tokio::spawn(resp_server.serve(resp, stopped(stop_rx.clone())));
+    let resp_task = tokio::spawn(resp_server.serve(resp, resp_tls, stopped(stop_rx.clone())));
 
-    write_endpoints(&node, &bound).await?;
+    write_endpoints(&node, &bound, config.tls.is_some()).await?;
     println!(
         "trireme node {} ready: http={} resp={} peer={} shards={}",
         node.me().name,
@@ -147,6 +173,43 @@ async fn serve(mut config: ServerConfig) -> anyhow::Result<()> {
     Ok(())
 }
 
+/// Re-reads the certificate files on SIGHUP: connections open keep the configuration they
+/// started with, new ones get the new one. A file that does not load leaves the old one.
+fn spawn_tls_reloader(
+    hangups: Option<tokio::signal::unix::Signal>,
+    clients: Vec<Arc<trireme_tls::ServerTls>>,
+    peers: Option<Arc<trireme_tls::PeerTls>>,
+) {
+    let Some(mut hangups) = hangups else {
+        tracing::warn!("cannot catch SIGHUP: certificates will not be re-read");
+        return;
+    };
+    tokio::spawn(async move {
+        while hangups.recv().await.is_some() {
+            if clients.is_empty() && peers.is_none() {
+                tracing::info!("SIGHUP: no certificates to re-read");
+                continue;
+            }
+            let mut failed = false;
+            for tls in &clients {
+                if let Err(e) = tls.reload() {
+                    failed = true;
+                    tracing::error!(error = %e, "[tls] not re-read; the old certificate stays");
+                }
+            }
+            if let Some(tls) = &peers
+                && let Err(e) = tls.reload()
+            {
+                failed = true;
+                tracing::error!(error = %e, "[peer_tls] not re-read; the old certificate stays");
+            }
+            if !failed {
+                tracing::info!("SIGHUP: certificates re-read");
+            }
+        }
+    });
+}
+
 /// The socket addresses the listeners were bound to.
 struct Bound {
     http: SocketAddr,
@@ -157,7 +220,7 @@ struct Bound {
 /// `<data dir>/endpoints.json`: where this node listens (`http`, `resp`, `peer`: the bound
 /// socket addresses, for scripts and tests that started it with port 0) and what it tells
 /// others (`advertised`).
-async fn write_endpoints(node: &Node, bound: &Bound) -> anyhow::Result<()> {
+async fn write_endpoints(node: &Node, bound: &Bound, node_tls: bool) -> anyhow::Result<()> {
     let me = node.me();
     let body = trireme_types::admin::EndpointsDoc {
         node: me.name.clone(),
@@ -170,6 +233,7 @@ async fn write_endpoints(node: &Node, bound: &Bound) -> anyhow::Result<()> {
             peer: me.peer_addr.clone(),
         }),
         pid: std::process::id(),
+        tls: node_tls,
     };
     let path = node.config().data_dir.join("endpoints.json");
     let tmp = path.with_extension("json.tmp");

@@ -95,6 +95,7 @@ const APP_RULES: &str = r#"
 key_prefix "app/" { policy = "write" }
 key "app/secret" { policy = "deny" }
 key_prefix "pub/" { policy = "read" }
+key_prefix "docs/" { policy = "write" }
 "#;
 
 #[tokio::test]
@@ -229,10 +230,38 @@ async fn http_requests_need_a_token_with_the_right() {
     )
     .await;
     assert_eq!(status, 403);
+    // Listing and search need list on the whole collection: app/ has a denied key below it,
+    // whose name a page's cursor or a search's count would give away.
     let (status, body) = call(&http, M::GET, &format!("{base}/v0/app"), t, None).await;
+    assert_eq!(status, 403, "{body}");
+    let (status, _) = call(&http, M::GET, &format!("{base}/v0/app?query=n:1"), t, None).await;
+    assert_eq!(status, 403);
+    let (status, _) = call(
+        &http,
+        M::PUT,
+        &format!("{base}/v0/docs/d1"),
+        t,
+        Some(r#"{"n":1}"#.into()),
+    )
+    .await;
+    assert_eq!(status, 201);
+    let (status, body) = call(&http, M::GET, &format!("{base}/v0/docs"), t, None).await;
     assert_eq!(status, 200, "{body}");
+    assert!(body.contains("\"d1\""), "{body}");
     let (status, _) = call(&http, M::GET, &format!("{base}/v0/other"), t, None).await;
     assert_eq!(status, 403);
+    // A backup needs every key; the metadata group (the ACL store) is never exported.
+    let (status, _) = call(&http, M::GET, &format!("{base}/v1/backup/shard/0"), t, None).await;
+    assert_eq!(status, 403);
+    let (status, _) = call(
+        &http,
+        M::GET,
+        &format!("{base}/v1/backup/shard/4294967295"),
+        Some(ROOT),
+        None,
+    )
+    .await;
+    assert_eq!(status, 404, "the metadata group is no shard to back up");
 
     // Operator endpoints and /metrics need operator rights; ACL endpoints acl rights.
     for path in [

@@ -769,3 +769,102 @@ async fn the_supervisor_adds_a_node_that_joins_and_stops_it_with_the_others() {
         assert!(!alive(node.pid), "{} outlived the stop", node.name);
     }
 }
+
+#[tokio::test]
+async fn up_secure_makes_a_ca_and_a_token_and_turns_acls_and_tls_on() {
+    let tmp = tempfile::Builder::new()
+        .prefix("trireme-t70-")
+        .tempdir()
+        .expect("temp dir");
+    let dir = tmp.path().join("cluster");
+    let base = free_base_port();
+    let base_arg = base.to_string();
+    let mut up = ClusterUp::start(
+        &dir,
+        &[
+            "--nodes",
+            "3",
+            "--shards",
+            "2",
+            "--base-port",
+            &base_arg,
+            "--secure",
+        ],
+    );
+    let manifest = up.wait_running().await;
+    let ca = dir.join("tls/ca.pem");
+    let token = std::fs::read_to_string(dir.join("tls/management-token"))
+        .expect("the management token is kept")
+        .trim()
+        .to_string();
+    let stdout = std::fs::read_to_string(&up.stdout).expect("stdout");
+    assert!(
+        stdout.contains(&format!("management token: {token}")),
+        "{stdout}"
+    );
+    assert!(stdout.contains(&ca.display().to_string()), "{stdout}");
+
+    let ca_pem = std::fs::read_to_string(&ca).expect("CA");
+    let client = common::https_client(&ca_pem, None);
+    let n1 = &manifest.nodes[0];
+    // HTTPS with the token works; without it the default-deny ACL refuses.
+    let url = format!("https://{}/v1/kv/t70/secure", n1.http);
+    let put = client
+        .put(&url)
+        .header("X-Consul-Token", &token)
+        .body("locked")
+        .send()
+        .await
+        .expect("PUT over HTTPS");
+    assert_eq!(put.status(), 200);
+    let anonymous = client.get(&url).send().await.expect("GET without token");
+    assert_eq!(anonymous.status(), 403);
+    // Plain HTTP to the TLS port gets no answer.
+    assert!(
+        http_client()
+            .get(format!("http://{}/v1/health", n1.http))
+            .send()
+            .await
+            .is_err()
+    );
+    // The CLI reads the token and the CA from the environment, on another node.
+    let n3 = &manifest.nodes[2];
+    let out = Command::new(binary())
+        .args(["kv", "get", "t70/secure", "--target"])
+        .arg(format!("https://{}", n3.http))
+        .env("TRIREME_TOKEN", &token)
+        .env("TRIREME_CA_FILE", &ca)
+        .output()
+        .expect("trireme kv get");
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert_eq!(String::from_utf8_lossy(&out.stdout).trim(), "locked");
+    // redis-cli over TLS with the token as password.
+    let resp_port = n1.resp.port().to_string();
+    let ca_arg = ca.display().to_string();
+    let (ok, got, err) = common::run_program(
+        "redis-cli",
+        &[
+            "--tls",
+            "--cacert",
+            &ca_arg,
+            "-p",
+            &resp_port,
+            "--user",
+            "default",
+            "--pass",
+            &token,
+            "--no-auth-warning",
+            "GET",
+            "t70/secure",
+        ]
+        .map(String::from),
+        Duration::from_secs(20),
+    );
+    assert!(ok, "{got}{err}");
+    assert_eq!(got.trim(), "locked");
+    assert!(up.terminate().await.success(), "{}", up.output());
+}

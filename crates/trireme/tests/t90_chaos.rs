@@ -121,6 +121,28 @@ fn mixed_faults_on_three_nodes_keep_every_promise() {
 }
 
 #[test]
+fn a_secure_cluster_keeps_every_promise_under_faults() {
+    let _one = ONE_AT_A_TIME.lock().unwrap_or_else(|p| p.into_inner());
+    let out = tempfile::tempdir().expect("tempdir");
+    let run = chaos(
+        out.path(),
+        &["--seed", "21", "--duration", "20s", "--secure"],
+    );
+    assert!(run.status.success(), "seed 21 failed");
+    let config = std::fs::read_to_string(out.path().join("seed-21/node.toml")).expect("config");
+    assert!(
+        config.contains("[acl]") && config.contains("[tls]") && config.contains("[peer_tls]"),
+        "the nodes ran with ACLs and TLS: {config}"
+    );
+    let s = summary(out.path(), 21);
+    assert_clean(&s);
+    assert!(
+        s["ops"].as_u64() > Some(100),
+        "the clients got through: {s:#}"
+    );
+}
+
+#[test]
 fn mixed_faults_on_five_nodes_keep_every_promise() {
     let _one = ONE_AT_A_TIME.lock().unwrap_or_else(|p| p.into_inner());
     let out = tempfile::tempdir().expect("tempdir");

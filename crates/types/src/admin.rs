@@ -125,6 +125,9 @@ pub struct EndpointsDoc {
     pub advertised: Option<AdvertisedDoc>,
     /// The server's process id.
     pub pid: u32,
+    /// Whether the client ports speak TLS (`https://`, `rediss://`).
+    #[serde(default)]
+    pub tls: bool,
 }
 
 /// The addresses a node tells other nodes and clients.

@@ -30,6 +30,12 @@ pub type KeyValue = (Vec<u8>, Vec<u8>);
 
 /// `http://host:port` (an optional trailing `/`) → `host:port`.
 pub fn parse_target(target: &str) -> Result<String, DriverError> {
+    if super::is_tls(target) {
+        return Err(DriverError::Target {
+            target: super::redact_target(target),
+            message: "the etcd driver speaks plain HTTP only".into(),
+        });
+    }
     super::host_port(target, "http")
 }
 

@@ -35,7 +35,8 @@ impl HttpDriver {
                 Consistency::Consistent => "&consistent",
                 Consistency::Stale => "&stale",
             },
-            conn: HttpConnection::new(parse_target(target)?, super::headers_for("", target)),
+            conn: HttpConnection::new(parse_target(target)?, super::headers_for("", target))
+                .with_tls(super::is_tls(target)),
         })
     }
 

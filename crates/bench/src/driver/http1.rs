@@ -11,7 +11,7 @@
 use super::{DriverError, REQUEST_TIMEOUT};
 use std::time::Duration;
 use tokio::io::{AsyncBufReadExt, AsyncReadExt, AsyncWriteExt, BufReader};
-use tokio::net::TcpStream;
+use trireme_tls::MaybeTls;
 
 /// Longest header (or trailer) section accepted from a server.
 const MAX_HEADER_BYTES: usize = 64 * 1024;
@@ -50,8 +50,10 @@ pub(crate) struct HttpConnection {
     /// Header lines sent with every request after `Host` and `Content-Length`, each ending
     /// in CRLF: fixed per driver, so they are formatted once rather than per request.
     headers: &'static str,
-    conn: Option<BufReader<TcpStream>>,
+    conn: Option<BufReader<MaybeTls>>,
     timeout: Duration,
+    /// Speak TLS (an `https://` target).
+    tls: bool,
 }
 
 impl HttpConnection {
@@ -63,7 +65,15 @@ impl HttpConnection {
             headers,
             conn: None,
             timeout: REQUEST_TIMEOUT,
+            tls: false,
         }
+    }
+
+    /// The same connection over TLS when `tls` (an `https://` target).
+    #[must_use]
+    pub fn with_tls(mut self, tls: bool) -> Self {
+        self.tls = tls;
+        self
     }
 
     /// Opens the connection now (within the request timeout), so an unreachable target is
@@ -83,11 +93,9 @@ impl HttpConnection {
         }
     }
 
-    async fn ensure_open(&mut self) -> Result<&mut BufReader<TcpStream>, DriverError> {
+    async fn ensure_open(&mut self) -> Result<&mut BufReader<MaybeTls>, DriverError> {
         if self.conn.is_none() {
-            let stream = TcpStream::connect(&self.addr).await?;
-            // A request is one write and its answer is awaited: Nagle would only add delay.
-            stream.set_nodelay(true)?;
+            let stream = super::open_stream(&self.addr, self.tls).await?;
             self.conn = Some(BufReader::new(stream));
         }
         self.conn
@@ -147,6 +155,8 @@ impl HttpConnection {
         request.extend_from_slice(body);
         let conn = self.ensure_open().await?;
         conn.get_mut().write_all(&request).await?;
+        // TLS holds the last records until flushed.
+        conn.get_mut().flush().await?;
 
         let mut line = String::new();
         conn.read_line(&mut line).await?;
@@ -231,7 +241,7 @@ impl HttpConnection {
 /// Reads one header or trailer line into `line` and returns it without its line ending,
 /// counting it against [`MAX_HEADER_BYTES`].
 async fn read_header_line<'a>(
-    conn: &mut BufReader<TcpStream>,
+    conn: &mut BufReader<MaybeTls>,
     line: &'a mut String,
     total: &mut usize,
 ) -> Result<&'a str, DriverError> {
@@ -247,7 +257,7 @@ async fn read_header_line<'a>(
 
 /// Reads a chunked body (RFC 9112 §7.1): hex-sized chunks, chunk extensions ignored, then
 /// the trailer section, which is read to keep the connection in step and otherwise dropped.
-async fn read_chunked(conn: &mut BufReader<TcpStream>) -> Result<Vec<u8>, DriverError> {
+async fn read_chunked(conn: &mut BufReader<MaybeTls>) -> Result<Vec<u8>, DriverError> {
     let mut body = Vec::new();
     let mut line = String::new();
     let mut line_bytes = 0usize;

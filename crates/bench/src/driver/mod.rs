@@ -101,13 +101,13 @@ impl DriverError {
 /// driver accepts; anything else (user, path, database, a bad port) is refused.
 pub(crate) fn host_port(target: &str, scheme: &str) -> Result<String, DriverError> {
     let bad = |message: String| DriverError::Target {
-        target: target.to_owned(),
+        target: redact_target(target),
         message,
     };
-    let expected = || format!("expected {scheme}://host:port");
+    let expected = || format!("expected {scheme}://host:port (or {scheme}s:// for TLS)");
     let rest = target
         .strip_prefix(scheme)
-        .and_then(|r| r.strip_prefix("://"))
+        .and_then(|r| r.strip_prefix("s://").or_else(|| r.strip_prefix("://")))
         .ok_or_else(|| bad(expected()))?;
     let rest = rest.strip_suffix('/').unwrap_or(rest);
     // A password in the URL is the target's ACL token (see `target_token`), not an address.
@@ -124,6 +124,52 @@ pub(crate) fn host_port(target: &str, scheme: &str) -> Result<String, DriverErro
     }
 }
 
+/// Whether `target` asks for TLS (`https://`, `rediss://`).
+#[must_use]
+pub fn is_tls(target: &str) -> bool {
+    target.starts_with("https://") || target.starts_with("rediss://")
+}
+
+/// The CA that `https://` and `rediss://` targets' certificates must chain to.
+static CLIENT_TLS: std::sync::RwLock<Option<trireme_tls::ClientTls>> = std::sync::RwLock::new(None);
+
+/// Trusts the CA certificate in `ca_file` for TLS targets (`--ca-file`, `TRIREME_CA_FILE`),
+/// in place of any given before.
+pub fn use_ca_file(ca_file: &std::path::Path) -> Result<(), String> {
+    let tls = trireme_tls::ClientTls::load(ca_file).map_err(|e| e.to_string())?;
+    *CLIENT_TLS
+        .write()
+        .unwrap_or_else(std::sync::PoisonError::into_inner) = Some(tls);
+    Ok(())
+}
+
+/// Opens a connection to `addr`, with TLS when `tls`.
+pub(crate) async fn open_stream(
+    addr: &str,
+    tls: bool,
+) -> Result<trireme_tls::MaybeTls, DriverError> {
+    if !tls {
+        let stream = tokio::net::TcpStream::connect(addr).await?;
+        // A request is one write and its answer is awaited: Nagle would only add delay.
+        stream.set_nodelay(true)?;
+        return Ok(trireme_tls::MaybeTls::Plain(stream));
+    }
+    let client = CLIENT_TLS
+        .read()
+        .unwrap_or_else(std::sync::PoisonError::into_inner)
+        .clone()
+        .ok_or_else(|| DriverError::Target {
+            target: redact_target(addr),
+            message: "a TLS target needs the CA certificate: give --ca-file (or TRIREME_CA_FILE)"
+                .into(),
+        })?;
+    let stream = client
+        .connect(addr)
+        .await
+        .map_err(|e| DriverError::Protocol(e.to_string()))?;
+    Ok(trireme_tls::MaybeTls::Dialed(Box::new(stream)))
+}
+
 /// The ACL token a target carries as the password of its URL (`http://:TOKEN@host:port`,
 /// `redis://default:TOKEN@host:port`), so that every target of a comparison has its own.
 #[must_use]
@@ -136,6 +182,20 @@ pub fn target_token(target: &str) -> Option<String> {
             .decode_utf8_lossy()
             .into_owned()
     })
+}
+
+/// `target` with its token (the URL's password) replaced by `***`: what is printed and
+/// recorded, so that no secret lands in a terminal or a results directory.
+#[must_use]
+pub fn redact_target(target: &str) -> String {
+    let Some((scheme, rest)) = target.split_once("://") else {
+        return target.to_owned();
+    };
+    let Some((userinfo, address)) = rest.rsplit_once('@') else {
+        return target.to_owned();
+    };
+    let user = userinfo.split_once(':').map_or("", |(user, _)| user);
+    format!("{scheme}://{user}:***@{address}")
 }
 
 /// `fixed` header lines followed by the target's token header (Consul's `X-Consul-Token`), if

@@ -46,7 +46,8 @@ impl OrchestrateDriver {
             conn: HttpConnection::new(
                 super::host_port(target, "http")?,
                 super::headers_for("Content-Type: application/json\r\n", target),
-            ),
+            )
+            .with_tls(super::is_tls(target)),
         })
     }
 

@@ -9,7 +9,6 @@ use std::time::Duration;
 
 use bytes::{Buf, Bytes, BytesMut};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
-use tokio::net::TcpStream;
 
 use super::{DriverError, REQUEST_TIMEOUT};
 use crate::reply::{Reply, parse_reply};
@@ -32,13 +31,15 @@ pub fn parse_target(target: &str) -> Result<String, DriverError> {
 }
 
 struct Connection {
-    stream: TcpStream,
+    stream: trireme_tls::MaybeTls,
     buf: BytesMut,
 }
 
 /// A RESP client on one connection, opened lazily and reopened after failures.
 pub struct RespDriver {
     addr: String,
+    /// Speak TLS (a `rediss://` target).
+    tls: bool,
     /// The target's ACL token, sent with `AUTH` on every new connection.
     token: Option<String>,
     timeout: Duration,
@@ -60,6 +61,7 @@ impl RespDriver {
     pub fn new(target: &str) -> Result<Self, DriverError> {
         Ok(RespDriver {
             addr: parse_target(target)?,
+            tls: super::is_tls(target),
             token: super::target_token(target),
             timeout: REQUEST_TIMEOUT,
             conn: None,
@@ -102,8 +104,7 @@ impl RespDriver {
 
     async fn ensure_connected(&mut self) -> Result<&mut Connection, DriverError> {
         if self.conn.is_none() {
-            let stream = TcpStream::connect(&self.addr).await?;
-            stream.set_nodelay(true)?;
+            let stream = super::open_stream(&self.addr, self.tls).await?;
             let mut conn = Connection {
                 stream,
                 buf: BytesMut::with_capacity(16 * 1024),
@@ -112,6 +113,8 @@ impl RespDriver {
                 let mut out = Vec::new();
                 encode(&[b"AUTH", token.as_bytes()], &mut out);
                 conn.stream.write_all(&out).await?;
+                // TLS holds the last records until flushed.
+                conn.stream.flush().await?;
                 let reply = loop {
                     if let Some((reply, used)) = parse_reply(&conn.buf)? {
                         conn.buf.advance(used);
@@ -141,6 +144,8 @@ impl RespDriver {
         let result = async {
             let conn = self.ensure_connected().await?;
             conn.stream.write_all(&out).await?;
+            // TLS holds the last records until flushed.
+            conn.stream.flush().await?;
             loop {
                 if let Some((reply, used)) = parse_reply(&conn.buf)? {
                     conn.buf.advance(used);
@@ -275,6 +280,14 @@ mod tests {
             Some("a@b")
         );
         assert_eq!(super::super::target_token("redis://127.0.0.1:6379"), None);
+        assert_eq!(
+            super::super::redact_target("rediss://default:s3cret@127.0.0.1:6379"),
+            "rediss://default:***@127.0.0.1:6379"
+        );
+        assert_eq!(
+            super::super::redact_target("http://127.0.0.1:7700"),
+            "http://127.0.0.1:7700"
+        );
         for bad in [
             "127.0.0.1:6379",
             "http://127.0.0.1:6379",

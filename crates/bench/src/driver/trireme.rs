@@ -29,16 +29,19 @@ pub struct TriremeDriver {
     known: Vec<String>,
     /// The target's ACL token, for the connections to the other nodes.
     token: Option<String>,
+    /// Whether the target speaks TLS (so do the other nodes).
+    tls: bool,
 }
 
-/// The URL of node `addr`, carrying `token` as the target did.
-fn node_target(token: Option<&str>, addr: &str) -> String {
+/// The URL of node `addr`, with the scheme and token the target has.
+fn node_target(tls: bool, token: Option<&str>, addr: &str) -> String {
+    let scheme = if tls { "https" } else { "http" };
     match token {
         Some(token) => format!(
-            "http://:{}@{addr}",
+            "{scheme}://:{}@{addr}",
             percent_encoding::utf8_percent_encode(token, percent_encoding::NON_ALPHANUMERIC)
         ),
-        None => format!("http://{addr}"),
+        None => format!("{scheme}://{addr}"),
     }
 }
 
@@ -54,6 +57,7 @@ impl TriremeDriver {
         }
         let routes = parse_routes(&body)?;
         let token = super::target_token(target);
+        let tls = super::is_tls(target);
         let fallback = super::host_port(target, "http")?;
         let mut known = parse_nodes(&body)?;
         if !known.contains(&fallback) {
@@ -63,9 +67,11 @@ impl TriremeDriver {
         nodes.insert(fallback.clone(), first);
         for route in &routes {
             if !nodes.contains_key(&route.leader) {
-                let driver =
-                    HttpDriver::connect(&node_target(token.as_deref(), &route.leader), consistency)
-                        .await?;
+                let driver = HttpDriver::connect(
+                    &node_target(tls, token.as_deref(), &route.leader),
+                    consistency,
+                )
+                .await?;
                 nodes.insert(route.leader.clone(), driver);
             }
         }
@@ -76,6 +82,7 @@ impl TriremeDriver {
             nodes,
             known,
             token,
+            tls,
         })
     }
 
@@ -94,8 +101,10 @@ impl TriremeDriver {
             .find(|r| (r.first..=r.last).contains(&slot))
             .map_or(&self.fallback, |r| &r.leader);
         if !self.nodes.contains_key(addr) {
-            let driver =
-                HttpDriver::new(&node_target(self.token.as_deref(), addr), self.consistency)?;
+            let driver = HttpDriver::new(
+                &node_target(self.tls, self.token.as_deref(), addr),
+                self.consistency,
+            )?;
             self.nodes.insert(addr.clone(), driver);
         }
         self.nodes
@@ -237,6 +246,7 @@ mod tests {
             nodes,
             known: vec!["127.0.0.1:1".into(), "127.0.0.1:2".into()],
             token: None,
+            tls: false,
         };
         // "bar" is in slot 5061: served by the first node, which went away.
         assert!(driver.route_around("bar"));
@@ -273,6 +283,7 @@ mod tests {
             nodes,
             known,
             token: None,
+            tls: false,
         };
         assert!(driver.route_around("bar"));
         assert_eq!(driver.fallback, "127.0.0.1:2");

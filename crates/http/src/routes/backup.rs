@@ -23,7 +23,9 @@ pub(crate) async fn export(
     access: Access,
     Path(shard): Path<String>,
 ) -> Result<Response, ApiError> {
+    // A backup holds every key: the token must be allowed to read them all.
     access.operator_write()?;
+    access.require(access.can().key_list_prefix(b""), "key:list", Some(b""))?;
     let shard: u32 = shard
         .parse()
         .map_err(|_| ApiError::invalid(format!("a shard is a number, got {shard:?}")))?;
@@ -66,7 +68,9 @@ pub(crate) async fn restore(
     Query(query): Query<RestoreQuery>,
     body: Result<Bytes, BytesRejection>,
 ) -> Result<Response, ApiError> {
+    // A restore may write any key.
     access.operator_write()?;
+    access.key_write_prefix(b"")?;
     let body = match request_body(body) {
         Ok(body) => body,
         Err(response) => return Ok(*response),

@@ -2,6 +2,7 @@
 //! by a response with the same id. A writer task batches queued frames into one write; a
 //! reader task dispatches requests to the transport and responses to their waiting callers.
 
+use super::stream::PeerStream;
 use super::wire::{self, Frame, MAX_FRAME, Request, Response};
 use bytes::BytesMut;
 use futures::StreamExt;
@@ -10,9 +11,7 @@ use std::collections::HashMap;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
-use tokio::io::AsyncWriteExt;
-use tokio::net::TcpStream;
-use tokio::net::tcp::{OwnedReadHalf, OwnedWriteHalf};
+use tokio::io::{AsyncRead, AsyncWrite, AsyncWriteExt};
 use tokio::sync::{Notify, mpsc, oneshot};
 use tokio_util::codec::{FramedRead, LengthDelimitedCodec};
 
@@ -61,12 +60,11 @@ pub(crate) trait Inbound: Send + Sync + 'static {
 impl Link {
     /// Starts the reader and writer tasks of an established (handshaken) connection.
     pub(crate) fn start<I: Inbound>(
-        stream: TcpStream,
+        stream: PeerStream,
         peer: u64,
         serial: u64,
         inbound: Arc<I>,
     ) -> Arc<Link> {
-        let (read, write) = stream.into_split();
         let (out, queue) = mpsc::unbounded_channel();
         let link = Arc::new(Link {
             peer,
@@ -78,8 +76,18 @@ impl Link {
             closed: AtomicBool::new(false),
             closing: Notify::new(),
         });
-        tokio::spawn(write_loop(write, queue, link.clone()));
-        tokio::spawn(read_loop(read, link.clone(), inbound));
+        match stream {
+            PeerStream::Plain(tcp) => {
+                let (read, write) = tcp.into_split();
+                tokio::spawn(write_loop(write, queue, link.clone()));
+                tokio::spawn(read_loop(read, link.clone(), inbound));
+            }
+            tls => {
+                let (read, write) = tokio::io::split(tls);
+                tokio::spawn(write_loop(write, queue, link.clone()));
+                tokio::spawn(read_loop(read, link.clone(), inbound));
+            }
+        }
         link
     }
 
@@ -191,8 +199,8 @@ impl Drop for Abandon<'_> {
     }
 }
 
-async fn write_loop(
-    mut write: OwnedWriteHalf,
+async fn write_loop<W: AsyncWrite + Unpin>(
+    mut write: W,
     mut queue: mpsc::UnboundedReceiver<Frame>,
     link: Arc<Link>,
 ) {
@@ -215,7 +223,12 @@ async fn write_loop(
                 next = queue.try_recv().ok();
             }
         }
-        if let Err(e) = write.write_all(&buf).await {
+        // TLS holds the last records until flushed; TCP's flush does nothing.
+        let written = match write.write_all(&buf).await {
+            Ok(()) => write.flush().await,
+            Err(e) => Err(e),
+        };
+        if let Err(e) = written {
             tracing::debug!(peer = %format_args!("{:016x}", link.peer), error = %e, "peer link write failed");
             break;
         }
@@ -224,7 +237,7 @@ async fn write_loop(
     let _ = write.shutdown().await;
 }
 
-async fn read_loop<I: Inbound>(read: OwnedReadHalf, link: Arc<Link>, inbound: Arc<I>) {
+async fn read_loop<R: AsyncRead + Unpin, I: Inbound>(read: R, link: Arc<Link>, inbound: Arc<I>) {
     let mut frames = FramedRead::new(
         read,
         LengthDelimitedCodec::builder()

@@ -12,7 +12,10 @@
 
 mod link;
 mod snapshot;
+mod stream;
 mod wire;
+
+use stream::PeerStream;
 
 use crate::{PeerNode, TypeConfig};
 use bytes::BytesMut;
@@ -34,7 +37,7 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, OnceLock, RwLock};
 use std::time::{Duration, Instant};
 use tokio::io::AsyncWriteExt;
-use tokio::net::{TcpListener, TcpStream};
+use tokio::net::TcpListener;
 use tokio::sync::Notify;
 use tokio_util::codec::{FramedRead, LengthDelimitedCodec};
 use trireme_types::NodeId;
@@ -125,6 +128,8 @@ struct Inner {
     /// Snapshots being received in chunks.
     uploads: Mutex<snapshot::Uploads>,
     stopped: AtomicBool,
+    /// Mutual TLS on every link, when the cluster has `[peer_tls]`.
+    tls: OnceLock<Arc<trireme_tls::PeerTls>>,
 }
 
 /// The node's peer transport; cheap to clone.
@@ -167,10 +172,20 @@ impl PeerTransport {
                 snapshot_bytes_received: AtomicU64::new(0),
                 uploads: Mutex::default(),
                 stopped: AtomicBool::new(false),
+                tls: OnceLock::new(),
             }),
             snapshot_chunk_bytes: DEFAULT_SNAPSHOT_CHUNK_BYTES,
             snapshot_rate: 0,
         }
+    }
+
+    /// Makes every link mutual TLS with `tls`: links are refused both ways with a node whose
+    /// certificate the cluster CA did not sign. Set before [`PeerTransport::serve`].
+    pub fn with_tls(self, tls: Option<Arc<trireme_tls::PeerTls>>) -> Self {
+        if let Some(tls) = tls {
+            let _ = self.inner.tls.set(tls);
+        }
+        self
     }
 
     /// Paces every snapshot sent to `bytes_per_sec` (0: unpaced). A replica move sends a
@@ -236,12 +251,10 @@ impl PeerTransport {
         cluster: &str,
         payload: Vec<u8>,
         timeout: Duration,
+        tls: Option<&trireme_tls::PeerTls>,
     ) -> Result<Vec<u8>, String> {
         let attempt = async {
-            let mut stream = TcpStream::connect(addr)
-                .await
-                .map_err(|e| format!("cannot reach {addr}: {e}"))?;
-            let _ = stream.set_nodelay(true);
+            let mut stream = stream::dial(addr, tls).await?;
             send_frame(
                 &mut stream,
                 &wire::Frame::Join {
@@ -279,6 +292,14 @@ impl PeerTransport {
                 }
                 let inner = inner.clone();
                 tokio::spawn(async move {
+                    let stream = match stream::accepted(stream, inner.tls.get().map(|t| &**t)).await
+                    {
+                        Ok(stream) => stream,
+                        Err(reason) => {
+                            tracing::warn!(remote = %from, %reason, "refused a peer link at its TLS handshake");
+                            return;
+                        }
+                    };
                     if let Err(reason) = accept(inner, stream).await {
                         tracing::warn!(remote = %from, %reason, "refused a peer link");
                     }
@@ -490,7 +511,7 @@ impl Inner {
             .map(|g| (g.raft.clone(), g.last_append.clone()))
     }
 
-    fn install(self: &Arc<Self>, peer: u64, stream: TcpStream) -> Arc<Link> {
+    fn install(self: &Arc<Self>, peer: u64, stream: PeerStream) -> Arc<Link> {
         let serial = self.next_serial.fetch_add(1, Ordering::Relaxed);
         let link = Link::start(stream, peer, serial, self.clone());
         if let Some(old) = lock(&self.links).insert(peer, link.clone()) {
@@ -600,13 +621,13 @@ impl Inbound for Inner {
 }
 
 /// Reads one handshake frame from a fresh connection.
-async fn read_handshake(stream: &mut TcpStream) -> Result<wire::Frame, String> {
+async fn read_handshake(stream: &mut PeerStream) -> Result<wire::Frame, String> {
     read_frame(stream, 64 * 1024, HANDSHAKE_TIMEOUT).await
 }
 
 /// Reads one frame of at most `max` bytes, before anything else is sent on the connection.
 async fn read_frame(
-    stream: &mut TcpStream,
+    stream: &mut PeerStream,
     max: usize,
     timeout: Duration,
 ) -> Result<wire::Frame, String> {
@@ -628,15 +649,15 @@ async fn read_frame(
     wire::decode(&body).map_err(|e| format!("undecodable handshake: {e}"))
 }
 
-async fn send_frame(stream: &mut TcpStream, frame: &wire::Frame) -> Result<(), String> {
+async fn send_frame(stream: &mut PeerStream, frame: &wire::Frame) -> Result<(), String> {
     let mut buf = BytesMut::new();
     wire::encode(frame, &mut buf).map_err(|e| e.to_string())?;
-    stream.write_all(&buf).await.map_err(|e| e.to_string())
+    stream.write_all(&buf).await.map_err(|e| e.to_string())?;
+    stream.flush().await.map_err(|e| e.to_string())
 }
 
 /// The accepting side of a handshake.
-async fn accept(inner: Arc<Inner>, mut stream: TcpStream) -> Result<(), String> {
-    let _ = stream.set_nodelay(true);
+async fn accept(inner: Arc<Inner>, mut stream: PeerStream) -> Result<(), String> {
     let hello = read_handshake(&mut stream).await?;
     if let wire::Frame::Join { cluster, payload } = hello {
         return answer_join(&inner, stream, cluster, payload).await;
@@ -697,7 +718,7 @@ async fn accept(inner: Arc<Inner>, mut stream: TcpStream) -> Result<(), String> 
 /// Answers a node asking to join, through the cluster layer's handler.
 async fn answer_join(
     inner: &Arc<Inner>,
-    mut stream: TcpStream,
+    mut stream: PeerStream,
     cluster: String,
     payload: Vec<u8>,
 ) -> Result<(), String> {
@@ -726,7 +747,7 @@ async fn answer_join(
 }
 
 /// Tells the dialer why its link is refused, then drops the connection.
-async fn refuse(mut stream: TcpStream, reason: String) -> Result<(), String> {
+async fn refuse(mut stream: PeerStream, reason: String) -> Result<(), String> {
     let _ = send_frame(
         &mut stream,
         &wire::Frame::Refused {
@@ -783,8 +804,9 @@ async fn tell_removed(inner: &Arc<Inner>, peer: u64) {
     let Some(addr) = lock(&inner.addrs).get(&peer).cloned() else {
         return;
     };
+    let tls = inner.tls.get().map(|t| &**t);
     let Ok(Ok(mut stream)) =
-        tokio::time::timeout(HANDSHAKE_TIMEOUT, TcpStream::connect(&addr)).await
+        tokio::time::timeout(HANDSHAKE_TIMEOUT, stream::dial(&addr, tls)).await
     else {
         return;
     };
@@ -796,11 +818,10 @@ async fn dial(inner: &Arc<Inner>, peer: u64) -> Result<(), String> {
     let Some(addr) = lock(&inner.addrs).get(&peer).cloned() else {
         return Err("address unknown".into());
     };
-    let mut stream = tokio::time::timeout(HANDSHAKE_TIMEOUT, TcpStream::connect(&addr))
+    let tls = inner.tls.get().map(|t| &**t);
+    let mut stream = tokio::time::timeout(HANDSHAKE_TIMEOUT, stream::dial(&addr, tls))
         .await
-        .map_err(|_| format!("connect to {addr} timed out"))?
-        .map_err(|e| format!("connect to {addr}: {e}"))?;
-    let _ = stream.set_nodelay(true);
+        .map_err(|_| format!("connect to {addr} timed out"))??;
     send_frame(
         &mut stream,
         &wire::Frame::Hello {

@@ -63,9 +63,18 @@ pub(crate) fn refusal(shared: &Shared, client: &ClientState, request: &[Bytes]) 
     };
     let anonymous = caller.is_anonymous();
     let can = caller.authorizer();
-    let keys = super::server::keys_of(request);
+    let mut keys = super::server::keys_of(request);
+    // The command table gives MEMORY no key (its STATS takes none); USAGE reads one.
+    if name == "memory"
+        && request
+            .get(1)
+            .is_some_and(|sub| sub.eq_ignore_ascii_case(b"usage"))
+        && let Some(key) = request.get(2)
+    {
+        keys.push(key.clone());
+    }
     let (allowed, what) = if !keys.is_empty() {
-        let read = super::server::reads_only(&name) || name == "watch";
+        let read = super::server::reads_only(&name) || name == "watch" || name == "memory";
         let allowed = keys.iter().all(|key| {
             if read {
                 can.key_read(key)
@@ -105,4 +114,16 @@ pub(crate) fn refusal(shared: &Shared, client: &ClientState, request: &[Bytes]) 
             name.chars().take(64).collect::<String>()
         ),
     }))
+}
+
+/// Whether a message on `channel` may still go to this connection: its token must still
+/// exist and read the channel, so a revoked subscriber stops receiving at once rather than
+/// at a next command it may never send.
+pub(crate) fn may_receive(shared: &Shared, client: &ClientState, channel: &[u8]) -> bool {
+    let node = &shared.node;
+    if !node.acl_enabled() {
+        return true;
+    }
+    node.resolve_token(client.token.as_deref())
+        .is_ok_and(|caller| caller.authorizer().event_read(channel))
 }

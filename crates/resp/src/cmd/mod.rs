@@ -17,6 +17,7 @@ mod sorted_sets;
 mod strings;
 mod transaction;
 
+pub(crate) use access::may_receive;
 pub(crate) use lists::is_blocking;
 pub(crate) use pubsub::message as pubsub_message;
 

@@ -89,6 +89,8 @@ pub struct ClusterOptions {
     pub limits: String,
     /// Lines of the `[acl]` table of the nodes' config, if any.
     pub acl: String,
+    /// More tables for the nodes' config (`[peer_tls]` ...), appended as they are.
+    pub extra_toml: String,
 }
 
 impl Default for ClusterOptions {
@@ -104,6 +106,7 @@ impl Default for ClusterOptions {
             cluster: String::new(),
             limits: String::new(),
             acl: String::new(),
+            extra_toml: String::new(),
         }
     }
 }
@@ -126,6 +129,7 @@ impl ClusterOptions {
         if !self.acl.is_empty() {
             toml.push_str(&format!("[acl]\n{}\n", self.acl));
         }
+        toml.push_str(&self.extra_toml);
         toml
     }
 

@@ -156,6 +156,12 @@ pub struct StartOptions {
     /// `--join HOST:PEER_PORT`: enter a running cluster through that member (excludes
     /// `initial_cluster`).
     pub join: Option<String>,
+    /// The CA certificate (PEM) the node's `[tls]` certificate chains to: the test's HTTP
+    /// client trusts it.
+    pub ca_pem: Option<String>,
+    /// A client certificate and its key (PEM, concatenated) the test's HTTP client presents,
+    /// for a node with `verify_incoming = true`.
+    pub client_pem: Option<String>,
 }
 
 impl Default for StartOptions {
@@ -172,6 +178,8 @@ impl Default for StartOptions {
             peer_addr: None,
             initial_cluster: None,
             join: None,
+            ca_pem: None,
+            client_pem: None,
         }
     }
 }
@@ -198,6 +206,8 @@ pub struct Endpoints {
     pub resp: SocketAddr,
     pub peer: SocketAddr,
     pub pid: u32,
+    /// Whether the client ports speak TLS.
+    pub tls: bool,
 }
 
 impl Endpoints {
@@ -208,8 +218,24 @@ impl Endpoints {
             resp: e.resp.parse().ok()?,
             peer: e.peer.parse().ok()?,
             pid: e.pid,
+            tls: e.tls,
         })
     }
+}
+
+/// An HTTP client that trusts the CA certificate `ca_pem` (for nodes with `[tls]`) and, if
+/// given, presents the client certificate and key in `client_pem`.
+pub fn https_client(ca_pem: &str, client_pem: Option<&str>) -> reqwest::Client {
+    let mut builder = reqwest::Client::builder()
+        .no_proxy()
+        .timeout(Duration::from_secs(20))
+        .tls_built_in_root_certs(false)
+        .add_root_certificate(reqwest::Certificate::from_pem(ca_pem.as_bytes()).expect("CA PEM"));
+    if let Some(pem) = client_pem {
+        builder =
+            builder.identity(reqwest::Identity::from_pem(pem.as_bytes()).expect("client PEM"));
+    }
+    builder.build().expect("build reqwest client")
 }
 
 /// One running `trireme server` process. Dropping it SIGKILLs that process (and only it).
@@ -232,12 +258,15 @@ impl TestNode {
             .tempdir()
             .expect("create temp dir");
         let mut node = TestNode {
-            opts,
             dir,
             process: None,
             endpoints: None,
             generation: 0,
-            http: http_client(),
+            http: match &opts.ca_pem {
+                Some(ca) => https_client(ca, opts.client_pem.as_deref()),
+                None => http_client(),
+            },
+            opts,
         };
         node.spawn_and_wait().await;
         node
@@ -383,9 +412,11 @@ impl TestNode {
         self.endpoints.as_ref().expect("node is not running")
     }
 
-    /// `http://127.0.0.1:PORT`.
+    /// `http://127.0.0.1:PORT` (`https://` for a node with TLS).
     pub fn http_url(&self) -> String {
-        format!("http://{}", self.endpoints().http)
+        let endpoints = self.endpoints();
+        let scheme = if endpoints.tls { "https" } else { "http" };
+        format!("{scheme}://{}", endpoints.http)
     }
 
     /// `http://127.0.0.1:PORT/v1/kv/<key>`.
