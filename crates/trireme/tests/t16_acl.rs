@@ -475,8 +475,10 @@ async fn resp_commands_need_auth_and_keys_in_the_rules() {
     }
     assert_eq!(got, ["+OK", ":2", noperm_keys, ":3", "$1"]);
 
-    // HELLO 3 AUTH logs in too; a bad secret there fails the HELLO.
+    // HELLO without AUTH on a connection that has not logged in is refused, as Redis does.
     let mut c3 = RawResp::connect(node.resp_addr()).await;
+    assert!(line(&c3.cmd(&[b"HELLO", b"3"]).await).starts_with("-NOAUTH HELLO must be called"));
+    // HELLO 3 AUTH logs in too; a bad secret there fails the HELLO.
     c3.send_cmd(&[b"HELLO", b"3", b"AUTH", b"default", b"nope"])
         .await;
     assert!(line(&c3.read_reply().await).starts_with("-WRONGPASS"));

@@ -866,5 +866,45 @@ async fn up_secure_makes_a_ca_and_a_token_and_turns_acls_and_tls_on() {
     );
     assert!(ok, "{got}{err}");
     assert_eq!(got.trim(), "locked");
+    // The benchmark reaches it too: the token in each target's URL, the CA from --ca-file.
+    for target in [
+        format!("https://:{token}@{}", n1.http),
+        format!("rediss://default:{token}@{}", n1.resp),
+    ] {
+        let preset = if target.starts_with("https") {
+            "consul-put"
+        } else {
+            "dynomite-80-20"
+        };
+        let out = Command::new(binary())
+            .args(["bench", "--preset", preset, "--target", &target])
+            .args([
+                "--keys",
+                "100",
+                "--duration",
+                "2s",
+                "--warmup",
+                "0s",
+                "--no-results",
+            ])
+            .arg("--ca-file")
+            .arg(&ca)
+            .output()
+            .expect("trireme bench");
+        let stdout = String::from_utf8_lossy(&out.stdout);
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert!(out.status.success(), "{preset}: {stdout}{stderr}");
+        let total = stdout
+            .lines()
+            .find(|l| l.starts_with("total"))
+            .unwrap_or_else(|| panic!("no total line: {stdout}"));
+        let fields: Vec<&str> = total.split_whitespace().collect();
+        assert!(fields[1].parse::<u64>().unwrap_or(0) > 0, "{total}");
+        assert_eq!(fields.last(), Some(&"0"), "no errors: {total}");
+        assert!(
+            !stderr.contains(&token),
+            "the token is never printed: {stderr}"
+        );
+    }
     assert!(up.terminate().await.success(), "{}", up.output());
 }

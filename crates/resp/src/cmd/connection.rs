@@ -25,6 +25,7 @@ pub(crate) fn echo(args: &mut Args) -> CmdResult {
 /// booleans, sets, verbatim strings, pushes) are not used by any command yet.
 pub(crate) async fn hello(ctx: &mut Ctx<'_>, args: &mut Args) -> CmdResult {
     let mut protocol = ctx.client.protocol;
+    let mut logged_in = false;
     if args.remaining() > 0 {
         let version = args.next_i64().map_err(|_| {
             CmdError::Reply("ERR Protocol version is not an integer or out of range".into())
@@ -46,6 +47,7 @@ pub(crate) async fn hello(ctx: &mut Ctx<'_>, args: &mut Args) -> CmdResult {
                 let secret = args.next_bytes()?;
                 if ctx.shared.node.acl_enabled() {
                     log_in(ctx, &secret).await?;
+                    logged_in = true;
                 } else {
                     check_user(&user)?;
                 }
@@ -53,6 +55,13 @@ pub(crate) async fn hello(ctx: &mut Ctx<'_>, args: &mut Args) -> CmdResult {
                 return Err(CmdError::Reply("ERR Syntax error in HELLO option".into()));
             }
         }
+    }
+    // As Redis with a password: an unauthenticated HELLO without AUTH is refused, so a
+    // client that forgot its password learns it at connect.
+    if !logged_in && ctx.client.token.is_none() && must_log_in(ctx) {
+        return Err(CmdError::Reply(
+            "NOAUTH HELLO must be called with the client already authenticated, otherwise the HELLO <proto> AUTH <user> <pass> option can be used to authenticate the client and select the RESP protocol version at the same time".into(),
+        ));
     }
     // The answer already comes in the protocol asked for.
     ctx.client.protocol = protocol;
@@ -100,6 +109,13 @@ fn check_user(user: &[u8]) -> Result<(), CmdError> {
     } else {
         Err(CmdError::Reply(WRONGPASS.into()))
     }
+}
+
+/// Whether ACLs make an anonymous connection log in before anything else (default deny).
+fn must_log_in(ctx: &Ctx<'_>) -> bool {
+    let node = &ctx.shared.node;
+    node.acl_enabled()
+        && node.config().acl.default_policy == trireme_types::acl::DefaultPolicy::Deny
 }
 
 /// Failed `AUTH`s a connection may make at full speed; later ones are answered after

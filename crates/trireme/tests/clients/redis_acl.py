@@ -44,9 +44,12 @@ def client(**kwargs):
     return redis.Redis(host=host, port=port, **kwargs)
 
 
-# No password: the handshake's first command past HELLO is answered NOAUTH.
-raises("no password is NOAUTH", AuthenticationError, "Authentication required",
+# No password: redis-py's RESP3 handshake (HELLO 3 without AUTH) is refused with NOAUTH, as
+# Redis refuses it when a password is set; RESP2 gets NOAUTH at its first command.
+raises("no password is NOAUTH", AuthenticationError, "HELLO must be called with the client already authenticated",
        lambda: client().get("app/x"))
+raises("no password in RESP2 is NOAUTH", AuthenticationError, "Authentication required",
+       lambda: client(protocol=2).get("app/x"))
 raises("wrong password is WRONGPASS", AuthenticationError, "invalid username-password pair",
        lambda: client(password="not-a-secret").get("app/x"))
 raises("wrong password with a user is WRONGPASS", AuthenticationError,
