@@ -63,6 +63,23 @@ pub struct ServerArgs {
     /// Log filter (`info`, `debug`, `trireme=debug,openraft=warn`, ...).
     #[arg(long)]
     pub log: Option<String>,
+    /// Check every request's ACL token (`[acl] enabled`).
+    #[arg(long)]
+    pub acl: bool,
+    /// What a request gets where no rule of its token answers: allow or deny
+    /// (`[acl] default_policy`; implies --acl).
+    #[arg(long)]
+    pub acl_default_policy: Option<String>,
+    /// Certificate chain (PEM) of the HTTP and RESP ports: turns TLS on (`[tls] cert_file`).
+    #[arg(long)]
+    pub tls_cert_file: Option<PathBuf>,
+    /// Private key (PEM) of that certificate (`[tls] key_file`).
+    #[arg(long)]
+    pub tls_key_file: Option<PathBuf>,
+    /// CA (PEM) client certificates must chain to; requires them (`[tls] ca_file` with
+    /// `verify_incoming = true`).
+    #[arg(long)]
+    pub tls_ca_file: Option<PathBuf>,
 }
 
 /// The TOML file. Unknown fields are rejected by name.
@@ -436,16 +453,35 @@ impl ServerArgs {
         if let Some(balance) = file.balance_leaders {
             node.balance_leaders = balance;
         }
-        if let Some(acl) = file.acl {
-            node.acl = acl_config(acl)?;
+        let mut acl_section = file.acl.unwrap_or_default();
+        if self.acl || self.acl_default_policy.is_some() {
+            acl_section.enabled = Some(true);
         }
+        if let Some(policy) = self.acl_default_policy {
+            acl_section.default_policy = Some(policy);
+        }
+        node.acl = acl_config(acl_section)?;
         let base = self
             .config
             .as_deref()
             .and_then(Path::parent)
             .unwrap_or(Path::new(""))
             .to_path_buf();
-        let tls = file.tls.map(|t| t.files(&base));
+        let mut tls = file.tls.map(|t| t.files(&base));
+        match (self.tls_cert_file, self.tls_key_file) {
+            (Some(cert_file), Some(key_file)) => {
+                tls = Some(trireme_tls::TlsFiles {
+                    verify_incoming: self.tls_ca_file.is_some(),
+                    ca_file: self.tls_ca_file,
+                    cert_file,
+                    key_file,
+                });
+            }
+            (None, None) if self.tls_ca_file.is_none() => {}
+            _ => bail!(
+                "--tls-cert-file and --tls-key-file go together (and --tls-ca-file with them)"
+            ),
+        }
         if let Some(files) = &tls {
             // Read now, so a bad file stops the node before it touches its data.
             trireme_tls::ServerTls::load(files.clone(), &[]).context("[tls]")?;
@@ -475,7 +511,9 @@ fn acl_config(section: AclSection) -> anyhow::Result<trireme_cluster::AclConfig>
     let default_policy = match section.default_policy.as_deref() {
         None => trireme_types::acl::DefaultPolicy::Allow,
         Some(text) => text.parse().map_err(|_| {
-            anyhow::anyhow!("[acl] default_policy must be \"allow\" or \"deny\", got {text:?}")
+            anyhow::anyhow!(
+                "[acl] default_policy (--acl-default-policy) must be \"allow\" or \"deny\", got {text:?}"
+            )
         })?,
     };
     if let Some(token) = &section.initial_management_token
@@ -584,6 +622,76 @@ fn raft_timing(raft: RaftSection) -> anyhow::Result<RaftTiming> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn security_comes_from_the_tables_or_the_flags() {
+        let dir = tempfile::tempdir().unwrap();
+        let ca = trireme_tls::LocalCa::generate().unwrap();
+        let ca_file = ca.write(dir.path()).unwrap();
+        let (cert, key) = ca.write_node(dir.path(), "n1").unwrap();
+        let path = dir.path().join("t.toml");
+        // Relative paths in the file are read from the file's directory.
+        let config = from_file(
+            &path,
+            "[acl]\nenabled = true\ndefault_policy = \"deny\"\n[tls]\ncert_file = \"n1.pem\"\nkey_file = \"n1-key.pem\"\n[peer_tls]\ncert_file = \"n1.pem\"\nkey_file = \"n1-key.pem\"\nca_file = \"ca.pem\"\n",
+        )
+        .unwrap();
+        assert!(config.node.acl.enabled);
+        assert_eq!(
+            config.node.acl.default_policy,
+            trireme_types::acl::DefaultPolicy::Deny
+        );
+        assert_eq!(config.tls.as_ref().unwrap().cert_file, cert);
+        assert!(config.node.peer_tls.is_some());
+        // The flags, without a file.
+        let config = ServerArgs {
+            acl_default_policy: Some("deny".into()),
+            tls_cert_file: Some(cert.clone()),
+            tls_key_file: Some(key.clone()),
+            tls_ca_file: Some(ca_file.clone()),
+            ..Default::default()
+        }
+        .resolve()
+        .unwrap();
+        assert!(config.node.acl.enabled);
+        let tls = config.tls.unwrap();
+        assert!(
+            tls.verify_incoming,
+            "a client CA means client certificates are required"
+        );
+        assert_eq!(tls.ca_file, Some(ca_file));
+        for (args, named) in [
+            (
+                ServerArgs {
+                    tls_cert_file: Some(cert.clone()),
+                    ..Default::default()
+                },
+                "--tls-key-file",
+            ),
+            (
+                ServerArgs {
+                    acl_default_policy: Some("maybe".into()),
+                    ..Default::default()
+                },
+                "--acl-default-policy",
+            ),
+        ] {
+            let err = args.resolve().unwrap_err();
+            assert!(format!("{err:#}").contains(named), "{err:#}");
+        }
+        let err = from_file(
+            &path,
+            "[peer_tls]\ncert_file = \"n1.pem\"\nkey_file = \"n1-key.pem\"\n",
+        )
+        .unwrap_err();
+        assert!(format!("{err:#}").contains("ca_file"), "{err:#}");
+        let err = from_file(
+            &path,
+            "[tls]\ncert_file = \"missing.pem\"\nkey_file = \"n1-key.pem\"\n",
+        )
+        .unwrap_err();
+        assert!(format!("{err:#}").contains("missing.pem"), "{err:#}");
+    }
 
     /// Writes `toml` to `path` and resolves a config from that file alone.
     fn from_file(path: &std::path::Path, toml: &str) -> anyhow::Result<ServerConfig> {
