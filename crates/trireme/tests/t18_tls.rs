@@ -311,6 +311,32 @@ async fn client_ports_speak_tls_and_refuse_plain_text() {
             "redis-cli --tls GET: {out:?} {err:?}"
         );
 
+        // redis-py 8 at its defaults (RESP3) over TLS, trusting the CA; the value redis-cli
+        // wrote is read back, and a write of its own reads back through redis-cli.
+        let python = concat!(
+            env!("CARGO_MANIFEST_DIR"),
+            "/../../target/test-venv/bin/python"
+        );
+        let script = format!(
+            "import redis\n\
+             r = redis.Redis(host='127.0.0.1', port={port}, ssl=True, ssl_ca_certs={ca:?})\n\
+             assert r.get('tls:r') == b'over-tls', r.get('tls:r')\n\
+             r.set('tls:py', 'from-redis-py')\n\
+             print('ok')\n"
+        );
+        let (ok, out, err) = run_program_async(python, &["-c", &script], TOOL_LIMIT).await;
+        assert!(
+            ok && out.trim() == "ok",
+            "redis-py over TLS: {out:?} {err:?}"
+        );
+        let args = tls_cli(&["GET", "tls:py"]);
+        let args: Vec<&str> = args.iter().map(String::as_str).collect();
+        let (ok, out, err) = run_program_async("redis-cli", &args, TOOL_LIMIT).await;
+        assert!(
+            ok && out.trim() == "from-redis-py",
+            "redis-cli --tls GET of redis-py's write: {out:?} {err:?}"
+        );
+
         // Plain RESP to the TLS port: no PONG, and the node says why.
         let from = node.stderr_log().len();
         let (_, out, err) = run_program_async(
