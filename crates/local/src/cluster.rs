@@ -1016,12 +1016,7 @@ impl Probe {
 
 /// A node's `/v1/cluster/shards`: the shard count and the shards it knows a leader of.
 async fn shard_leaders(client: &reqwest::Client, http: &str) -> Option<(u32, Vec<u32>)> {
-    let base = if http.contains("://") {
-        http.to_string()
-    } else {
-        format!("http://{http}")
-    };
-    let url = format!("{base}/v1/cluster/shards");
+    let url = format!("{}/v1/cluster/shards", crate::process::base_url(http));
     let response = client.get(url).send().await.ok()?;
     if response.status() != reqwest::StatusCode::OK {
         return None;

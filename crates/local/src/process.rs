@@ -426,16 +426,20 @@ pub fn http_client(timeout: Duration) -> Result<reqwest::Client> {
 
 /// Whether the node at `http` (`IP:port`) answers `GET /v1/health` with 200.
 pub async fn healthy(client: &reqwest::Client, http: &str) -> bool {
-    // A bare `host:port` is plain HTTP; a node with TLS is given with its scheme.
-    let base = if http.contains("://") {
+    matches!(
+        client.get(format!("{}/v1/health", base_url(http))).send().await,
+        Ok(r) if r.status() == reqwest::StatusCode::OK
+    )
+}
+
+/// The base URL of a node's HTTP address: a bare `host:port` is plain HTTP; a node with TLS
+/// is given with its scheme.
+pub(crate) fn base_url(http: &str) -> String {
+    if http.contains("://") {
         http.to_string()
     } else {
         format!("http://{http}")
-    };
-    matches!(
-        client.get(format!("{base}/v1/health")).send().await,
-        Ok(r) if r.status() == reqwest::StatusCode::OK
-    )
+    }
 }
 
 /// Whether process `pid` exists and has not exited: a zombie (exited, not yet reaped by a
