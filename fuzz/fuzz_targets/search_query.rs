@@ -3,15 +3,15 @@
 #![no_main]
 
 use libfuzzer_sys::fuzz_target;
-use trireme_cluster::SearchQuery;
 
 fuzz_target!(|data: &[u8]| {
     let text = String::from_utf8_lossy(data);
-    if let Ok(query) = SearchQuery::parse(&text) {
+    if let Ok(query) = trireme_search::parse(&text) {
         let doc = serde_json::json!({
-            "name": "Alice Liddell", "n": 42, "ok": true, "none": null,
-            "address": {"city": "Oxford"}, "tags": ["a", {"b": "c d"}, 7],
+            "name": "Alice Liddell", "n": 42, "x": 1.5, "ok": true, "none": null,
+            "at": "2024-05-01T10:00:00+02:00", "empty": [], "nothing": {},
+            "address": {"city": "Oxford"}, "tags": ["a", {"b": "c d"}, 7, [false]],
         });
-        let _ = query.matches(&doc);
+        let _ = trireme_search::matches(&query, &doc);
     }
 });

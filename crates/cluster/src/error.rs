@@ -39,3 +39,12 @@ impl ClusterError {
         }
     }
 }
+
+impl From<trireme_search::SearchError> for ClusterError {
+    fn from(e: trireme_search::SearchError) -> Self {
+        match e {
+            trireme_search::SearchError::Storage(e) => ClusterError::Storage(e),
+            other => ClusterError::Request(other.to_client()),
+        }
+    }
+}

@@ -11,7 +11,6 @@
 //! mode and a query (keys, a scan, a count, a search), a [`Write`] only its log command, and
 //! each answers in its own type, here and over the peer link alike.
 
-use crate::search::SearchQuery;
 use crate::{ClusterError, Node};
 use bytes::Bytes;
 use serde::de::DeserializeOwned;
@@ -313,44 +312,80 @@ impl ReadQuery for CountExpiring {
     }
 }
 
-/// Documents under `prefix` matching `query` (text, parsed where it runs, so the wire format
-/// does not fix the query's shape): the number of all matches and the first `limit` in key
-/// order. Reads every row under the prefix, each as JSON where it is stored (only the fields
-/// the query names are built, only matches are copied): there is no index.
+/// How long a `consistent` search waits for a shard's index to cover what the shard had
+/// applied when the search reached it.
+const CONSISTENT_SEARCH_WAIT: Duration = Duration::from_secs(5);
+
+/// A search of one shard's index (see [`trireme_search`]): the number of documents of
+/// `collection` that match `query` within the slots routed to the shard, and the best `want`
+/// of them by relevance, each with its score and its record as stored now. The query travels
+/// as text and is parsed where it runs, so the wire format does not fix its shape.
+///
+/// In the `consistent` mode, after the shard's read barrier, the search waits until the
+/// index covers every change the replica had applied by then; in the others it reads the
+/// index as last committed (at most [`trireme_search::COMMIT_INTERVAL`] behind, plus the
+/// time to index what came in).
 #[derive(Debug, Clone, Serialize, Deserialize)]
-pub(crate) struct SearchRows {
-    pub prefix: Bytes,
+pub(crate) struct SearchShard {
+    pub mode: WireMode,
+    pub slots: Option<(u16, u16)>,
+    pub collection: Bytes,
     pub query: String,
-    pub limit: u32,
+    pub want: u32,
 }
 
-impl ReadQuery for SearchRows {
-    type Found = (u64, Vec<(Bytes, Record)>);
+/// One search hit as a shard answers it.
+pub(crate) type ShardHit = (Bytes, f32, Record);
 
-    fn is_cheap(&self) -> bool {
-        false
+impl ShardRequest for SearchShard {
+    type Answer = (u64, Vec<ShardHit>, Freshness);
+    const WRITES: bool = false;
+
+    fn any_replica(&self) -> bool {
+        matches!(self.mode, WireMode::Stale)
     }
 
-    fn run(
-        &self,
-        storage: &Storage,
-        shard: ShardId,
-        now: u64,
-        slots: Option<(u16, u16)>,
-    ) -> Result<Self::Found, ClusterError> {
-        let query = SearchQuery::parse(&self.query)?;
-        let limit = self.limit as usize;
-        Ok(
-            storage.scan_filtered(shard, &self.prefix, now, limit, slots, |value| {
-                // Only objects are documents; the first byte rules most other values out
-                // unparsed.
-                value.trim_ascii_start().first() == Some(&b'{') && query.matches_json(value)
-            })?,
-        )
+    fn at_once(&self, _: &Node, _: ShardId) -> Option<Result<Self::Answer, ClusterError>> {
+        None
     }
 
-    fn to_wire(&self) -> WireQuery {
-        WireQuery::Search(self.clone())
+    async fn serve(self, node: &Node, group: &ShardGroup) -> Result<Self::Answer, ClusterError> {
+        let mode = ReadMode::from(self.mode);
+        group.read_barrier(mode).await?;
+        let shard = group.shard();
+        let only = node.slots_to_read(shard, self.slots)?;
+        if mode == ReadMode::Consistent {
+            node.search
+                .wait_covered(shard, CONSISTENT_SEARCH_WAIT)
+                .await?;
+        }
+        let query = trireme_search::parse(&self.query)?;
+        let search = node.search.clone();
+        let storage = node.storage.clone();
+        let want = self.want as usize;
+        let collection = self.collection;
+        let read = move || {
+            storage.read_with_removals(shard, || -> Result<_, ClusterError> {
+                let hits = search.search(shard, &collection, &query, only, want)?;
+                let now = crate::now_ms();
+                let mut rows = Vec::with_capacity(hits.top.len());
+                for (key, score) in hits.top {
+                    // Gone since the index's last commit: not a result any more.
+                    if let Some(record) = storage.get(shard, &key, now)? {
+                        rows.push((key, score, record));
+                    }
+                }
+                Ok((hits.total, rows))
+            })
+        };
+        let ((total, rows), removed) = tokio::task::spawn_blocking(read)
+            .await
+            .map_err(|e| ClusterError::Internal(format!("search task: {e}")))??;
+        Ok((total, rows, freshness(group, removed)))
+    }
+
+    fn to_wire(&self) -> WireOp {
+        WireOp::Search(self.clone())
     }
 }
 
@@ -542,7 +577,6 @@ pub(crate) enum WireQuery {
     Get(GetKeys),
     Scan(ScanRows),
     Count(CountRows),
-    Search(SearchRows),
     Hash(ReadHash),
     Set(ReadSet),
     List(ReadList),
@@ -555,6 +589,8 @@ pub(crate) enum WireQuery {
 pub(crate) enum WireOp {
     Read(WireMode, Option<(u16, u16)>, WireQuery),
     Write(LogCommand),
+    /// A search of the shard's index.
+    Search(SearchShard),
     /// A pub/sub message for this node's subscribers (no shard involved); answered with how
     /// many received it.
     Publish {
@@ -862,6 +898,7 @@ impl Node {
                 encode_reply(&ForwardReply::Served(receivers))
             }
             WireOp::Write(command) => self.serve_here(shard, Write(command)).await,
+            WireOp::Search(search) => self.serve_here(shard, search).await,
             WireOp::Wait {
                 target,
                 seen,
@@ -884,9 +921,6 @@ impl Node {
                         self.serve_here(shard, Read { mode, query, slots }).await
                     }
                     WireQuery::Count(query) => {
-                        self.serve_here(shard, Read { mode, query, slots }).await
-                    }
-                    WireQuery::Search(query) => {
                         self.serve_here(shard, Read { mode, query, slots }).await
                     }
                     WireQuery::Hash(query) => {

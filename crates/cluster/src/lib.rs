@@ -30,7 +30,6 @@ mod pubsub;
 mod rebalance;
 mod request;
 mod router;
-mod search;
 mod session;
 
 pub use acl::{
@@ -51,8 +50,7 @@ pub use request::{
     PutOutcome, PutRequest, Records, SetOutcome, SortedSetOutcome, TransactionOutcome,
     TransactionRequest, TtlChanged,
 };
-pub use router::{MAX_ENTRY_BYTES, ReadMeta, ScanPage, SearchPage};
-pub use search::SearchQuery;
+pub use router::{MAX_ENTRY_BYTES, ReadMeta, ScanPage, SearchHit, SearchPage};
 pub use session::{SessionInfo, SessionRequest, is_session_id};
 pub use trireme_raft::{PeerNode, RaftTiming, ReadMode};
 pub use trireme_types::{

@@ -78,6 +78,8 @@ pub struct Node {
     pub(crate) message_sink: RwLock<Option<Arc<dyn crate::pubsub::MessageSink>>>,
     /// ACL configuration and the cache tokens resolve through.
     pub(crate) acl: crate::acl::Acl,
+    /// The document search index of each shard replica here.
+    pub(crate) search: Arc<trireme_search::SearchIndexes>,
 }
 
 /// One shard as this node sees it.
@@ -135,6 +137,9 @@ impl Node {
     ) -> Result<Arc<Self>, ClusterError> {
         let storage = Storage::open(&config.data_dir, &StorageOptions::default())?;
         let stored = identity::check(&storage, &config)?;
+        // Before any group applies: the indexes follow every applied change.
+        let search =
+            trireme_search::SearchIndexes::start(&config.data_dir.join("search"), storage.clone())?;
         let node_id = NodeId::from_name(&config.name);
         let me = PeerNode {
             name: config.name.clone(),
@@ -245,6 +250,7 @@ impl Node {
             elastic_metrics: crate::rebalance::ElasticMetrics::default(),
             message_sink: RwLock::new(None),
             acl,
+            search,
         });
         node.transport
             .set_forward_handler(crate::forward::handler(&node));
@@ -526,6 +532,9 @@ impl Node {
         shard: ShardId,
         map: &ClusterMap,
     ) -> Result<ShardGroup, ClusterError> {
+        // Its index is checked against the rows the group starts from, before it replays
+        // its log (which the index then follows).
+        self.search.open_shard(shard);
         let group = ShardGroup::open(
             self.storage.clone(),
             GroupId::of_shard(shard),
@@ -734,6 +743,11 @@ impl Node {
         &self.storage
     }
 
+    /// The search indexes of the shard replicas here (metrics).
+    pub fn search_indexes(&self) -> &Arc<trireme_search::SearchIndexes> {
+        &self.search
+    }
+
     /// Moves this node has planned, completed and given up as metadata leader (metrics).
     pub fn elastic_metrics(&self) -> &crate::ElasticMetrics {
         &self.elastic_metrics
@@ -931,6 +945,8 @@ impl Node {
         }
         self.meta.shutdown().await;
         self.transport.stop();
+        let search = self.search.clone();
+        let _ = tokio::task::spawn_blocking(move || search.stop()).await;
         if let Err(e) = self.storage.sync_async().await {
             tracing::warn!(error = %e, "final sync at shutdown");
         }

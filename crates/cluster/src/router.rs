@@ -11,14 +11,13 @@
 
 use crate::forward::{
     CountExpiring, CountRows, Freshness, GetKeys, Read, ReadHash, ReadList, ReadSet, ReadSortedSet,
-    ScanRows, SearchRows, Write,
+    ScanRows, SearchShard, Write,
 };
 use crate::request::{
     DeleteRequest, Deleted, Done, EditOutcome, FromApplied, HashOutcome, IncrOutcome, ListOutcome,
     PutOutcome, PutRequest, SetOutcome, SortedSetOutcome, TransactionOutcome, TransactionRequest,
     TtlChanged,
 };
-use crate::search::SearchQuery;
 use crate::{ClusterError, Node};
 use bytes::Bytes;
 use futures::future::try_join_all;
@@ -69,12 +68,23 @@ pub struct ReadMeta {
 }
 
 /// One page of search results.
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq)]
 pub struct SearchPage {
     /// How many documents match in all, across every shard.
     pub total: u64,
-    /// The requested slice of the matches, in key order.
-    pub rows: Vec<(Bytes, Record)>,
+    /// The requested slice of the matches, best first.
+    pub rows: Vec<SearchHit>,
+}
+
+/// One search result: the document's key, its relevance and its record.
+#[derive(Debug, Clone, PartialEq)]
+pub struct SearchHit {
+    /// The document's key (`collection/key`).
+    pub key: Bytes,
+    /// Relevance (BM25, computed per shard); higher is better.
+    pub score: f32,
+    /// The document's record as stored when the shard answered.
+    pub record: Record,
 }
 
 /// One page of a cluster-wide key walk (RESP `SCAN`).
@@ -347,34 +357,38 @@ impl Node {
         Ok((merged, meta, parts))
     }
 
-    /// Searches the documents under `prefix` (a collection) with `query` (see
-    /// [`crate::SearchQuery`]): every shard evaluates it over its own rows and sends back
-    /// only matches; they are merged in key order, `offset` of them skipped, at most `limit`
-    /// kept. The cost is a read of the whole collection per search: there is no index.
+    /// Searches the documents of `collection` with `query` (see [`trireme_search`] for the
+    /// language): every shard searches its index and sends back its number of matches and its
+    /// best `offset + limit`; they are merged by score (ties by key, so pages are stable), and
+    /// `offset` of them skipped, at most `limit` kept. The counts add up to the exact total:
+    /// each document lives in one shard.
     pub async fn search(
         &self,
-        prefix: &[u8],
+        collection: &[u8],
         query: &str,
         offset: usize,
         limit: usize,
         mode: ReadMode,
     ) -> Result<(SearchPage, ReadMeta), ClusterError> {
-        self.check_key(prefix)?;
+        self.check_key(collection)?;
         // Refuse a bad query here, once, before any shard is asked.
-        SearchQuery::parse(query)?;
-        let prefix = Bytes::copy_from_slice(prefix);
+        trireme_search::parse(query)?;
+        let collection = Bytes::copy_from_slice(collection);
         let want = u32::try_from(offset.saturating_add(limit)).unwrap_or(u32::MAX);
         let answers = self
             .routed(|routing| {
-                let prefix = prefix.clone();
+                let collection = collection.clone();
                 async move {
                     try_join_all(routing.shards().map(|shard| {
-                        let query = SearchRows {
-                            prefix: prefix.clone(),
+                        let slots = routing.slots_of(shard);
+                        let search = SearchShard {
+                            mode: mode.into(),
+                            slots: Some((*slots.start(), *slots.end())),
+                            collection: collection.clone(),
                             query: query.to_owned(),
-                            limit: want,
+                            want,
                         };
-                        self.on_shard(shard, Self::read_of(&routing, shard, mode, query))
+                        self.on_shard(shard, search)
                     }))
                     .await
                 }
@@ -383,14 +397,19 @@ impl Node {
         let mut total = 0;
         let mut merged = Vec::new();
         let mut fresh = Vec::with_capacity(answers.len());
-        for ((n, rows), f) in answers {
+        for (n, rows, f) in answers {
             total += n;
-            let found = rows.iter().map(|(_, r)| r.modify_index).max();
+            let found = rows.iter().map(|(_, _, r)| r.modify_index).max();
             fresh.push((f, found.unwrap_or(0).max(f.removed)));
             merged.extend(rows);
         }
-        merged.sort_by(|a, b| a.0.cmp(&b.0));
-        let rows: Vec<(Bytes, Record)> = merged.into_iter().skip(offset).take(limit).collect();
+        merged.sort_by(|a, b| b.1.total_cmp(&a.1).then_with(|| a.0.cmp(&b.0)));
+        let rows = merged
+            .into_iter()
+            .skip(offset)
+            .take(limit)
+            .map(|(key, score, record)| SearchHit { key, score, record })
+            .collect();
         Ok((SearchPage { total, rows }, read_meta(fresh)))
     }
 

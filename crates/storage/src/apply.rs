@@ -901,9 +901,16 @@ impl Storage {
                 encode_removal(at),
             );
         }
+        let observer = self.observer();
+        let mut observed = Vec::new();
         for key in pending.order {
             let full = owned_key(shard, &key);
             let record = pending.changes.remove(&key).flatten();
+            if let Some(observer) = observer
+                && observer.wants(ShardId(shard), &key)
+            {
+                observed.push((key.clone(), record.clone()));
+            }
             let old_expiry = pending.stored_expiry.get(&key).copied().flatten();
             let new_expiry = record.as_ref().and_then(|r| r.expires_at_ms);
             if old_expiry != new_expiry {
@@ -928,6 +935,11 @@ impl Storage {
         }
         batch.commit()?;
         drop(removing);
+        if let (Some(observer), Some(last)) = (observer, entries.last())
+            && !observed.is_empty()
+        {
+            observer.applied(ShardId(shard), last.index, observed);
+        }
         self.watchers()
             .keys_changed(watched.iter().map(|k| k.as_ref()));
         self.metrics().applies.record(started.elapsed());
@@ -976,6 +988,9 @@ impl Storage {
         batch.commit()?;
         self.forget_slot_range(shard);
         self.watchers().everything_changed();
+        if let Some(observer) = self.observer() {
+            observer.replaced(ShardId(shard));
+        }
         Ok(())
     }
 
@@ -1055,6 +1070,9 @@ impl Storage {
         batch.commit()?;
         self.forget_slot_range(shard);
         self.watchers().everything_changed();
+        if let Some(observer) = self.observer() {
+            observer.replaced(ShardId(shard));
+        }
         Ok(())
     }
 
@@ -1167,6 +1185,12 @@ impl Storage {
         self.forget_slot_range(parent);
         self.forget_slot_range(child);
         self.watchers().everything_changed();
+        if let Some(observer) = self.observer() {
+            observer.replaced(ShardId(parent));
+            if seed.is_some() {
+                observer.replaced(ShardId(child));
+            }
+        }
         Ok(Some(moved))
     }
 

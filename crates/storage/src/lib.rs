@@ -30,5 +30,5 @@ mod watch;
 pub use apply::{ApplyEntry, ShardExport, ShardSplit, ShardView};
 pub use error::StorageError;
 pub use group_commit::SyncCallback;
-pub use store::{Storage, StorageMetrics, StorageOptions};
+pub use store::{ApplyObserver, Storage, StorageMetrics, StorageOptions};
 pub use watch::{Watch, WatchTarget, Watchers};

@@ -142,6 +142,24 @@ pub struct Storage {
     removal_gates: std::sync::RwLock<std::collections::HashMap<u32, Arc<RemovalGate>>>,
     /// Blocking queries waiting for keys of this node's replicas to change.
     watchers: Arc<crate::watch::Watchers>,
+    /// Told of every applied change (document search keeps its indexes by it); set once.
+    observer: std::sync::OnceLock<Arc<dyn ApplyObserver>>,
+}
+
+/// What wants to follow the rows of every shard as they change here, after each change is
+/// written: document search, whose indexes are kept from it. Called on the thread that
+/// applies, so each call must be quick (hand the work on); calls for one shard come in the
+/// order of its changes.
+pub trait ApplyObserver: Send + Sync {
+    /// Whether changes to `key` of `shard` matter to it; asked of every changed row.
+    fn wants(&self, shard: ShardId, key: &[u8]) -> bool;
+    /// Entries of `shard` up to log index `index` changed these rows (`None`: removed).
+    fn applied(&self, shard: ShardId, index: u64, changes: Vec<(bytes::Bytes, Option<Record>)>);
+    /// Every row of `shard` may have changed at once (a snapshot installed, a split): what
+    /// was known of its rows no longer holds.
+    fn replaced(&self, shard: ShardId);
+    /// This node no longer holds `shard`.
+    fn dropped(&self, shard: ShardId);
 }
 
 /// Name of the `data_meta` row that holds a shard's slot range once a split has touched it.
@@ -192,7 +210,19 @@ impl Storage {
             removals: std::sync::RwLock::default(),
             removal_gates: std::sync::RwLock::default(),
             watchers: Arc::default(),
+            observer: std::sync::OnceLock::new(),
         }))
+    }
+
+    /// Installs the observer of applied changes; only the first one counts. Install it before
+    /// any group applies, or it misses their changes.
+    pub fn set_observer(&self, observer: Arc<dyn ApplyObserver>) {
+        let _ = self.observer.set(observer);
+    }
+
+    /// The observer of applied changes, if one is installed.
+    pub(crate) fn observer(&self) -> Option<&Arc<dyn ApplyObserver>> {
+        self.observer.get()
     }
 
     /// The directory the store lives in.
@@ -385,6 +415,9 @@ impl Storage {
         self.forget_slot_range(shard);
         self.forget_removal(shard);
         self.watchers.everything_changed();
+        if let Some(observer) = self.observer() {
+            observer.dropped(ShardId(shard));
+        }
         Ok(deleted)
     }
 

@@ -236,7 +236,7 @@ async fn a_backup_taken_under_writes_restores_into_a_cluster_of_another_shape() 
         .expect("JSON");
     assert_eq!(doc["name"], "Alice");
     let found: serde_json::Value = client
-        .get(format!("{into}/v0/users?query=name:alice"))
+        .get(format!("{into}/v0/users?query=name:alice&consistent"))
         .send()
         .await
         .expect("search")

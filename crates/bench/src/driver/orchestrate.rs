@@ -3,15 +3,14 @@
 //! one node (any node serves any document; the cluster forwards).
 //!
 //! Every key lives in the collection [`COLLECTION`]. A written value becomes the document
-//! `{"n": <key index>, "group": "g<index mod 100>", "text": "<the value as letters and
-//! digits>"}`, so the document grows with the value generator's size and every document
-//! belongs to one of 100 groups. `get` reads a document (404 is a miss, not an error, as
+//! `{"n": <key index>, "group": "g<index mod 100>", "text": "<the value as words>"}`, so the
+//! document grows with the value generator's size, every document belongs to one of 100
+//! groups, and its text has words (drawn by the value's bytes from a vocabulary of
+//! [`VOCABULARY`] words) for a search index to hold. `get` reads a document (404 is a miss, not an error, as
 //! with the other drivers), `put` and `update` write it, `delete` removes it, `cas` reads its
 //! ref (`ETag`) and writes with `If-Match` (`If-None-Match: *` when absent; a 412 is a
 //! `conflict`), `list` reads ten documents from the key on (`?limit=10&startKey=`) and
 //! `search` asks for ten documents of a random group (`?query=group:g<0..99>&limit=10`).
-//! The server evaluates a search by reading the whole collection, so search latency grows
-//! with `--keys`.
 
 use super::DriverError;
 use super::http1::{HttpConnection, Response};
@@ -241,22 +240,42 @@ pub fn key_index(key: &str) -> u64 {
     key[key.len() - digits..].parse().unwrap_or(0)
 }
 
+/// Words the text of a document is made of.
+pub const VOCABULARY: u16 = 4_096;
+
 /// The document written for `key`: its index, its group, and `value` as text of the same
-/// length (each byte mapped to a letter or digit, so the JSON needs no escapes).
+/// length: words of lowercase letters separated by spaces, each drawn from the vocabulary by
+/// two bytes of the value (so the JSON needs no escapes and words repeat as in prose).
 #[must_use]
 pub fn document(key: &str, value: &[u8]) -> Vec<u8> {
-    const ALPHABET: &[u8; 62] = b"ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789";
     let n = key_index(key);
     let head = format!(r#"{{"n":{n},"group":"g{}","text":""#, n % GROUPS);
-    let mut doc = Vec::with_capacity(head.len() + value.len() + 2);
+    let mut doc = Vec::with_capacity(head.len() + value.len() + 8);
     doc.extend_from_slice(head.as_bytes());
-    doc.extend(
-        value
-            .iter()
-            .map(|b| ALPHABET[usize::from(*b) % ALPHABET.len()]),
-    );
+    let start = doc.len();
+    for pair in value.chunks(2).cycle().take(value.len()) {
+        if doc.len() - start >= value.len() {
+            break;
+        }
+        if doc.len() > start {
+            doc.push(b' ');
+        }
+        let drawn = u16::from_le_bytes([pair[0], *pair.get(1).unwrap_or(&0)]) % VOCABULARY;
+        word(drawn, &mut doc);
+    }
+    doc.truncate(start + value.len());
     doc.extend_from_slice(b"\"}");
     doc
+}
+
+/// The vocabulary's word number `i`: two to four lowercase letters.
+fn word(i: u16, out: &mut Vec<u8>) {
+    let mut rest = usize::from(i);
+    let len = 2 + rest % 3;
+    for _ in 0..len {
+        out.push(b'a' + (rest % 26) as u8);
+        rest /= 26;
+    }
 }
 
 /// Percent-encodes a query-string value (letters, digits and `-._~` stay as they are).
@@ -293,7 +312,8 @@ mod tests {
             value.len(),
             "the document tracks the value's size"
         );
-        assert!(text.bytes().all(|b| b.is_ascii_alphanumeric()));
+        assert!(text.bytes().all(|b| b.is_ascii_lowercase() || b == b' '));
+        assert!(text.split(' ').count() > 10, "the text is words");
         assert_eq!(parsed.as_object().unwrap().len(), 3);
     }
 

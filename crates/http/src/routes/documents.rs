@@ -381,30 +381,34 @@ struct Page<'a> {
 }
 
 /// The documents among `rows` (keys under `prefix`), as result items; other values skipped.
-fn items<'a>(
+fn items<'a>(collection: &'a str, prefix: &str, rows: &'a [(Bytes, Record)]) -> Vec<Item<'a>> {
+    rows.iter()
+        .filter_map(|(k, record)| item(collection, prefix, k, record, None))
+        .collect()
+}
+
+/// The row at `key` as a result item, if it is a document of the collection.
+fn item<'a>(
     collection: &'a str,
     prefix: &str,
-    rows: &'a [(Bytes, Record)],
+    key: &'a [u8],
+    record: &Record,
     score: Option<f64>,
-) -> Vec<Item<'a>> {
-    rows.iter()
-        .filter_map(|(k, record)| {
-            let key = std::str::from_utf8(k.get(prefix.len()..)?).ok()?;
-            if key.is_empty() || record.value.trim_ascii_start().first() != Some(&b'{') {
-                return None;
-            }
-            let value: Value = serde_json::from_slice(&record.value).ok()?;
-            Some(Item {
-                path: ItemPath {
-                    collection,
-                    key,
-                    reference: record.modify_index.to_string(),
-                },
-                value,
-                score,
-            })
-        })
-        .collect()
+) -> Option<Item<'a>> {
+    let key = std::str::from_utf8(key.get(prefix.len()..)?).ok()?;
+    if key.is_empty() || record.value.trim_ascii_start().first() != Some(&b'{') {
+        return None;
+    }
+    let value: Value = serde_json::from_slice(&record.value).ok()?;
+    Some(Item {
+        path: ItemPath {
+            collection,
+            key,
+            reference: record.modify_index.to_string(),
+        },
+        value,
+        score,
+    })
 }
 
 fn bounded(query: &Query, name: &str, default: u64, max: u64, min: u64) -> Result<u64, ApiError> {
@@ -463,15 +467,27 @@ pub(crate) async fn get_collection(
         let (page, _) = state
             .node
             .search(
-                prefix.as_bytes(),
+                collection.as_bytes(),
                 text,
                 offset as usize,
                 limit as usize,
                 mode,
             )
             .await?;
-        let results = items(collection, &prefix, &page.rows, Some(1.0));
-        let next = (offset + (page.rows.len() as u64) < page.total).then(|| {
+        let results: Vec<Item<'_>> = page
+            .rows
+            .iter()
+            .filter_map(|hit| {
+                item(
+                    collection,
+                    &prefix,
+                    &hit.key,
+                    &hit.record,
+                    Some(f64::from(hit.score)),
+                )
+            })
+            .collect();
+        let next = (offset + limit < page.total).then(|| {
             format!(
                 "{base}&query={}&offset={}{}",
                 query_value(text),
@@ -517,7 +533,7 @@ pub(crate) async fn get_collection(
         }
         _ => None,
     };
-    let results = items(collection, &prefix, &rows, None);
+    let results = items(collection, &prefix, &rows);
     Ok(json_page(&Page {
         count: results.len(),
         total_count: None,

@@ -158,6 +158,7 @@ pub(crate) async fn metrics(
         );
     }
     replicas(&mut out, &state).await;
+    search_indexes(&mut out, &state);
     elastic(&mut out, &state);
     requests(&mut out, m);
     out.push_str(&(state.extra_metrics)());
@@ -167,6 +168,51 @@ pub(crate) async fn metrics(
 /// `# HELP` and `# TYPE` lines of a metric.
 fn header(out: &mut String, name: &str, kind: &str, help: &str) {
     let _ = writeln!(out, "# HELP {name} {help}\n# TYPE {name} {kind}");
+}
+
+/// The search index of each shard replica here: lag, documents, bytes; and the time each
+/// shard's part of a search took here.
+fn search_indexes(out: &mut String, state: &AppState) {
+    let search = state.node.search_indexes();
+    let stats = search.stats();
+    for (name, help, value) in [
+        (
+            "trireme_search_index_lag_entries",
+            "Log entries applied to the shard here whose changes the search index does not cover yet.",
+            (|s: &trireme_search::ShardIndexStats| s.lag_entries) as fn(&_) -> u64,
+        ),
+        (
+            "trireme_search_index_documents",
+            "Documents in the shard's search index here, as of its last commit.",
+            |s| s.docs,
+        ),
+        (
+            "trireme_search_index_bytes",
+            "Size of the shard's search index files here.",
+            |s| s.bytes,
+        ),
+    ] {
+        header(out, name, "gauge", help);
+        for s in &stats {
+            let _ = writeln!(out, "{name}{{shard=\"{}\"}} {}", s.shard.0, value(s));
+        }
+    }
+    let name = "trireme_search_documents_indexed_total";
+    header(
+        out,
+        name,
+        "counter",
+        "Documents put into a search index here (new, changed, or indexed again after a check).",
+    );
+    let _ = writeln!(out, "{name} {}", search.indexed.load(Ordering::Relaxed));
+    let name = "trireme_search_shard_seconds";
+    header(
+        out,
+        name,
+        "histogram",
+        "Time one shard's index took to answer its part of a search here.",
+    );
+    search.latency.write_prometheus(out, name, "");
 }
 
 /// Request latency histograms and open connections of the HTTP front end.

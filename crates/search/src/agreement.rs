@@ -1,0 +1,253 @@
+//! The index against the reference: random documents and random queries, each query answered
+//! by a shard index and by [`crate::matches`] over the same documents; the keys must agree.
+
+use crate::index::{Indexable, ShardIndex};
+use crate::{matches, parse};
+use rand::{Rng, SeedableRng};
+use rand_chacha::ChaCha8Rng;
+use serde_json::{Value, json};
+use std::collections::BTreeSet;
+
+const WORDS: &[&str] = &[
+    "alpha", "beta", "gamma", "delta", "alps", "alpine", "bet", "gammon", "omega", "zeta",
+];
+const CITIES: &[&str] = &["Oxford", "Paris", "New York", "São Paulo", "oslo"];
+
+fn words(rng: &mut ChaCha8Rng, n: usize) -> String {
+    (0..n)
+        .map(|_| WORDS[rng.random_range(0..WORDS.len())])
+        .collect::<Vec<_>>()
+        .join(if rng.random_bool(0.5) { " " } else { "-" })
+}
+
+fn document(rng: &mut ChaCha8Rng) -> Value {
+    let mut doc = serde_json::Map::new();
+    if rng.random_bool(0.8) {
+        let n = rng.random_range(1..4);
+        doc.insert("name".into(), json!(words(rng, n)));
+    }
+    if rng.random_bool(0.7) {
+        let age = if rng.random_bool(0.8) {
+            json!(rng.random_range(0..60))
+        } else {
+            json!(rng.random_range(0..600) as f64 / 10.0)
+        };
+        doc.insert("age".into(), age);
+    }
+    if rng.random_bool(0.5) {
+        doc.insert("active".into(), json!(rng.random_bool(0.5)));
+    }
+    if rng.random_bool(0.6) {
+        let day = rng.random_range(1..28);
+        let month = rng.random_range(1..13);
+        let text = if rng.random_bool(0.5) {
+            format!("2024-{month:02}-{day:02}")
+        } else {
+            format!(
+                "2024-{month:02}-{day:02}T{:02}:30:00+02:00",
+                rng.random_range(0..24)
+            )
+        };
+        doc.insert("created".into(), json!(text));
+    }
+    if rng.random_bool(0.6) {
+        let tags: Vec<Value> = (0..rng.random_range(0..4))
+            .map(|_| json!(WORDS[rng.random_range(0..WORDS.len())]))
+            .collect();
+        doc.insert("tags".into(), Value::Array(tags));
+    }
+    if rng.random_bool(0.6) {
+        let city = CITIES[rng.random_range(0..CITIES.len())];
+        doc.insert(
+            "address".into(),
+            json!({"city": city, "zip": rng.random_range(10..20)}),
+        );
+    }
+    if rng.random_bool(0.5) {
+        let note = [
+            json!(null),
+            json!(""),
+            json!("!!"),
+            json!("ok"),
+            json!([null]),
+            json!({}),
+        ];
+        doc.insert("note".into(), note[rng.random_range(0..note.len())].clone());
+    }
+    if rng.random_bool(0.3) {
+        doc.insert("rank".into(), json!(words(rng, 1)));
+    }
+    Value::Object(doc)
+}
+
+fn leaf(rng: &mut ChaCha8Rng) -> String {
+    let w = |rng: &mut ChaCha8Rng| WORDS[rng.random_range(0..WORDS.len())].to_string();
+    let field = ["name", "tags", "rank", "address.city", "value.name"][rng.random_range(0..5)];
+    match rng.random_range(0..17) {
+        0 => format!("{field}:{}", w(rng)),
+        1 => w(rng),
+        2 => format!("{field}:\"{} {}\"", w(rng), w(rng)),
+        3 => format!("{field}:{}*", &w(rng)[..2]),
+        4 => format!("{field}:{}?{}", &w(rng)[..1], &w(rng)[2..]),
+        5 => format!("{field}:{}~{}", w(rng), rng.random_range(0..3)),
+        6 => format!(
+            "{}:*",
+            ["name", "age", "created", "address", "note", "tags"][rng.random_range(0..6)]
+        ),
+        7 => format!(
+            "age:[{} TO {}]",
+            rng.random_range(0..30),
+            rng.random_range(20..60)
+        ),
+        8 => format!(
+            "age:{}{}",
+            [">", ">=", "<", "<="][rng.random_range(0..4)],
+            rng.random_range(0..600) as f64 / 10.0
+        ),
+        9 => format!(
+            "created:{{2024-{:02}-01 TO 2024-{:02}-15T12:00:00Z]",
+            rng.random_range(1..7),
+            rng.random_range(6..13)
+        ),
+        10 => format!("rank:[{} TO {}]", w(rng), w(rng)),
+        11 => format!("active:{}", rng.random_bool(0.5)),
+        12 => format!("age:{}", rng.random_range(0..60)),
+        13 => format!("address.zip:[{} TO *]", rng.random_range(10..20)),
+        14 => format!(
+            "address.city:\"{}\"",
+            CITIES[rng.random_range(0..CITIES.len())]
+        ),
+        15 => "*".into(),
+        _ => format!("{}~", w(rng)),
+    }
+}
+
+fn query(rng: &mut ChaCha8Rng, depth: u32) -> String {
+    if depth == 0 || rng.random_bool(0.4) {
+        return leaf(rng);
+    }
+    let a = query(rng, depth - 1);
+    let b = query(rng, depth - 1);
+    match rng.random_range(0..6) {
+        0 => format!("{a} {b}"),
+        1 => format!("({a}) OR ({b})"),
+        2 => format!("{a} AND NOT ({b})"),
+        3 => format!("-({a})"),
+        4 => format!("+({a}) -({b})"),
+        _ => format!("({a})^2 || {b}"),
+    }
+}
+
+#[test]
+fn the_index_and_the_reference_find_the_same_documents() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut index = ShardIndex::open(dir.path()).unwrap();
+    let mut rng = ChaCha8Rng::seed_from_u64(7);
+    let mut docs = Vec::new();
+    for i in 0..400 {
+        let doc = document(&mut rng);
+        let key = format!("people/{i}");
+        let Value::Object(object) = doc.clone() else {
+            unreachable!()
+        };
+        index
+            .put(Indexable {
+                key: key.as_bytes(),
+                slot: 0,
+                modify_index: i,
+                object,
+            })
+            .unwrap();
+        docs.push((key, doc));
+    }
+    // A document of another collection matches nothing here.
+    index
+        .put(Indexable {
+            key: b"others/1",
+            slot: 0,
+            modify_index: 1,
+            object: json!({"name": "alpha beta"}).as_object().unwrap().clone(),
+        })
+        .unwrap();
+    index.commit().unwrap();
+    let searchable = index.searchable();
+    let mut checked = 0;
+    let mut nonempty = 0;
+    for _ in 0..1_500 {
+        let text = query(&mut rng, 3);
+        let parsed = match parse(&text) {
+            Ok(q) => q,
+            Err(e) => panic!("{text}: {e}"),
+        };
+        let expected: BTreeSet<String> = docs
+            .iter()
+            .filter(|(_, d)| matches(&parsed, d))
+            .map(|(k, _)| k.clone())
+            .collect();
+        let hits = searchable
+            .search(b"people", &parsed, None, docs.len())
+            .unwrap();
+        let found: BTreeSet<String> = hits
+            .top
+            .iter()
+            .map(|(k, _)| String::from_utf8(k.to_vec()).unwrap())
+            .collect();
+        assert_eq!(
+            found, expected,
+            "{text} (parsed {parsed:?}): the index and the reference differ"
+        );
+        assert_eq!(hits.total, expected.len() as u64, "{text}");
+        checked += 1;
+        nonempty += usize::from(!expected.is_empty() && expected.len() < docs.len());
+    }
+    assert!(
+        checked == 1_500 && nonempty > 300,
+        "{nonempty} selective queries"
+    );
+}
+
+#[test]
+fn replaced_and_removed_documents_leave_the_index() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut index = ShardIndex::open(dir.path()).unwrap();
+    let put = |index: &mut ShardIndex, key: &str, doc: Value, at: u64| {
+        index
+            .put(Indexable {
+                key: key.as_bytes(),
+                slot: 3,
+                modify_index: at,
+                object: doc.as_object().unwrap().clone(),
+            })
+            .unwrap();
+    };
+    put(&mut index, "c/a", json!({"w": "old"}), 1);
+    put(&mut index, "c/b", json!({"w": "old"}), 2);
+    index.commit().unwrap();
+    put(&mut index, "c/a", json!({"w": "new"}), 3);
+    index.remove(b"c/b");
+    index.commit().unwrap();
+    let s = index.searchable();
+    let keys = |q: &str, slots| {
+        s.search(b"c", &parse(q).unwrap(), slots, 10)
+            .unwrap()
+            .top
+            .into_iter()
+            .map(|(k, _)| k)
+            .collect::<Vec<_>>()
+    };
+    assert!(keys("w:old", None).is_empty());
+    assert_eq!(keys("w:new", None), vec![bytes::Bytes::from_static(b"c/a")]);
+    assert_eq!(keys("w:new", Some((3, 3))).len(), 1);
+    assert!(
+        keys("w:new", Some((4, 100))).is_empty(),
+        "outside the slots"
+    );
+    let mut indexed = index.indexed().unwrap();
+    indexed.sort();
+    assert_eq!(indexed, vec![(b"c/a".to_vec(), 3)]);
+    // Reopened, the index holds what was committed.
+    drop(s);
+    drop(index);
+    let index = ShardIndex::open(dir.path()).unwrap();
+    assert_eq!(index.indexed().unwrap(), vec![(b"c/a".to_vec(), 3)]);
+}

@@ -1,0 +1,340 @@
+//! One shard replica's index: a tantivy index in its own directory, with one document per
+//! stored JSON object of the shard.
+//!
+//! A document of the index holds its key (to delete or replace it, and to find the record a
+//! result names), the collection (the key up to its first `/`), the key's slot (so that a
+//! replica that has not yet applied a split answers only for the slots the sender routes to
+//! it), the record's `ModifyIndex` (to compare with the shard's rows when the index is checked
+//! after a restart), the JSON object itself (every path, typed: words of strings, numbers,
+//! booleans, and strings that read as dates once more as dates), and every string of the
+//! object once more in one text field, for terms without a field.
+
+use crate::ast::{MAX_WORD_BYTES, parse_date};
+use crate::compile::compile;
+use crate::{Query, SearchError};
+use bytes::Bytes;
+use std::collections::BTreeMap;
+use std::path::Path;
+use tantivy::collector::{Count, TopDocs};
+use tantivy::directory::MmapDirectory;
+use tantivy::query::{BooleanQuery, BoostQuery, Occur, RangeQuery, TermQuery};
+use tantivy::schema::{
+    FAST, Field, INDEXED, IndexRecordOption, JsonObjectOptions, OwnedValue, STORED, Schema,
+    TextFieldIndexing, TextOptions,
+};
+use tantivy::tokenizer::{LowerCaser, RemoveLongFilter, SimpleTokenizer, TextAnalyzer};
+use tantivy::{DateTime, Index, IndexReader, IndexWriter, ReloadPolicy, TantivyDocument, Term};
+
+/// The tokenizer every text of the index goes through: [`crate::words`], as tantivy parts.
+pub(crate) const TOKENIZER: &str = "trireme_words";
+
+/// Memory the writer of one shard's index may fill before it writes a segment.
+const WRITER_MEMORY_BYTES: usize = 15_000_000;
+
+/// The fields of the schema.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct Fields {
+    pub key: Field,
+    pub collection: Field,
+    pub slot: Field,
+    pub modify_index: Field,
+    pub doc: Field,
+    pub any: Field,
+}
+
+fn schema() -> (Schema, Fields) {
+    let mut builder = Schema::builder();
+    let words = TextFieldIndexing::default()
+        .set_tokenizer(TOKENIZER)
+        .set_index_option(IndexRecordOption::WithFreqsAndPositions);
+    let key = builder.add_bytes_field("key", INDEXED | FAST);
+    let collection = builder.add_bytes_field("collection", INDEXED);
+    let slot = builder.add_u64_field("slot", INDEXED | FAST);
+    let modify_index = builder.add_u64_field("ref", FAST);
+    let doc = builder.add_json_field(
+        "doc",
+        JsonObjectOptions::default().set_indexing_options(words.clone()),
+    );
+    let any = builder.add_text_field("any", TextOptions::default().set_indexing_options(words));
+    let _ = STORED;
+    (
+        builder.build(),
+        Fields {
+            key,
+            collection,
+            slot,
+            modify_index,
+            doc,
+            any,
+        },
+    )
+}
+
+fn analyzer() -> TextAnalyzer {
+    TextAnalyzer::builder(SimpleTokenizer::default())
+        .filter(LowerCaser)
+        .filter(RemoveLongFilter::limit(MAX_WORD_BYTES + 1))
+        .build()
+}
+
+/// What [`ShardIndex::search`] returns: how many documents match, and the best ones.
+#[derive(Debug, Clone, Default)]
+pub struct Hits {
+    /// Every match in the shard (within the slots asked for).
+    pub total: u64,
+    /// The first matches by relevance, best first: key and score.
+    pub top: Vec<(Bytes, f32)>,
+}
+
+/// A document to index: a stored JSON object and where it lives.
+#[derive(Debug)]
+pub(crate) struct Indexable<'a> {
+    pub key: &'a [u8],
+    pub slot: u16,
+    pub modify_index: u64,
+    pub object: serde_json::Map<String, serde_json::Value>,
+}
+
+/// One shard replica's index: the writer (used by the indexer thread alone) and the reader
+/// searches go through.
+pub(crate) struct ShardIndex {
+    dir: std::path::PathBuf,
+    writer: IndexWriter,
+    reader: IndexReader,
+    fields: Fields,
+}
+
+impl ShardIndex {
+    /// Opens the index in `dir`, or creates an empty one; an index that cannot be opened
+    /// (damaged, or from another schema) is thrown away and created empty: the shard's rows
+    /// rebuild it.
+    pub(crate) fn open(dir: &Path) -> Result<Self, SearchError> {
+        let (schema, fields) = schema();
+        std::fs::create_dir_all(dir).map_err(tantivy::TantivyError::from)?;
+        let opened = MmapDirectory::open(dir)
+            .map_err(tantivy::TantivyError::from)
+            .and_then(|d| Index::open_or_create(d, schema.clone()));
+        let index = match opened {
+            Ok(index) => index,
+            Err(e) => {
+                tracing::warn!(dir = %dir.display(), error = %e, "search index unreadable; rebuilding it");
+                let _ = std::fs::remove_dir_all(dir);
+                std::fs::create_dir_all(dir).map_err(tantivy::TantivyError::from)?;
+                Index::open_or_create(
+                    MmapDirectory::open(dir).map_err(tantivy::TantivyError::from)?,
+                    schema,
+                )?
+            }
+        };
+        index.tokenizers().register(TOKENIZER, analyzer());
+        let writer = index.writer_with_num_threads(1, WRITER_MEMORY_BYTES)?;
+        let reader = index
+            .reader_builder()
+            .reload_policy(ReloadPolicy::Manual)
+            .try_into()?;
+        Ok(Self {
+            dir: dir.to_path_buf(),
+            writer,
+            reader,
+            fields,
+        })
+    }
+
+    /// Removes the document at `key`, if indexed.
+    pub(crate) fn remove(&mut self, key: &[u8]) {
+        self.writer
+            .delete_term(Term::from_field_bytes(self.fields.key, key));
+    }
+
+    /// Indexes `doc`, replacing whatever was indexed at its key.
+    pub(crate) fn put(&mut self, doc: Indexable<'_>) -> Result<(), SearchError> {
+        self.remove(doc.key);
+        let f = self.fields;
+        let mut out = TantivyDocument::new();
+        out.add_bytes(f.key, doc.key);
+        let collection = doc.key.split(|b| *b == b'/').next().unwrap_or_default();
+        out.add_bytes(f.collection, collection);
+        out.add_u64(f.slot, u64::from(doc.slot));
+        out.add_u64(f.modify_index, doc.modify_index);
+        let mut strings = Vec::new();
+        let object = doc
+            .object
+            .into_iter()
+            .map(|(k, v)| (k, typed(v, &mut strings)))
+            .collect::<BTreeMap<_, _>>();
+        out.add_object(f.doc, object);
+        for s in strings {
+            out.add_text(f.any, s);
+        }
+        self.writer.add_document(out)?;
+        Ok(())
+    }
+
+    /// Makes what was put and removed so far visible to searches.
+    pub(crate) fn commit(&mut self) -> Result<(), SearchError> {
+        self.writer.commit()?;
+        self.reader.reload()?;
+        Ok(())
+    }
+
+    /// Every indexed key with the `ModifyIndex` it was indexed at, as of the last commit.
+    pub(crate) fn indexed(&self) -> Result<Vec<(Vec<u8>, u64)>, SearchError> {
+        let searcher = self.reader.searcher();
+        let mut out = Vec::new();
+        for segment in searcher.segment_readers() {
+            let fast = segment.fast_fields();
+            let Some(keys) = fast.bytes("key")? else {
+                continue;
+            };
+            let refs = fast.u64("ref")?;
+            let alive = segment.alive_bitset();
+            for doc in 0..segment.max_doc() {
+                if alive.is_some_and(|a| a.is_deleted(doc)) {
+                    continue;
+                }
+                let mut key = Vec::new();
+                if let Some(ord) = keys.term_ords(doc).next() {
+                    keys.ord_to_bytes(ord, &mut key)
+                        .map_err(tantivy::TantivyError::from)?;
+                }
+                out.push((key, refs.first(doc).unwrap_or_default()));
+            }
+        }
+        Ok(out)
+    }
+
+    /// The index's files' size in bytes, and its live documents.
+    pub(crate) fn usage(&self) -> (u64, u64) {
+        let searcher = self.reader.searcher();
+        let docs = searcher.num_docs();
+        let bytes = std::fs::read_dir(&self.dir)
+            .map(|entries| {
+                entries
+                    .filter_map(|e| e.ok()?.metadata().ok())
+                    .filter(|m| m.is_file())
+                    .map(|m| m.len())
+                    .sum()
+            })
+            .unwrap_or(0);
+        (bytes, docs)
+    }
+
+    /// The side of the index searches use, for other threads.
+    pub(crate) fn searchable(&self) -> Searchable {
+        Searchable {
+            reader: self.reader.clone(),
+            fields: self.fields,
+        }
+    }
+}
+
+/// What searches need of a shard's index: its reader (which sees the last commit).
+#[derive(Clone)]
+pub(crate) struct Searchable {
+    reader: IndexReader,
+    fields: Fields,
+}
+
+impl Searchable {
+    /// The documents of `collection` matching `query`, within `slots` when given: how many,
+    /// and the best `want` by relevance.
+    pub(crate) fn search(
+        &self,
+        collection: &[u8],
+        query: &Query,
+        slots: Option<(u16, u16)>,
+        want: usize,
+    ) -> Result<Hits, SearchError> {
+        let f = self.fields;
+        let mut clauses: Vec<(Occur, Box<dyn tantivy::query::Query>)> = vec![
+            (
+                Occur::Must,
+                Box::new(TermQuery::new(
+                    Term::from_field_bytes(f.collection, collection),
+                    IndexRecordOption::Basic,
+                )),
+            ),
+            (Occur::Must, compile(query, &f)),
+        ];
+        if let Some((low, high)) = slots {
+            // A filter: it adds nothing to the relevance.
+            let in_slots = RangeQuery::new(
+                std::ops::Bound::Included(Term::from_field_u64(f.slot, u64::from(low))),
+                std::ops::Bound::Included(Term::from_field_u64(f.slot, u64::from(high))),
+            );
+            clauses.push((
+                Occur::Must,
+                Box::new(BoostQuery::new(Box::new(in_slots), 0.0)),
+            ));
+        }
+        let query = BooleanQuery::new(clauses);
+        let searcher = self.reader.searcher();
+        let (top, total) = searcher.search(
+            &query,
+            &(TopDocs::with_limit(want.max(1)).order_by_score(), Count),
+        )?;
+        let mut out = Vec::with_capacity(top.len());
+        for (score, address) in top {
+            let segment = searcher.segment_reader(address.segment_ord);
+            let Some(keys) = segment.fast_fields().bytes("key")? else {
+                continue;
+            };
+            let mut key = Vec::new();
+            if let Some(ord) = keys.term_ords(address.doc_id).next() {
+                keys.ord_to_bytes(ord, &mut key)
+                    .map_err(tantivy::TantivyError::from)?;
+            }
+            out.push((Bytes::from(key), score));
+        }
+        if want == 0 {
+            out.clear();
+        }
+        Ok(Hits {
+            total: total as u64,
+            top: out,
+        })
+    }
+}
+
+/// A JSON value as the index takes it: numbers as themselves, strings that read as dates
+/// both as text and as a date; every string also goes to `strings` (the field for terms
+/// without a field).
+fn typed(value: serde_json::Value, strings: &mut Vec<String>) -> OwnedValue {
+    use serde_json::Value;
+    match value {
+        Value::Null => OwnedValue::Null,
+        Value::Bool(b) => OwnedValue::Bool(b),
+        Value::Number(n) => {
+            if let Some(i) = n.as_i64() {
+                OwnedValue::I64(i)
+            } else if let Some(u) = n.as_u64() {
+                OwnedValue::U64(u)
+            } else {
+                OwnedValue::F64(n.as_f64().unwrap_or_default())
+            }
+        }
+        Value::String(s) => {
+            strings.push(s.clone());
+            match parse_date(&s) {
+                Some((secs, _)) => {
+                    OwnedValue::Array(vec![OwnedValue::Str(s), OwnedValue::Date(date_at(secs))])
+                }
+                None => OwnedValue::Str(s),
+            }
+        }
+        Value::Array(items) => {
+            OwnedValue::Array(items.into_iter().map(|v| typed(v, strings)).collect())
+        }
+        Value::Object(map) => OwnedValue::Object(
+            map.into_iter()
+                .map(|(k, v)| (k, typed(v, strings)))
+                .collect(),
+        ),
+    }
+}
+
+/// An instant in whole seconds as the index stores dates, clamped to what it can hold.
+pub(crate) fn date_at(secs: i64) -> DateTime {
+    const LIMIT: i64 = i64::MAX / 1_000_000_000;
+    DateTime::from_timestamp_secs(secs.clamp(-LIMIT, LIMIT))
+}

@@ -1,0 +1,532 @@
+//! Every shard replica's index on this node, kept by one thread from the changes storage
+//! applies.
+//!
+//! Storage tells [`SearchIndexes`] of each applied batch of rows (see
+//! [`ApplyObserver`]); the batch goes down a bounded channel to the indexer thread, which
+//! indexes it and commits each shard's index at most [`COMMIT_INTERVAL`] after its first
+//! uncommitted change: searches see a write within about that long (the default freshness).
+//! Each message of a shard is numbered; a search that must see every write applied before it
+//! (`consistent`) takes the number sent last for its shard once the shard's read barrier has
+//! passed, asks for a commit and waits until the commits have covered that number.
+//!
+//! When a shard's rows change wholesale (a snapshot installed, a split) and when a replica is
+//! opened at start, its index is checked against the rows: documents whose `ModifyIndex`
+//! differs are indexed again, documents whose rows are gone are removed. After a `kill -9`
+//! with the index's files intact, that check finds only the last moments' changes; the rows
+//! are read, not indexed again.
+
+use crate::Query;
+use crate::SearchError;
+use crate::index::{Hits, Indexable, ShardIndex};
+use bytes::Bytes;
+use std::collections::HashMap;
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::mpsc::{Receiver, RecvTimeoutError, SyncSender, sync_channel};
+use std::sync::{Arc, Mutex, RwLock};
+use std::time::{Duration, Instant};
+use trireme_storage::{ApplyObserver, Storage};
+use trireme_types::histogram::LatencyHistogram;
+use trireme_types::session::is_internal_key;
+use trireme_types::{Record, ShardId, ValueKind, key_slot};
+
+/// The longest a change waits, once indexed, before a commit makes it searchable.
+pub const COMMIT_INTERVAL: Duration = Duration::from_millis(200);
+
+/// Batches the indexer may hold before an applying thread waits for it.
+const CHANNEL_BATCHES: usize = 4_096;
+
+/// What the indexer thread is told.
+enum Message {
+    Changes {
+        shard: ShardId,
+        seq: u64,
+        index: u64,
+        changes: Vec<(Bytes, Option<Record>)>,
+    },
+    Replaced {
+        shard: ShardId,
+        seq: u64,
+    },
+    Dropped {
+        shard: ShardId,
+    },
+    CommitNow {
+        shard: ShardId,
+    },
+}
+
+/// What searches and metrics see of one shard's index.
+struct ShardState {
+    /// Numbers handed to this shard's messages so far.
+    sent: AtomicU64,
+    /// The number of the last message a commit covers.
+    committed: tokio::sync::watch::Sender<u64>,
+    /// The last log index whose changes were sent, and the last one a commit covers.
+    applied_index: AtomicU64,
+    covered_index: AtomicU64,
+    /// The searchable side of the index, once opened.
+    reader: RwLock<Option<crate::index::Searchable>>,
+    /// Index bytes and live documents, as of the last commit.
+    bytes: AtomicU64,
+    docs: AtomicU64,
+}
+
+impl ShardState {
+    fn new() -> Self {
+        Self {
+            sent: AtomicU64::new(0),
+            committed: tokio::sync::watch::Sender::new(0),
+            applied_index: AtomicU64::new(0),
+            covered_index: AtomicU64::new(0),
+            reader: RwLock::new(None),
+            bytes: AtomicU64::new(0),
+            docs: AtomicU64::new(0),
+        }
+    }
+}
+
+/// One shard's index as `/metrics` shows it.
+#[derive(Debug, Clone)]
+pub struct ShardIndexStats {
+    pub shard: ShardId,
+    /// Log entries applied to the shard here that no commit of its index covers yet.
+    pub lag_entries: u64,
+    /// Documents in the index.
+    pub docs: u64,
+    /// The index's files, in bytes.
+    pub bytes: u64,
+}
+
+/// The indexes of every shard replica on this node.
+pub struct SearchIndexes {
+    dir: PathBuf,
+    storage: Arc<Storage>,
+    shards: RwLock<HashMap<u32, Arc<ShardState>>>,
+    sender: Mutex<Option<SyncSender<Message>>>,
+    thread: Mutex<Option<std::thread::JoinHandle<()>>>,
+    /// Time each shard search took here.
+    pub latency: LatencyHistogram,
+    /// Documents indexed (put or replaced) since start.
+    pub indexed: AtomicU64,
+}
+
+impl std::fmt::Debug for SearchIndexes {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("SearchIndexes")
+            .field("dir", &self.dir)
+            .finish()
+    }
+}
+
+impl SearchIndexes {
+    /// Starts the indexer for the shards of `storage`, keeping indexes under `dir`, and
+    /// installs it as `storage`'s observer. Shards are indexed as [`SearchIndexes::open_shard`]
+    /// names them, and as their changes arrive.
+    pub fn start(dir: &Path, storage: Arc<Storage>) -> Result<Arc<Self>, SearchError> {
+        std::fs::create_dir_all(dir).map_err(tantivy::TantivyError::from)?;
+        let (sender, receiver) = sync_channel(CHANNEL_BATCHES);
+        let indexes = Arc::new(Self {
+            dir: dir.to_path_buf(),
+            storage: storage.clone(),
+            shards: RwLock::default(),
+            sender: Mutex::new(Some(sender)),
+            thread: Mutex::new(None),
+            latency: LatencyHistogram::default(),
+            indexed: AtomicU64::new(0),
+        });
+        let weak = Arc::downgrade(&indexes);
+        let thread = std::thread::Builder::new()
+            .name("search-indexer".into())
+            .spawn(move || Indexer::new(weak).run(receiver))
+            .map_err(tantivy::TantivyError::from)?;
+        *indexes.thread.lock().unwrap_or_else(|e| e.into_inner()) = Some(thread);
+        storage.set_observer(indexes.clone());
+        Ok(indexes)
+    }
+
+    /// Stops the indexer thread after it has committed what it holds.
+    pub fn stop(&self) {
+        drop(self.sender.lock().unwrap_or_else(|e| e.into_inner()).take());
+        if let Some(thread) = self.thread.lock().unwrap_or_else(|e| e.into_inner()).take() {
+            let _ = thread.join();
+        }
+    }
+
+    fn state(&self, shard: ShardId) -> Arc<ShardState> {
+        if let Some(state) = self
+            .shards
+            .read()
+            .unwrap_or_else(|e| e.into_inner())
+            .get(&shard.0)
+        {
+            return state.clone();
+        }
+        self.shards
+            .write()
+            .unwrap_or_else(|e| e.into_inner())
+            .entry(shard.0)
+            .or_insert_with(|| Arc::new(ShardState::new()))
+            .clone()
+    }
+
+    fn send(&self, message: Message) {
+        let sender = self
+            .sender
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .clone();
+        if let Some(sender) = sender {
+            // A stopped indexer has nothing more to keep.
+            let _ = sender.send(message);
+        }
+    }
+
+    /// Opens (or creates) the index of this node's replica of `shard` and checks it against
+    /// the shard's rows.
+    pub fn open_shard(&self, shard: ShardId) {
+        let seq = self.state(shard).sent.fetch_add(1, Ordering::AcqRel) + 1;
+        self.send(Message::Replaced { shard, seq });
+    }
+
+    /// Waits until the index of `shard` covers every change applied here before this call.
+    pub async fn wait_covered(&self, shard: ShardId, timeout: Duration) -> Result<(), SearchError> {
+        let state = self.state(shard);
+        let target = state.sent.load(Ordering::Acquire);
+        let mut committed = state.committed.subscribe();
+        if *committed.borrow() >= target {
+            return Ok(());
+        }
+        self.send(Message::CommitNow { shard });
+        let reached = tokio::time::timeout(timeout, committed.wait_for(|seen| *seen >= target));
+        match reached.await {
+            Ok(Ok(_)) => Ok(()),
+            _ => Err(SearchError::Refused(format!(
+                "the search index of shard {} did not catch up within {} ms; retry, or search without consistent",
+                shard.0,
+                timeout.as_millis()
+            ))),
+        }
+    }
+
+    /// Searches this node's index of `shard`: see [`crate::index::Searchable::search`].
+    pub fn search(
+        &self,
+        shard: ShardId,
+        collection: &[u8],
+        query: &Query,
+        slots: Option<(u16, u16)>,
+        want: usize,
+    ) -> Result<Hits, SearchError> {
+        let started = Instant::now();
+        let state = self.state(shard);
+        let reader = state
+            .reader
+            .read()
+            .unwrap_or_else(|e| e.into_inner())
+            .clone()
+            .ok_or(SearchError::NoIndex)?;
+        let hits = reader.search(collection, query, slots, want);
+        self.latency.record(started.elapsed());
+        hits
+    }
+
+    /// Every shard index here, for `/metrics`.
+    pub fn stats(&self) -> Vec<ShardIndexStats> {
+        let shards = self.shards.read().unwrap_or_else(|e| e.into_inner());
+        let mut out: Vec<ShardIndexStats> = shards
+            .iter()
+            .map(|(shard, state)| ShardIndexStats {
+                shard: ShardId(*shard),
+                lag_entries: state
+                    .applied_index
+                    .load(Ordering::Relaxed)
+                    .saturating_sub(state.covered_index.load(Ordering::Relaxed)),
+                docs: state.docs.load(Ordering::Relaxed),
+                bytes: state.bytes.load(Ordering::Relaxed),
+            })
+            .collect();
+        out.sort_by_key(|s| s.shard.0);
+        out
+    }
+}
+
+/// Whether a key may hold a document: `collection/key`, not one of the internal rows.
+fn may_be_document(key: &[u8]) -> bool {
+    key.contains(&b'/') && !is_internal_key(key)
+}
+
+/// The JSON object a stored record holds, if it holds one.
+fn document_of(record: &Record) -> Option<serde_json::Map<String, serde_json::Value>> {
+    if record.kind != ValueKind::String || record.value.trim_ascii_start().first() != Some(&b'{') {
+        return None;
+    }
+    match serde_json::from_slice(&record.value) {
+        Ok(serde_json::Value::Object(map)) => Some(map),
+        _ => None,
+    }
+}
+
+impl ApplyObserver for SearchIndexes {
+    fn wants(&self, shard: ShardId, key: &[u8]) -> bool {
+        shard.0 != u32::MAX && may_be_document(key)
+    }
+
+    fn applied(&self, shard: ShardId, index: u64, changes: Vec<(Bytes, Option<Record>)>) {
+        let state = self.state(shard);
+        state.applied_index.fetch_max(index, Ordering::Relaxed);
+        let seq = state.sent.fetch_add(1, Ordering::AcqRel) + 1;
+        self.send(Message::Changes {
+            shard,
+            seq,
+            index,
+            changes,
+        });
+    }
+
+    fn replaced(&self, shard: ShardId) {
+        self.open_shard(shard);
+    }
+
+    fn dropped(&self, shard: ShardId) {
+        self.send(Message::Dropped { shard });
+    }
+}
+
+/// The indexer thread's own state: the writers.
+struct Indexer {
+    owner: std::sync::Weak<SearchIndexes>,
+    open: HashMap<u32, Open>,
+}
+
+/// A shard index the thread writes to, and what it has not committed yet.
+struct Open {
+    index: ShardIndex,
+    /// The number of the last message it took in, and the log index it carried.
+    seen_seq: u64,
+    seen_index: u64,
+    /// When the first change not yet committed came in.
+    dirty_since: Option<Instant>,
+    commit_asked: bool,
+}
+
+impl Indexer {
+    fn new(owner: std::sync::Weak<SearchIndexes>) -> Self {
+        Self {
+            owner,
+            open: HashMap::new(),
+        }
+    }
+
+    fn run(mut self, receiver: Receiver<Message>) {
+        loop {
+            let wait = self
+                .open
+                .values()
+                .filter_map(|o| o.dirty_since)
+                .map(|since| COMMIT_INTERVAL.saturating_sub(since.elapsed()))
+                .min()
+                .unwrap_or(Duration::from_secs(1));
+            match receiver.recv_timeout(wait) {
+                Ok(message) => {
+                    self.take(message);
+                    while let Ok(message) = receiver.try_recv() {
+                        self.take(message);
+                    }
+                }
+                Err(RecvTimeoutError::Timeout) => {}
+                Err(RecvTimeoutError::Disconnected) => {
+                    self.commit_due(true);
+                    return;
+                }
+            }
+            self.commit_due(false);
+        }
+    }
+
+    fn take(&mut self, message: Message) {
+        let Some(owner) = self.owner.upgrade() else {
+            return;
+        };
+        let outcome = match message {
+            Message::Changes {
+                shard,
+                seq,
+                index,
+                changes,
+            } => self.index_changes(&owner, shard, seq, index, changes),
+            Message::Replaced { shard, seq } => self.reconcile(&owner, shard, seq),
+            Message::Dropped { shard } => {
+                self.drop_shard(&owner, shard);
+                Ok(())
+            }
+            Message::CommitNow { shard } => {
+                if let Some(open) = self.open.get_mut(&shard.0) {
+                    open.commit_asked = true;
+                }
+                Ok(())
+            }
+        };
+        if let Err(e) = outcome {
+            tracing::error!(error = %e, "search indexer");
+        }
+    }
+
+    fn opened(&mut self, owner: &SearchIndexes, shard: ShardId) -> Result<&mut Open, SearchError> {
+        match self.open.entry(shard.0) {
+            std::collections::hash_map::Entry::Occupied(open) => Ok(open.into_mut()),
+            std::collections::hash_map::Entry::Vacant(vacant) => {
+                let index = ShardIndex::open(&owner.dir.join(format!("s{}", shard.0)))?;
+                let state = owner.state(shard);
+                *state.reader.write().unwrap_or_else(|e| e.into_inner()) = Some(index.searchable());
+                let (bytes, docs) = index.usage();
+                state.bytes.store(bytes, Ordering::Relaxed);
+                state.docs.store(docs, Ordering::Relaxed);
+                Ok(vacant.insert(Open {
+                    index,
+                    seen_seq: 0,
+                    seen_index: 0,
+                    dirty_since: None,
+                    commit_asked: false,
+                }))
+            }
+        }
+    }
+
+    fn index_changes(
+        &mut self,
+        owner: &SearchIndexes,
+        shard: ShardId,
+        seq: u64,
+        index: u64,
+        changes: Vec<(Bytes, Option<Record>)>,
+    ) -> Result<(), SearchError> {
+        let open = self.opened(owner, shard)?;
+        for (key, record) in changes {
+            match record.as_ref().and_then(|r| document_of(r).map(|d| (r, d))) {
+                Some((record, object)) => {
+                    open.index.put(Indexable {
+                        key: &key,
+                        slot: key_slot(&key),
+                        modify_index: record.modify_index,
+                        object,
+                    })?;
+                    owner.indexed.fetch_add(1, Ordering::Relaxed);
+                }
+                None => open.index.remove(&key),
+            }
+        }
+        open.seen_seq = seq;
+        open.seen_index = open.seen_index.max(index);
+        open.dirty_since.get_or_insert_with(Instant::now);
+        Ok(())
+    }
+
+    /// Brings the index of `shard` in line with its rows: see the module's documentation.
+    fn reconcile(
+        &mut self,
+        owner: &SearchIndexes,
+        shard: ShardId,
+        seq: u64,
+    ) -> Result<(), SearchError> {
+        let storage = owner.storage.clone();
+        let open = self.opened(owner, shard)?;
+        // What the index holds is read from its last commit.
+        open.index.commit()?;
+        let mut indexed: HashMap<Vec<u8>, u64> = open.index.indexed()?.into_iter().collect();
+        let view = storage.shard_view(shard);
+        let mut failure = None;
+        let mut reindexed = 0u64;
+        view.for_each_record(|key, value| {
+            if failure.is_some() || !may_be_document(key) {
+                return;
+            }
+            let Ok(record) = Record::decode(value) else {
+                return;
+            };
+            let was = indexed.remove(key);
+            match document_of(&record) {
+                Some(object) if was != Some(record.modify_index) => {
+                    if let Err(e) = open.index.put(Indexable {
+                        key,
+                        slot: key_slot(key),
+                        modify_index: record.modify_index,
+                        object,
+                    }) {
+                        failure = Some(e);
+                    }
+                    reindexed += 1;
+                }
+                Some(_) => {}
+                None if was.is_some() => open.index.remove(key),
+                None => {}
+            }
+        })?;
+        if let Some(e) = failure {
+            return Err(e);
+        }
+        for key in indexed.keys() {
+            open.index.remove(key);
+        }
+        owner.indexed.fetch_add(reindexed, Ordering::Relaxed);
+        if reindexed > 0 || !indexed.is_empty() {
+            tracing::info!(
+                shard = shard.0,
+                reindexed,
+                removed = indexed.len(),
+                "search index checked against the shard's rows"
+            );
+        }
+        open.seen_seq = seq;
+        open.dirty_since.get_or_insert_with(Instant::now);
+        open.commit_asked = true;
+        Ok(())
+    }
+
+    fn drop_shard(&mut self, owner: &SearchIndexes, shard: ShardId) {
+        if let Some(open) = self.open.remove(&shard.0) {
+            drop(open);
+        }
+        if let Some(state) = owner
+            .shards
+            .write()
+            .unwrap_or_else(|e| e.into_inner())
+            .remove(&shard.0)
+        {
+            *state.reader.write().unwrap_or_else(|e| e.into_inner()) = None;
+            // Whoever waits on it is told it is covered: the shard is gone from here.
+            state.committed.send_replace(u64::MAX);
+        }
+        let _ = std::fs::remove_dir_all(owner.dir.join(format!("s{}", shard.0)));
+    }
+
+    /// Commits every index whose oldest change has waited its interval, or for which a commit
+    /// was asked (all of them when `all`).
+    fn commit_due(&mut self, all: bool) {
+        let Some(owner) = self.owner.upgrade() else {
+            return;
+        };
+        for (shard, open) in &mut self.open {
+            let Some(since) = open.dirty_since else {
+                continue;
+            };
+            if !(all || open.commit_asked || since.elapsed() >= COMMIT_INTERVAL) {
+                continue;
+            }
+            if let Err(e) = open.index.commit() {
+                tracing::error!(shard, error = %e, "search index commit");
+                continue;
+            }
+            open.dirty_since = None;
+            open.commit_asked = false;
+            let state = owner.state(ShardId(*shard));
+            state
+                .covered_index
+                .fetch_max(open.seen_index, Ordering::Relaxed);
+            let (bytes, docs) = open.index.usage();
+            state.bytes.store(bytes, Ordering::Relaxed);
+            state.docs.store(docs, Ordering::Relaxed);
+            state.committed.send_replace(open.seen_seq);
+        }
+    }
+}

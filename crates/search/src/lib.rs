@@ -1,0 +1,20 @@
+//! Document search: the query language users write (Lucene's, as Orchestrate documented it),
+//! and an index per shard replica, kept by tantivy and fed from the shard's applied log.
+
+mod ast;
+mod compile;
+mod error;
+mod index;
+mod indexer;
+mod matcher;
+mod parse;
+
+pub use ast::{FieldPath, MAX_WORD_BYTES, Query, RangeKind, Test, parse_date, parse_number, words};
+pub use error::SearchError;
+pub use index::Hits;
+pub use indexer::{COMMIT_INTERVAL, SearchIndexes, ShardIndexStats};
+pub use matcher::{matches, matches_json};
+pub use parse::{MAX_DEPTH, MAX_QUERY_BYTES, parse};
+
+#[cfg(test)]
+mod agreement;
