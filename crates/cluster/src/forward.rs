@@ -317,9 +317,11 @@ impl ReadQuery for CountExpiring {
 const CONSISTENT_SEARCH_WAIT: Duration = Duration::from_secs(5);
 
 /// A search of one shard's index (see [`trireme_search`]): the number of documents of
-/// `collection` that match `query` within the slots routed to the shard, and the best `want`
-/// of them by relevance, each with its score and its record as stored now. The query travels
-/// as text and is parsed where it runs, so the wire format does not fix its shape.
+/// `collection` that match `query` within the slots routed to the shard, and the keys of the
+/// best `want` of them by relevance, with their scores. The records are not sent: most of a
+/// shard's best are not among the best of all shards, and the caller reads the few that are.
+/// The query travels as text and is parsed where it runs, so the wire format does not fix its
+/// shape.
 ///
 /// In the `consistent` mode, after the shard's read barrier, the search waits until the
 /// index covers every change the replica had applied by then; in the others it reads the
@@ -334,8 +336,8 @@ pub(crate) struct SearchShard {
     pub want: u32,
 }
 
-/// One search hit as a shard answers it.
-pub(crate) type ShardHit = (Bytes, f32, Record);
+/// One search hit as a shard answers it: the key and its score.
+pub(crate) type ShardHit = (Bytes, f32);
 
 impl ShardRequest for SearchShard {
     type Answer = (u64, Vec<ShardHit>, Freshness);
@@ -367,15 +369,7 @@ impl ShardRequest for SearchShard {
         let read = move || {
             storage.read_with_removals(shard, || -> Result<_, ClusterError> {
                 let hits = search.search(shard, &collection, &query, only, want)?;
-                let now = crate::now_ms();
-                let mut rows = Vec::with_capacity(hits.top.len());
-                for (key, score) in hits.top {
-                    // Gone since the index's last commit: not a result any more.
-                    if let Some(record) = storage.get(shard, &key, now)? {
-                        rows.push((key, score, record));
-                    }
-                }
-                Ok((hits.total, rows))
+                Ok((hits.total, hits.top))
             })
         };
         let ((total, rows), removed) = tokio::task::spawn_blocking(read)

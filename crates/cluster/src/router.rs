@@ -358,10 +358,10 @@ impl Node {
     }
 
     /// Searches the documents of `collection` with `query` (see [`trireme_search`] for the
-    /// language): every shard searches its index and sends back its number of matches and its
-    /// best `offset + limit`; they are merged by score (ties by key, so pages are stable), and
-    /// `offset` of them skipped, at most `limit` kept. The counts add up to the exact total:
-    /// each document lives in one shard.
+    /// language): every shard searches its index and sends back its number of matches and the
+    /// keys of its best `offset + limit`; they are merged by score (ties by key, so pages are
+    /// stable), `offset` of them skipped, at most `limit` kept, and those records read. The
+    /// counts add up to the exact total: each document lives in one shard.
     pub async fn search(
         &self,
         collection: &[u8],
@@ -397,18 +397,26 @@ impl Node {
         let mut total = 0;
         let mut merged = Vec::new();
         let mut fresh = Vec::with_capacity(answers.len());
-        for (n, rows, f) in answers {
+        for (n, hits, f) in answers {
             total += n;
-            let found = rows.iter().map(|(_, _, r)| r.modify_index).max();
-            fresh.push((f, found.unwrap_or(0).max(f.removed)));
-            merged.extend(rows);
+            fresh.push((f, f.applied.max(f.removed)));
+            merged.extend(hits);
         }
         merged.sort_by(|a, b| b.1.total_cmp(&a.1).then_with(|| a.0.cmp(&b.0)));
-        let rows = merged
+        let page: Vec<(Bytes, f32)> = merged.into_iter().skip(offset).take(limit).collect();
+        let keys: Vec<Bytes> = page.iter().map(|(k, _)| k.clone()).collect();
+        let records = self.get_many(&keys, mode).await?;
+        let rows = page
             .into_iter()
-            .skip(offset)
-            .take(limit)
-            .map(|(key, score, record)| SearchHit { key, score, record })
+            .zip(records)
+            // A record gone since the index's last commit is no result any more.
+            .filter_map(|((key, score), record)| {
+                Some(SearchHit {
+                    key,
+                    score,
+                    record: record?,
+                })
+            })
             .collect();
         Ok((SearchPage { total, rows }, read_meta(fresh)))
     }

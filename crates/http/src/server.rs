@@ -55,13 +55,20 @@ pub fn router(state: AppState) -> Router {
         )
         .route(
             "/v0/{collection}",
-            get(documents::get_collection).delete(documents::delete_collection),
+            get(documents::get_collection)
+                .post(documents::post)
+                .delete(documents::delete_collection),
         )
         .route(
             "/v0/{collection}/{key}",
             get(documents::get)
                 .put(documents::put)
+                .patch(documents::patch)
                 .delete(documents::delete),
+        )
+        .route(
+            "/v0/{collection}/{key}/refs/{reference}",
+            get(documents::get_ref),
         )
         // An empty key (`/v0/users/`) gets a message rather than a bare 404.
         .route(

@@ -1,12 +1,13 @@
 //! The index against the reference: random documents and random queries, each query answered
 //! by a shard index and by [`crate::matches`] over the same documents; the keys must agree.
 
-use crate::index::{Indexable, ShardIndex};
+use crate::index::{Indexable, NodeIndex};
 use crate::{matches, parse};
 use rand::{Rng, SeedableRng};
 use rand_chacha::ChaCha8Rng;
 use serde_json::{Value, json};
 use std::collections::BTreeSet;
+use trireme_types::ShardId;
 
 const WORDS: &[&str] = &[
     "alpha", "beta", "gamma", "delta", "alps", "alpine", "bet", "gammon", "omega", "zeta",
@@ -141,7 +142,7 @@ fn query(rng: &mut ChaCha8Rng, depth: u32) -> String {
 #[test]
 fn the_index_and_the_reference_find_the_same_documents() {
     let dir = tempfile::tempdir().unwrap();
-    let mut index = ShardIndex::open(dir.path()).unwrap();
+    let mut index = NodeIndex::open(dir.path()).unwrap();
     let mut rng = ChaCha8Rng::seed_from_u64(7);
     let mut docs = Vec::new();
     for i in 0..400 {
@@ -152,6 +153,7 @@ fn the_index_and_the_reference_find_the_same_documents() {
         };
         index
             .put(Indexable {
+                shard: ShardId(1),
                 key: key.as_bytes(),
                 slot: 0,
                 modify_index: i,
@@ -163,6 +165,7 @@ fn the_index_and_the_reference_find_the_same_documents() {
     // A document of another collection matches nothing here.
     index
         .put(Indexable {
+            shard: ShardId(1),
             key: b"others/1",
             slot: 0,
             modify_index: 1,
@@ -185,7 +188,7 @@ fn the_index_and_the_reference_find_the_same_documents() {
             .map(|(k, _)| k.clone())
             .collect();
         let hits = searchable
-            .search(b"people", &parsed, None, docs.len())
+            .search(ShardId(1), b"people", &parsed, None, docs.len())
             .unwrap();
         let found: BTreeSet<String> = hits
             .top
@@ -209,10 +212,11 @@ fn the_index_and_the_reference_find_the_same_documents() {
 #[test]
 fn replaced_and_removed_documents_leave_the_index() {
     let dir = tempfile::tempdir().unwrap();
-    let mut index = ShardIndex::open(dir.path()).unwrap();
-    let put = |index: &mut ShardIndex, key: &str, doc: Value, at: u64| {
+    let mut index = NodeIndex::open(dir.path()).unwrap();
+    let put = |index: &mut NodeIndex, key: &str, doc: Value, at: u64| {
         index
             .put(Indexable {
+                shard: ShardId(1),
                 key: key.as_bytes(),
                 slot: 3,
                 modify_index: at,
@@ -228,7 +232,7 @@ fn replaced_and_removed_documents_leave_the_index() {
     index.commit().unwrap();
     let s = index.searchable();
     let keys = |q: &str, slots| {
-        s.search(b"c", &parse(q).unwrap(), slots, 10)
+        s.search(ShardId(1), b"c", &parse(q).unwrap(), slots, 10)
             .unwrap()
             .top
             .into_iter()
@@ -242,12 +246,25 @@ fn replaced_and_removed_documents_leave_the_index() {
         keys("w:new", Some((4, 100))).is_empty(),
         "outside the slots"
     );
-    let mut indexed = index.indexed().unwrap();
+    let mut indexed = index.indexed(ShardId(1)).unwrap();
     indexed.sort();
     assert_eq!(indexed, vec![(b"c/a".to_vec(), 3)]);
+    assert!(
+        index.indexed(ShardId(2)).unwrap().is_empty(),
+        "another shard's part"
+    );
+    assert!(
+        s.search(ShardId(2), b"c", &parse("*").unwrap(), None, 10)
+            .unwrap()
+            .top
+            .is_empty()
+    );
     // Reopened, the index holds what was committed.
     drop(s);
     drop(index);
-    let index = ShardIndex::open(dir.path()).unwrap();
-    assert_eq!(index.indexed().unwrap(), vec![(b"c/a".to_vec(), 3)]);
+    let index = NodeIndex::open(dir.path()).unwrap();
+    assert_eq!(
+        index.indexed(ShardId(1)).unwrap(),
+        vec![(b"c/a".to_vec(), 3)]
+    );
 }

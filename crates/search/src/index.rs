@@ -1,8 +1,10 @@
-//! One shard replica's index: a tantivy index in its own directory, with one document per
-//! stored JSON object of the shard.
+//! The node's search index: one tantivy index in its own directory, with one document per
+//! stored JSON object of every shard replica the node holds, each marked with its shard.
+//! (One index per shard replica made one writer, one commit and one stream of small segments
+//! to merge per replica: with 16 replicas per node, merging them took most of the machine.)
 //!
 //! A document of the index holds its key (to delete or replace it, and to find the record a
-//! result names), the collection (the key up to its first `/`), the key's slot (so that a
+//! result names), its shard, the collection (the key up to its first `/`), the key's slot (so that a
 //! replica that has not yet applied a split answers only for the slots the sender routes to
 //! it), the record's `ModifyIndex` (to compare with the shard's rows when the index is checked
 //! after a restart), the JSON object itself (every path, typed: words of strings, numbers,
@@ -24,17 +26,19 @@ use tantivy::schema::{
 };
 use tantivy::tokenizer::{LowerCaser, RemoveLongFilter, SimpleTokenizer, TextAnalyzer};
 use tantivy::{DateTime, Index, IndexReader, IndexWriter, ReloadPolicy, TantivyDocument, Term};
+use trireme_types::ShardId;
 
 /// The tokenizer every text of the index goes through: [`crate::words`], as tantivy parts.
 pub(crate) const TOKENIZER: &str = "trireme_words";
 
-/// Memory the writer of one shard's index may fill before it writes a segment.
-const WRITER_MEMORY_BYTES: usize = 15_000_000;
+/// Memory the writer may fill before it writes a segment.
+const WRITER_MEMORY_BYTES: usize = 64_000_000;
 
 /// The fields of the schema.
 #[derive(Debug, Clone, Copy)]
 pub(crate) struct Fields {
     pub key: Field,
+    pub shard: Field,
     pub collection: Field,
     pub slot: Field,
     pub modify_index: Field,
@@ -48,6 +52,7 @@ fn schema() -> (Schema, Fields) {
         .set_tokenizer(TOKENIZER)
         .set_index_option(IndexRecordOption::WithFreqsAndPositions);
     let key = builder.add_bytes_field("key", INDEXED | FAST);
+    let shard = builder.add_u64_field("shard", INDEXED | FAST);
     let collection = builder.add_bytes_field("collection", INDEXED);
     let slot = builder.add_u64_field("slot", INDEXED | FAST);
     let modify_index = builder.add_u64_field("ref", FAST);
@@ -61,6 +66,7 @@ fn schema() -> (Schema, Fields) {
         builder.build(),
         Fields {
             key,
+            shard,
             collection,
             slot,
             modify_index,
@@ -77,7 +83,7 @@ fn analyzer() -> TextAnalyzer {
         .build()
 }
 
-/// What [`ShardIndex::search`] returns: how many documents match, and the best ones.
+/// What [`NodeIndex::search`] returns: how many documents match, and the best ones.
 #[derive(Debug, Clone, Default)]
 pub struct Hits {
     /// Every match in the shard (within the slots asked for).
@@ -89,22 +95,23 @@ pub struct Hits {
 /// A document to index: a stored JSON object and where it lives.
 #[derive(Debug)]
 pub(crate) struct Indexable<'a> {
+    pub shard: ShardId,
     pub key: &'a [u8],
     pub slot: u16,
     pub modify_index: u64,
     pub object: serde_json::Map<String, serde_json::Value>,
 }
 
-/// One shard replica's index: the writer (used by the indexer thread alone) and the reader
-/// searches go through.
-pub(crate) struct ShardIndex {
+/// The node's index: the writer (used by the indexer thread alone) and the reader searches
+/// go through.
+pub(crate) struct NodeIndex {
     dir: std::path::PathBuf,
     writer: IndexWriter,
     reader: IndexReader,
     fields: Fields,
 }
 
-impl ShardIndex {
+impl NodeIndex {
     /// Opens the index in `dir`, or creates an empty one; an index that cannot be opened
     /// (damaged, or from another schema) is thrown away and created empty: the shard's rows
     /// rebuild it.
@@ -152,6 +159,7 @@ impl ShardIndex {
         let f = self.fields;
         let mut out = TantivyDocument::new();
         out.add_bytes(f.key, doc.key);
+        out.add_u64(f.shard, u64::from(doc.shard.0));
         let collection = doc.key.split(|b| *b == b'/').next().unwrap_or_default();
         out.add_bytes(f.collection, collection);
         out.add_u64(f.slot, u64::from(doc.slot));
@@ -177,8 +185,15 @@ impl ShardIndex {
         Ok(())
     }
 
-    /// Every indexed key with the `ModifyIndex` it was indexed at, as of the last commit.
-    pub(crate) fn indexed(&self) -> Result<Vec<(Vec<u8>, u64)>, SearchError> {
+    /// Removes every document of `shard`.
+    pub(crate) fn remove_shard(&mut self, shard: ShardId) {
+        self.writer
+            .delete_term(Term::from_field_u64(self.fields.shard, u64::from(shard.0)));
+    }
+
+    /// Every indexed key of `shard` with the `ModifyIndex` it was indexed at, as of the last
+    /// commit.
+    pub(crate) fn indexed(&self, shard: ShardId) -> Result<Vec<(Vec<u8>, u64)>, SearchError> {
         let searcher = self.reader.searcher();
         let mut out = Vec::new();
         for segment in searcher.segment_readers() {
@@ -187,9 +202,12 @@ impl ShardIndex {
                 continue;
             };
             let refs = fast.u64("ref")?;
+            let shards = fast.u64("shard")?;
             let alive = segment.alive_bitset();
             for doc in 0..segment.max_doc() {
-                if alive.is_some_and(|a| a.is_deleted(doc)) {
+                if alive.is_some_and(|a| a.is_deleted(doc))
+                    || shards.first(doc) != Some(u64::from(shard.0))
+                {
                     continue;
                 }
                 let mut key = Vec::new();
@@ -236,10 +254,11 @@ pub(crate) struct Searchable {
 }
 
 impl Searchable {
-    /// The documents of `collection` matching `query`, within `slots` when given: how many,
-    /// and the best `want` by relevance.
+    /// The documents of `shard` and `collection` matching `query`, within `slots` when
+    /// given: how many, and the best `want` by relevance.
     pub(crate) fn search(
         &self,
+        shard: ShardId,
         collection: &[u8],
         query: &Query,
         slots: Option<(u16, u16)>,
@@ -255,6 +274,16 @@ impl Searchable {
                 )),
             ),
             (Occur::Must, compile(query, &f)),
+            (
+                Occur::Must,
+                Box::new(BoostQuery::new(
+                    Box::new(TermQuery::new(
+                        Term::from_field_u64(f.shard, u64::from(shard.0)),
+                        IndexRecordOption::Basic,
+                    )),
+                    0.0,
+                )),
+            ),
         ];
         if let Some((low, high)) = slots {
             // A filter: it adds nothing to the relevance.

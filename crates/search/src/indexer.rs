@@ -1,10 +1,10 @@
-//! Every shard replica's index on this node, kept by one thread from the changes storage
-//! applies.
+//! The search index of every shard replica on this node, kept by one thread from the changes
+//! storage applies.
 //!
 //! Storage tells [`SearchIndexes`] of each applied batch of rows (see
 //! [`ApplyObserver`]); the batch goes down a bounded channel to the indexer thread, which
-//! indexes it and commits each shard's index at most [`COMMIT_INTERVAL`] after its first
-//! uncommitted change: searches see a write within about that long (the default freshness).
+//! indexes it and commits at most [`COMMIT_INTERVAL`] after the first uncommitted change:
+//! searches see a write within about that long (the default freshness).
 //! Each message of a shard is numbered; a search that must see every write applied before it
 //! (`consistent`) takes the number sent last for its shard once the shard's read barrier has
 //! passed, asks for a commit and waits until the commits have covered that number.
@@ -17,7 +17,7 @@
 
 use crate::Query;
 use crate::SearchError;
-use crate::index::{Hits, Indexable, ShardIndex};
+use crate::index::{Hits, Indexable, NodeIndex};
 use bytes::Bytes;
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};
@@ -51,12 +51,10 @@ enum Message {
     Dropped {
         shard: ShardId,
     },
-    CommitNow {
-        shard: ShardId,
-    },
+    CommitNow,
 }
 
-/// What searches and metrics see of one shard's index.
+/// What searches and metrics see of one shard's part of the index.
 struct ShardState {
     /// Numbers handed to this shard's messages so far.
     sent: AtomicU64,
@@ -65,11 +63,6 @@ struct ShardState {
     /// The last log index whose changes were sent, and the last one a commit covers.
     applied_index: AtomicU64,
     covered_index: AtomicU64,
-    /// The searchable side of the index, once opened.
-    reader: RwLock<Option<crate::index::Searchable>>,
-    /// Index bytes and live documents, as of the last commit.
-    bytes: AtomicU64,
-    docs: AtomicU64,
 }
 
 impl ShardState {
@@ -79,23 +72,16 @@ impl ShardState {
             committed: tokio::sync::watch::Sender::new(0),
             applied_index: AtomicU64::new(0),
             covered_index: AtomicU64::new(0),
-            reader: RwLock::new(None),
-            bytes: AtomicU64::new(0),
-            docs: AtomicU64::new(0),
         }
     }
 }
 
-/// One shard's index as `/metrics` shows it.
+/// One shard's part of the index as `/metrics` shows it.
 #[derive(Debug, Clone)]
 pub struct ShardIndexStats {
     pub shard: ShardId,
-    /// Log entries applied to the shard here that no commit of its index covers yet.
+    /// Log entries applied to the shard here that no commit of the index covers yet.
     pub lag_entries: u64,
-    /// Documents in the index.
-    pub docs: u64,
-    /// The index's files, in bytes.
-    pub bytes: u64,
 }
 
 /// The indexes of every shard replica on this node.
@@ -103,6 +89,11 @@ pub struct SearchIndexes {
     dir: PathBuf,
     storage: Arc<Storage>,
     shards: RwLock<HashMap<u32, Arc<ShardState>>>,
+    /// The searchable side of the index, once the indexer thread has opened it.
+    reader: RwLock<Option<crate::index::Searchable>>,
+    /// Index bytes and live documents, as of the last commit.
+    bytes: AtomicU64,
+    docs: AtomicU64,
     sender: Mutex<Option<SyncSender<Message>>>,
     thread: Mutex<Option<std::thread::JoinHandle<()>>>,
     /// Time each shard search took here.
@@ -130,15 +121,20 @@ impl SearchIndexes {
             dir: dir.to_path_buf(),
             storage: storage.clone(),
             shards: RwLock::default(),
+            reader: RwLock::new(None),
+            bytes: AtomicU64::new(0),
+            docs: AtomicU64::new(0),
             sender: Mutex::new(Some(sender)),
             thread: Mutex::new(None),
             latency: LatencyHistogram::default(),
             indexed: AtomicU64::new(0),
         });
+        let index = NodeIndex::open(dir)?;
+        indexes.published(&index);
         let weak = Arc::downgrade(&indexes);
         let thread = std::thread::Builder::new()
             .name("search-indexer".into())
-            .spawn(move || Indexer::new(weak).run(receiver))
+            .spawn(move || Indexer::new(weak, index).run(receiver))
             .map_err(tantivy::TantivyError::from)?;
         *indexes.thread.lock().unwrap_or_else(|e| e.into_inner()) = Some(thread);
         storage.set_observer(indexes.clone());
@@ -197,7 +193,7 @@ impl SearchIndexes {
         if *committed.borrow() >= target {
             return Ok(());
         }
-        self.send(Message::CommitNow { shard });
+        self.send(Message::CommitNow);
         let reached = tokio::time::timeout(timeout, committed.wait_for(|seen| *seen >= target));
         match reached.await {
             Ok(Ok(_)) => Ok(()),
@@ -207,6 +203,22 @@ impl SearchIndexes {
                 timeout.as_millis()
             ))),
         }
+    }
+
+    /// Makes what `index` last committed the index searches read.
+    fn published(&self, index: &NodeIndex) {
+        *self.reader.write().unwrap_or_else(|e| e.into_inner()) = Some(index.searchable());
+        let (bytes, docs) = index.usage();
+        self.bytes.store(bytes, Ordering::Relaxed);
+        self.docs.store(docs, Ordering::Relaxed);
+    }
+
+    /// The index's files' size in bytes and its live documents, as of the last commit.
+    pub fn usage(&self) -> (u64, u64) {
+        (
+            self.bytes.load(Ordering::Relaxed),
+            self.docs.load(Ordering::Relaxed),
+        )
     }
 
     /// Searches this node's index of `shard`: see [`crate::index::Searchable::search`].
@@ -219,14 +231,13 @@ impl SearchIndexes {
         want: usize,
     ) -> Result<Hits, SearchError> {
         let started = Instant::now();
-        let state = self.state(shard);
-        let reader = state
+        let reader = self
             .reader
             .read()
             .unwrap_or_else(|e| e.into_inner())
             .clone()
             .ok_or(SearchError::NoIndex)?;
-        let hits = reader.search(collection, query, slots, want);
+        let hits = reader.search(shard, collection, query, slots, want);
         self.latency.record(started.elapsed());
         hits
     }
@@ -242,8 +253,6 @@ impl SearchIndexes {
                     .applied_index
                     .load(Ordering::Relaxed)
                     .saturating_sub(state.covered_index.load(Ordering::Relaxed)),
-                docs: state.docs.load(Ordering::Relaxed),
-                bytes: state.bytes.load(Ordering::Relaxed),
             })
             .collect();
         out.sort_by_key(|s| s.shard.0);
@@ -293,39 +302,40 @@ impl ApplyObserver for SearchIndexes {
     }
 }
 
-/// The indexer thread's own state: the writers.
+/// The indexer thread's own state: the writer, and what each shard has not had committed.
 struct Indexer {
     owner: std::sync::Weak<SearchIndexes>,
-    open: HashMap<u32, Open>,
-}
-
-/// A shard index the thread writes to, and what it has not committed yet.
-struct Open {
-    index: ShardIndex,
-    /// The number of the last message it took in, and the log index it carried.
-    seen_seq: u64,
-    seen_index: u64,
-    /// When the first change not yet committed came in.
+    index: NodeIndex,
+    pending: HashMap<u32, Pending>,
+    /// When the oldest change not yet committed came in.
     dirty_since: Option<Instant>,
     commit_asked: bool,
 }
 
+/// What the indexer took in for one shard since the last commit.
+#[derive(Default)]
+struct Pending {
+    /// The number of the last message, and the log index it carried.
+    seen_seq: u64,
+    seen_index: u64,
+}
+
 impl Indexer {
-    fn new(owner: std::sync::Weak<SearchIndexes>) -> Self {
+    fn new(owner: std::sync::Weak<SearchIndexes>, index: NodeIndex) -> Self {
         Self {
             owner,
-            open: HashMap::new(),
+            index,
+            pending: HashMap::new(),
+            dirty_since: None,
+            commit_asked: false,
         }
     }
 
     fn run(mut self, receiver: Receiver<Message>) {
         loop {
             let wait = self
-                .open
-                .values()
-                .filter_map(|o| o.dirty_since)
+                .dirty_since
                 .map(|since| COMMIT_INTERVAL.saturating_sub(since.elapsed()))
-                .min()
                 .unwrap_or(Duration::from_secs(1));
             match receiver.recv_timeout(wait) {
                 Ok(message) => {
@@ -360,10 +370,8 @@ impl Indexer {
                 self.drop_shard(&owner, shard);
                 Ok(())
             }
-            Message::CommitNow { shard } => {
-                if let Some(open) = self.open.get_mut(&shard.0) {
-                    open.commit_asked = true;
-                }
+            Message::CommitNow => {
+                self.commit_asked = true;
                 Ok(())
             }
         };
@@ -372,25 +380,12 @@ impl Indexer {
         }
     }
 
-    fn opened(&mut self, owner: &SearchIndexes, shard: ShardId) -> Result<&mut Open, SearchError> {
-        match self.open.entry(shard.0) {
-            std::collections::hash_map::Entry::Occupied(open) => Ok(open.into_mut()),
-            std::collections::hash_map::Entry::Vacant(vacant) => {
-                let index = ShardIndex::open(&owner.dir.join(format!("s{}", shard.0)))?;
-                let state = owner.state(shard);
-                *state.reader.write().unwrap_or_else(|e| e.into_inner()) = Some(index.searchable());
-                let (bytes, docs) = index.usage();
-                state.bytes.store(bytes, Ordering::Relaxed);
-                state.docs.store(docs, Ordering::Relaxed);
-                Ok(vacant.insert(Open {
-                    index,
-                    seen_seq: 0,
-                    seen_index: 0,
-                    dirty_since: None,
-                    commit_asked: false,
-                }))
-            }
-        }
+    /// Notes that `shard`'s message `seq` (log index `index`) is taken in.
+    fn took(&mut self, shard: ShardId, seq: u64, index: u64) {
+        let pending = self.pending.entry(shard.0).or_default();
+        pending.seen_seq = seq;
+        pending.seen_index = pending.seen_index.max(index);
+        self.dirty_since.get_or_insert_with(Instant::now);
     }
 
     fn index_changes(
@@ -401,11 +396,11 @@ impl Indexer {
         index: u64,
         changes: Vec<(Bytes, Option<Record>)>,
     ) -> Result<(), SearchError> {
-        let open = self.opened(owner, shard)?;
         for (key, record) in changes {
             match record.as_ref().and_then(|r| document_of(r).map(|d| (r, d))) {
                 Some((record, object)) => {
-                    open.index.put(Indexable {
+                    self.index.put(Indexable {
+                        shard,
                         key: &key,
                         slot: key_slot(&key),
                         modify_index: record.modify_index,
@@ -413,12 +408,10 @@ impl Indexer {
                     })?;
                     owner.indexed.fetch_add(1, Ordering::Relaxed);
                 }
-                None => open.index.remove(&key),
+                None => self.index.remove(&key),
             }
         }
-        open.seen_seq = seq;
-        open.seen_index = open.seen_index.max(index);
-        open.dirty_since.get_or_insert_with(Instant::now);
+        self.took(shard, seq, index);
         Ok(())
     }
 
@@ -429,14 +422,13 @@ impl Indexer {
         shard: ShardId,
         seq: u64,
     ) -> Result<(), SearchError> {
-        let storage = owner.storage.clone();
-        let open = self.opened(owner, shard)?;
         // What the index holds is read from its last commit.
-        open.index.commit()?;
-        let mut indexed: HashMap<Vec<u8>, u64> = open.index.indexed()?.into_iter().collect();
-        let view = storage.shard_view(shard);
+        self.commit_now(owner)?;
+        let mut indexed: HashMap<Vec<u8>, u64> = self.index.indexed(shard)?.into_iter().collect();
+        let view = owner.storage.shard_view(shard);
         let mut failure = None;
         let mut reindexed = 0u64;
+        let index = &mut self.index;
         view.for_each_record(|key, value| {
             if failure.is_some() || !may_be_document(key) {
                 return;
@@ -447,7 +439,8 @@ impl Indexer {
             let was = indexed.remove(key);
             match document_of(&record) {
                 Some(object) if was != Some(record.modify_index) => {
-                    if let Err(e) = open.index.put(Indexable {
+                    if let Err(e) = index.put(Indexable {
+                        shard,
                         key,
                         slot: key_slot(key),
                         modify_index: record.modify_index,
@@ -458,7 +451,7 @@ impl Indexer {
                     reindexed += 1;
                 }
                 Some(_) => {}
-                None if was.is_some() => open.index.remove(key),
+                None if was.is_some() => index.remove(key),
                 None => {}
             }
         })?;
@@ -466,7 +459,7 @@ impl Indexer {
             return Err(e);
         }
         for key in indexed.keys() {
-            open.index.remove(key);
+            self.index.remove(key);
         }
         owner.indexed.fetch_add(reindexed, Ordering::Relaxed);
         if reindexed > 0 || !indexed.is_empty() {
@@ -477,56 +470,59 @@ impl Indexer {
                 "search index checked against the shard's rows"
             );
         }
-        open.seen_seq = seq;
-        open.dirty_since.get_or_insert_with(Instant::now);
-        open.commit_asked = true;
+        self.took(shard, seq, 0);
+        self.commit_asked = true;
         Ok(())
     }
 
     fn drop_shard(&mut self, owner: &SearchIndexes, shard: ShardId) {
-        if let Some(open) = self.open.remove(&shard.0) {
-            drop(open);
-        }
+        self.index.remove_shard(shard);
+        self.pending.remove(&shard.0);
+        self.dirty_since.get_or_insert_with(Instant::now);
         if let Some(state) = owner
             .shards
             .write()
             .unwrap_or_else(|e| e.into_inner())
             .remove(&shard.0)
         {
-            *state.reader.write().unwrap_or_else(|e| e.into_inner()) = None;
             // Whoever waits on it is told it is covered: the shard is gone from here.
             state.committed.send_replace(u64::MAX);
         }
-        let _ = std::fs::remove_dir_all(owner.dir.join(format!("s{}", shard.0)));
     }
 
-    /// Commits every index whose oldest change has waited its interval, or for which a commit
-    /// was asked (all of them when `all`).
+    /// Commits when the oldest change has waited its interval or a commit was asked for
+    /// (or whatever is pending, when `all`).
     fn commit_due(&mut self, all: bool) {
+        let Some(since) = self.dirty_since else {
+            return;
+        };
+        if !(all || self.commit_asked || since.elapsed() >= COMMIT_INTERVAL) {
+            return;
+        }
         let Some(owner) = self.owner.upgrade() else {
             return;
         };
-        for (shard, open) in &mut self.open {
-            let Some(since) = open.dirty_since else {
-                continue;
-            };
-            if !(all || open.commit_asked || since.elapsed() >= COMMIT_INTERVAL) {
-                continue;
-            }
-            if let Err(e) = open.index.commit() {
-                tracing::error!(shard, error = %e, "search index commit");
-                continue;
-            }
-            open.dirty_since = None;
-            open.commit_asked = false;
-            let state = owner.state(ShardId(*shard));
+        if let Err(e) = self.commit_now(&owner) {
+            tracing::error!(error = %e, "search index commit");
+        }
+    }
+
+    /// Commits, and tells each shard's waiters what the commit covers.
+    fn commit_now(&mut self, owner: &SearchIndexes) -> Result<(), SearchError> {
+        if self.dirty_since.is_none() {
+            return Ok(());
+        }
+        self.index.commit()?;
+        self.dirty_since = None;
+        self.commit_asked = false;
+        owner.published(&self.index);
+        for (shard, pending) in self.pending.drain() {
+            let state = owner.state(ShardId(shard));
             state
                 .covered_index
-                .fetch_max(open.seen_index, Ordering::Relaxed);
-            let (bytes, docs) = open.index.usage();
-            state.bytes.store(bytes, Ordering::Relaxed);
-            state.docs.store(docs, Ordering::Relaxed);
-            state.committed.send_replace(open.seen_seq);
+                .fetch_max(pending.seen_index, Ordering::Relaxed);
+            state.committed.send_replace(pending.seen_seq);
         }
+        Ok(())
     }
 }

@@ -528,7 +528,7 @@ async fn search_finds_matching_documents_on_every_shard() {
         let message = expect_error(resp, StatusCode::BAD_REQUEST, "invalid_argument").await;
         assert!(message.contains(problem), "{query:?}: {message}");
     }
-    for bad in ["offset=10001", "offset=-1", "limit=500"] {
+    for bad in ["offset=10001", "offset=-1", "limit=500", "sort=n:asc"] {
         let url = format!("{base}/v0/people?query=*&{bad}");
         let resp = c.get(url).send().await.unwrap();
         expect_error(resp, StatusCode::BAD_REQUEST, "invalid_argument").await;
@@ -632,4 +632,106 @@ async fn every_node_lists_and_searches_alike_through_the_peer_links() {
         }
     })
     .await;
+}
+
+#[tokio::test]
+async fn post_makes_a_key_patch_changes_part_and_refs_name_the_current_version() {
+    let node = TestNode::start(StartOptions::default().shards(4)).await;
+    let (c, base) = (&node.http, node.http_url());
+
+    // POST: a new key, named in Location, holding the body.
+    let mut keys = Vec::new();
+    for n in 0..3 {
+        let resp = c
+            .post(format!("{base}/v0/notes"))
+            .json(&json!({"n": n, "text": "hello"}))
+            .send()
+            .await
+            .unwrap();
+        assert_eq!(resp.status(), StatusCode::CREATED);
+        let location = resp.headers()["location"].to_str().unwrap().to_owned();
+        let reference = etag_ref(&resp);
+        let key = location
+            .strip_prefix("/v0/notes/")
+            .and_then(|rest| rest.strip_suffix(&format!("/refs/{reference}")))
+            .unwrap_or_else(|| panic!("{location}"))
+            .to_owned();
+        assert_eq!(key.len(), 16, "{key}");
+        let doc = get_json(c, &format!("{base}/v0/notes/{key}")).await;
+        assert_eq!(doc, json!({"n": n, "text": "hello"}));
+        keys.push(key);
+    }
+    assert!(keys[0] != keys[1] && keys[1] != keys[2], "{keys:?}");
+    let resp = c
+        .post(format!("{base}/v0/notes"))
+        .body("[1]")
+        .send()
+        .await
+        .unwrap();
+    expect_error(resp, StatusCode::BAD_REQUEST, "invalid_argument").await;
+
+    // PATCH with JSON Patch, then a merge patch; each answers the new ref.
+    let url = format!("{base}/v0/notes/{}", keys[0]);
+    let first = etag_ref(&c.get(&url).send().await.unwrap());
+    let resp = c
+        .patch(&url)
+        .header("content-type", "application/json-patch+json")
+        .body(r#"[{"op":"test","path":"/n","value":0},{"op":"replace","path":"/text","value":"bye"},{"op":"add","path":"/tags","value":["a"]}]"#)
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(resp.status(), StatusCode::CREATED);
+    let second = etag_ref(&resp);
+    assert!(second > first);
+    assert_eq!(
+        get_json(c, &url).await,
+        json!({"n": 0, "text": "bye", "tags": ["a"]})
+    );
+    let resp = c
+        .patch(&url)
+        .header("If-Match", format!("\"{second}\""))
+        .json(&json!({"tags": null, "extra": {"x": 1}}))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(resp.status(), StatusCode::CREATED);
+    let third = etag_ref(&resp);
+    assert_eq!(
+        get_json(c, &url).await,
+        json!({"n": 0, "text": "bye", "extra": {"x": 1}})
+    );
+    // A stale If-Match, a failing test and a missing document change nothing.
+    let resp = c
+        .patch(&url)
+        .header("If-Match", format!("\"{second}\""))
+        .json(&json!({"n": 9}))
+        .send()
+        .await
+        .unwrap();
+    expect_error(resp, StatusCode::PRECONDITION_FAILED, "precondition_failed").await;
+    let resp = c
+        .patch(&url)
+        .json(&json!([{"op": "test", "path": "/n", "value": 5}]))
+        .send()
+        .await
+        .unwrap();
+    let message = expect_error(resp, StatusCode::BAD_REQUEST, "invalid_argument").await;
+    assert!(message.contains("operation 0: test failed"), "{message}");
+    let resp = c
+        .patch(format!("{base}/v0/notes/missing"))
+        .json(&json!({"n": 1}))
+        .send()
+        .await
+        .unwrap();
+    expect_error(resp, StatusCode::NOT_FOUND, "not_found").await;
+    assert_eq!(etag_ref(&c.get(&url).send().await.unwrap()), third);
+
+    // Refs: the current one is served; an older one says which is current.
+    let doc = get_json(c, &format!("{url}/refs/{third}")).await;
+    assert_eq!(doc["extra"], json!({"x": 1}));
+    let resp = c.get(format!("{url}/refs/{first}")).send().await.unwrap();
+    let message = expect_error(resp, StatusCode::NOT_FOUND, "not_found").await;
+    assert!(message.contains(&format!("ref \"{third}\"")), "{message}");
+    let resp = c.get(format!("{url}/refs/abc")).send().await.unwrap();
+    expect_error(resp, StatusCode::BAD_REQUEST, "invalid_argument").await;
 }

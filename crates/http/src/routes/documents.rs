@@ -57,7 +57,10 @@ struct DocPath {
 
 impl DocPath {
     fn parse(uri: &Uri) -> Result<Self, ApiError> {
-        let path = uri.path();
+        Self::parse_path(uri.path())
+    }
+
+    fn parse_path(path: &str) -> Result<Self, ApiError> {
         let rest = path.strip_prefix("/v0/").unwrap_or_default();
         let (collection, key) = match rest.split_once('/') {
             Some((c, k)) => (c, Some(k)),
@@ -122,8 +125,8 @@ fn query_value(text: &str) -> String {
     form_urlencoded::byte_serialize(text.as_bytes()).collect()
 }
 
-/// `/v0/users/alice/refs/12`: where a version of a document is named (not served: refs
-/// history is not kept).
+/// `/v0/users/alice/refs/12`: where a version of a document is named (served while it is
+/// the current one: refs history is not kept).
 fn ref_location(collection: &str, key: &str, reference: u64) -> String {
     format!(
         "/v0/{}/{}/refs/{reference}",
@@ -224,17 +227,7 @@ pub(crate) async fn put(
     let path = DocPath::parse(&uri)?;
     let key = path.full_key()?;
     access.key_write(key.as_bytes())?;
-    match serde_json::from_slice::<Value>(&body) {
-        Ok(Value::Object(_)) => {}
-        Ok(_) => {
-            return Err(ApiError::invalid(
-                "the body must be a JSON object (a document)",
-            ));
-        }
-        Err(e) => {
-            return Err(ApiError::invalid(format!("the body is not JSON: {e}")));
-        }
-    }
+    document_body(&body)?;
     let when = precondition(&headers)?;
     let condition = match when {
         Precondition::None => PutCondition::IfNotCollection,
@@ -262,12 +255,7 @@ pub(crate) async fn put(
             (_, Some(r)) => format!("{key} is at ref \"{r}\", not the one in If-Match"),
         }));
     }
-    let location = ref_location(&path.collection, path.key(), index);
-    let mut response = StatusCode::CREATED.into_response();
-    let h = response.headers_mut();
-    h.insert(header::ETAG, etag(index));
-    h.insert(header::LOCATION, header_value(&location)?);
-    Ok(response)
+    created(&path.collection, path.key(), index)
 }
 
 /// `GET /v0/{collection}/{key}` → the document, with its ref as `ETag`.
@@ -332,6 +320,187 @@ pub(crate) async fn delete(
         }));
     }
     Ok(StatusCode::NO_CONTENT.into_response())
+}
+
+/// The JSON object a request body must be, or the 400 saying what it is instead.
+fn document_body(body: &[u8]) -> Result<Value, ApiError> {
+    match serde_json::from_slice::<Value>(body) {
+        Ok(value @ Value::Object(_)) => Ok(value),
+        Ok(_) => Err(ApiError::invalid(
+            "the body must be a JSON object (a document)",
+        )),
+        Err(e) => Err(ApiError::invalid(format!("the body is not JSON: {e}"))),
+    }
+}
+
+/// A 201 naming the document's new ref.
+fn created(collection: &str, key: &str, index: u64) -> Result<Response, ApiError> {
+    let location = ref_location(collection, key, index);
+    let mut response = StatusCode::CREATED.into_response();
+    let h = response.headers_mut();
+    h.insert(header::ETAG, etag(index));
+    h.insert(header::LOCATION, header_value(&location)?);
+    Ok(response)
+}
+
+/// `POST /v0/{collection}` with a JSON object → 201, the document stored under a new key
+/// (16 hex digits, random), named in `Location`.
+pub(crate) async fn post(
+    State(state): State<AppState>,
+    access: Access,
+    uri: Uri,
+    body: Result<Bytes, BytesRejection>,
+) -> Result<Response, ApiError> {
+    HttpMetrics::inc(&state.metrics.doc_put);
+    let body = match request_body(body) {
+        Ok(body) => body,
+        Err(response) => return Ok(*response),
+    };
+    let path = DocPath::parse(&uri)?;
+    access.key_write_prefix(path.prefix().as_bytes())?;
+    document_body(&body)?;
+    // 64 random bits: a collision is unlikely enough that one retry settles it.
+    for _ in 0..2 {
+        let key = format!("{:016x}", rand::random::<u64>());
+        let full = format!("{}{key}", path.prefix());
+        let request = PutRequest::new(full, body.clone()).condition(PutCondition::IfAbsent);
+        let outcome = state.node.put(request).await?;
+        if outcome.written {
+            return created(&path.collection, &key, outcome.index);
+        }
+    }
+    Err(ApiError(TriremeError::new(
+        ErrorCode::Internal,
+        "could not find a free key for the document",
+    )))
+}
+
+/// Attempts of a `PATCH` without `If-Match` that another write beat to the document.
+const PATCH_ATTEMPTS: usize = 5;
+
+/// `PATCH /v0/{collection}/{key}`: a JSON Patch (an array of operations, or any body sent as
+/// `application/json-patch+json`) or a JSON Merge Patch (an object) applied to the document
+/// as it is, written back only if it is still at the ref it was read at. With `If-Match`,
+/// only at that ref (else 412); without, a write that got in between makes it read and
+/// apply again. 201 with the new ref; 404 without a document; 400 (naming the operation)
+/// when the patch does not apply; 409 when the result is not an object.
+pub(crate) async fn patch(
+    State(state): State<AppState>,
+    access: Access,
+    uri: Uri,
+    headers: HeaderMap,
+    body: Result<Bytes, BytesRejection>,
+) -> Result<Response, ApiError> {
+    HttpMetrics::inc(&state.metrics.doc_put);
+    let body = match request_body(body) {
+        Ok(body) => body,
+        Err(response) => return Ok(*response),
+    };
+    let path = DocPath::parse(&uri)?;
+    let key = path.full_key()?;
+    access.key_write(key.as_bytes())?;
+    access.key_read(key.as_bytes())?;
+    let patch: Value = serde_json::from_slice(&body)
+        .map_err(|e| ApiError::invalid(format!("the patch is not JSON: {e}")))?;
+    let json_patch = headers
+        .get(header::CONTENT_TYPE)
+        .and_then(|v| v.to_str().ok())
+        .is_some_and(|v| v.starts_with("application/json-patch+json"))
+        || patch.is_array();
+    let wanted = match precondition(&headers)? {
+        Precondition::Ref(r) => Some(r),
+        Precondition::None | Precondition::Exists => None,
+        Precondition::Absent => {
+            return Err(ApiError::invalid(
+                "If-None-Match does not apply to PATCH: there must be a document to patch",
+            ));
+        }
+    };
+    for _ in 0..PATCH_ATTEMPTS {
+        let (record, _) = state.node.get(key.as_bytes(), ReadMode::Consistent).await?;
+        let Some(record) = record.filter(|r| is_document(&r.value)) else {
+            return Err(not_found(format!("no document {key} to patch")));
+        };
+        if let Some(r) = wanted
+            && r != record.modify_index
+        {
+            return Err(precondition_failed(format!(
+                "{key} is at ref \"{}\", not the one in If-Match",
+                record.modify_index
+            )));
+        }
+        let current: Value = serde_json::from_slice(&record.value)
+            .map_err(|e| ApiError::invalid(format!("the stored document is not JSON: {e}")))?;
+        let changed = if json_patch {
+            super::patch::apply_json_patch(&current, &patch).map_err(ApiError::invalid)?
+        } else {
+            super::patch::apply_merge_patch(&current, &patch)
+        };
+        if !changed.is_object() {
+            return Err(ApiError(TriremeError::new(
+                ErrorCode::Conflict,
+                "the patch would leave a value that is not a JSON object (a document)",
+            )));
+        }
+        let bytes = serde_json::to_vec(&changed)
+            .map_err(|e| ApiError::invalid(format!("the patched document: {e}")))?;
+        let request = PutRequest::new(key.clone(), Bytes::from(bytes))
+            .condition(PutCondition::IfModifyIndex(record.modify_index));
+        let outcome = state.node.put(request).await?;
+        if outcome.written {
+            return created(&path.collection, path.key(), outcome.index);
+        }
+        if wanted.is_some() {
+            return Err(precondition_failed(format!(
+                "{key} changed while it was being patched"
+            )));
+        }
+    }
+    Err(ApiError(TriremeError::new(
+        ErrorCode::Conflict,
+        format!("{key} kept changing while it was being patched; try again"),
+    )))
+}
+
+/// `GET /v0/{collection}/{key}/refs/{ref}`: the document at that ref. Only the current ref is
+/// kept (a write replaces the document): an older ref answers 404 saying which ref is
+/// current.
+pub(crate) async fn get_ref(
+    State(state): State<AppState>,
+    access: Access,
+    uri: Uri,
+) -> Result<Response, ApiError> {
+    HttpMetrics::inc(&state.metrics.doc_get);
+    let (document, reference) = uri
+        .path()
+        .rsplit_once("/refs/")
+        .ok_or_else(|| ApiError::invalid("expected /v0/{collection}/{key}/refs/{ref}"))?;
+    let reference: u64 = reference
+        .trim_matches('"')
+        .parse()
+        .map_err(|_| ApiError::invalid(format!("{reference:?} is not a ref (a number)")))?;
+    let path = DocPath::parse_path(document)?;
+    let key = path.full_key()?;
+    access.key_read(key.as_bytes())?;
+    let mode = read_mode(&Query::parse(uri.query()))?;
+    let (record, _) = state.node.get(key.as_bytes(), mode).await?;
+    let Some(record) = record.filter(|r| is_document(&r.value)) else {
+        return Err(not_found(format!("no document {key}")));
+    };
+    if record.modify_index != reference {
+        return Err(not_found(format!(
+            "{key} is at ref \"{}\"; older refs are not kept",
+            record.modify_index
+        )));
+    }
+    let mut response = record.value.into_response();
+    let h = response.headers_mut();
+    h.insert(
+        header::CONTENT_TYPE,
+        HeaderValue::from_static("application/json"),
+    );
+    h.insert(header::ETAG, etag(record.modify_index));
+    Ok(response)
 }
 
 /// `DELETE /v0/{collection}?force=true`: every key of the collection, shard by shard.
@@ -463,6 +632,11 @@ pub(crate) async fn get_collection(
 
     if let Some(text) = query.str("query") {
         HttpMetrics::inc(&state.metrics.doc_search);
+        if query.str("sort").is_some() {
+            return Err(ApiError::invalid(
+                "?sort= is not supported: results come best first by relevance",
+            ));
+        }
         let offset = bounded(&query, "offset", 0, MAX_OFFSET, 0)?;
         let (page, _) = state
             .node
@@ -542,7 +716,8 @@ pub(crate) async fn get_collection(
     }))
 }
 
-/// Anything below a document (`/refs/`, events, relations): not kept, so not served.
+/// Anything else below a document (the list of refs, events, relations): not kept, so not
+/// served.
 pub(crate) async fn unsupported(uri: Uri) -> ApiError {
     not_found(format!(
         "{} is not served: refs history, events and relations are not supported",

@@ -174,35 +174,38 @@ fn header(out: &mut String, name: &str, kind: &str, help: &str) {
 /// shard's part of a search took here.
 fn search_indexes(out: &mut String, state: &AppState) {
     let search = state.node.search_indexes();
-    let stats = search.stats();
+    let name = "trireme_search_index_lag_entries";
+    header(
+        out,
+        name,
+        "gauge",
+        "Log entries applied to the shard here whose changes the search index does not cover yet.",
+    );
+    for s in search.stats() {
+        let _ = writeln!(out, "{name}{{shard=\"{}\"}} {}", s.shard.0, s.lag_entries);
+    }
+    let (bytes, docs) = search.usage();
     for (name, help, value) in [
         (
-            "trireme_search_index_lag_entries",
-            "Log entries applied to the shard here whose changes the search index does not cover yet.",
-            (|s: &trireme_search::ShardIndexStats| s.lag_entries) as fn(&_) -> u64,
-        ),
-        (
             "trireme_search_index_documents",
-            "Documents in the shard's search index here, as of its last commit.",
-            |s| s.docs,
+            "Documents in this node's search index (every shard replica here), as of its last commit.",
+            docs,
         ),
         (
             "trireme_search_index_bytes",
-            "Size of the shard's search index files here.",
-            |s| s.bytes,
+            "Size of this node's search index files.",
+            bytes,
         ),
     ] {
         header(out, name, "gauge", help);
-        for s in &stats {
-            let _ = writeln!(out, "{name}{{shard=\"{}\"}} {}", s.shard.0, value(s));
-        }
+        let _ = writeln!(out, "{name} {value}");
     }
     let name = "trireme_search_documents_indexed_total";
     header(
         out,
         name,
         "counter",
-        "Documents put into a search index here (new, changed, or indexed again after a check).",
+        "Documents put into the search index here (new, changed, or indexed again after a check).",
     );
     let _ = writeln!(out, "{name} {}", search.indexed.load(Ordering::Relaxed));
     let name = "trireme_search_shard_seconds";
@@ -210,7 +213,7 @@ fn search_indexes(out: &mut String, state: &AppState) {
         out,
         name,
         "histogram",
-        "Time one shard's index took to answer its part of a search here.",
+        "Time the index took to answer one shard's part of a search here.",
     );
     search.latency.write_prometheus(out, name, "");
 }

@@ -6,6 +6,7 @@ pub(crate) mod backup;
 pub(crate) mod documents;
 pub(crate) mod kv;
 pub(crate) mod metrics;
+pub(crate) mod patch;
 pub(crate) mod session;
 pub(crate) mod status;
 pub(crate) mod txn;
