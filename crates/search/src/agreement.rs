@@ -87,6 +87,7 @@ fn leaf(rng: &mut ChaCha8Rng) -> String {
     match rng.random_range(0..17) {
         0 => format!("{field}:{}", w(rng)),
         1 => w(rng),
+        16 if rng.random_bool(0.3) => format!("\"{} {}\"", w(rng), w(rng)),
         2 => format!("{field}:\"{} {}\"", w(rng), w(rng)),
         3 => format!("{field}:{}*", &w(rng)[..2]),
         4 => format!("{field}:{}?{}", &w(rng)[..1], &w(rng)[2..]),
@@ -146,7 +147,11 @@ fn the_index_and_the_reference_find_the_same_documents() {
     let mut rng = ChaCha8Rng::seed_from_u64(7);
     let mut docs = Vec::new();
     for i in 0..400 {
-        let doc = document(&mut rng);
+        let mut doc = document(&mut rng);
+        if i > 150 && i % 7 == 0 {
+            // A path only the second segment holds.
+            doc["late"] = json!(words(&mut rng, 2));
+        }
         let key = format!("people/{i}");
         let Value::Object(object) = doc.clone() else {
             unreachable!()
@@ -161,6 +166,10 @@ fn the_index_and_the_reference_find_the_same_documents() {
             })
             .unwrap();
         docs.push((key, doc));
+        if i == 150 {
+            // Two segments at least: terms without a field ask the paths of both.
+            index.commit().unwrap();
+        }
     }
     // A document of another collection matches nothing here.
     index

@@ -20,16 +20,19 @@ use tantivy::{DateTime, Term};
 
 type Boxed = Box<dyn TantivyQuery>;
 
-/// `query` as a tantivy query on the index whose fields are `fields`.
-pub(crate) fn compile(query: &Query, fields: &Fields) -> Boxed {
+/// `query` as a tantivy query on the index whose fields are `fields`; `string_paths` are the
+/// paths that hold strings, which a test without a field asks.
+pub(crate) fn compile(query: &Query, fields: &Fields, string_paths: &[FieldPath]) -> Boxed {
     match query {
         Query::All => Box::new(AllQuery),
         Query::And(parts) => {
             let mut clauses: Vec<(Occur, Boxed)> = Vec::with_capacity(parts.len() + 1);
             for part in parts {
                 match part {
-                    Query::Not(inner) => clauses.push((Occur::MustNot, compile(inner, fields))),
-                    other => clauses.push((Occur::Must, compile(other, fields))),
+                    Query::Not(inner) => {
+                        clauses.push((Occur::MustNot, compile(inner, fields, string_paths)))
+                    }
+                    other => clauses.push((Occur::Must, compile(other, fields, string_paths))),
                 }
             }
             if clauses.iter().all(|(occur, _)| *occur == Occur::MustNot) {
@@ -40,18 +43,26 @@ pub(crate) fn compile(query: &Query, fields: &Fields) -> Boxed {
         Query::Or(parts) => Box::new(BooleanQuery::new(
             parts
                 .iter()
-                .map(|p| (Occur::Should, compile(p, fields)))
+                .map(|p| (Occur::Should, compile(p, fields, string_paths)))
                 .collect(),
         )),
         Query::Not(inner) => Box::new(BooleanQuery::new(vec![
             (Occur::Must, Box::new(AllQuery) as Boxed),
-            (Occur::MustNot, compile(inner, fields)),
+            (Occur::MustNot, compile(inner, fields, string_paths)),
         ])),
-        Query::Boosted(inner, boost) => Box::new(BoostQuery::new(compile(inner, fields), *boost)),
+        Query::Boosted(inner, boost) => Box::new(BoostQuery::new(
+            compile(inner, fields, string_paths),
+            *boost,
+        )),
         Query::Leaf { field, test, boost } => {
             let leaf = match field {
                 Some(path) => field_test(path, test, fields.doc),
-                None => any_string_test(test, fields.any),
+                None => any_of(
+                    string_paths
+                        .iter()
+                        .map(|path| string_test(path, test, fields.doc))
+                        .collect(),
+                ),
             };
             match boost {
                 Some(b) => Box::new(BoostQuery::new(leaf, *b)),
@@ -159,26 +170,23 @@ fn field_test(path: &FieldPath, test: &Test, doc: Field) -> Boxed {
     }
 }
 
-fn any_string_test(test: &Test, any: Field) -> Boxed {
+/// `test` as a test of the strings at `path` only (a test without a field looks at strings
+/// alone: `42` there is a word, not a number).
+fn string_test(path: &FieldPath, test: &Test, doc: Field) -> Boxed {
     match test {
-        Test::Term(text) | Test::Phrase(text) => words_query(
-            words(text)
-                .map(|w| Term::from_field_text(any, &w))
-                .collect(),
+        Test::Term(text) | Test::Phrase(text) => {
+            words_query(words(text).map(|w| str_term(doc, path, &w)).collect())
+        }
+        Test::Exists => range_query(
+            doc,
+            path,
+            RangeKind::Word,
+            &Bound::Unbounded,
+            &Bound::Unbounded,
         ),
-        Test::Wildcard(pattern) => regex_query(any, &[], pattern),
-        Test::Fuzzy { term, edits } => Box::new(FuzzyTermQuery::new(
-            Term::from_field_text(any, &term.to_lowercase()),
-            *edits,
-            true,
-        )),
-        // Any word in any string.
-        Test::Exists => Box::new(InvertedIndexRangeQuery::new(
-            Bound::Included(Term::from_field_text(any, "")),
-            Bound::Unbounded,
-        )),
         // The parser gives ranges a field.
         Test::Range { .. } => Box::new(EmptyQuery),
+        other => field_test(path, other, doc),
     }
 }
 

@@ -8,24 +8,32 @@
 //! replica that has not yet applied a split answers only for the slots the sender routes to
 //! it), the record's `ModifyIndex` (to compare with the shard's rows when the index is checked
 //! after a restart), the JSON object itself (every path, typed: words of strings, numbers,
-//! booleans, and strings that read as dates once more as dates), and every string of the
-//! object once more in one text field, for terms without a field.
+//! booleans, and strings that read as dates once more as dates). A term without a field is
+//! asked of every path that holds strings: the paths are read from each segment's word list
+//! once and kept (indexing every string a second time, in one field for such terms, cost a
+//! fifth of the throughput of a write-heavy mix).
 
 use crate::ast::{MAX_WORD_BYTES, parse_date};
 use crate::compile::compile;
-use crate::{Query, SearchError};
+use crate::top::TopByScoreThenKey;
+use crate::{FieldPath, Query, SearchError};
 use bytes::Bytes;
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, HashMap};
 use std::path::Path;
-use tantivy::collector::{Count, TopDocs};
+use std::sync::{Arc, Mutex};
+use tantivy::collector::Count;
 use tantivy::directory::MmapDirectory;
+use tantivy::index::SegmentId;
 use tantivy::query::{BooleanQuery, BoostQuery, Occur, RangeQuery, TermQuery};
 use tantivy::schema::{
     FAST, Field, INDEXED, IndexRecordOption, JsonObjectOptions, OwnedValue, STORED, Schema,
-    TextFieldIndexing, TextOptions,
+    TextFieldIndexing, Type,
 };
 use tantivy::tokenizer::{LowerCaser, RemoveLongFilter, SimpleTokenizer, TextAnalyzer};
-use tantivy::{DateTime, Index, IndexReader, IndexWriter, ReloadPolicy, TantivyDocument, Term};
+use tantivy::{
+    DateTime, Index, IndexReader, IndexWriter, ReloadPolicy, Searcher, SegmentReader,
+    TantivyDocument, Term,
+};
 use trireme_types::ShardId;
 
 /// The tokenizer every text of the index goes through: [`crate::words`], as tantivy parts.
@@ -43,7 +51,6 @@ pub(crate) struct Fields {
     pub slot: Field,
     pub modify_index: Field,
     pub doc: Field,
-    pub any: Field,
 }
 
 fn schema() -> (Schema, Fields) {
@@ -58,9 +65,8 @@ fn schema() -> (Schema, Fields) {
     let modify_index = builder.add_u64_field("ref", FAST);
     let doc = builder.add_json_field(
         "doc",
-        JsonObjectOptions::default().set_indexing_options(words.clone()),
+        JsonObjectOptions::default().set_indexing_options(words),
     );
-    let any = builder.add_text_field("any", TextOptions::default().set_indexing_options(words));
     let _ = STORED;
     (
         builder.build(),
@@ -71,7 +77,6 @@ fn schema() -> (Schema, Fields) {
             slot,
             modify_index,
             doc,
-            any,
         },
     )
 }
@@ -164,16 +169,12 @@ impl NodeIndex {
         out.add_bytes(f.collection, collection);
         out.add_u64(f.slot, u64::from(doc.slot));
         out.add_u64(f.modify_index, doc.modify_index);
-        let mut strings = Vec::new();
         let object = doc
             .object
             .into_iter()
-            .map(|(k, v)| (k, typed(v, &mut strings)))
+            .map(|(k, v)| (k, typed(v)))
             .collect::<BTreeMap<_, _>>();
         out.add_object(f.doc, object);
-        for s in strings {
-            out.add_text(f.any, s);
-        }
         self.writer.add_document(out)?;
         Ok(())
     }
@@ -242,6 +243,7 @@ impl NodeIndex {
         Searchable {
             reader: self.reader.clone(),
             fields: self.fields,
+            string_paths: Arc::default(),
         }
     }
 }
@@ -251,6 +253,8 @@ impl NodeIndex {
 pub(crate) struct Searchable {
     reader: IndexReader,
     fields: Fields,
+    /// The paths that hold strings in each segment, as read from its word list.
+    string_paths: Arc<Mutex<HashMap<SegmentId, Arc<Vec<FieldPath>>>>>,
 }
 
 impl Searchable {
@@ -265,15 +269,25 @@ impl Searchable {
         want: usize,
     ) -> Result<Hits, SearchError> {
         let f = self.fields;
+        let searcher = self.reader.searcher();
+        let paths = if needs_string_paths(query) {
+            self.string_paths(&searcher)?
+        } else {
+            Vec::new()
+        };
+        // The collection, shard and slot filters add nothing to the relevance.
         let mut clauses: Vec<(Occur, Box<dyn tantivy::query::Query>)> = vec![
             (
                 Occur::Must,
-                Box::new(TermQuery::new(
-                    Term::from_field_bytes(f.collection, collection),
-                    IndexRecordOption::Basic,
+                Box::new(BoostQuery::new(
+                    Box::new(TermQuery::new(
+                        Term::from_field_bytes(f.collection, collection),
+                        IndexRecordOption::Basic,
+                    )),
+                    0.0,
                 )),
             ),
-            (Occur::Must, compile(query, &f)),
+            (Occur::Must, compile(query, &f, &paths)),
             (
                 Occur::Must,
                 Box::new(BoostQuery::new(
@@ -297,27 +311,8 @@ impl Searchable {
             ));
         }
         let query = BooleanQuery::new(clauses);
-        let searcher = self.reader.searcher();
-        let (top, total) = searcher.search(
-            &query,
-            &(TopDocs::with_limit(want.max(1)).order_by_score(), Count),
-        )?;
-        let mut out = Vec::with_capacity(top.len());
-        for (score, address) in top {
-            let segment = searcher.segment_reader(address.segment_ord);
-            let Some(keys) = segment.fast_fields().bytes("key")? else {
-                continue;
-            };
-            let mut key = Vec::new();
-            if let Some(ord) = keys.term_ords(address.doc_id).next() {
-                keys.ord_to_bytes(ord, &mut key)
-                    .map_err(tantivy::TantivyError::from)?;
-            }
-            out.push((Bytes::from(key), score));
-        }
-        if want == 0 {
-            out.clear();
-        }
+        let (top, total) = searcher.search(&query, &(TopByScoreThenKey { want }, Count))?;
+        let out: Vec<(Bytes, f32)> = top.into_iter().map(|(score, key)| (key, score)).collect();
         Ok(Hits {
             total: total as u64,
             top: out,
@@ -325,10 +320,81 @@ impl Searchable {
     }
 }
 
+impl Searchable {
+    /// Every path holding a string with a word in some segment of `searcher`.
+    fn string_paths(&self, searcher: &Searcher) -> Result<Vec<FieldPath>, SearchError> {
+        let mut cache = self.string_paths.lock().unwrap_or_else(|e| e.into_inner());
+        let mut all = std::collections::BTreeSet::new();
+        let mut live = Vec::new();
+        for segment in searcher.segment_readers() {
+            let id = segment.segment_id();
+            live.push(id);
+            let paths = match cache.get(&id) {
+                Some(paths) => paths.clone(),
+                None => {
+                    let read = Arc::new(paths_with_strings(segment, self.fields.doc)?);
+                    cache.insert(id, read.clone());
+                    read
+                }
+            };
+            all.extend(paths.iter().cloned());
+        }
+        if cache.len() > live.len() * 2 {
+            cache.retain(|id, _| live.contains(id));
+        }
+        Ok(all.into_iter().collect())
+    }
+}
+
+/// Whether `query` has a test without a field (which asks every path holding strings).
+fn needs_string_paths(query: &Query) -> bool {
+    match query {
+        Query::Leaf { field, .. } => field.is_none(),
+        Query::And(parts) | Query::Or(parts) => parts.iter().any(needs_string_paths),
+        Query::Not(inner) | Query::Boosted(inner, _) => needs_string_paths(inner),
+        Query::All => false,
+    }
+}
+
+/// The paths of the JSON field `doc` that hold words in `segment`: one look per path into its
+/// word list, skipping the words themselves.
+fn paths_with_strings(segment: &SegmentReader, doc: Field) -> Result<Vec<FieldPath>, SearchError> {
+    let index = segment.inverted_index(doc)?;
+    let terms = index.terms();
+    let mut out = Vec::new();
+    let mut from: Vec<u8> = Vec::new();
+    loop {
+        let mut stream = terms
+            .range()
+            .ge(&from)
+            .into_stream()
+            .map_err(tantivy::TantivyError::from)?;
+        if !stream.advance() {
+            break;
+        }
+        let term = stream.key();
+        // A term is the path, an end byte (0), a type code, then the value.
+        let Some(end) = term.iter().position(|b| *b == 0) else {
+            break;
+        };
+        let Some(&code) = term.get(end + 1) else {
+            break;
+        };
+        if code == Type::Str.to_code()
+            && let Ok(path) = std::str::from_utf8(&term[..end])
+        {
+            out.push(path.split('\u{1}').map(str::to_owned).collect());
+        }
+        // On to the next type of this path, or the next path.
+        from = term[..=end].to_vec();
+        from.push(code + 1);
+    }
+    Ok(out)
+}
+
 /// A JSON value as the index takes it: numbers as themselves, strings that read as dates
-/// both as text and as a date; every string also goes to `strings` (the field for terms
-/// without a field).
-fn typed(value: serde_json::Value, strings: &mut Vec<String>) -> OwnedValue {
+/// both as text and as a date.
+fn typed(value: serde_json::Value) -> OwnedValue {
     use serde_json::Value;
     match value {
         Value::Null => OwnedValue::Null,
@@ -342,23 +408,16 @@ fn typed(value: serde_json::Value, strings: &mut Vec<String>) -> OwnedValue {
                 OwnedValue::F64(n.as_f64().unwrap_or_default())
             }
         }
-        Value::String(s) => {
-            strings.push(s.clone());
-            match parse_date(&s) {
-                Some((secs, _)) => {
-                    OwnedValue::Array(vec![OwnedValue::Str(s), OwnedValue::Date(date_at(secs))])
-                }
-                None => OwnedValue::Str(s),
+        Value::String(s) => match parse_date(&s) {
+            Some((secs, _)) => {
+                OwnedValue::Array(vec![OwnedValue::Str(s), OwnedValue::Date(date_at(secs))])
             }
+            None => OwnedValue::Str(s),
+        },
+        Value::Array(items) => OwnedValue::Array(items.into_iter().map(typed).collect()),
+        Value::Object(map) => {
+            OwnedValue::Object(map.into_iter().map(|(k, v)| (k, typed(v))).collect())
         }
-        Value::Array(items) => {
-            OwnedValue::Array(items.into_iter().map(|v| typed(v, strings)).collect())
-        }
-        Value::Object(map) => OwnedValue::Object(
-            map.into_iter()
-                .map(|(k, v)| (k, typed(v, strings)))
-                .collect(),
-        ),
     }
 }
 

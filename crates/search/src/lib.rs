@@ -8,6 +8,7 @@ mod index;
 mod indexer;
 mod matcher;
 mod parse;
+mod top;
 
 pub use ast::{FieldPath, MAX_WORD_BYTES, Query, RangeKind, Test, parse_date, parse_number, words};
 pub use error::SearchError;
