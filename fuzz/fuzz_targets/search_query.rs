@@ -1,5 +1,6 @@
 //! Document search queries on arbitrary input: parsing must answer a query or a clear error,
-//! and a query that parses must be matched against a document without panicking.
+//! and a query that parses must be matched against a document without panicking, the same
+//! whether the document is given parsed or as JSON text.
 #![no_main]
 
 use libfuzzer_sys::fuzz_target;
@@ -12,6 +13,10 @@ fuzz_target!(|data: &[u8]| {
             "at": "2024-05-01T10:00:00+02:00", "empty": [], "nothing": {},
             "address": {"city": "Oxford"}, "tags": ["a", {"b": "c d"}, 7, [false]],
         });
-        let _ = trireme_search::matches(&query, &doc);
+        let text = serde_json::to_vec(&doc).expect("a document");
+        assert_eq!(
+            trireme_search::matches(&query, &doc),
+            trireme_search::matches_json(&query, &text)
+        );
     }
 });
