@@ -24,15 +24,17 @@ use std::sync::{Arc, Mutex};
 use tantivy::collector::Count;
 use tantivy::directory::MmapDirectory;
 use tantivy::index::SegmentId;
-use tantivy::query::{BooleanQuery, BoostQuery, Occur, RangeQuery, TermQuery};
+use tantivy::query::{BooleanQuery, ConstScoreQuery, Occur, RangeQuery, TermQuery};
+use tantivy::schema::Value as _;
 use tantivy::schema::{
     FAST, Field, INDEXED, IndexRecordOption, JsonObjectOptions, OwnedValue, STORED, Schema,
     TextFieldIndexing, Type,
 };
+use tantivy::store::Compressor;
 use tantivy::tokenizer::{LowerCaser, RemoveLongFilter, SimpleTokenizer, TextAnalyzer};
 use tantivy::{
-    DateTime, Index, IndexReader, IndexWriter, ReloadPolicy, Searcher, SegmentReader,
-    TantivyDocument, Term,
+    DateTime, Index, IndexReader, IndexSettings, IndexWriter, ReloadPolicy, Searcher,
+    SegmentReader, TantivyDocument, Term,
 };
 use trireme_types::ShardId;
 
@@ -58,7 +60,9 @@ fn schema() -> (Schema, Fields) {
     let words = TextFieldIndexing::default()
         .set_tokenizer(TOKENIZER)
         .set_index_option(IndexRecordOption::WithFreqsAndPositions);
-    let key = builder.add_bytes_field("key", INDEXED | FAST);
+    // Indexed to delete by key, fast for its order within a segment, stored to read the keys
+    // of a page's results back (small uncompressed store blocks: one key costs a short read).
+    let key = builder.add_bytes_field("key", INDEXED | FAST | STORED);
     let shard = builder.add_u64_field("shard", INDEXED | FAST);
     let collection = builder.add_bytes_field("collection", INDEXED);
     let slot = builder.add_u64_field("slot", INDEXED | FAST);
@@ -67,7 +71,6 @@ fn schema() -> (Schema, Fields) {
         "doc",
         JsonObjectOptions::default().set_indexing_options(words),
     );
-    let _ = STORED;
     (
         builder.build(),
         Fields {
@@ -79,6 +82,19 @@ fn schema() -> (Schema, Fields) {
             doc,
         },
     )
+}
+
+/// Opens the index in `dir`, or creates it with this schema and settings.
+fn create(dir: MmapDirectory, schema: Schema) -> tantivy::Result<Index> {
+    let settings = IndexSettings {
+        docstore_compression: Compressor::None,
+        docstore_blocksize: 4096,
+        ..IndexSettings::default()
+    };
+    Index::builder()
+        .schema(schema)
+        .settings(settings)
+        .open_or_create(dir)
 }
 
 fn analyzer() -> TextAnalyzer {
@@ -125,14 +141,14 @@ impl NodeIndex {
         std::fs::create_dir_all(dir).map_err(tantivy::TantivyError::from)?;
         let opened = MmapDirectory::open(dir)
             .map_err(tantivy::TantivyError::from)
-            .and_then(|d| Index::open_or_create(d, schema.clone()));
+            .and_then(|d| create(d, schema.clone()));
         let index = match opened {
             Ok(index) => index,
             Err(e) => {
                 tracing::warn!(dir = %dir.display(), error = %e, "search index unreadable; rebuilding it");
                 let _ = std::fs::remove_dir_all(dir);
                 std::fs::create_dir_all(dir).map_err(tantivy::TantivyError::from)?;
-                Index::open_or_create(
+                create(
                     MmapDirectory::open(dir).map_err(tantivy::TantivyError::from)?,
                     schema,
                 )?
@@ -279,7 +295,7 @@ impl Searchable {
         let mut clauses: Vec<(Occur, Box<dyn tantivy::query::Query>)> = vec![
             (
                 Occur::Must,
-                Box::new(BoostQuery::new(
+                Box::new(ConstScoreQuery::new(
                     Box::new(TermQuery::new(
                         Term::from_field_bytes(f.collection, collection),
                         IndexRecordOption::Basic,
@@ -290,7 +306,7 @@ impl Searchable {
             (Occur::Must, compile(query, &f, &paths)),
             (
                 Occur::Must,
-                Box::new(BoostQuery::new(
+                Box::new(ConstScoreQuery::new(
                     Box::new(TermQuery::new(
                         Term::from_field_u64(f.shard, u64::from(shard.0)),
                         IndexRecordOption::Basic,
@@ -307,12 +323,21 @@ impl Searchable {
             );
             clauses.push((
                 Occur::Must,
-                Box::new(BoostQuery::new(Box::new(in_slots), 0.0)),
+                Box::new(ConstScoreQuery::new(Box::new(in_slots), 0.0)),
             ));
         }
         let query = BooleanQuery::new(clauses);
-        let (top, total) = searcher.search(&query, &(TopByScoreThenKey { want }, Count))?;
-        let out: Vec<(Bytes, f32)> = top.into_iter().map(|(score, key)| (key, score)).collect();
+        let (candidates, total) = searcher.search(&query, &(TopByScoreThenKey { want }, Count))?;
+        // Each segment's best, with their keys read from the store: merged by score, then key.
+        let mut out = Vec::with_capacity(candidates.len());
+        for (score, address) in candidates {
+            let doc: TantivyDocument = searcher.doc(address)?;
+            if let Some(key) = doc.get_first(f.key).and_then(|v| v.as_bytes()) {
+                out.push((Bytes::copy_from_slice(key), score));
+            }
+        }
+        out.sort_by(|a, b| b.1.total_cmp(&a.1).then_with(|| a.0.cmp(&b.0)));
+        out.truncate(want);
         Ok(Hits {
             total: total as u64,
             top: out,

@@ -1,20 +1,20 @@
-//! The best matches of a shard in the order pages are cut in: score, highest first, then key.
+//! The best matches of each segment in the order pages are cut in: score, highest first,
+//! then key.
 //!
 //! tantivy's own top-N breaks ties by its internal document order, which differs from shard
 //! to shard and from one merge to the next, so a page cut at `offset + limit` could leave out
 //! a tied match that the next page expects before it (many matches tie: every document whose
 //! field holds just `g7` scores the same for `group:g7`). Within a segment the key column's
 //! term ordinals follow the keys' order, so each segment keeps its best by (score, ordinal)
-//! cheaply and turns only those into keys; segments are merged by (score, key).
+//! cheaply; the caller reads those few keys and merges the segments by (score, key).
 
-use bytes::Bytes;
 use std::cmp::Ordering;
 use std::collections::BinaryHeap;
 use tantivy::collector::{Collector, SegmentCollector};
 use tantivy::columnar::BytesColumn;
-use tantivy::{DocId, Score, SegmentOrdinal, SegmentReader};
+use tantivy::{DocAddress, DocId, Score, SegmentOrdinal, SegmentReader};
 
-/// Collects the best `want` matches as (score, key), best first.
+/// Collects each segment's best `want` matches, as (score, address).
 pub(crate) struct TopByScoreThenKey {
     pub want: usize,
 }
@@ -25,6 +25,7 @@ pub(crate) struct TopByScoreThenKey {
 struct Kept {
     score: Score,
     ord: u64,
+    doc: DocId,
 }
 
 impl PartialEq for Kept {
@@ -51,21 +52,23 @@ impl Ord for Kept {
 }
 
 pub(crate) struct SegmentTop {
+    segment: SegmentOrdinal,
     keys: Option<BytesColumn>,
     want: usize,
     heap: BinaryHeap<Kept>,
 }
 
 impl Collector for TopByScoreThenKey {
-    type Fruit = Vec<(Score, Bytes)>;
+    type Fruit = Vec<(Score, DocAddress)>;
     type Child = SegmentTop;
 
     fn for_segment(
         &self,
-        _: SegmentOrdinal,
+        ordinal: SegmentOrdinal,
         segment: &SegmentReader,
     ) -> tantivy::Result<SegmentTop> {
         Ok(SegmentTop {
+            segment: ordinal,
             keys: segment.fast_fields().bytes("key")?,
             want: self.want,
             heap: BinaryHeap::with_capacity(self.want.min(1024) + 1),
@@ -76,16 +79,13 @@ impl Collector for TopByScoreThenKey {
         true
     }
 
-    fn merge_fruits(&self, fruits: Vec<Vec<(Score, Bytes)>>) -> tantivy::Result<Self::Fruit> {
-        let mut all: Vec<(Score, Bytes)> = fruits.into_iter().flatten().collect();
-        all.sort_by(|a, b| b.0.total_cmp(&a.0).then_with(|| a.1.cmp(&b.1)));
-        all.truncate(self.want);
-        Ok(all)
+    fn merge_fruits(&self, fruits: Vec<Vec<(Score, DocAddress)>>) -> tantivy::Result<Self::Fruit> {
+        Ok(fruits.into_iter().flatten().collect())
     }
 }
 
 impl SegmentCollector for SegmentTop {
-    type Fruit = Vec<(Score, Bytes)>;
+    type Fruit = Vec<(Score, DocAddress)>;
 
     fn collect(&mut self, doc: DocId, score: Score) {
         if self.want == 0 {
@@ -94,7 +94,7 @@ impl SegmentCollector for SegmentTop {
         let Some(ord) = self.keys.as_ref().and_then(|k| k.term_ords(doc).next()) else {
             return;
         };
-        let candidate = Kept { score, ord };
+        let candidate = Kept { score, ord, doc };
         if self.heap.len() < self.want {
             self.heap.push(candidate);
         } else if self.heap.peek().is_some_and(|worst| candidate < *worst) {
@@ -104,16 +104,10 @@ impl SegmentCollector for SegmentTop {
     }
 
     fn harvest(self) -> Self::Fruit {
-        let Some(keys) = self.keys else {
-            return Vec::new();
-        };
-        let mut out = Vec::with_capacity(self.heap.len());
-        for kept in self.heap.into_sorted_vec() {
-            let mut key = Vec::new();
-            if keys.ord_to_bytes(kept.ord, &mut key).unwrap_or(false) {
-                out.push((kept.score, Bytes::from(key)));
-            }
-        }
-        out
+        self.heap
+            .into_sorted_vec()
+            .into_iter()
+            .map(|kept| (kept.score, DocAddress::new(self.segment, kept.doc)))
+            .collect()
     }
 }
