@@ -57,6 +57,10 @@ pub(crate) fn compile(query: &Query, fields: &Fields, string_paths: &[FieldPath]
         Query::Leaf { field, test, boost } => {
             let leaf = match field {
                 Some(path) => field_test(path, test, fields.doc),
+                None if matches!(test, Test::Wildcard(_)) => match test {
+                    Test::Wildcard(pattern) => any_path_wildcard(fields.doc, pattern),
+                    _ => Box::new(EmptyQuery),
+                },
                 None => any_of(
                     string_paths
                         .iter()
@@ -190,9 +194,60 @@ fn string_test(path: &FieldPath, test: &Test, doc: Field) -> Boxed {
     }
 }
 
+/// Most wildcard and fuzzy tests one query may hold: each walks a word list with an automaton.
+const MAX_COSTLY_LEAVES: usize = 16;
+
+/// Refuses a parsed query whose automatons would cost too much: more than
+/// [`MAX_COSTLY_LEAVES`] wildcard or fuzzy tests, or a wildcard pattern whose automaton passes
+/// tantivy's state limit (checked with room for a long path before it), which the index could
+/// otherwise only answer with nothing.
+pub(crate) fn check_cost(query: &Query) -> Result<(), String> {
+    fn walk(query: &Query, costly: &mut usize) -> Result<(), String> {
+        match query {
+            Query::And(parts) | Query::Or(parts) => parts.iter().try_for_each(|p| walk(p, costly)),
+            Query::Not(inner) | Query::Boosted(inner, _) => walk(inner, costly),
+            Query::All => Ok(()),
+            Query::Leaf { test, .. } => match test {
+                Test::Fuzzy { .. } => {
+                    *costly += 1;
+                    Ok(())
+                }
+                Test::Wildcard(pattern) => {
+                    *costly += 1;
+                    let headroom = [b'p'; 64];
+                    RegexQuery::from_pattern(&wildcard_regex(&headroom, pattern), Field::from_field_id(0))
+                        .map(drop)
+                        .map_err(|_| {
+                            format!("the wildcard pattern {pattern:?} is too complex (too many * and ? near each other)")
+                        })
+                }
+                _ => Ok(()),
+            },
+        }
+    }
+    let mut costly = 0;
+    walk(query, &mut costly)?;
+    if costly > MAX_COSTLY_LEAVES {
+        return Err(format!(
+            "{costly} wildcard and fuzzy terms; at most {MAX_COSTLY_LEAVES} in one query"
+        ));
+    }
+    Ok(())
+}
+
 /// The terms of `field` that are `prefix` followed by a word matching `pattern` (`*` any
 /// run, `?` one character).
 fn regex_query(field: Field, prefix: &[u8], pattern: &str) -> Boxed {
+    match RegexQuery::from_pattern(&wildcard_regex(prefix, pattern), field) {
+        Ok(q) => Box::new(q),
+        // The parser checked the pattern with room for a long path; a path longer still
+        // could tip it over.
+        Err(_) => Box::new(EmptyQuery),
+    }
+}
+
+/// The regular expression of [`regex_query`].
+fn wildcard_regex(prefix: &[u8], pattern: &str) -> String {
     let mut regex = String::new();
     for &byte in prefix {
         // The path's bytes are UTF-8 text with control bytes between parts.
@@ -211,14 +266,26 @@ fn regex_query(field: Field, prefix: &[u8], pattern: &str) -> Boxed {
             push_literal(&mut regex, c);
         }
     }
+    push_pattern(&mut regex, pattern);
+    regex
+}
+
+fn push_pattern(regex: &mut String, pattern: &str) {
     for c in pattern.chars() {
         match c {
             '*' => regex.push_str(".*"),
             '?' => regex.push('.'),
-            c => push_literal(&mut regex, c),
+            c => push_literal(regex, c),
         }
     }
-    match RegexQuery::from_pattern(&regex, field) {
+}
+
+/// A wildcard without a field: a word of any path matching `pattern`, as one automaton over
+/// the whole JSON field (any path bytes, the end of the path, the string type, the word).
+fn any_path_wildcard(doc: Field, pattern: &str) -> Boxed {
+    let mut regex = format!("[^\\x00]*\\x00\\x{:02x}", Type::Str.to_code());
+    push_pattern(&mut regex, pattern);
+    match RegexQuery::from_pattern(&regex, doc) {
         Ok(q) => Box::new(q),
         Err(_) => Box::new(EmptyQuery),
     }

@@ -127,6 +127,8 @@ pub(crate) struct Indexable<'a> {
 /// go through.
 pub(crate) struct NodeIndex {
     dir: std::path::PathBuf,
+    /// Shared by every [`Searchable`] made from this index: segments outlive commits.
+    string_paths: Arc<Mutex<HashMap<SegmentId, Arc<Vec<FieldPath>>>>>,
     writer: IndexWriter,
     reader: IndexReader,
     fields: Fields,
@@ -162,6 +164,7 @@ impl NodeIndex {
             .try_into()?;
         Ok(Self {
             dir: dir.to_path_buf(),
+            string_paths: Arc::default(),
             writer,
             reader,
             fields,
@@ -259,7 +262,7 @@ impl NodeIndex {
         Searchable {
             reader: self.reader.clone(),
             fields: self.fields,
-            string_paths: Arc::default(),
+            string_paths: self.string_paths.clone(),
         }
     }
 }

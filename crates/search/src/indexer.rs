@@ -166,13 +166,16 @@ impl SearchIndexes {
             .clone()
     }
 
-    fn send(&self, message: Message) {
-        let sender = self
-            .sender
+    /// The way to the indexer thread, unless it was stopped.
+    fn sender(&self) -> Option<SyncSender<Message>> {
+        self.sender
             .lock()
             .unwrap_or_else(|e| e.into_inner())
-            .clone();
-        if let Some(sender) = sender {
+            .clone()
+    }
+
+    fn send(&self, message: Message) {
+        if let Some(sender) = self.sender() {
             // A stopped indexer has nothing more to keep.
             let _ = sender.send(message);
         }
@@ -193,7 +196,11 @@ impl SearchIndexes {
         if *committed.borrow() >= target {
             return Ok(());
         }
-        self.send(Message::CommitNow);
+        // Never block a search's thread on a full channel: the indexer then has work queued
+        // and commits within its interval anyway.
+        if let Some(sender) = self.sender() {
+            let _ = sender.try_send(Message::CommitNow);
+        }
         let reached = tokio::time::timeout(timeout, committed.wait_for(|seen| *seen >= target));
         match reached.await {
             Ok(Ok(_)) => Ok(()),
@@ -310,6 +317,8 @@ struct Indexer {
     /// When the oldest change not yet committed came in.
     dirty_since: Option<Instant>,
     commit_asked: bool,
+    /// Shards whose changes failed to index, to check against their rows again.
+    needs_check: std::collections::HashSet<u32>,
 }
 
 /// What the indexer took in for one shard since the last commit.
@@ -328,6 +337,7 @@ impl Indexer {
             pending: HashMap::new(),
             dirty_since: None,
             commit_asked: false,
+            needs_check: std::collections::HashSet::new(),
         }
     }
 
@@ -339,9 +349,9 @@ impl Indexer {
                 .unwrap_or(Duration::from_secs(1));
             match receiver.recv_timeout(wait) {
                 Ok(message) => {
-                    self.take(message);
+                    self.take_guarded(message);
                     while let Ok(message) = receiver.try_recv() {
-                        self.take(message);
+                        self.take_guarded(message);
                     }
                 }
                 Err(RecvTimeoutError::Timeout) => {}
@@ -350,13 +360,38 @@ impl Indexer {
                     return;
                 }
             }
+            if !self.needs_check.is_empty() {
+                self.retry_checks();
+            }
             self.commit_due(false);
+        }
+    }
+
+    /// [`Indexer::take`], surviving a panic in the index library: the thread goes on, and the
+    /// shard is checked against its rows again.
+    fn take_guarded(&mut self, message: Message) {
+        let shard = match &message {
+            Message::Changes { shard, .. } | Message::Replaced { shard, .. } => Some(shard.0),
+            _ => None,
+        };
+        let taken = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| self.take(message)));
+        if taken.is_err() {
+            tracing::error!(shard = ?shard, "search indexer panicked; the shard will be checked again");
+            if let Some(shard) = shard {
+                self.needs_check.insert(shard);
+            }
         }
     }
 
     fn take(&mut self, message: Message) {
         let Some(owner) = self.owner.upgrade() else {
             return;
+        };
+        let shard = match &message {
+            Message::Changes { shard, .. }
+            | Message::Replaced { shard, .. }
+            | Message::Dropped { shard } => Some(*shard),
+            Message::CommitNow => None,
         };
         let outcome = match message {
             Message::Changes {
@@ -367,7 +402,7 @@ impl Indexer {
             } => self.index_changes(&owner, shard, seq, index, changes),
             Message::Replaced { shard, seq } => self.reconcile(&owner, shard, seq),
             Message::Dropped { shard } => {
-                self.drop_shard(&owner, shard);
+                self.drop_shard(shard);
                 Ok(())
             }
             Message::CommitNow => {
@@ -376,14 +411,33 @@ impl Indexer {
             }
         };
         if let Err(e) = outcome {
-            tracing::error!(error = %e, "search indexer");
+            // What the index holds of the shard is now in doubt: check it against the rows
+            // again at the next tick (which also covers its message number).
+            tracing::error!(error = %e, shard = ?shard, "search indexer; the shard will be checked again");
+            if let Some(shard) = shard {
+                self.needs_check.insert(shard.0);
+            }
+        }
+    }
+
+    /// Checks again the shards whose changes failed to index.
+    fn retry_checks(&mut self) {
+        let Some(owner) = self.owner.upgrade() else {
+            return;
+        };
+        for shard in std::mem::take(&mut self.needs_check) {
+            let seq = owner.state(ShardId(shard)).sent.load(Ordering::Acquire);
+            if let Err(e) = self.reconcile(&owner, ShardId(shard), seq) {
+                tracing::error!(error = %e, shard, "search index check failed; retrying");
+                self.needs_check.insert(shard);
+            }
         }
     }
 
     /// Notes that `shard`'s message `seq` (log index `index`) is taken in.
     fn took(&mut self, shard: ShardId, seq: u64, index: u64) {
         let pending = self.pending.entry(shard.0).or_default();
-        pending.seen_seq = seq;
+        pending.seen_seq = pending.seen_seq.max(seq);
         pending.seen_index = pending.seen_index.max(index);
         self.dirty_since.get_or_insert_with(Instant::now);
     }
@@ -475,19 +529,12 @@ impl Indexer {
         Ok(())
     }
 
-    fn drop_shard(&mut self, owner: &SearchIndexes, shard: ShardId) {
+    /// Removes the documents of a shard this node no longer holds. Its numbering state is
+    /// kept: a replica added back later continues it, so no old number can pass for a new one.
+    fn drop_shard(&mut self, shard: ShardId) {
         self.index.remove_shard(shard);
-        self.pending.remove(&shard.0);
+        self.needs_check.remove(&shard.0);
         self.dirty_since.get_or_insert_with(Instant::now);
-        if let Some(state) = owner
-            .shards
-            .write()
-            .unwrap_or_else(|e| e.into_inner())
-            .remove(&shard.0)
-        {
-            // Whoever waits on it is told it is covered: the shard is gone from here.
-            state.committed.send_replace(u64::MAX);
-        }
     }
 
     /// Commits when the oldest change has waited its interval or a commit was asked for
@@ -521,7 +568,13 @@ impl Indexer {
             state
                 .covered_index
                 .fetch_max(pending.seen_index, Ordering::Relaxed);
-            state.committed.send_replace(pending.seen_seq);
+            // Only ever up: numbers of one shard may arrive out of order (a split's first
+            // check and the new group's own changes).
+            state.committed.send_if_modified(|committed| {
+                let raised = pending.seen_seq > *committed;
+                *committed = (*committed).max(pending.seen_seq);
+                raised
+            });
         }
         Ok(())
     }

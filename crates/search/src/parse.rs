@@ -218,7 +218,7 @@ impl Parser {
         let query = self.any_of(None, 0)?;
         self.skip_space();
         match self.peek() {
-            None => Ok(query),
+            None => crate::compile::check_cost(&query).map(|()| query),
             Some(')') => Err("unbalanced parentheses: a ) closes nothing".into()),
             Some(c) => Err(format!("unexpected {c:?}")),
         }
@@ -1280,6 +1280,31 @@ mod tests {
         refused("n:<= 5", "<= needs a value");
         refused("n:[\"1 TO 5]", "unbalanced quote");
         refused("a]", "unexpected ]");
+    }
+
+    #[test]
+    fn costly_automatons_are_refused() {
+        let refused = |text: &str| match parse(text) {
+            Err(SearchError::Syntax { problem, .. }) => problem,
+            other => panic!("{text:?}: {other:?}"),
+        };
+        assert!(refused("name:*a??????????????").contains("too complex"));
+        let many = (0..17)
+            .map(|i| format!("f{i}:a*"))
+            .collect::<Vec<_>>()
+            .join(" OR ");
+        assert!(refused(&many).contains("at most 16"));
+        let fuzzy = (0..17)
+            .map(|i| format!("w{i}~"))
+            .collect::<Vec<_>>()
+            .join(" ");
+        assert!(refused(&fuzzy).contains("at most 16"));
+        let fine = (0..16)
+            .map(|i| format!("f{i}:a*"))
+            .collect::<Vec<_>>()
+            .join(" OR ");
+        assert!(parse(&fine).is_ok());
+        assert!(parse("name:a?i*e").is_ok());
     }
 
     #[test]

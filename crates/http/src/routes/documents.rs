@@ -432,7 +432,9 @@ pub(crate) async fn patch(
         let current: Value = serde_json::from_slice(&record.value)
             .map_err(|e| ApiError::invalid(format!("the stored document is not JSON: {e}")))?;
         let changed = if json_patch {
-            super::patch::apply_json_patch(&current, &patch).map_err(ApiError::invalid)?
+            let most = state.node.config().limits.max_value_bytes;
+            super::patch::apply_json_patch(&current, &patch, record.value.len(), most)
+                .map_err(ApiError::invalid)?
         } else {
             super::patch::apply_merge_patch(&current, &patch)
         };

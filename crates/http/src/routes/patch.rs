@@ -5,16 +5,47 @@
 use serde_json::Value;
 
 /// Applies the JSON Patch `ops` (a JSON array of operation objects) to `doc`, all or nothing;
-/// the error names the operation (by position) and what went wrong.
-pub(crate) fn apply_json_patch(doc: &Value, ops: &Value) -> Result<Value, String> {
+/// the error names the operation (by position) and what went wrong. `max_bytes` bounds what
+/// the operations may add up to (a `copy` of the whole document doubles it: thirty of them
+/// would not fit in any memory), counted as the JSON text of every value added.
+pub(crate) fn apply_json_patch(
+    doc: &Value,
+    ops: &Value,
+    doc_bytes: usize,
+    max_bytes: usize,
+) -> Result<Value, String> {
     let Value::Array(ops) = ops else {
         return Err("a JSON Patch is an array of operations".into());
     };
     let mut out = doc.clone();
+    let mut size = doc_bytes;
     for (i, op) in ops.iter().enumerate() {
-        apply_one(&mut out, op).map_err(|e| format!("operation {i}: {e}"))?;
+        let added = apply_one(&mut out, op).map_err(|e| format!("operation {i}: {e}"))?;
+        size = size.saturating_add(added);
+        if size > max_bytes {
+            return Err(format!(
+                "operation {i}: the document would grow past {max_bytes} bytes"
+            ));
+        }
     }
     Ok(out)
+}
+
+/// The length of `value` as JSON text, counted without building it.
+fn json_len(value: &Value) -> usize {
+    struct Counter(usize);
+    impl std::io::Write for Counter {
+        fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
+            self.0 += buf.len();
+            Ok(buf.len())
+        }
+        fn flush(&mut self) -> std::io::Result<()> {
+            Ok(())
+        }
+    }
+    let mut counter = Counter(0);
+    let _ = serde_json::to_writer(&mut counter, value);
+    counter.0
 }
 
 /// Applies a JSON Merge Patch: members set to `null` are removed, objects merge, anything else
@@ -51,15 +82,20 @@ fn text<'a>(op: &'a Value, name: &str) -> Result<&'a str, String> {
         .ok_or_else(|| format!("{name:?} must be a string"))
 }
 
-fn apply_one(doc: &mut Value, op: &Value) -> Result<(), String> {
+/// Applies one operation; returns the bytes it added (0 for those that add nothing).
+fn apply_one(doc: &mut Value, op: &Value) -> Result<usize, String> {
     let name = text(op, "op")?;
     let path = pointer(text(op, "path")?)?;
     match name {
-        "add" => add(doc, &path, field(op, "value")?.clone()),
-        "remove" => remove(doc, &path).map(drop),
+        "add" => {
+            let value = field(op, "value")?;
+            add(doc, &path, value.clone()).map(|()| json_len(value))
+        }
+        "remove" => remove(doc, &path).map(|_| 0),
         "replace" => {
+            let value = field(op, "value")?;
             remove(doc, &path)?;
-            add(doc, &path, field(op, "value")?.clone())
+            add(doc, &path, value.clone()).map(|()| json_len(value))
         }
         "move" => {
             let from = pointer(text(op, "from")?)?;
@@ -67,16 +103,18 @@ fn apply_one(doc: &mut Value, op: &Value) -> Result<(), String> {
                 return Err("cannot move a value into itself".into());
             }
             let value = remove(doc, &from)?;
-            add(doc, &path, value)
+            add(doc, &path, value).map(|()| 0)
         }
         "copy" => {
             let from = pointer(text(op, "from")?)?;
-            let value = get(doc, &from)?.clone();
-            add(doc, &path, value)
+            let value = get(doc, &from)?;
+            let added = json_len(value);
+            let value = value.clone();
+            add(doc, &path, value).map(|()| added)
         }
         "test" => {
             if get(doc, &path)? == field(op, "value")? {
-                Ok(())
+                Ok(0)
             } else {
                 Err(format!(
                     "test failed: the value at {:?} differs",
@@ -207,7 +245,17 @@ mod tests {
     use serde_json::json;
 
     fn patched(doc: Value, ops: Value) -> Result<Value, String> {
-        apply_json_patch(&doc, &ops)
+        apply_json_patch(&doc, &ops, 0, 1 << 20)
+    }
+
+    #[test]
+    fn copies_cannot_grow_a_document_without_bound() {
+        let doc = json!({"a": "x".repeat(1000)});
+        let doubling: Vec<Value> = (0..30)
+            .map(|i| json!({"op": "copy", "from": "", "path": format!("/c{i}")}))
+            .collect();
+        let e = apply_json_patch(&doc, &Value::Array(doubling), 1010, 64 * 1024).unwrap_err();
+        assert!(e.contains("would grow past 65536 bytes"), "{e}");
     }
 
     #[test]
