@@ -87,7 +87,9 @@ pub struct ShardIndexStats {
 /// The indexes of every shard replica on this node.
 pub struct SearchIndexes {
     dir: PathBuf,
-    storage: Arc<Storage>,
+    /// Weak: the storage holds this as its observer, and a cycle would keep both (and the
+    /// database's lock) alive after the node is dropped.
+    storage: std::sync::Weak<Storage>,
     shards: RwLock<HashMap<u32, Arc<ShardState>>>,
     /// The searchable side of the index, once the indexer thread has opened it.
     reader: RwLock<Option<crate::index::Searchable>>,
@@ -119,7 +121,7 @@ impl SearchIndexes {
         let (sender, receiver) = sync_channel(CHANNEL_BATCHES);
         let indexes = Arc::new(Self {
             dir: dir.to_path_buf(),
-            storage: storage.clone(),
+            storage: Arc::downgrade(&storage),
             shards: RwLock::default(),
             reader: RwLock::new(None),
             bytes: AtomicU64::new(0),
@@ -479,7 +481,11 @@ impl Indexer {
         // What the index holds is read from its last commit.
         self.commit_now(owner)?;
         let mut indexed: HashMap<Vec<u8>, u64> = self.index.indexed(shard)?.into_iter().collect();
-        let view = owner.storage.shard_view(shard);
+        let Some(storage) = owner.storage.upgrade() else {
+            // The node is going away: nothing to check.
+            return Ok(());
+        };
+        let view = storage.shard_view(shard);
         let mut failure = None;
         let mut reindexed = 0u64;
         let index = &mut self.index;

@@ -644,9 +644,16 @@ async fn a_node_that_was_down_gets_a_snapshot_and_rebuilds_its_index() {
             );
             target.push(applied);
         }
+        // Purging follows the snapshot that the writes trigger, in the background: wait
+        // for it rather than race it.
         for &i in &survivors {
+            let purged = poll_until(Duration::from_secs(30), Duration::from_millis(50), || {
+                let seen = c.node(i).stderr_all().contains("purge log");
+                async move { if seen { Ok(()) } else { Err(()) } }
+            })
+            .await;
             assert!(
-                c.node(i).stderr_all().contains("purge log"),
+                purged.is_ok(),
                 "{} never purged its log; the snapshot path is not exercised",
                 c.name(i)
             );
