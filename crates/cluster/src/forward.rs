@@ -318,7 +318,8 @@ const CONSISTENT_SEARCH_WAIT: Duration = Duration::from_secs(5);
 
 /// A search of one shard's index (see [`trireme_search`]): the number of documents of
 /// `collection` that match `query` within the slots routed to the shard, and the keys of the
-/// best `want` of them by relevance, with their scores. The records are not sent: most of a
+/// best `want` of them by relevance (or by the values of the `sort` fields), with their
+/// scores and sort values. The records are not sent: most of a
 /// shard's best are not among the best of all shards, and the caller reads the few that are.
 /// The query travels as text and is parsed where it runs, so the wire format does not fix its
 /// shape.
@@ -334,13 +335,11 @@ pub(crate) struct SearchShard {
     pub collection: Bytes,
     pub query: String,
     pub want: u32,
+    pub sort: Vec<trireme_search::SortKey>,
 }
 
-/// One search hit as a shard answers it: the key and its score.
-pub(crate) type ShardHit = (Bytes, f32);
-
 impl ShardRequest for SearchShard {
-    type Answer = (u64, Vec<ShardHit>, Freshness);
+    type Answer = (u64, Vec<trireme_search::Hit>, Freshness);
     const WRITES: bool = false;
 
     fn any_replica(&self) -> bool {
@@ -366,9 +365,10 @@ impl ShardRequest for SearchShard {
         let storage = node.storage.clone();
         let want = self.want as usize;
         let collection = self.collection;
+        let sort = self.sort;
         let read = move || {
             storage.read_with_removals(shard, || -> Result<_, ClusterError> {
-                let hits = search.search(shard, &collection, &query, only, want)?;
+                let hits = search.search(shard, &collection, &query, only, want, &sort)?;
                 Ok((hits.total, hits.top))
             })
         };

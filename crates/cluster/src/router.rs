@@ -359,13 +359,15 @@ impl Node {
 
     /// Searches the documents of `collection` with `query` (see [`trireme_search`] for the
     /// language): every shard searches its index and sends back its number of matches and the
-    /// keys of its best `offset + limit`; they are merged by score (ties by key, so pages are
-    /// stable), `offset` of them skipped, at most `limit` kept, and those records read. The
-    /// counts add up to the exact total: each document lives in one shard.
+    /// keys of its best `offset + limit`; they are merged by score, or by the values of the
+    /// `sort` fields when it names any (ties by key, so pages are stable), `offset` of them
+    /// skipped, at most `limit` kept, and those records read. The counts add up to the exact
+    /// total: each document lives in one shard.
     pub async fn search(
         &self,
         collection: &[u8],
         query: &str,
+        sort: &[trireme_search::SortKey],
         offset: usize,
         limit: usize,
         mode: ReadMode,
@@ -387,6 +389,7 @@ impl Node {
                             collection: collection.clone(),
                             query: query.to_owned(),
                             want,
+                            sort: sort.to_vec(),
                         };
                         self.on_shard(shard, search)
                     }))
@@ -402,18 +405,20 @@ impl Node {
             fresh.push((f, f.applied.max(f.removed)));
             merged.extend(hits);
         }
-        merged.sort_by(|a, b| b.1.total_cmp(&a.1).then_with(|| a.0.cmp(&b.0)));
-        let page: Vec<(Bytes, f32)> = merged.into_iter().skip(offset).take(limit).collect();
-        let keys: Vec<Bytes> = page.iter().map(|(k, _)| k.clone()).collect();
+        // Each shard's matches hold one type under a sort field; two shards may disagree.
+        trireme_search::check_one_type(merged.iter().map(|hit| hit.sort.as_slice()), sort)?;
+        merged.sort_by(|a, b| a.order(b, sort));
+        let page: Vec<trireme_search::Hit> = merged.into_iter().skip(offset).take(limit).collect();
+        let keys: Vec<Bytes> = page.iter().map(|hit| hit.key.clone()).collect();
         let records = self.get_many(&keys, mode).await?;
         let rows = page
             .into_iter()
             .zip(records)
             // A record gone since the index's last commit is no result any more.
-            .filter_map(|((key, score), record)| {
+            .filter_map(|(hit, record)| {
                 Some(SearchHit {
-                    key,
-                    score,
+                    key: hit.key,
+                    score: hit.score,
                     record: record?,
                 })
             })

@@ -2,7 +2,8 @@
 //! by a shard index and by [`crate::matches`] over the same documents; the keys must agree.
 
 use crate::index::{Indexable, NodeIndex};
-use crate::{matches, parse};
+use crate::sort::sort_text;
+use crate::{SortKey, SortValue, compare_sort_values, matches, parse, parse_sort};
 use rand::{Rng, SeedableRng};
 use rand_chacha::ChaCha8Rng;
 use serde_json::{Value, json};
@@ -197,12 +198,12 @@ fn the_index_and_the_reference_find_the_same_documents() {
             .map(|(k, _)| k.clone())
             .collect();
         let hits = searchable
-            .search(ShardId(1), b"people", &parsed, None, docs.len())
+            .search(ShardId(1), b"people", &parsed, None, docs.len(), &[])
             .unwrap();
         let found: BTreeSet<String> = hits
             .top
             .iter()
-            .map(|(k, _)| String::from_utf8(k.to_vec()).unwrap())
+            .map(|hit| String::from_utf8(hit.key.to_vec()).unwrap())
             .collect();
         assert_eq!(
             found, expected,
@@ -241,11 +242,11 @@ fn replaced_and_removed_documents_leave_the_index() {
     index.commit().unwrap();
     let s = index.searchable();
     let keys = |q: &str, slots| {
-        s.search(ShardId(1), b"c", &parse(q).unwrap(), slots, 10)
+        s.search(ShardId(1), b"c", &parse(q).unwrap(), slots, 10, &[])
             .unwrap()
             .top
             .into_iter()
-            .map(|(k, _)| k)
+            .map(|hit| hit.key)
             .collect::<Vec<_>>()
     };
     assert!(keys("w:old", None).is_empty());
@@ -263,7 +264,7 @@ fn replaced_and_removed_documents_leave_the_index() {
         "another shard's part"
     );
     assert!(
-        s.search(ShardId(2), b"c", &parse("*").unwrap(), None, 10)
+        s.search(ShardId(2), b"c", &parse("*").unwrap(), None, 10, &[])
             .unwrap()
             .top
             .is_empty()
@@ -276,4 +277,165 @@ fn replaced_and_removed_documents_leave_the_index() {
         index.indexed(ShardId(1)).unwrap(),
         vec![(b"c/a".to_vec(), 3)]
     );
+}
+
+/// A document's value under `path` for a sort, computed from the JSON the way the sort
+/// rules say: scalars at the path (an array's elements), the smallest ascending and the
+/// largest descending, missing when there are none.
+fn reference_value(doc: &Value, key: &SortKey) -> SortValue {
+    let mut at = doc;
+    for part in &key.path {
+        match at.get(part) {
+            Some(next) => at = next,
+            None => return SortValue::Missing,
+        }
+    }
+    let scalars: Vec<&Value> = match at {
+        Value::Array(items) => items.iter().collect(),
+        other => vec![other],
+    };
+    let mut best = SortValue::Missing;
+    for v in scalars {
+        let value = match v {
+            Value::Bool(b) => SortValue::Bool(*b),
+            Value::Number(n) => SortValue::Number(n.as_f64().unwrap()),
+            Value::String(s) => SortValue::Text(sort_text(s).to_owned()),
+            _ => continue,
+        };
+        let ahead = compare_sort_values(
+            std::slice::from_ref(&value),
+            std::slice::from_ref(&best),
+            std::slice::from_ref(key),
+        );
+        if ahead.is_lt() {
+            best = value;
+        }
+    }
+    best
+}
+
+fn put_all(index: &mut NodeIndex, docs: &[(String, Value)], commit_after: usize) {
+    for (i, (key, doc)) in docs.iter().enumerate() {
+        index
+            .put(Indexable {
+                shard: ShardId(1),
+                key: key.as_bytes(),
+                slot: 0,
+                modify_index: i as u64,
+                object: doc.as_object().unwrap().clone(),
+            })
+            .unwrap();
+        if i == commit_after {
+            index.commit().unwrap();
+        }
+    }
+    index.commit().unwrap();
+}
+
+#[test]
+fn sorted_pages_agree_with_the_reference_order() {
+    let mut rng = ChaCha8Rng::seed_from_u64(11);
+    let dir = tempfile::tempdir().unwrap();
+    let mut index = NodeIndex::open(dir.path()).unwrap();
+    let mut docs: Vec<(String, Value)> = (0..300)
+        .map(|i| (format!("people/{i:03}"), document(&mut rng)))
+        .collect();
+    // Strings longer than the sort sees, that differ only past the cut.
+    let long = "x".repeat(crate::SORT_STRING_BYTES);
+    docs[5].1["name"] = json!(format!("{long}b"));
+    docs[6].1["name"] = json!(format!("{long}a"));
+    // Two segments at least: segments merge by value, not by dictionary ordinal.
+    put_all(&mut index, &docs, 140);
+    let searchable = index.searchable();
+    let fields = [
+        "name",
+        "age",
+        "active",
+        "created",
+        "tags",
+        "address.city",
+        "address.zip",
+        "rank",
+        "note",
+        "absent",
+    ];
+    let mut checked = 0;
+    for _ in 0..400 {
+        let text = query(&mut rng, 2);
+        let parsed = parse(&text).unwrap();
+        let mut sort_text_param = Vec::new();
+        for _ in 0..rng.random_range(1..3) {
+            let field = fields[rng.random_range(0..fields.len())];
+            let direction = ["", ":asc", ":desc"][rng.random_range(0..3)];
+            sort_text_param.push(format!("{field}{direction}"));
+        }
+        let sort = parse_sort(&sort_text_param.join(",")).unwrap();
+        let mut expected: Vec<(Vec<SortValue>, &str)> = docs
+            .iter()
+            .filter(|(_, d)| matches(&parsed, d))
+            .map(|(k, d)| {
+                (
+                    sort.iter().map(|s| reference_value(d, s)).collect(),
+                    k.as_str(),
+                )
+            })
+            .collect();
+        expected.sort_by(|a, b| compare_sort_values(&a.0, &b.0, &sort).then(a.1.cmp(b.1)));
+        let want = rng.random_range(1..40);
+        let hits = searchable
+            .search(ShardId(1), b"people", &parsed, None, want, &sort)
+            .unwrap();
+        let found: Vec<(Vec<SortValue>, String)> = hits
+            .top
+            .into_iter()
+            .map(|h| (h.sort, String::from_utf8(h.key.to_vec()).unwrap()))
+            .collect();
+        let expected: Vec<(Vec<SortValue>, String)> = expected
+            .into_iter()
+            .take(want)
+            .map(|(v, k)| (v, k.to_owned()))
+            .collect();
+        assert_eq!(found, expected, "{text} sorted by {sort_text_param:?}");
+        checked += usize::from(found.len() > 1);
+    }
+    assert!(checked > 150, "{checked} pages of more than one result");
+}
+
+#[test]
+fn a_sort_on_a_field_of_two_types_is_refused_only_where_they_meet() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut index = NodeIndex::open(dir.path()).unwrap();
+    let docs = vec![
+        ("a/1".to_owned(), json!({"x": 1, "k": "one"})),
+        ("a/2".to_owned(), json!({"x": "two", "k": "two"})),
+        ("b/1".to_owned(), json!({"x": 3})),
+        ("b/2".to_owned(), json!({"x": [4, "four"]})),
+        ("c/1".to_owned(), json!({"x": 5})),
+        ("c/2".to_owned(), json!({"x": "six"})),
+    ];
+    // c/1 and c/2 land in different segments: the segments' answers disagree.
+    put_all(&mut index, &docs, 4);
+    let s = index.searchable();
+    let search = |collection: &[u8], q: &str| {
+        s.search(
+            ShardId(1),
+            collection,
+            &parse(q).unwrap(),
+            None,
+            10,
+            &parse_sort("x").unwrap(),
+        )
+    };
+    for (collection, q) in [(&b"a"[..], "*"), (b"b", "*"), (b"c", "*")] {
+        let err = search(collection, q).unwrap_err();
+        assert!(
+            err.to_string().contains("numbers and strings")
+                || err.to_string().contains("strings and numbers"),
+            "{err}"
+        );
+    }
+    // Narrowed to one type, the same field sorts.
+    let hits = search(b"a", "k:one").unwrap();
+    assert_eq!(hits.top.len(), 1);
+    assert_eq!(hits.top[0].sort, vec![SortValue::Number(1.0)]);
 }

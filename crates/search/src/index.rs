@@ -15,9 +15,12 @@
 
 use crate::ast::{MAX_WORD_BYTES, parse_date};
 use crate::compile::compile;
-use crate::top::TopByScoreThenKey;
+use crate::sort::{
+    SORT_FIELD, SortKey, SortValue, TopMatches, check_one_type, compare_sort_values, sort_text,
+};
 use crate::{FieldPath, Query, SearchError};
 use bytes::Bytes;
+use serde::{Deserialize, Serialize};
 use std::collections::{BTreeMap, HashMap};
 use std::path::Path;
 use std::sync::{Arc, Mutex};
@@ -53,6 +56,8 @@ pub(crate) struct Fields {
     pub slot: Field,
     pub modify_index: Field,
     pub doc: Field,
+    /// The document's scalar values again, as columns, for sorting (see [`crate::sort`]).
+    pub sort: Field,
 }
 
 fn schema() -> (Schema, Fields) {
@@ -71,6 +76,7 @@ fn schema() -> (Schema, Fields) {
         "doc",
         JsonObjectOptions::default().set_indexing_options(words),
     );
+    let sort = builder.add_json_field(SORT_FIELD, JsonObjectOptions::default().set_fast("raw"));
     (
         builder.build(),
         Fields {
@@ -80,6 +86,7 @@ fn schema() -> (Schema, Fields) {
             slot,
             modify_index,
             doc,
+            sort,
         },
     )
 }
@@ -104,13 +111,37 @@ fn analyzer() -> TextAnalyzer {
         .build()
 }
 
-/// What [`NodeIndex::search`] returns: how many documents match, and the best ones.
+/// What [`Searchable::search`] returns: how many documents match, and the best ones.
 #[derive(Debug, Clone, Default)]
 pub struct Hits {
     /// Every match in the shard (within the slots asked for).
     pub total: u64,
-    /// The first matches by relevance, best first: key and score.
-    pub top: Vec<(Bytes, f32)>,
+    /// The first matches, best first: by relevance, or by the sort asked for.
+    pub top: Vec<Hit>,
+}
+
+/// One match as a shard reports it: enough to merge it with other shards' and find its record.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Hit {
+    /// The document's key (`collection/key`).
+    pub key: Bytes,
+    /// Relevance (BM25 over this node's index); higher is better.
+    pub score: f32,
+    /// The document's value for each field sorted by; empty when sorting by relevance.
+    pub sort: Vec<SortValue>,
+}
+
+impl Hit {
+    /// The order pages are cut in: by `sort` when given (then key), else by score (highest
+    /// first, then key).
+    pub fn order(&self, other: &Hit, sort: &[SortKey]) -> std::cmp::Ordering {
+        let first = if sort.is_empty() {
+            other.score.total_cmp(&self.score)
+        } else {
+            compare_sort_values(&self.sort, &other.sort, sort)
+        };
+        first.then_with(|| self.key.cmp(&other.key))
+    }
 }
 
 /// A document to index: a stored JSON object and where it lives.
@@ -188,6 +219,7 @@ impl NodeIndex {
         out.add_bytes(f.collection, collection);
         out.add_u64(f.slot, u64::from(doc.slot));
         out.add_u64(f.modify_index, doc.modify_index);
+        out.add_object(f.sort, sortable_object(&doc.object));
         let object = doc
             .object
             .into_iter()
@@ -278,7 +310,8 @@ pub(crate) struct Searchable {
 
 impl Searchable {
     /// The documents of `shard` and `collection` matching `query`, within `slots` when
-    /// given: how many, and the best `want` by relevance.
+    /// given: how many, and the best `want` by relevance or, when `sort` names fields, by
+    /// their values.
     pub(crate) fn search(
         &self,
         shard: ShardId,
@@ -286,6 +319,7 @@ impl Searchable {
         query: &Query,
         slots: Option<(u16, u16)>,
         want: usize,
+        sort: &[SortKey],
     ) -> Result<Hits, SearchError> {
         let f = self.fields;
         let searcher = self.reader.searcher();
@@ -330,16 +364,29 @@ impl Searchable {
             ));
         }
         let query = BooleanQuery::new(clauses);
-        let (candidates, total) = searcher.search(&query, &(TopByScoreThenKey { want }, Count))?;
-        // Each segment's best, with their keys read from the store: merged by score, then key.
+        let collector = TopMatches {
+            keys: sort.to_vec(),
+            want,
+        };
+        let (candidates, total) = searcher.search(&query, &(collector, Count))?;
+        let candidates = candidates.map_err(SearchError::Refused)?;
+        // Each segment's best, with their keys read from the store, merged.
         let mut out = Vec::with_capacity(candidates.len());
-        for (score, address) in candidates {
-            let doc: TantivyDocument = searcher.doc(address)?;
+        for found in candidates {
+            let doc: TantivyDocument = searcher.doc(found.address)?;
             if let Some(key) = doc.get_first(f.key).and_then(|v| v.as_bytes()) {
-                out.push((Bytes::copy_from_slice(key), score));
+                out.push(Hit {
+                    key: Bytes::copy_from_slice(key),
+                    score: found.score,
+                    sort: found.values,
+                });
             }
         }
-        out.sort_by(|a, b| b.1.total_cmp(&a.1).then_with(|| a.0.cmp(&b.0)));
+        if !sort.is_empty() {
+            // Segments each hold one type under a field; two segments may disagree.
+            check_one_type(out.iter().map(|hit| hit.sort.as_slice()), sort)?;
+        }
+        out.sort_by(|a, b| a.order(b, sort));
         out.truncate(want);
         Ok(Hits {
             total: total as u64,
@@ -427,15 +474,7 @@ fn typed(value: serde_json::Value) -> OwnedValue {
     match value {
         Value::Null => OwnedValue::Null,
         Value::Bool(b) => OwnedValue::Bool(b),
-        Value::Number(n) => {
-            if let Some(i) = n.as_i64() {
-                OwnedValue::I64(i)
-            } else if let Some(u) = n.as_u64() {
-                OwnedValue::U64(u)
-            } else {
-                OwnedValue::F64(n.as_f64().unwrap_or_default())
-            }
-        }
+        Value::Number(n) => number(&n),
         Value::String(s) => match parse_date(&s) {
             Some((secs, _)) => {
                 OwnedValue::Array(vec![OwnedValue::Str(s), OwnedValue::Date(date_at(secs))])
@@ -447,6 +486,52 @@ fn typed(value: serde_json::Value) -> OwnedValue {
             OwnedValue::Object(map.into_iter().map(|(k, v)| (k, typed(v))).collect())
         }
     }
+}
+
+/// A JSON number in the narrowest of the index's number types that holds it exactly.
+fn number(n: &serde_json::Number) -> OwnedValue {
+    if let Some(i) = n.as_i64() {
+        OwnedValue::I64(i)
+    } else if let Some(u) = n.as_u64() {
+        OwnedValue::U64(u)
+    } else {
+        OwnedValue::F64(n.as_f64().unwrap_or_default())
+    }
+}
+
+/// The scalar values of a stored object as the sort columns take them: numbers, booleans
+/// and strings (cut to [`crate::SORT_STRING_BYTES`]), by path; arrays keep their scalars.
+fn sortable_object(
+    object: &serde_json::Map<String, serde_json::Value>,
+) -> BTreeMap<String, OwnedValue> {
+    object
+        .iter()
+        .filter_map(|(k, v)| Some((k.clone(), sortable(v)?)))
+        .collect()
+}
+
+fn sortable(value: &serde_json::Value) -> Option<OwnedValue> {
+    use serde_json::Value;
+    Some(match value {
+        Value::Null => return None,
+        Value::Bool(b) => OwnedValue::Bool(*b),
+        Value::Number(n) => number(n),
+        Value::String(s) => OwnedValue::Str(sort_text(s).to_owned()),
+        Value::Array(items) => {
+            let items: Vec<OwnedValue> = items.iter().filter_map(sortable).collect();
+            if items.is_empty() {
+                return None;
+            }
+            OwnedValue::Array(items)
+        }
+        Value::Object(map) => {
+            let map = sortable_object(map);
+            if map.is_empty() {
+                return None;
+            }
+            OwnedValue::Object(map.into_iter().collect())
+        }
+    })
 }
 
 /// An instant in whole seconds as the index stores dates, clamped to what it can hold.

@@ -17,6 +17,7 @@
 
 use crate::Query;
 use crate::SearchError;
+use crate::SortKey;
 use crate::index::{Hits, Indexable, NodeIndex};
 use bytes::Bytes;
 use std::collections::HashMap;
@@ -238,6 +239,7 @@ impl SearchIndexes {
         query: &Query,
         slots: Option<(u16, u16)>,
         want: usize,
+        sort: &[SortKey],
     ) -> Result<Hits, SearchError> {
         let started = Instant::now();
         let reader = self
@@ -246,7 +248,7 @@ impl SearchIndexes {
             .unwrap_or_else(|e| e.into_inner())
             .clone()
             .ok_or(SearchError::NoIndex)?;
-        let hits = reader.search(shard, collection, query, slots, want);
+        let hits = reader.search(shard, collection, query, slots, want, sort);
         self.latency.record(started.elapsed());
         hits
     }

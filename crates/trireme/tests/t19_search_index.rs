@@ -17,7 +17,7 @@ mod common;
 use common::cluster::{
     CLUSTER_DEADLINE, ClusterOptions, RaftTiming, TestCluster, bounded, poll_until,
 };
-use common::{StartOptions, TestNode, expect_error};
+use common::{StartOptions, TestNode, expect_error, metric, metric_of, metrics_text, url_encode};
 use reqwest::StatusCode;
 use serde_json::{Value, json};
 use std::collections::{BTreeMap, BTreeSet};
@@ -26,15 +26,6 @@ use std::time::{Duration, Instant};
 // ---------------------------------------------------------------------------------------
 // helpers
 // ---------------------------------------------------------------------------------------
-
-fn url_encode(text: &str) -> String {
-    text.bytes()
-        .map(|b| match b {
-            b'A'..=b'Z' | b'a'..=b'z' | b'0'..=b'9' | b'-' | b'.' | b'_' => (b as char).to_string(),
-            _ => format!("%{b:02X}"),
-        })
-        .collect()
-}
 
 /// PUTs a document through `base`; `Ok(ref)` on a 201.
 async fn try_put_doc(
@@ -310,29 +301,6 @@ async fn search_until(
     .await
 }
 
-/// `GET /metrics` of the node at `base`.
-async fn metrics(http: &reqwest::Client, base: &str) -> String {
-    let resp = http
-        .get(format!("{base}/metrics"))
-        .send()
-        .await
-        .expect("GET /metrics");
-    assert_eq!(resp.status(), StatusCode::OK, "GET /metrics");
-    resp.text().await.expect("metrics text")
-}
-
-/// The value of the sample `series` (name and labels, as printed) in a metrics text.
-fn metric(text: &str, series: &str) -> Option<f64> {
-    text.lines()
-        .find_map(|l| l.strip_prefix(series)?.strip_prefix(' '))
-        .and_then(|v| v.trim().parse().ok())
-}
-
-/// Like [`metric`], panicking with the text when the series is missing.
-fn metric_of(text: &str, series: &str) -> f64 {
-    metric(text, series).unwrap_or_else(|| panic!("no sample {series} in /metrics:\n{text}"))
-}
-
 fn set_of<I: IntoIterator<Item = S>, S: Into<String>>(keys: I) -> BTreeSet<String> {
     keys.into_iter().map(Into::into).collect()
 }
@@ -484,7 +452,7 @@ async fn the_index_survives_kill_9_without_a_full_rebuild() {
         // Every acknowledged write is in a consistent search (which also commits the index).
         let total = count(&http, &base, "many", "*", "&consistent").await;
         assert_eq!(total, DOCS as u64, "documents before the kill");
-        let text = metrics(&http, &base).await;
+        let text = metrics_text(&http, &base).await;
         let indexed_before = metric_of(&text, "trireme_search_documents_indexed_total");
         assert_eq!(
             indexed_before, DOCS as f64,
@@ -524,7 +492,7 @@ async fn the_index_survives_kill_9_without_a_full_rebuild() {
             "documents after the restart\n{}",
             node.stderr_all()
         );
-        let text = metrics(&http, &base).await;
+        let text = metrics_text(&http, &base).await;
         let reindexed = metric_of(&text, "trireme_search_documents_indexed_total");
         eprintln!(
             "restart: ready after {ready:?}; {reindexed} documents indexed again (of {DOCS} before the kill, {indexed_before} indexed then)"
@@ -754,7 +722,7 @@ async fn a_node_that_was_down_gets_a_snapshot_and_rebuilds_its_index() {
         );
         // Everything it learned while down went into its index (by the snapshot's check, or
         // by the log entries after the snapshot).
-        let text = metrics(&http, &victim_base).await;
+        let text = metrics_text(&http, &victim_base).await;
         let indexed = metric_of(&text, "trireme_search_documents_indexed_total");
         assert!(
             indexed >= (changed.len() + new.len()) as f64,
@@ -830,7 +798,7 @@ async fn until_settled(c: &TestCluster) {
             ));
         }
         for i in c.running() {
-            let text = metrics(&c.http, &c.node(i).http_url()).await;
+            let text = metrics_text(&c.http, &c.node(i).http_url()).await;
             let lagging: Vec<&str> = text
                 .lines()
                 .filter(|l| l.starts_with("trireme_search_index_lag_entries{"))
@@ -1216,6 +1184,158 @@ async fn bad_queries_and_pages_are_refused_and_the_node_keeps_serving() {
 }
 
 // ---------------------------------------------------------------------------------------
+// 5b. sorting by field
+// ---------------------------------------------------------------------------------------
+
+/// The age a sorted test document holds, if any: whole for most, fractional for some,
+/// absent for every seventh.
+fn sorted_age(i: usize) -> Option<f64> {
+    match i % 7 {
+        0 => None,
+        3 => Some((i % 11) as f64 + 0.5),
+        _ => Some((i % 11) as f64),
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn sorted_searches_page_in_field_order_across_shards() {
+    let node = TestNode::start(StartOptions::default().shards(4)).await;
+    bounded(Duration::from_secs(60), async {
+        let (http, base) = (&node.http, node.http_url());
+        let teams = ["red", "blue", "Green"];
+        let docs: Vec<(String, Value)> = (0..80)
+            .map(|i| {
+                let mut doc = json!({"team": teams[i % 3], "n": i, "fifth": i % 5 == 0});
+                if let Some(age) = sorted_age(i) {
+                    doc["age"] = json!(age);
+                }
+                (format!("s{i:02}"), doc)
+            })
+            .collect();
+        put_docs(http, std::slice::from_ref(&base), "sorted", &docs, 4).await;
+
+        // Oldest first; documents without an age last; ties by key. Across four shards and
+        // pages of 7, so that shards' answers are merged and cut at offsets.
+        let mut expected: Vec<usize> = (0..80).collect();
+        expected.sort_by(|&a, &b| match (sorted_age(a), sorted_age(b)) {
+            (Some(x), Some(y)) => y.total_cmp(&x).then(a.cmp(&b)),
+            (Some(_), None) => std::cmp::Ordering::Less,
+            (None, Some(_)) => std::cmp::Ordering::Greater,
+            (None, None) => a.cmp(&b),
+        });
+        let expected: Vec<String> = expected.iter().map(|i| format!("s{i:02}")).collect();
+        let found = search(
+            http,
+            &base,
+            "sorted",
+            "*",
+            "&consistent&sort=value.age:desc",
+            7,
+        )
+        .await;
+        assert_eq!(found.keys(), expected, "sorted by age, descending");
+        assert_eq!(found.total, 80);
+
+        // Two fields: team in byte order ("Green" before "blue"), then age ascending.
+        let mut expected: Vec<usize> = (0..80).filter(|i| i % 5 != 0).collect();
+        let age_up = |a: usize, b: usize| match (sorted_age(a), sorted_age(b)) {
+            (Some(x), Some(y)) => x.total_cmp(&y),
+            (Some(_), None) => std::cmp::Ordering::Less,
+            (None, Some(_)) => std::cmp::Ordering::Greater,
+            (None, None) => std::cmp::Ordering::Equal,
+        };
+        expected.sort_by(|&a, &b| {
+            teams[a % 3]
+                .cmp(teams[b % 3])
+                .then(age_up(a, b))
+                .then(a.cmp(&b))
+        });
+        let expected: Vec<String> = expected.iter().map(|i| format!("s{i:02}")).collect();
+        let found = search(
+            http,
+            &base,
+            "sorted",
+            "fifth:false",
+            "&sort=team,age:asc",
+            9,
+        )
+        .await;
+        assert_eq!(found.keys(), expected, "sorted by team, then age");
+
+        // The next link carries the sort.
+        let first: Value = http
+            .get(format!("{base}/v0/sorted?query=*&sort=age:desc&limit=5"))
+            .send()
+            .await
+            .expect("GET sorted")
+            .json()
+            .await
+            .expect("page");
+        let next = first["next"].as_str().expect("next link");
+        assert!(next.contains("sort=age%3Adesc"), "{next}");
+        let second: Value = http
+            .get(format!("{base}{next}"))
+            .send()
+            .await
+            .expect("GET next")
+            .json()
+            .await
+            .expect("page");
+        let second_keys: Vec<&str> = second["results"]
+            .as_array()
+            .expect("results")
+            .iter()
+            .filter_map(|r| r["path"]["key"].as_str())
+            .collect();
+        let all = search(http, &base, "sorted", "*", "&sort=age:desc", 100).await;
+        assert_eq!(
+            second_keys,
+            all.keys()[5..10].to_vec(),
+            "the page after {next}"
+        );
+
+        // A field of two types among the matches: refused, naming both; narrowed, it sorts.
+        put_doc(http, &base, "mixed", "a", &json!({"x": 1, "k": "num"})).await;
+        put_doc(http, &base, "mixed", "b", &json!({"x": "one", "k": "text"})).await;
+        put_doc(http, &base, "mixed", "c", &json!({"x": 2, "k": "num"})).await;
+        let resp = http
+            .get(format!("{base}/v0/mixed?query=*&sort=x&consistent"))
+            .send()
+            .await
+            .expect("GET mixed");
+        let message = expect_error(resp, StatusCode::BAD_REQUEST, "invalid_argument").await;
+        assert!(
+            message.contains("numbers") && message.contains("strings") && message.contains("\"x\""),
+            "{message}"
+        );
+        let found = search(http, &base, "mixed", "k:num", "&sort=x:desc", 10).await;
+        assert_eq!(found.keys(), vec!["c", "a"]);
+
+        // Sort parameters that do not read: a 400 naming the problem.
+        for (sort, says) in [
+            ("age:up", "neither asc nor desc"),
+            ("", "empty field"),
+            ("a,b,c,d,e", "more than 4"),
+            ("na*me", "cannot have"),
+        ] {
+            let resp = http
+                .get(format!(
+                    "{base}/v0/sorted?query=*&sort={}",
+                    url_encode(sort)
+                ))
+                .send()
+                .await
+                .expect("GET bad sort");
+            let message = expect_error(resp, StatusCode::BAD_REQUEST, "invalid_argument").await;
+            assert!(message.contains(says), "sort={sort:?}: {message}");
+        }
+        let found = search(http, &base, "sorted", "team:red", "", 100).await;
+        assert_eq!(found.total, 27, "the node still searches");
+    })
+    .await;
+}
+
+// ---------------------------------------------------------------------------------------
 // 6. metrics
 // ---------------------------------------------------------------------------------------
 
@@ -1224,7 +1344,7 @@ async fn metrics_show_the_index() {
     let node = TestNode::start(StartOptions::default().shards(3)).await;
     bounded(Duration::from_secs(60), async {
         let (http, base) = (&node.http, node.http_url());
-        let text = metrics(http, &base).await;
+        let text = metrics_text(http, &base).await;
         for name in [
             "trireme_search_index_documents",
             "trireme_search_index_bytes",
@@ -1252,7 +1372,7 @@ async fn metrics_show_the_index() {
         let found = search(http, &base, "metered", "kind:metric", "&consistent", 100).await;
         assert_eq!(found.total, 30);
 
-        let text = metrics(http, &base).await;
+        let text = metrics_text(http, &base).await;
         assert_eq!(
             metric_of(&text, "trireme_search_index_documents"),
             30.0,
@@ -1286,7 +1406,7 @@ async fn metrics_show_the_index() {
             Duration::from_secs(5),
             Duration::from_millis(20),
             || async {
-                let text = metrics(http, &base).await;
+                let text = metrics_text(http, &base).await;
                 let lags: Vec<f64> = (0..3)
                     .map(|s| {
                         metric_of(

@@ -634,17 +634,19 @@ pub(crate) async fn get_collection(
 
     if let Some(text) = query.str("query") {
         HttpMetrics::inc(&state.metrics.doc_search);
-        if query.str("sort").is_some() {
-            return Err(ApiError::invalid(
-                "?sort= is not supported: results come best first by relevance",
-            ));
-        }
+        let sort = match query.str("sort") {
+            Some(sort) => {
+                trireme_search::parse_sort(sort).map_err(|e| ApiError::invalid(e.to_string()))?
+            }
+            None => Vec::new(),
+        };
         let offset = bounded(&query, "offset", 0, MAX_OFFSET, 0)?;
         let (page, _) = state
             .node
             .search(
                 collection.as_bytes(),
                 text,
+                &sort,
                 offset as usize,
                 limit as usize,
                 mode,
@@ -663,9 +665,13 @@ pub(crate) async fn get_collection(
                 )
             })
             .collect();
+        let sorted = query
+            .str("sort")
+            .map(|sort| format!("&sort={}", query_value(sort)))
+            .unwrap_or_default();
         let next = (offset + limit < page.total).then(|| {
             format!(
-                "{base}&query={}&offset={}{}",
+                "{base}&query={}{sorted}&offset={}{}",
                 query_value(text),
                 offset + limit,
                 mode_suffix(mode)

@@ -21,6 +21,39 @@ use tokio::net::TcpStream;
 pub use trireme_bench::reply::Reply;
 use trireme_bench::reply::parse_reply;
 
+/// Percent-encodes `text` for a URL's query (everything but unreserved characters).
+pub fn url_encode(text: &str) -> String {
+    text.bytes()
+        .map(|b| match b {
+            b'A'..=b'Z' | b'a'..=b'z' | b'0'..=b'9' | b'-' | b'.' | b'_' => (b as char).to_string(),
+            _ => format!("%{b:02X}"),
+        })
+        .collect()
+}
+
+/// `GET /metrics` of the node at `base`, as text.
+pub async fn metrics_text(http: &reqwest::Client, base: &str) -> String {
+    let resp = http
+        .get(format!("{base}/metrics"))
+        .send()
+        .await
+        .expect("GET /metrics");
+    assert_eq!(resp.status(), reqwest::StatusCode::OK, "GET /metrics");
+    resp.text().await.expect("metrics text")
+}
+
+/// The value of the sample `series` (name and labels, as printed) in a metrics text.
+pub fn metric(text: &str, series: &str) -> Option<f64> {
+    text.lines()
+        .find_map(|l| l.strip_prefix(series)?.strip_prefix(' '))
+        .and_then(|v| v.trim().parse().ok())
+}
+
+/// Like [`metric`], panicking with the text when the series is missing.
+pub fn metric_of(text: &str, series: &str) -> f64 {
+    metric(text, series).unwrap_or_else(|| panic!("no sample {series} in /metrics:\n{text}"))
+}
+
 /// Runs a program to completion with a deadline; returns (success, stdout, stderr).
 pub fn run_program(program: &str, args: &[String], limit: Duration) -> (bool, String, String) {
     let mut child = Command::new(program)
