@@ -54,6 +54,9 @@ pub struct NodeConfig {
     pub expiry_interval: Duration,
     /// Access control (off by default).
     pub acl: crate::AclConfig,
+    /// How long a change to a document may wait before the search index commits it (the
+    /// default search freshness; shorter costs write throughput).
+    pub search_commit_interval: Duration,
     /// Mutual TLS on the peer links (`[peer_tls]`), if set.
     pub peer_tls: Option<std::sync::Arc<trireme_tls::PeerTls>>,
 }
@@ -83,6 +86,7 @@ impl NodeConfig {
             limits: Limits::default(),
             expiry_interval: Duration::from_millis(250),
             acl: crate::AclConfig::default(),
+            search_commit_interval: trireme_search::DEFAULT_COMMIT_INTERVAL,
             peer_tls: None,
         }
     }

@@ -326,7 +326,7 @@ const CONSISTENT_SEARCH_WAIT: Duration = Duration::from_secs(5);
 ///
 /// In the `consistent` mode, after the shard's read barrier, the search waits until the
 /// index covers every change the replica had applied by then; in the others it reads the
-/// index as last committed (at most [`trireme_search::COMMIT_INTERVAL`] behind, plus the
+/// index as last committed (at most the commit interval behind, plus the
 /// time to index what came in).
 #[derive(Debug, Clone, Serialize, Deserialize)]
 pub(crate) struct SearchShard {

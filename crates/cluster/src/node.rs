@@ -138,8 +138,11 @@ impl Node {
         let storage = Storage::open(&config.data_dir, &StorageOptions::default())?;
         let stored = identity::check(&storage, &config)?;
         // Before any group applies: the indexes follow every applied change.
-        let search =
-            trireme_search::SearchIndexes::start(&config.data_dir.join("search"), storage.clone())?;
+        let search = trireme_search::SearchIndexes::start(
+            &config.data_dir.join("search"),
+            storage.clone(),
+            config.search_commit_interval,
+        )?;
         let node_id = NodeId::from_name(&config.name);
         let me = PeerNode {
             name: config.name.clone(),

@@ -13,7 +13,7 @@ mod sort;
 pub use ast::{FieldPath, MAX_WORD_BYTES, Query, RangeKind, Test, parse_date, parse_number, words};
 pub use error::SearchError;
 pub use index::{Hit, Hits};
-pub use indexer::{COMMIT_INTERVAL, SearchIndexes, ShardIndexStats};
+pub use indexer::{DEFAULT_COMMIT_INTERVAL, SearchIndexes, ShardIndexStats};
 pub use matcher::{matches, matches_json};
 pub use parse::{MAX_DEPTH, MAX_QUERY_BYTES, parse};
 pub use sort::{

@@ -107,6 +107,7 @@ pub struct FileConfig {
     limits: Option<Limits>,
     raft: Option<RaftSection>,
     cluster: Option<ClusterSection>,
+    search: Option<SearchSection>,
     acl: Option<AclSection>,
     tls: Option<TlsSection>,
     peer_tls: Option<TlsSection>,
@@ -164,6 +165,15 @@ struct ClusterSection {
     split_writes_per_sec: Option<u64>,
     /// No automatic split makes more shards than this (default 256).
     max_shards: Option<u32>,
+}
+
+/// `[search]`: the document search index.
+#[derive(Deserialize, Debug, Default)]
+#[serde(deny_unknown_fields)]
+struct SearchSection {
+    /// How long a changed document may wait before the index commits it and searches see
+    /// it (default 1000; shorter costs write throughput).
+    commit_interval_ms: Option<u64>,
 }
 
 /// `[raft]`: timing in milliseconds.
@@ -428,6 +438,12 @@ impl ServerArgs {
             }
             node.max_shards = max_shards;
         }
+        if let Some(ms) = file.search.and_then(|s| s.commit_interval_ms) {
+            if !(10..=60_000).contains(&ms) {
+                bail!("[search] commit_interval_ms must be between 10 and 60000, got {ms}");
+            }
+            node.search_commit_interval = Duration::from_millis(ms);
+        }
         let join = self.join.or(file.join);
         let initial = self.initial_cluster.or(file.initial_cluster);
         if let (Some(_), Some(_)) = (&join, &initial) {
@@ -691,6 +707,29 @@ mod tests {
         )
         .unwrap_err();
         assert!(format!("{err:#}").contains("missing.pem"), "{err:#}");
+    }
+
+    #[test]
+    fn the_search_commit_interval_is_read_and_bounded() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("t.toml");
+        let config = from_file(&path, "").unwrap();
+        assert_eq!(
+            config.node.search_commit_interval,
+            trireme_search::DEFAULT_COMMIT_INTERVAL
+        );
+        let config = from_file(&path, "[search]\ncommit_interval_ms = 250\n").unwrap();
+        assert_eq!(
+            config.node.search_commit_interval,
+            Duration::from_millis(250)
+        );
+        for bad in ["0", "5", "60001"] {
+            let err =
+                from_file(&path, &format!("[search]\ncommit_interval_ms = {bad}\n")).unwrap_err();
+            assert!(format!("{err:#}").contains("commit_interval_ms"), "{err:#}");
+        }
+        let err = from_file(&path, "[search]\nrefresh = 1\n").unwrap_err();
+        assert!(format!("{err:#}").contains("refresh"), "{err:#}");
     }
 
     /// Writes `toml` to `path` and resolves a config from that file alone.

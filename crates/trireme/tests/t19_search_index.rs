@@ -1,6 +1,6 @@
 //! Area 19: the search index on real nodes. Every node keeps one tantivy index (`search/` in
 //! its data directory) of the documents of every shard replica it holds, fed by the rows
-//! each shard applies and committed at most 200 ms after a change; a `consistent` search
+//! each shard applies and committed at most a second after a change; a `consistent` search
 //! waits until the index covers what the serving replica had applied.
 //!
 //! Checked here: read-your-writes of `consistent` searches (and the default freshness), the
