@@ -439,3 +439,61 @@ fn a_sort_on_a_field_of_two_types_is_refused_only_where_they_meet() {
     assert_eq!(hits.top.len(), 1);
     assert_eq!(hits.top[0].sort, vec![SortValue::Number(1.0)]);
 }
+
+#[test]
+fn ties_are_cut_by_key_even_where_keys_share_their_first_bytes() {
+    let mut rng = ChaCha8Rng::seed_from_u64(5);
+    let dir = tempfile::tempdir().unwrap();
+    let mut index = NodeIndex::open(dir.path()).unwrap();
+    // Every key agrees on its first 8 bytes after the collection; every document scores and
+    // sorts the same: only the full keys order them, across three segments.
+    let mut docs: Vec<(String, Value)> = (0..90)
+        .map(|i| (format!("c/samefirst-{i:03}"), json!({"g": "same", "n": 1})))
+        .collect();
+    for i in (1..docs.len()).rev() {
+        docs.swap(i, rng.random_range(0..=i));
+    }
+    let mut sorted_keys: Vec<String> = docs.iter().map(|(k, _)| k.clone()).collect();
+    sorted_keys.sort();
+    for (i, (key, doc)) in docs.iter().enumerate() {
+        index
+            .put(Indexable {
+                shard: ShardId(1),
+                key: key.as_bytes(),
+                slot: 0,
+                modify_index: i as u64,
+                object: doc.as_object().unwrap().clone(),
+            })
+            .unwrap();
+        if i % 30 == 29 {
+            index.commit().unwrap();
+        }
+    }
+    index.commit().unwrap();
+    let s = index.searchable();
+    for sort in ["", "n", "g:desc"] {
+        let sort = if sort.is_empty() {
+            Vec::new()
+        } else {
+            parse_sort(sort).unwrap()
+        };
+        for want in [1, 5, 17, 31, 90, 200] {
+            let found: Vec<String> = s
+                .search(
+                    ShardId(1),
+                    b"c",
+                    &parse("g:same").unwrap(),
+                    None,
+                    want,
+                    &sort,
+                )
+                .unwrap()
+                .top
+                .into_iter()
+                .map(|h| String::from_utf8(h.key.to_vec()).unwrap())
+                .collect();
+            let expected: Vec<String> = sorted_keys.iter().take(want).cloned().collect();
+            assert_eq!(found, expected, "want {want}, sort {sort:?}");
+        }
+    }
+}
