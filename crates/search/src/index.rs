@@ -244,9 +244,11 @@ impl NodeIndex {
     }
 
     /// Every indexed key of `shard` with the `ModifyIndex` it was indexed at, as of the last
-    /// commit.
+    /// commit. Walks the shard's postings, not every document of the node.
     pub(crate) fn indexed(&self, shard: ShardId) -> Result<Vec<(Vec<u8>, u64)>, SearchError> {
+        use tantivy::{DocSet as _, TERMINATED};
         let searcher = self.reader.searcher();
+        let term = Term::from_field_u64(self.fields.shard, u64::from(shard.0));
         let mut out = Vec::new();
         for segment in searcher.segment_readers() {
             let fast = segment.fast_fields();
@@ -254,20 +256,25 @@ impl NodeIndex {
                 continue;
             };
             let refs = fast.u64("ref")?;
-            let shards = fast.u64("shard")?;
+            let Some(mut postings) = segment
+                .inverted_index(self.fields.shard)?
+                .read_postings(&term, IndexRecordOption::Basic)
+                .map_err(tantivy::TantivyError::from)?
+            else {
+                continue;
+            };
             let alive = segment.alive_bitset();
-            for doc in 0..segment.max_doc() {
-                if alive.is_some_and(|a| a.is_deleted(doc))
-                    || shards.first(doc) != Some(u64::from(shard.0))
-                {
-                    continue;
+            let mut doc = postings.doc();
+            while doc != TERMINATED {
+                if !alive.is_some_and(|a| a.is_deleted(doc)) {
+                    let mut key = Vec::new();
+                    if let Some(ord) = keys.term_ords(doc).next() {
+                        keys.ord_to_bytes(ord, &mut key)
+                            .map_err(tantivy::TantivyError::from)?;
+                    }
+                    out.push((key, refs.first(doc).unwrap_or_default()));
                 }
-                let mut key = Vec::new();
-                if let Some(ord) = keys.term_ords(doc).next() {
-                    keys.ord_to_bytes(ord, &mut key)
-                        .map_err(tantivy::TantivyError::from)?;
-                }
-                out.push((key, refs.first(doc).unwrap_or_default()));
+                doc = postings.advance();
             }
         }
         Ok(out)
