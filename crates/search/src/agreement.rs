@@ -497,3 +497,39 @@ fn ties_are_cut_by_key_even_where_keys_share_their_first_bytes() {
         }
     }
 }
+
+#[test]
+fn minus_zero_and_zero_tie_and_fall_back_to_the_key() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut index = NodeIndex::open(dir.path()).unwrap();
+    let docs = vec![
+        ("c/a".to_owned(), json!({"x": 0})),
+        (
+            "c/b".to_owned(),
+            serde_json::from_str::<Value>(r#"{"x": -0.0}"#).unwrap(),
+        ),
+        ("c/c".to_owned(), json!({"x": -1})),
+    ];
+    put_all(&mut index, &docs, 0);
+    let s = index.searchable();
+    for (sort, expected) in [
+        ("x", ["c/c", "c/a", "c/b"]),
+        ("x:desc", ["c/a", "c/b", "c/c"]),
+    ] {
+        let found: Vec<String> = s
+            .search(
+                ShardId(1),
+                b"c",
+                &parse("*").unwrap(),
+                None,
+                10,
+                &parse_sort(sort).unwrap(),
+            )
+            .unwrap()
+            .top
+            .into_iter()
+            .map(|h| String::from_utf8(h.key.to_vec()).unwrap())
+            .collect();
+        assert_eq!(found, expected, "sort={sort}");
+    }
+}

@@ -522,6 +522,8 @@ fn sortable(value: &serde_json::Value) -> Option<OwnedValue> {
     Some(match value {
         Value::Null => return None,
         Value::Bool(b) => OwnedValue::Bool(*b),
+        // -0 and 0 are one number to a sort (the columns would keep the sign apart).
+        Value::Number(n) if n.as_f64() == Some(0.0) => OwnedValue::I64(0),
         Value::Number(n) => number(n),
         Value::String(s) => OwnedValue::Str(sort_text(s).to_owned()),
         Value::Array(items) => {

@@ -102,6 +102,9 @@ pub struct SearchIndexes {
     bytes: AtomicU64,
     docs: AtomicU64,
     sender: Mutex<Option<SyncSender<Message>>>,
+    /// Set by a `consistent` search that needs a commit now; the indexer sees it even when
+    /// the channel is too full to carry the request.
+    commit_wanted: std::sync::atomic::AtomicBool,
     thread: Mutex<Option<std::thread::JoinHandle<()>>>,
     /// Time each shard search took here.
     pub latency: LatencyHistogram,
@@ -136,6 +139,7 @@ impl SearchIndexes {
             bytes: AtomicU64::new(0),
             docs: AtomicU64::new(0),
             sender: Mutex::new(Some(sender)),
+            commit_wanted: std::sync::atomic::AtomicBool::new(false),
             thread: Mutex::new(None),
             latency: LatencyHistogram::default(),
             indexed: AtomicU64::new(0),
@@ -207,8 +211,9 @@ impl SearchIndexes {
         if *committed.borrow() >= target {
             return Ok(());
         }
-        // Never block a search's thread on a full channel: the indexer then has work queued
-        // and commits within its interval anyway.
+        // Never block a search's thread on a full channel: the flag is seen between messages,
+        // the message only wakes an idle indexer.
+        self.commit_wanted.store(true, Ordering::Release);
         if let Some(sender) = self.sender() {
             let _ = sender.try_send(Message::CommitNow);
         }
@@ -368,7 +373,12 @@ impl Indexer {
             match receiver.recv_timeout(wait) {
                 Ok(message) => {
                     self.take_guarded(message);
-                    while let Ok(message) = receiver.try_recv() {
+                    // Under a steady stream of changes the channel never empties: stop to
+                    // commit when one is due.
+                    while !self.commit_is_due() {
+                        let Ok(message) = receiver.try_recv() else {
+                            break;
+                        };
                         self.take_guarded(message);
                     }
                 }
@@ -559,13 +569,23 @@ impl Indexer {
         self.dirty_since.get_or_insert_with(Instant::now);
     }
 
-    /// Commits when the oldest change has waited its interval or a commit was asked for
-    /// (or whatever is pending, when `all`).
+    /// Whether a commit is due: the oldest uncommitted change has waited its interval, or a
+    /// commit was asked for.
+    fn commit_is_due(&mut self) -> bool {
+        if self
+            .owner
+            .upgrade()
+            .is_some_and(|owner| owner.commit_wanted.swap(false, Ordering::AcqRel))
+        {
+            self.commit_asked = true;
+        }
+        self.dirty_since
+            .is_some_and(|since| self.commit_asked || since.elapsed() >= self.commit_interval)
+    }
+
+    /// Commits when one is due (or whatever is pending, when `all`).
     fn commit_due(&mut self, all: bool) {
-        let Some(since) = self.dirty_since else {
-            return;
-        };
-        if !(all || self.commit_asked || since.elapsed() >= self.commit_interval) {
+        if self.dirty_since.is_none() || !(all || self.commit_is_due()) {
             return;
         }
         let Some(owner) = self.owner.upgrade() else {

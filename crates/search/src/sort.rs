@@ -34,6 +34,10 @@ use tantivy::{DocAddress, DocId, Score, SegmentOrdinal, SegmentReader};
 /// The most fields one sort may name.
 pub const MAX_SORT_FIELDS: usize = 4;
 
+/// The most parts a sort field's path may have: the index keeps values for sorting only down
+/// to 20 levels of nesting (arrays count as levels).
+pub const MAX_SORT_PATH_PARTS: usize = 16;
+
 /// How much of a string a sort sees: strings that agree on their first this many bytes tie
 /// (and fall back to the key). Keeps the columns small when documents hold long texts.
 pub const SORT_STRING_BYTES: usize = 64;
@@ -120,7 +124,7 @@ pub fn parse_sort(text: &str) -> Result<Vec<SortKey>, SearchError> {
         if field.is_empty() || field.split('.').any(str::is_empty) {
             return Err(refuse(format!("empty part in the field name {field:?}")));
         }
-        if field.contains(['*', '?', '\\', ' ']) {
+        if field.contains(['*', '?', '\\', ' ']) || field.chars().any(char::is_control) {
             return Err(refuse(format!(
                 "the field name {field:?} holds a character a field path cannot have here"
             )));
@@ -128,6 +132,11 @@ pub fn parse_sort(text: &str) -> Result<Vec<SortKey>, SearchError> {
         let mut path: FieldPath = field.split('.').map(str::to_owned).collect();
         if path.len() > 1 && path[0] == "value" {
             path.remove(0);
+        }
+        if path.len() > MAX_SORT_PATH_PARTS {
+            return Err(refuse(format!(
+                "the field path {field:?} is deeper than the {MAX_SORT_PATH_PARTS} levels a sort reaches"
+            )));
         }
         keys.push(SortKey { path, descending });
     }
@@ -186,15 +195,16 @@ fn column_name(path: &FieldPath) -> String {
     name
 }
 
-/// A string as the sort columns hold it: cut, on a character boundary, to
-/// [`SORT_STRING_BYTES`].
+/// A string as the sort columns hold it: its first [`SORT_STRING_BYTES`] bytes, to the end
+/// of the character they end in (cutting before it instead would make the string a prefix
+/// of others it does not precede: `"x…xé"` before `"x…xa"`).
 pub(crate) fn sort_text(text: &str) -> &str {
     if text.len() <= SORT_STRING_BYTES {
         return text;
     }
     let mut end = SORT_STRING_BYTES;
     while !text.is_char_boundary(end) {
-        end -= 1;
+        end += 1;
     }
     &text[..end]
 }
@@ -545,7 +555,18 @@ mod tests {
             vec![key("name", true), key("age", false)]
         );
         assert_eq!(parse_sort("a.b:ASC").unwrap(), vec![key("a.b", false)]);
-        for bad in ["", "name:up", "a..b", "na*me", ",", "a,b,c,d,e"] {
+        let deep = vec!["a"; MAX_SORT_PATH_PARTS + 1].join(".");
+        for bad in [
+            "",
+            "name:up",
+            "a..b",
+            "na*me",
+            ",",
+            "a,b,c,d,e",
+            "x\0",
+            "x\ty",
+            &deep,
+        ] {
             let err = parse_sort(bad).unwrap_err();
             assert!(matches!(err, SearchError::Refused(_)), "{bad:?}: {err}");
         }
@@ -581,10 +602,18 @@ mod tests {
     }
 
     #[test]
-    fn long_strings_are_cut_on_a_character_boundary() {
-        let text = "é".repeat(SORT_STRING_BYTES);
+    fn long_strings_are_cut_after_the_character_at_the_limit() {
+        let text = format!("x{}", "é".repeat(SORT_STRING_BYTES));
         let cut = sort_text(&text);
-        assert!(cut.len() <= SORT_STRING_BYTES && cut.len() >= SORT_STRING_BYTES - 1);
+        assert_eq!(
+            cut.len(),
+            SORT_STRING_BYTES + 1,
+            "to the end of the é the limit cuts"
+        );
         assert_eq!(sort_text("short"), "short");
+        // Cut strings still compare as the whole strings do where they differ early.
+        let a = format!("{}é", "x".repeat(SORT_STRING_BYTES - 1));
+        let b = format!("{}a", "x".repeat(SORT_STRING_BYTES - 1));
+        assert_eq!(sort_text(&b).cmp(sort_text(&a)), b.cmp(&a));
     }
 }
