@@ -314,7 +314,9 @@ fn reference_value(doc: &Value, key: &SortKey) -> SortValue {
     best
 }
 
-fn put_all(index: &mut NodeIndex, docs: &[(String, Value)], commit_after: usize) {
+/// Indexes `docs` into shard 1, committing after each document `commit_after` picks (so that
+/// the index has several segments) and at the end.
+fn put_all(index: &mut NodeIndex, docs: &[(String, Value)], commit_after: impl Fn(usize) -> bool) {
     for (i, (key, doc)) in docs.iter().enumerate() {
         index
             .put(Indexable {
@@ -325,7 +327,7 @@ fn put_all(index: &mut NodeIndex, docs: &[(String, Value)], commit_after: usize)
                 object: doc.as_object().unwrap().clone(),
             })
             .unwrap();
-        if i == commit_after {
+        if commit_after(i) {
             index.commit().unwrap();
         }
     }
@@ -345,7 +347,7 @@ fn sorted_pages_agree_with_the_reference_order() {
     docs[5].1["name"] = json!(format!("{long}b"));
     docs[6].1["name"] = json!(format!("{long}a"));
     // Two segments at least: segments merge by value, not by dictionary ordinal.
-    put_all(&mut index, &docs, 140);
+    put_all(&mut index, &docs, |i| i == 140);
     let searchable = index.searchable();
     let fields = [
         "name",
@@ -414,7 +416,7 @@ fn a_sort_on_a_field_of_two_types_is_refused_only_where_they_meet() {
         ("c/2".to_owned(), json!({"x": "six"})),
     ];
     // c/1 and c/2 land in different segments: the segments' answers disagree.
-    put_all(&mut index, &docs, 4);
+    put_all(&mut index, &docs, |i| i == 4);
     let s = index.searchable();
     let search = |collection: &[u8], q: &str| {
         s.search(
@@ -455,21 +457,7 @@ fn ties_are_cut_by_key_even_where_keys_share_their_first_bytes() {
     }
     let mut sorted_keys: Vec<String> = docs.iter().map(|(k, _)| k.clone()).collect();
     sorted_keys.sort();
-    for (i, (key, doc)) in docs.iter().enumerate() {
-        index
-            .put(Indexable {
-                shard: ShardId(1),
-                key: key.as_bytes(),
-                slot: 0,
-                modify_index: i as u64,
-                object: doc.as_object().unwrap().clone(),
-            })
-            .unwrap();
-        if i % 30 == 29 {
-            index.commit().unwrap();
-        }
-    }
-    index.commit().unwrap();
+    put_all(&mut index, &docs, |i| i % 30 == 29);
     let s = index.searchable();
     for sort in ["", "n", "g:desc"] {
         let sort = if sort.is_empty() {
@@ -510,7 +498,7 @@ fn minus_zero_and_zero_tie_and_fall_back_to_the_key() {
         ),
         ("c/c".to_owned(), json!({"x": -1})),
     ];
-    put_all(&mut index, &docs, 0);
+    put_all(&mut index, &docs, |i| i == 0);
     let s = index.searchable();
     for (sort, expected) in [
         ("x", ["c/c", "c/a", "c/b"]),

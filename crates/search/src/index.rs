@@ -336,39 +336,23 @@ impl Searchable {
             Vec::new()
         };
         // The collection, shard and slot filters add nothing to the relevance.
-        let mut clauses: Vec<(Occur, Box<dyn tantivy::query::Query>)> = vec![
+        let filter = |query: Box<dyn tantivy::query::Query>| {
             (
                 Occur::Must,
-                Box::new(ConstScoreQuery::new(
-                    Box::new(TermQuery::new(
-                        Term::from_field_bytes(f.collection, collection),
-                        IndexRecordOption::Basic,
-                    )),
-                    0.0,
-                )),
-            ),
+                Box::new(ConstScoreQuery::new(query, 0.0)) as Box<dyn tantivy::query::Query>,
+            )
+        };
+        let term = |term| Box::new(TermQuery::new(term, IndexRecordOption::Basic));
+        let mut clauses = vec![
+            filter(term(Term::from_field_bytes(f.collection, collection))),
             (Occur::Must, compile(query, &f, &paths)),
-            (
-                Occur::Must,
-                Box::new(ConstScoreQuery::new(
-                    Box::new(TermQuery::new(
-                        Term::from_field_u64(f.shard, u64::from(shard.0)),
-                        IndexRecordOption::Basic,
-                    )),
-                    0.0,
-                )),
-            ),
+            filter(term(Term::from_field_u64(f.shard, u64::from(shard.0)))),
         ];
         if let Some((low, high)) = slots {
-            // A filter: it adds nothing to the relevance.
-            let in_slots = RangeQuery::new(
+            clauses.push(filter(Box::new(RangeQuery::new(
                 std::ops::Bound::Included(Term::from_field_u64(f.slot, u64::from(low))),
                 std::ops::Bound::Included(Term::from_field_u64(f.slot, u64::from(high))),
-            );
-            clauses.push((
-                Occur::Must,
-                Box::new(ConstScoreQuery::new(Box::new(in_slots), 0.0)),
-            ));
+            ))));
         }
         let query = BooleanQuery::new(clauses);
         let collector = TopMatches {

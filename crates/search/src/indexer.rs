@@ -25,7 +25,7 @@ use crate::index::{Hits, Indexable, NodeIndex};
 use bytes::Bytes;
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::mpsc::{Receiver, RecvTimeoutError, SyncSender, sync_channel};
 use std::sync::{Arc, Mutex, RwLock};
 use std::time::{Duration, Instant};
@@ -57,6 +57,18 @@ enum Message {
         shard: ShardId,
     },
     CommitNow,
+}
+
+impl Message {
+    /// The shard the message is about, if any.
+    fn shard(&self) -> Option<ShardId> {
+        match self {
+            Message::Changes { shard, .. }
+            | Message::Replaced { shard, .. }
+            | Message::Dropped { shard } => Some(*shard),
+            Message::CommitNow => None,
+        }
+    }
 }
 
 /// What searches and metrics see of one shard's part of the index.
@@ -104,7 +116,7 @@ pub struct SearchIndexes {
     sender: Mutex<Option<SyncSender<Message>>>,
     /// Set by a `consistent` search that needs a commit now; the indexer sees it even when
     /// the channel is too full to carry the request.
-    commit_wanted: std::sync::atomic::AtomicBool,
+    commit_wanted: Arc<AtomicBool>,
     thread: Mutex<Option<std::thread::JoinHandle<()>>>,
     /// Time each shard search took here.
     pub latency: LatencyHistogram,
@@ -139,7 +151,7 @@ impl SearchIndexes {
             bytes: AtomicU64::new(0),
             docs: AtomicU64::new(0),
             sender: Mutex::new(Some(sender)),
-            commit_wanted: std::sync::atomic::AtomicBool::new(false),
+            commit_wanted: Arc::default(),
             thread: Mutex::new(None),
             latency: LatencyHistogram::default(),
             indexed: AtomicU64::new(0),
@@ -147,9 +159,10 @@ impl SearchIndexes {
         let index = NodeIndex::open(dir)?;
         indexes.published(&index);
         let weak = Arc::downgrade(&indexes);
+        let commit_wanted = indexes.commit_wanted.clone();
         let thread = std::thread::Builder::new()
             .name("search-indexer".into())
-            .spawn(move || Indexer::new(weak, index, commit_interval).run(receiver))
+            .spawn(move || Indexer::new(weak, index, commit_interval, commit_wanted).run(receiver))
             .map_err(tantivy::TantivyError::from)?;
         *indexes.thread.lock().unwrap_or_else(|e| e.into_inner()) = Some(thread);
         storage.set_observer(indexes.clone());
@@ -331,6 +344,8 @@ struct Indexer {
     owner: std::sync::Weak<SearchIndexes>,
     index: NodeIndex,
     commit_interval: Duration,
+    /// [`SearchIndexes`]'s flag, shared so that reading it costs no upgrade of `owner`.
+    commit_wanted: Arc<AtomicBool>,
     pending: HashMap<u32, Pending>,
     /// When the oldest change not yet committed came in.
     dirty_since: Option<Instant>,
@@ -352,11 +367,13 @@ impl Indexer {
         owner: std::sync::Weak<SearchIndexes>,
         index: NodeIndex,
         commit_interval: Duration,
+        commit_wanted: Arc<AtomicBool>,
     ) -> Self {
         Self {
             owner,
             index,
             commit_interval,
+            commit_wanted,
             pending: HashMap::new(),
             dirty_since: None,
             commit_asked: false,
@@ -398,15 +415,16 @@ impl Indexer {
     /// [`Indexer::take`], surviving a panic in the index library: the thread goes on, and the
     /// shard is checked against its rows again.
     fn take_guarded(&mut self, message: Message) {
+        // A dropped shard has nothing left to check.
         let shard = match &message {
-            Message::Changes { shard, .. } | Message::Replaced { shard, .. } => Some(shard.0),
-            _ => None,
+            Message::Dropped { .. } => None,
+            other => other.shard(),
         };
         let taken = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| self.take(message)));
         if taken.is_err() {
             tracing::error!(shard = ?shard, "search indexer panicked; the shard will be checked again");
             if let Some(shard) = shard {
-                self.needs_check.insert(shard);
+                self.needs_check.insert(shard.0);
             }
         }
     }
@@ -415,12 +433,7 @@ impl Indexer {
         let Some(owner) = self.owner.upgrade() else {
             return;
         };
-        let shard = match &message {
-            Message::Changes { shard, .. }
-            | Message::Replaced { shard, .. }
-            | Message::Dropped { shard } => Some(*shard),
-            Message::CommitNow => None,
-        };
+        let shard = message.shard();
         let outcome = match message {
             Message::Changes {
                 shard,
@@ -572,11 +585,7 @@ impl Indexer {
     /// Whether a commit is due: the oldest uncommitted change has waited its interval, or a
     /// commit was asked for.
     fn commit_is_due(&mut self) -> bool {
-        if self
-            .owner
-            .upgrade()
-            .is_some_and(|owner| owner.commit_wanted.swap(false, Ordering::AcqRel))
-        {
+        if self.commit_wanted.swap(false, Ordering::AcqRel) {
             self.commit_asked = true;
         }
         self.dirty_since

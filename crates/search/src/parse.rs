@@ -673,6 +673,12 @@ fn field_path(run: &[(char, bool)]) -> Parsed<FieldPath> {
              of a field path"
         ));
     }
+    dotted_path(&written)
+}
+
+/// The path a dotted field name gives, without Orchestrate's `value.` (shared with the
+/// `sort=` parameter): dots separate its parts, and none may be empty.
+pub(crate) fn dotted_path(written: &str) -> Parsed<FieldPath> {
     let mut path: FieldPath = written.split('.').map(str::to_owned).collect();
     if path.iter().any(String::is_empty) {
         return Err(format!("empty part in the field path {written:?}"));

@@ -70,12 +70,13 @@ pub enum SortValue {
 impl SortValue {
     /// The name of this value's type, for an error; `None` when missing.
     fn kind(&self) -> Option<&'static str> {
-        match self {
-            SortValue::Bool(_) => Some("booleans"),
-            SortValue::Number(_) => Some("numbers"),
-            SortValue::Text(_) => Some("strings"),
-            SortValue::Missing => None,
-        }
+        let rank = match self {
+            SortValue::Bool(_) => 0,
+            SortValue::Number(_) => 1,
+            SortValue::Text(_) => 2,
+            SortValue::Missing => return None,
+        };
+        Some(kind_name(rank))
     }
 
     fn compare(&self, other: &SortValue, descending: bool) -> Ordering {
@@ -121,18 +122,12 @@ pub fn parse_sort(text: &str) -> Result<Vec<SortKey>, SearchError> {
                 )));
             }
         };
-        if field.is_empty() || field.split('.').any(str::is_empty) {
-            return Err(refuse(format!("empty part in the field name {field:?}")));
-        }
         if field.contains(['*', '?', '\\', ' ']) || field.chars().any(char::is_control) {
             return Err(refuse(format!(
                 "the field name {field:?} holds a character a field path cannot have here"
             )));
         }
-        let mut path: FieldPath = field.split('.').map(str::to_owned).collect();
-        if path.len() > 1 && path[0] == "value" {
-            path.remove(0);
-        }
+        let path = crate::parse::dotted_path(field).map_err(refuse)?;
         if path.len() > MAX_SORT_PATH_PARTS {
             return Err(refuse(format!(
                 "the field path {field:?} is deeper than the {MAX_SORT_PATH_PARTS} levels a sort reaches"
@@ -399,6 +394,7 @@ impl KeyColumns {
     }
 }
 
+/// The name of a type of value by its rank (see [`Oriented::rank`]), for an error.
 fn kind_name(rank: u8) -> &'static str {
     match rank {
         0 => "booleans",

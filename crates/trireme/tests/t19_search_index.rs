@@ -1197,6 +1197,24 @@ fn sorted_age(i: usize) -> Option<f64> {
     }
 }
 
+/// Sorted test documents `a` and `b` compared by age as `sort=age` orders them: documents
+/// without an age last in either direction, no tie broken.
+fn by_age(a: usize, b: usize, descending: bool) -> std::cmp::Ordering {
+    use std::cmp::Ordering;
+    match (sorted_age(a), sorted_age(b)) {
+        (Some(x), Some(y)) if descending => y.total_cmp(&x),
+        (Some(x), Some(y)) => x.total_cmp(&y),
+        (Some(_), None) => Ordering::Less,
+        (None, Some(_)) => Ordering::Greater,
+        (None, None) => Ordering::Equal,
+    }
+}
+
+/// The keys of sorted test documents, in the order given.
+fn sorted_keys(docs: &[usize]) -> Vec<String> {
+    docs.iter().map(|i| format!("s{i:02}")).collect()
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn sorted_searches_page_in_field_order_across_shards() {
     let node = TestNode::start(StartOptions::default().shards(4)).await;
@@ -1217,13 +1235,8 @@ async fn sorted_searches_page_in_field_order_across_shards() {
         // Oldest first; documents without an age last; ties by key. Across four shards and
         // pages of 7, so that shards' answers are merged and cut at offsets.
         let mut expected: Vec<usize> = (0..80).collect();
-        expected.sort_by(|&a, &b| match (sorted_age(a), sorted_age(b)) {
-            (Some(x), Some(y)) => y.total_cmp(&x).then(a.cmp(&b)),
-            (Some(_), None) => std::cmp::Ordering::Less,
-            (None, Some(_)) => std::cmp::Ordering::Greater,
-            (None, None) => a.cmp(&b),
-        });
-        let expected: Vec<String> = expected.iter().map(|i| format!("s{i:02}")).collect();
+        expected.sort_by(|&a, &b| by_age(a, b, true).then(a.cmp(&b)));
+        let expected = sorted_keys(&expected);
         let found = search(
             http,
             &base,
@@ -1238,19 +1251,13 @@ async fn sorted_searches_page_in_field_order_across_shards() {
 
         // Two fields: team in byte order ("Green" before "blue"), then age ascending.
         let mut expected: Vec<usize> = (0..80).filter(|i| i % 5 != 0).collect();
-        let age_up = |a: usize, b: usize| match (sorted_age(a), sorted_age(b)) {
-            (Some(x), Some(y)) => x.total_cmp(&y),
-            (Some(_), None) => std::cmp::Ordering::Less,
-            (None, Some(_)) => std::cmp::Ordering::Greater,
-            (None, None) => std::cmp::Ordering::Equal,
-        };
         expected.sort_by(|&a, &b| {
             teams[a % 3]
                 .cmp(teams[b % 3])
-                .then(age_up(a, b))
+                .then(by_age(a, b, false))
                 .then(a.cmp(&b))
         });
-        let expected: Vec<String> = expected.iter().map(|i| format!("s{i:02}")).collect();
+        let expected = sorted_keys(&expected);
         let found = search(
             http,
             &base,
