@@ -17,16 +17,24 @@
 //! differs are indexed again, documents whose rows are gone are removed. After a `kill -9`
 //! with the index's files intact, that check finds only the last moments' changes; the rows
 //! are read, not indexed again.
+//!
+//! The applying threads never wait on the indexer for long: when its channel stays full for
+//! [`FULL_CHANNEL_WAIT`] (the indexer busy with a long check, say), a shard's messages are
+//! left out from there on and the shard is marked; once the indexer has taken every message
+//! of the shard sent before the mark, it checks the shard against its rows, which covers
+//! everything left out. That holds because a shard's changes come from one thread at a time,
+//! in order (its group applies one batch at a time): a change still in flight when the check
+//! starts is taken after it, and any later change of the same keys after that.
 
 use crate::Query;
 use crate::SearchError;
 use crate::SortKey;
 use crate::index::{Hits, Indexable, NodeIndex};
 use bytes::Bytes;
+use crossbeam_channel::{Receiver, RecvTimeoutError, SendTimeoutError, Sender};
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
-use std::sync::mpsc::{Receiver, RecvTimeoutError, SyncSender, sync_channel};
 use std::sync::{Arc, Mutex, RwLock};
 use std::time::{Duration, Instant};
 use trireme_storage::{ApplyObserver, Storage};
@@ -40,6 +48,12 @@ pub const DEFAULT_COMMIT_INTERVAL: Duration = Duration::from_secs(1);
 
 /// Batches the indexer may hold before an applying thread waits for it.
 const CHANNEL_BATCHES: usize = 4_096;
+
+/// The longest an applying thread waits for room in a full channel before it leaves the
+/// shard's messages out and marks the shard to be checked against its rows instead. Long
+/// enough that a commit or a merge does not set off a check; short enough that a long check
+/// holds up no write for longer than this.
+pub const FULL_CHANNEL_WAIT: Duration = Duration::from_millis(250);
 
 /// What the indexer thread is told.
 enum Message {
@@ -55,6 +69,7 @@ enum Message {
     },
     Dropped {
         shard: ShardId,
+        seq: u64,
     },
     CommitNow,
 }
@@ -65,7 +80,7 @@ impl Message {
         match self {
             Message::Changes { shard, .. }
             | Message::Replaced { shard, .. }
-            | Message::Dropped { shard } => Some(*shard),
+            | Message::Dropped { shard, .. } => Some(*shard),
             Message::CommitNow => None,
         }
     }
@@ -80,6 +95,11 @@ struct ShardState {
     /// The last log index whose changes were sent, and the last one a commit covers.
     applied_index: AtomicU64,
     covered_index: AtomicU64,
+    /// Messages sent down the channel that the indexer has not taken yet.
+    queued: AtomicU64,
+    /// The number of the first message left out because the channel was full (0: none
+    /// since the last check). Cleared by the indexer when it starts the check that covers it.
+    left_out_from: AtomicU64,
 }
 
 impl ShardState {
@@ -89,6 +109,8 @@ impl ShardState {
             committed: tokio::sync::watch::Sender::new(0),
             applied_index: AtomicU64::new(0),
             covered_index: AtomicU64::new(0),
+            queued: AtomicU64::new(0),
+            left_out_from: AtomicU64::new(0),
         }
     }
 }
@@ -113,7 +135,12 @@ pub struct SearchIndexes {
     /// Index bytes and live documents, as of the last commit.
     bytes: AtomicU64,
     docs: AtomicU64,
-    sender: Mutex<Option<SyncSender<Message>>>,
+    sender: Mutex<Option<Sender<Message>>>,
+    /// How long an applying thread waits for room in the channel: [`FULL_CHANNEL_WAIT`].
+    full_wait: Duration,
+    /// Set when some shard's messages were left out: the indexer then looks for shards to
+    /// check.
+    left_out: Arc<AtomicBool>,
     /// Set by a `consistent` search that needs a commit now; the indexer sees it even when
     /// the channel is too full to carry the request.
     commit_wanted: Arc<AtomicBool>,
@@ -122,6 +149,9 @@ pub struct SearchIndexes {
     pub latency: LatencyHistogram,
     /// Documents indexed (put or replaced) since start.
     pub indexed: AtomicU64,
+    /// Times a shard's changes were left out because the indexer was behind, each covered
+    /// by a check of the shard's rows.
+    pub left_out_checks: AtomicU64,
 }
 
 impl std::fmt::Debug for SearchIndexes {
@@ -141,8 +171,26 @@ impl SearchIndexes {
         storage: Arc<Storage>,
         commit_interval: Duration,
     ) -> Result<Arc<Self>, SearchError> {
+        Self::start_with(
+            dir,
+            storage,
+            commit_interval,
+            CHANNEL_BATCHES,
+            FULL_CHANNEL_WAIT,
+        )
+    }
+
+    /// [`SearchIndexes::start`] with a channel of `batches` and `full_wait` (tests make both
+    /// small).
+    fn start_with(
+        dir: &Path,
+        storage: Arc<Storage>,
+        commit_interval: Duration,
+        batches: usize,
+        full_wait: Duration,
+    ) -> Result<Arc<Self>, SearchError> {
         std::fs::create_dir_all(dir).map_err(tantivy::TantivyError::from)?;
-        let (sender, receiver) = sync_channel(CHANNEL_BATCHES);
+        let (sender, receiver) = crossbeam_channel::bounded(batches);
         let indexes = Arc::new(Self {
             dir: dir.to_path_buf(),
             storage: Arc::downgrade(&storage),
@@ -151,18 +199,24 @@ impl SearchIndexes {
             bytes: AtomicU64::new(0),
             docs: AtomicU64::new(0),
             sender: Mutex::new(Some(sender)),
+            full_wait,
+            left_out: Arc::default(),
             commit_wanted: Arc::default(),
             thread: Mutex::new(None),
             latency: LatencyHistogram::default(),
             indexed: AtomicU64::new(0),
+            left_out_checks: AtomicU64::new(0),
         });
         let index = NodeIndex::open(dir)?;
         indexes.published(&index);
         let weak = Arc::downgrade(&indexes);
-        let commit_wanted = indexes.commit_wanted.clone();
+        let flags = Flags {
+            commit_wanted: indexes.commit_wanted.clone(),
+            left_out: indexes.left_out.clone(),
+        };
         let thread = std::thread::Builder::new()
             .name("search-indexer".into())
-            .spawn(move || Indexer::new(weak, index, commit_interval, commit_wanted).run(receiver))
+            .spawn(move || Indexer::new(weak, index, commit_interval, flags).run(receiver))
             .map_err(tantivy::TantivyError::from)?;
         *indexes.thread.lock().unwrap_or_else(|e| e.into_inner()) = Some(thread);
         storage.set_observer(indexes.clone());
@@ -195,25 +249,52 @@ impl SearchIndexes {
     }
 
     /// The way to the indexer thread, unless it was stopped.
-    fn sender(&self) -> Option<SyncSender<Message>> {
+    fn sender(&self) -> Option<Sender<Message>> {
         self.sender
             .lock()
             .unwrap_or_else(|e| e.into_inner())
             .clone()
     }
 
-    fn send(&self, message: Message) {
-        if let Some(sender) = self.sender() {
-            // A stopped indexer has nothing more to keep.
-            let _ = sender.send(message);
+    /// Numbers a message of `shard` and hands it to the indexer, waiting at most `full_wait`
+    /// for room. A message that finds no room, and every later one of the shard until the
+    /// indexer starts its check, is left out; the shard is marked for that check.
+    fn deliver(&self, shard: ShardId, message: impl FnOnce(u64) -> Message) {
+        let state = self.state(shard);
+        let seq = state.sent.fetch_add(1, Ordering::AcqRel) + 1;
+        // A stopped indexer has nothing more to keep.
+        let Some(sender) = self.sender() else {
+            return;
+        };
+        if state.left_out_from.load(Ordering::SeqCst) == 0 {
+            state.queued.fetch_add(1, Ordering::AcqRel);
+            match sender.send_timeout(message(seq), self.full_wait) {
+                Ok(()) => return,
+                Err(SendTimeoutError::Disconnected(_)) => {
+                    state.queued.fetch_sub(1, Ordering::AcqRel);
+                    return;
+                }
+                Err(SendTimeoutError::Timeout(_)) => {
+                    state.queued.fetch_sub(1, Ordering::AcqRel);
+                    tracing::warn!(
+                        shard = shard.0,
+                        "search indexer is behind; the shard's changes will be indexed by a check of its rows"
+                    );
+                }
+            }
         }
+        // The first left out wins; the indexer may have cleared the mark since it was read,
+        // and then this marks the shard anew.
+        let _ = state
+            .left_out_from
+            .compare_exchange(0, seq, Ordering::SeqCst, Ordering::SeqCst);
+        self.left_out.store(true, Ordering::Release);
     }
 
     /// Opens (or creates) the index of this node's replica of `shard` and checks it against
     /// the shard's rows.
     pub fn open_shard(&self, shard: ShardId) {
-        let seq = self.state(shard).sent.fetch_add(1, Ordering::AcqRel) + 1;
-        self.send(Message::Replaced { shard, seq });
+        self.deliver(shard, |seq| Message::Replaced { shard, seq });
     }
 
     /// Waits until the index of `shard` covers every change applied here before this call.
@@ -319,10 +400,10 @@ impl ApplyObserver for SearchIndexes {
     }
 
     fn applied(&self, shard: ShardId, index: u64, changes: Vec<(Bytes, Option<Record>)>) {
-        let state = self.state(shard);
-        state.applied_index.fetch_max(index, Ordering::Relaxed);
-        let seq = state.sent.fetch_add(1, Ordering::AcqRel) + 1;
-        self.send(Message::Changes {
+        self.state(shard)
+            .applied_index
+            .fetch_max(index, Ordering::Relaxed);
+        self.deliver(shard, |seq| Message::Changes {
             shard,
             seq,
             index,
@@ -335,7 +416,8 @@ impl ApplyObserver for SearchIndexes {
     }
 
     fn dropped(&self, shard: ShardId) {
-        self.send(Message::Dropped { shard });
+        // Left out, the check it leads to finds no rows and removes the shard's documents.
+        self.deliver(shard, |seq| Message::Dropped { shard, seq });
     }
 }
 
@@ -344,14 +426,19 @@ struct Indexer {
     owner: std::sync::Weak<SearchIndexes>,
     index: NodeIndex,
     commit_interval: Duration,
-    /// [`SearchIndexes`]'s flag, shared so that reading it costs no upgrade of `owner`.
-    commit_wanted: Arc<AtomicBool>,
+    flags: Flags,
     pending: HashMap<u32, Pending>,
     /// When the oldest change not yet committed came in.
     dirty_since: Option<Instant>,
     commit_asked: bool,
     /// Shards whose changes failed to index, to check against their rows again.
     needs_check: std::collections::HashSet<u32>,
+}
+
+/// [`SearchIndexes`]'s flags, shared so that reading them costs no upgrade of the owner.
+struct Flags {
+    commit_wanted: Arc<AtomicBool>,
+    left_out: Arc<AtomicBool>,
 }
 
 /// What the indexer took in for one shard since the last commit.
@@ -367,13 +454,13 @@ impl Indexer {
         owner: std::sync::Weak<SearchIndexes>,
         index: NodeIndex,
         commit_interval: Duration,
-        commit_wanted: Arc<AtomicBool>,
+        flags: Flags,
     ) -> Self {
         Self {
             owner,
             index,
             commit_interval,
-            commit_wanted,
+            flags,
             pending: HashMap::new(),
             dirty_since: None,
             commit_asked: false,
@@ -405,6 +492,9 @@ impl Indexer {
                     return;
                 }
             }
+            if self.flags.left_out.swap(false, Ordering::AcqRel) {
+                self.check_left_out();
+            }
             if !self.needs_check.is_empty() {
                 self.retry_checks();
             }
@@ -434,6 +524,9 @@ impl Indexer {
             return;
         };
         let shard = message.shard();
+        if let Some(shard) = shard {
+            owner.state(shard).queued.fetch_sub(1, Ordering::AcqRel);
+        }
         let outcome = match message {
             Message::Changes {
                 shard,
@@ -442,8 +535,8 @@ impl Indexer {
                 changes,
             } => self.index_changes(&owner, shard, seq, index, changes),
             Message::Replaced { shard, seq } => self.reconcile(&owner, shard, seq),
-            Message::Dropped { shard } => {
-                self.drop_shard(shard);
+            Message::Dropped { shard, seq } => {
+                self.drop_shard(shard, seq);
                 Ok(())
             }
             Message::CommitNow => {
@@ -468,6 +561,37 @@ impl Indexer {
         };
         for shard in std::mem::take(&mut self.needs_check) {
             let seq = owner.state(ShardId(shard)).sent.load(Ordering::Acquire);
+            if let Err(e) = self.reconcile(&owner, ShardId(shard), seq) {
+                tracing::error!(error = %e, shard, "search index check failed; retrying");
+                self.needs_check.insert(shard);
+            }
+        }
+    }
+
+    /// Checks the shards whose messages were left out, each once every message sent before
+    /// the first left out has been taken (so none of them lands after the check).
+    fn check_left_out(&mut self) {
+        let Some(owner) = self.owner.upgrade() else {
+            return;
+        };
+        let marked: Vec<(u32, Arc<ShardState>)> = owner
+            .shards
+            .read()
+            .unwrap_or_else(|e| e.into_inner())
+            .iter()
+            .filter(|(_, state)| state.left_out_from.load(Ordering::SeqCst) != 0)
+            .map(|(shard, state)| (*shard, state.clone()))
+            .collect();
+        for (shard, state) in marked {
+            if state.queued.load(Ordering::Acquire) > 0 {
+                self.flags.left_out.store(true, Ordering::Release);
+                continue;
+            }
+            // Cleared before the rows are read: a change applied from here on is sent again
+            // (and taken after the check), one applied before is in the rows the check reads.
+            state.left_out_from.store(0, Ordering::SeqCst);
+            owner.left_out_checks.fetch_add(1, Ordering::Relaxed);
+            let seq = state.sent.load(Ordering::Acquire);
             if let Err(e) = self.reconcile(&owner, ShardId(shard), seq) {
                 tracing::error!(error = %e, shard, "search index check failed; retrying");
                 self.needs_check.insert(shard);
@@ -576,16 +700,16 @@ impl Indexer {
 
     /// Removes the documents of a shard this node no longer holds. Its numbering state is
     /// kept: a replica added back later continues it, so no old number can pass for a new one.
-    fn drop_shard(&mut self, shard: ShardId) {
+    fn drop_shard(&mut self, shard: ShardId, seq: u64) {
         self.index.remove_shard(shard);
         self.needs_check.remove(&shard.0);
-        self.dirty_since.get_or_insert_with(Instant::now);
+        self.took(shard, seq, 0);
     }
 
     /// Whether a commit is due: the oldest uncommitted change has waited its interval, or a
     /// commit was asked for.
     fn commit_is_due(&mut self) -> bool {
-        if self.commit_wanted.swap(false, Ordering::AcqRel) {
+        if self.flags.commit_wanted.swap(false, Ordering::AcqRel) {
             self.commit_asked = true;
         }
         self.dirty_since
@@ -628,5 +752,99 @@ impl Indexer {
             });
         }
         Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use trireme_storage::{ApplyEntry, StorageOptions};
+    use trireme_types::{Command, LogCommand, PutCondition, TtlUpdate};
+
+    /// Writes `value` under `key` in shard 0 as the entry at `index`, as a group applies it.
+    fn put(storage: &Storage, index: u64, key: &str, value: &str) {
+        let entry = LogCommand {
+            now_ms: 1,
+            command: Command::Put {
+                key: Bytes::copy_from_slice(key.as_bytes()),
+                value: Bytes::copy_from_slice(value.as_bytes()),
+                flags: None,
+                condition: PutCondition::Always,
+                ttl: TtlUpdate::Clear,
+            },
+        };
+        let entries = [ApplyEntry {
+            index,
+            command: Some(&entry),
+        }];
+        storage.apply(ShardId(0), &entries, &[]).unwrap();
+    }
+
+    fn search_total(indexes: &SearchIndexes, query: &str) -> u64 {
+        let query = crate::parse(query).unwrap();
+        indexes
+            .search(ShardId(0), b"c", &query, None, 100, &[])
+            .unwrap()
+            .total
+    }
+
+    /// An indexer held up (here in the commit that ends a shard's check) must not hold up
+    /// the applying thread: once the channel is full, the shard's changes are left out, and
+    /// the check that follows indexes every one of them.
+    #[test]
+    fn applies_go_on_while_the_indexer_is_held_and_a_check_covers_what_was_left_out() {
+        let dir = tempfile::tempdir().unwrap();
+        let storage = Storage::open(&dir.path().join("data"), &StorageOptions::default()).unwrap();
+        let indexes = SearchIndexes::start_with(
+            &dir.path().join("search"),
+            storage.clone(),
+            Duration::from_millis(10),
+            2,
+            Duration::from_millis(20),
+        )
+        .unwrap();
+        let runtime = tokio::runtime::Builder::new_current_thread()
+            .enable_time()
+            .build()
+            .unwrap();
+        // The indexer publishes each commit under this lock: holding it stops the indexer
+        // in the commit that ends the check at opening, the first message it takes.
+        let held = indexes.reader.read().unwrap();
+        indexes.open_shard(ShardId(0));
+        let state = indexes.state(ShardId(0));
+        while state.queued.load(Ordering::Acquire) > 0 {
+            std::thread::yield_now();
+        }
+
+        let (done, finished) = std::sync::mpsc::channel();
+        let writer = {
+            let storage = storage.clone();
+            std::thread::spawn(move || {
+                for i in 1..=40u64 {
+                    put(&storage, i, &format!("c/{i}"), &format!(r#"{{"n":{i}}}"#));
+                }
+                let _ = done.send(());
+            })
+        };
+        let applied = finished.recv_timeout(Duration::from_secs(60));
+        drop(held);
+        assert!(applied.is_ok(), "the applies waited for the held indexer");
+        writer.join().unwrap();
+
+        runtime
+            .block_on(indexes.wait_covered(ShardId(0), Duration::from_secs(60)))
+            .unwrap();
+        assert!(indexes.left_out_checks.load(Ordering::Relaxed) >= 1);
+        assert_eq!(search_total(&indexes, "*"), 40);
+        assert_eq!(search_total(&indexes, "n:[38 TO 40]"), 3);
+
+        // After the check, changes are sent and indexed one by one again.
+        put(&storage, 41, "c/1", r#"{"n":100}"#);
+        runtime
+            .block_on(indexes.wait_covered(ShardId(0), Duration::from_secs(60)))
+            .unwrap();
+        assert_eq!(search_total(&indexes, "n:100"), 1);
+        assert_eq!(state.left_out_from.load(Ordering::SeqCst), 0);
+        indexes.stop();
     }
 }

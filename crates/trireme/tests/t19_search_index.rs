@@ -1356,6 +1356,7 @@ async fn metrics_show_the_index() {
             "trireme_search_index_documents",
             "trireme_search_index_bytes",
             "trireme_search_documents_indexed_total",
+            "trireme_search_index_catch_up_checks_total",
             "trireme_search_shard_seconds_count",
         ] {
             assert!(metric(&text, name).is_some(), "no {name} at start:\n{text}");

@@ -6,7 +6,7 @@ use axum::extract::State;
 use axum::http::header;
 use axum::response::IntoResponse;
 use std::fmt::Write;
-use std::sync::atomic::Ordering;
+use std::sync::atomic::{AtomicU64, Ordering};
 
 /// Needs `operator:read` when ACLs are on (Prometheus sends it as a Bearer token).
 pub(crate) async fn metrics(
@@ -165,6 +165,14 @@ pub(crate) async fn metrics(
     Ok(([(header::CONTENT_TYPE, "text/plain; version=0.0.4")], out))
 }
 
+/// Counters without labels, each with its help line.
+fn counters(out: &mut String, list: &[(&str, &str, &AtomicU64)]) {
+    for (name, help, value) in list {
+        header(out, name, "counter", help);
+        let _ = writeln!(out, "{name} {}", value.load(Ordering::Relaxed));
+    }
+}
+
 /// `# HELP` and `# TYPE` lines of a metric.
 fn header(out: &mut String, name: &str, kind: &str, help: &str) {
     let _ = writeln!(out, "# HELP {name} {help}\n# TYPE {name} {kind}");
@@ -200,14 +208,21 @@ fn search_indexes(out: &mut String, state: &AppState) {
         header(out, name, "gauge", help);
         let _ = writeln!(out, "{name} {value}");
     }
-    let name = "trireme_search_documents_indexed_total";
-    header(
+    counters(
         out,
-        name,
-        "counter",
-        "Documents put into the search index here (new, changed, or indexed again after a check).",
+        &[
+            (
+                "trireme_search_documents_indexed_total",
+                "Documents put into the search index here (new, changed, or indexed again after a check).",
+                &search.indexed,
+            ),
+            (
+                "trireme_search_index_catch_up_checks_total",
+                "Times the indexer fell so far behind that a shard's changes were left out and its rows checked instead.",
+                &search.left_out_checks,
+            ),
+        ],
     );
-    let _ = writeln!(out, "{name} {}", search.indexed.load(Ordering::Relaxed));
     let name = "trireme_search_shard_seconds";
     header(
         out,
@@ -363,36 +378,36 @@ async fn replicas(out: &mut String, state: &AppState) {
 /// Replica moves, shard splits and snapshot transfer.
 fn elastic(out: &mut String, state: &AppState) {
     let e = state.node.elastic_metrics();
-    for (name, help, value) in [
-        (
-            "trireme_moves_started_total",
-            "Replica moves this node planned as metadata leader.",
-            &e.moves_started,
-        ),
-        (
-            "trireme_moves_completed_total",
-            "Replica moves this node completed as metadata leader.",
-            &e.moves_completed,
-        ),
-        (
-            "trireme_moves_cancelled_total",
-            "Replica moves this node gave up as metadata leader.",
-            &e.moves_cancelled,
-        ),
-        (
-            "trireme_splits_completed_total",
-            "Shard splits this node completed as metadata leader (by hand or automatic).",
-            &e.splits_completed,
-        ),
-        (
-            "trireme_splits_automatic_total",
-            "Shard splits this node decided by itself as metadata leader (size or load).",
-            &e.splits_automatic,
-        ),
-    ] {
-        header(out, name, "counter", help);
-        let _ = writeln!(out, "{name} {}", value.load(Ordering::Relaxed));
-    }
+    counters(
+        out,
+        &[
+            (
+                "trireme_moves_started_total",
+                "Replica moves this node planned as metadata leader.",
+                &e.moves_started,
+            ),
+            (
+                "trireme_moves_completed_total",
+                "Replica moves this node completed as metadata leader.",
+                &e.moves_completed,
+            ),
+            (
+                "trireme_moves_cancelled_total",
+                "Replica moves this node gave up as metadata leader.",
+                &e.moves_cancelled,
+            ),
+            (
+                "trireme_splits_completed_total",
+                "Shard splits this node completed as metadata leader (by hand or automatic).",
+                &e.splits_completed,
+            ),
+            (
+                "trireme_splits_automatic_total",
+                "Shard splits this node decided by itself as metadata leader (size or load).",
+                &e.splits_automatic,
+            ),
+        ],
+    );
     let (sent, received) = state.node.snapshot_bytes();
     header(
         out,
