@@ -245,8 +245,8 @@ impl ProbeResult {
         let visible = tally.samples.len() as u64;
         let reads: u64 = tally.samples.iter().map(|s| u64::from(s.reads)).sum();
         ProbeResult {
-            write_target: config.write_target.clone(),
-            read_target: config.read_target.clone(),
+            write_target: crate::driver::redact_target(&config.write_target),
+            read_target: crate::driver::redact_target(&config.read_target),
             samples: config.samples,
             visible,
             timeouts: tally.timeouts,
@@ -479,7 +479,7 @@ mod tests {
         let config = ProbeConfig {
             driver: Driver::Trireme,
             write_target: "http://a:1".into(),
-            read_target: "http://b:2".into(),
+            read_target: "http://reader:s3cret@b:2".into(),
             consistency: Consistency::Stale,
             samples: 5,
             concurrent: 1,
@@ -498,6 +498,9 @@ mod tests {
         };
         let r = ProbeResult::new(&config, tally);
         assert_eq!((r.visible, r.timeouts, r.write_errors), (3, 1, 1));
+        // The token never reaches the result (it is printed and saved).
+        assert_eq!(r.write_target, "http://a:1");
+        assert_eq!(r.read_target, "http://reader:***@b:2");
         assert!((r.mean_reads - 2.0).abs() < 1e-9);
         assert_eq!(r.first_read_hits, 1);
         assert_eq!(r.after_ack.p50_us, 2000);

@@ -310,7 +310,7 @@ fn run_compare(args: &CompareArgs) -> anyhow::Result<()> {
 
 /// The command line as typed, arguments with spaces or quotes single-quoted.
 /// Targets as they may be shown: tokens replaced (see `redact_target`).
-fn redacted(targets: &[String]) -> Vec<String> {
+pub(crate) fn redacted(targets: &[String]) -> Vec<String> {
     targets
         .iter()
         .map(|t| trireme_bench::driver::redact_target(t))

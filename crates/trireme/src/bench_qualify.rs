@@ -168,7 +168,7 @@ fn qualify(args: QualifyArgs) -> anyhow::Result<()> {
         if scenario.targets.is_empty() {
             format!("a local {}-node Trireme cluster", crate::bench::LOCAL_NODES)
         } else {
-            scenario.targets.join(", ")
+            crate::bench::redacted(&scenario.targets).join(", ")
         }
     );
     let repeats = runtime.block_on(async {
