@@ -21,6 +21,8 @@ use trireme_bench::{BenchError, Scenario, report, run};
 struct Etcd {
     child: Child,
     client_port: u16,
+    /// Whether clients reach it over TLS (`https://`).
+    tls: bool,
     dir: tempfile::TempDir,
 }
 
@@ -39,12 +41,33 @@ impl Etcd {
     /// Starts a single-member cluster and waits until it serves linearizable reads (so it has
     /// elected itself leader); `None` when `etcd` is missing and the tests may skip.
     async fn start() -> Option<Etcd> {
+        Self::start_with(tempfile::tempdir().unwrap(), &[]).await
+    }
+
+    /// [`Etcd::start`] serving clients over TLS with a certificate for 127.0.0.1 from a new
+    /// CA, which the bench's drivers are told to trust.
+    async fn start_tls() -> Option<Etcd> {
         let dir = tempfile::tempdir().unwrap();
+        let ca = trireme_tls::LocalCa::generate().unwrap();
+        let ca_file = ca.write(dir.path()).unwrap();
+        let (cert, key) = ca.write_node(dir.path(), "etcd").unwrap();
+        driver::use_ca_file(&ca_file).unwrap();
+        let args = [
+            format!("--cert-file={}", cert.display()),
+            format!("--key-file={}", key.display()),
+        ];
+        Self::start_with(dir, &args).await
+    }
+
+    async fn start_with(dir: tempfile::TempDir, tls_args: &[String]) -> Option<Etcd> {
+        let tls = !tls_args.is_empty();
         let (client_port, peer_port) = free_ports();
-        let client = format!("http://127.0.0.1:{client_port}");
+        let scheme = if tls { "https" } else { "http" };
+        let client = format!("{scheme}://127.0.0.1:{client_port}");
         let peer = format!("http://127.0.0.1:{peer_port}");
         let log = std::fs::File::create(dir.path().join("etcd.log")).unwrap();
         let spawned = Command::new("etcd")
+            .args(tls_args)
             .arg("--name=t20")
             .arg(format!("--data-dir={}", dir.path().join("data").display()))
             .arg(format!("--listen-client-urls={client}"))
@@ -71,6 +94,7 @@ impl Etcd {
         let mut etcd = Etcd {
             child,
             client_port,
+            tls,
             dir,
         };
         let deadline = Instant::now() + Duration::from_secs(30);
@@ -93,7 +117,8 @@ impl Etcd {
     }
 
     fn target(&self) -> String {
-        format!("http://127.0.0.1:{}", self.client_port)
+        let scheme = if self.tls { "https" } else { "http" };
+        format!("{scheme}://127.0.0.1:{}", self.client_port)
     }
 
     fn pid(&self) -> u32 {
@@ -218,6 +243,33 @@ async fn driver_operations_against_etcd() {
     assert_eq!(err.kind(), "server", "{err}");
     assert!(err.to_string().contains("too large"), "{err}");
     assert_eq!(d.get("t20:c").await.unwrap().unwrap(), b"v4");
+}
+
+/// An etcd serving clients over TLS is reached with an `https://` target, and a plain
+/// `http://` target to the same port gets no answers.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_driver_speaks_tls_to_an_etcd_that_serves_it() {
+    let Some(etcd) = Etcd::start_tls().await else {
+        return;
+    };
+    let target = etcd.target();
+    assert!(target.starts_with("https://"));
+    let mut d = EtcdDriver::connect(&target, Consistency::Default)
+        .await
+        .unwrap();
+    d.put("t20:tls", b"sealed").await.unwrap();
+    assert_eq!(d.get("t20:tls").await.unwrap().unwrap(), b"sealed");
+    let mut stale = EtcdDriver::connect(&target, Consistency::Stale)
+        .await
+        .unwrap();
+    assert_eq!(stale.get("t20:tls").await.unwrap().unwrap(), b"sealed");
+
+    let plain = target.replacen("https://", "http://", 1);
+    let mut d = EtcdDriver::new(&plain, Consistency::Default).unwrap();
+    assert!(
+        d.get("t20:tls").await.is_err(),
+        "plain HTTP to a TLS port answered"
+    );
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

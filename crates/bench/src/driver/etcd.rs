@@ -28,14 +28,8 @@ pub const LIST_LIMIT: u64 = 10;
 /// One key/value pair as a `list` returns it.
 pub type KeyValue = (Vec<u8>, Vec<u8>);
 
-/// `http://host:port` (an optional trailing `/`) → `host:port`.
+/// `http://host:port` or `https://host:port` (an optional trailing `/`) → `host:port`.
 pub fn parse_target(target: &str) -> Result<String, DriverError> {
-    if super::is_tls(target) {
-        return Err(DriverError::Target {
-            target: super::redact_target(target),
-            message: "the etcd driver speaks plain HTTP only".into(),
-        });
-    }
     super::host_port(target, "http")
 }
 
@@ -171,14 +165,16 @@ pub struct EtcdDriver {
 }
 
 impl EtcdDriver {
-    /// A driver for `target` (`http://host:port`, the member's client URL); reads are
+    /// A driver for `target` (`http://host:port`, the member's client URL, or `https://` for
+    /// a member serving TLS, whose CA `--ca-file` names); reads are
     /// serializable when `consistency` is `stale`, linearizable otherwise. Connects on the
     /// first request.
     pub fn new(target: &str, consistency: Consistency) -> Result<Self, DriverError> {
         Ok(Self {
             target: target.to_string(),
             serializable: consistency == Consistency::Stale,
-            conn: HttpConnection::new(parse_target(target)?, "Content-Type: application/json\r\n"),
+            conn: HttpConnection::new(parse_target(target)?, "Content-Type: application/json\r\n")
+                .with_tls(super::is_tls(target)),
         })
     }
 
