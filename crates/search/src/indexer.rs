@@ -22,9 +22,10 @@
 //! [`FULL_CHANNEL_WAIT`] (the indexer busy with a long check, say), a shard's messages are
 //! left out from there on and the shard is marked; once the indexer has taken every message
 //! of the shard sent before the mark, it checks the shard against its rows, which covers
-//! everything left out. That holds because a shard's changes come from one thread at a time,
-//! in order (its group applies one batch at a time): a change still in flight when the check
-//! starts is taken after it, and any later change of the same keys after that.
+//! everything left out. That holds because a shard's changes come from one thread, in order
+//! (its group applies one batch at a time): a change still in flight when the check starts is
+//! taken after it, and any later change of the same keys after that. Other threads send only
+//! requests for a check (a replica opened, a split's new shard), which carry no rows.
 
 use crate::Query;
 use crate::SearchError;
@@ -52,7 +53,8 @@ const CHANNEL_BATCHES: usize = 4_096;
 /// The longest an applying thread waits for room in a full channel before it leaves the
 /// shard's messages out and marks the shard to be checked against its rows instead. Long
 /// enough that a commit or a merge does not set off a check; short enough that a long check
-/// holds up no write for longer than this.
+/// holds up an applied batch for no longer than this (a split, which tells of two shards,
+/// twice this).
 pub const FULL_CHANNEL_WAIT: Duration = Duration::from_millis(250);
 
 /// What the indexer thread is told.
@@ -95,10 +97,10 @@ struct ShardState {
     /// The last log index whose changes were sent, and the last one a commit covers.
     applied_index: AtomicU64,
     covered_index: AtomicU64,
-    /// Messages sent down the channel that the indexer has not taken yet.
+    /// Messages being sent or sent down the channel that the indexer has not taken yet.
     queued: AtomicU64,
-    /// The number of the first message left out because the channel was full (0: none
-    /// since the last check). Cleared by the indexer when it starts the check that covers it.
+    /// Not 0 when messages were left out because the channel was full: the number of the
+    /// one that set it. Cleared by the indexer when it starts the check that covers them.
     left_out_from: AtomicU64,
 }
 
@@ -261,7 +263,8 @@ impl SearchIndexes {
     /// indexer starts its check, is left out; the shard is marked for that check.
     fn deliver(&self, shard: ShardId, message: impl FnOnce(u64) -> Message) {
         let state = self.state(shard);
-        let seq = state.sent.fetch_add(1, Ordering::AcqRel) + 1;
+        // SeqCst: see `Indexer::check_left_out`.
+        let seq = state.sent.fetch_add(1, Ordering::SeqCst) + 1;
         // A stopped indexer has nothing more to keep.
         let Some(sender) = self.sender() else {
             return;
@@ -402,7 +405,7 @@ impl ApplyObserver for SearchIndexes {
     fn applied(&self, shard: ShardId, index: u64, changes: Vec<(Bytes, Option<Record>)>) {
         self.state(shard)
             .applied_index
-            .fetch_max(index, Ordering::Relaxed);
+            .fetch_max(index, Ordering::SeqCst);
         self.deliver(shard, |seq| Message::Changes {
             shard,
             seq,
@@ -534,7 +537,7 @@ impl Indexer {
                 index,
                 changes,
             } => self.index_changes(&owner, shard, seq, index, changes),
-            Message::Replaced { shard, seq } => self.reconcile(&owner, shard, seq),
+            Message::Replaced { shard, seq } => self.reconcile(&owner, shard, seq, 0),
             Message::Dropped { shard, seq } => {
                 self.drop_shard(shard, seq);
                 Ok(())
@@ -560,16 +563,37 @@ impl Indexer {
             return;
         };
         for shard in std::mem::take(&mut self.needs_check) {
-            let seq = owner.state(ShardId(shard)).sent.load(Ordering::Acquire);
-            if let Err(e) = self.reconcile(&owner, ShardId(shard), seq) {
-                tracing::error!(error = %e, shard, "search index check failed; retrying");
-                self.needs_check.insert(shard);
+            let state = owner.state(ShardId(shard));
+            let applied = state.applied_index.load(Ordering::Acquire);
+            let seq = state.sent.load(Ordering::Acquire);
+            self.check_guarded(&owner, ShardId(shard), seq, applied);
+        }
+    }
+
+    /// [`Indexer::reconcile`], surviving a panic in the index library; a shard whose check
+    /// failed is checked again at the next tick.
+    fn check_guarded(&mut self, owner: &SearchIndexes, shard: ShardId, seq: u64, applied: u64) {
+        let checked = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+            self.reconcile(owner, shard, seq, applied)
+        }));
+        match checked {
+            Ok(Ok(())) => {}
+            Ok(Err(e)) => {
+                tracing::error!(error = %e, shard = shard.0, "search index check failed; retrying");
+                self.needs_check.insert(shard.0);
+            }
+            Err(_) => {
+                tracing::error!(shard = shard.0, "search index check panicked; retrying");
+                self.needs_check.insert(shard.0);
             }
         }
     }
 
-    /// Checks the shards whose messages were left out, each once every message sent before
-    /// the first left out has been taken (so none of them lands after the check).
+    /// Checks one shard whose messages were left out, once every message of it sent before
+    /// the mark has been taken: none of its changes can then land after the check (a
+    /// `Replaced` from another thread still may, and it only asks for another check). One
+    /// shard per call, so the channel is drained between checks and does not fill up again
+    /// behind a run of them.
     fn check_left_out(&mut self) {
         let Some(owner) = self.owner.upgrade() else {
             return;
@@ -582,21 +606,26 @@ impl Indexer {
             .filter(|(_, state)| state.left_out_from.load(Ordering::SeqCst) != 0)
             .map(|(shard, state)| (*shard, state.clone()))
             .collect();
-        for (shard, state) in marked {
-            if state.queued.load(Ordering::Acquire) > 0 {
-                self.flags.left_out.store(true, Ordering::Release);
-                continue;
-            }
-            // Cleared before the rows are read: a change applied from here on is sent again
-            // (and taken after the check), one applied before is in the rows the check reads.
-            state.left_out_from.store(0, Ordering::SeqCst);
-            owner.left_out_checks.fetch_add(1, Ordering::Relaxed);
-            let seq = state.sent.load(Ordering::Acquire);
-            if let Err(e) = self.reconcile(&owner, ShardId(shard), seq) {
-                tracing::error!(error = %e, shard, "search index check failed; retrying");
-                self.needs_check.insert(shard);
-            }
+        let ready = marked
+            .iter()
+            .position(|(_, state)| state.queued.load(Ordering::Acquire) == 0);
+        if marked.len() > usize::from(ready.is_some()) {
+            // Left for a later turn of the loop.
+            self.flags.left_out.store(true, Ordering::Release);
         }
+        let Some((shard, state)) = ready.map(|i| &marked[i]) else {
+            return;
+        };
+        // Cleared before the rows are read: a change applied from here on is sent again
+        // (and taken after the check), one applied before is in the rows the check reads.
+        // SeqCst with the applier's numbering and reading of the mark (see `deliver`): each
+        // side sees the other's write, so a change is either sent or numbered in time for
+        // the check to cover it.
+        state.left_out_from.store(0, Ordering::SeqCst);
+        owner.left_out_checks.fetch_add(1, Ordering::Relaxed);
+        let applied = state.applied_index.load(Ordering::SeqCst);
+        let seq = state.sent.load(Ordering::SeqCst);
+        self.check_guarded(&owner, ShardId(*shard), seq, applied);
     }
 
     /// Notes that `shard`'s message `seq` (log index `index`) is taken in.
@@ -635,11 +664,14 @@ impl Indexer {
     }
 
     /// Brings the index of `shard` in line with its rows: see the module's documentation.
+    /// The check covers messages up to `seq` and, when it stands in for changes left out,
+    /// the log up to `applied`.
     fn reconcile(
         &mut self,
         owner: &SearchIndexes,
         shard: ShardId,
         seq: u64,
+        applied: u64,
     ) -> Result<(), SearchError> {
         // What the index holds is read from its last commit.
         self.commit_now(owner)?;
@@ -693,7 +725,7 @@ impl Indexer {
                 "search index checked against the shard's rows"
             );
         }
-        self.took(shard, seq, 0);
+        self.took(shard, seq, applied);
         self.commit_asked = true;
         Ok(())
     }
@@ -823,6 +855,10 @@ mod tests {
                 for i in 1..=40u64 {
                     put(&storage, i, &format!("c/{i}"), &format!(r#"{{"n":{i}}}"#));
                 }
+                // Two keys written again: the check must index their newest values, not
+                // the ones still queued before the mark.
+                put(&storage, 41, "c/1", r#"{"n":101}"#);
+                put(&storage, 42, "c/2", r#"{"n":102}"#);
                 let _ = done.send(());
             })
         };
@@ -834,17 +870,22 @@ mod tests {
         runtime
             .block_on(indexes.wait_covered(ShardId(0), Duration::from_secs(60)))
             .unwrap();
-        assert!(indexes.left_out_checks.load(Ordering::Relaxed) >= 1);
+        let checks = indexes.left_out_checks.load(Ordering::Relaxed);
+        assert!(checks >= 1);
         assert_eq!(search_total(&indexes, "*"), 40);
         assert_eq!(search_total(&indexes, "n:[38 TO 40]"), 3);
+        assert_eq!(search_total(&indexes, "n:1 OR n:2"), 0);
+        assert_eq!(search_total(&indexes, "n:101 OR n:102"), 2);
+        let lag: Vec<u64> = indexes.stats().iter().map(|s| s.lag_entries).collect();
+        assert_eq!(lag, [0], "the check covers the log it stood in for");
 
         // After the check, changes are sent and indexed one by one again.
-        put(&storage, 41, "c/1", r#"{"n":100}"#);
+        put(&storage, 43, "c/3", r#"{"n":100}"#);
         runtime
             .block_on(indexes.wait_covered(ShardId(0), Duration::from_secs(60)))
             .unwrap();
         assert_eq!(search_total(&indexes, "n:100"), 1);
-        assert_eq!(state.left_out_from.load(Ordering::SeqCst), 0);
+        assert_eq!(indexes.left_out_checks.load(Ordering::Relaxed), checks);
         indexes.stop();
     }
 }
