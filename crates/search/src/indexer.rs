@@ -822,7 +822,9 @@ mod tests {
 
     /// An indexer held up (here in the commit that ends a shard's check) must not hold up
     /// the applying thread: once the channel is full, the shard's changes are left out, and
-    /// the check that follows indexes every one of them.
+    /// the check that follows indexes every one of them. Commits are due at once, so the
+    /// indexer looks for shards to check between any two messages, with the two queued
+    /// before the mark still to take: the check must wait for them.
     #[test]
     fn applies_go_on_while_the_indexer_is_held_and_a_check_covers_what_was_left_out() {
         let dir = tempfile::tempdir().unwrap();
@@ -830,7 +832,7 @@ mod tests {
         let indexes = SearchIndexes::start_with(
             &dir.path().join("search"),
             storage.clone(),
-            Duration::from_millis(10),
+            Duration::ZERO,
             2,
             Duration::from_millis(20),
         )
@@ -886,6 +888,10 @@ mod tests {
             .unwrap();
         assert_eq!(search_total(&indexes, "n:100"), 1);
         assert_eq!(indexes.left_out_checks.load(Ordering::Relaxed), checks);
+        // Nothing queued before the mark landed after the check (its covering number is
+        // past theirs, so only a later commit shows them).
+        assert_eq!(search_total(&indexes, "n:1 OR n:2"), 0);
+        assert_eq!(search_total(&indexes, "n:101 OR n:102"), 2);
         indexes.stop();
     }
 }
