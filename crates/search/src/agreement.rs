@@ -521,3 +521,52 @@ fn minus_zero_and_zero_tie_and_fall_back_to_the_key() {
         assert_eq!(found, expected, "sort={sort}");
     }
 }
+
+#[test]
+fn whole_numbers_match_exactly_beyond_the_floats_precision() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut index = NodeIndex::open(dir.path()).unwrap();
+    let docs: Vec<(String, Value)> = [
+        ("c/a", r#"{"id": 1234567890123456789}"#),
+        ("c/b", r#"{"id": 1234567890123456788}"#),
+        ("c/c", r#"{"id": 18446744073709551615}"#),
+        ("c/d", r#"{"id": 18446744073709551614}"#),
+        ("c/e", r#"{"id": -9223372036854775807}"#),
+        ("c/f", r#"{"id": 42.0}"#),
+        ("c/g", r#"{"id": 42}"#),
+        ("c/h", r#"{"id": 4.2e1}"#),
+        ("c/i", r#"{"id": 1e300}"#),
+    ]
+    .into_iter()
+    .map(|(key, text)| (key.to_owned(), serde_json::from_str(text).unwrap()))
+    .collect();
+    put_all(&mut index, &docs, |i| i == 3);
+    let s = index.searchable();
+    for (query, expected) in [
+        ("id:1234567890123456789", vec!["c/a"]),
+        ("id:1234567890123456788", vec!["c/b"]),
+        ("id:18446744073709551615", vec!["c/c"]),
+        ("id:18446744073709551614", vec!["c/d"]),
+        ("id:-9223372036854775807", vec!["c/e"]),
+        ("id:42", vec!["c/f", "c/g", "c/h"]),
+        ("id:42.0", vec!["c/f", "c/g", "c/h"]),
+        ("id:1e300", vec!["c/i"]),
+    ] {
+        let parsed = parse(query).unwrap();
+        let mut found: Vec<String> = s
+            .search(ShardId(1), b"c", &parsed, None, 10, &[])
+            .unwrap()
+            .top
+            .into_iter()
+            .map(|h| String::from_utf8(h.key.to_vec()).unwrap())
+            .collect();
+        found.sort();
+        assert_eq!(found, expected, "the index, {query}");
+        let reference: Vec<&str> = docs
+            .iter()
+            .filter(|(_, doc)| matches(&parsed, doc))
+            .map(|(key, _)| key.as_str())
+            .collect();
+        assert_eq!(reference, expected, "the reference, {query}");
+    }
+}

@@ -7,7 +7,7 @@
 //! "any value" are ranges of such terms in the term dictionary; wildcards are a regular
 //! expression over them, anchored to the path.
 
-use crate::ast::{RangeKind, Test, parse_date, parse_number, words};
+use crate::ast::{RangeKind, TermNumber, Test, parse_date, parse_number, words};
 use crate::index::{Fields, date_at};
 use crate::{FieldPath, Query};
 use std::ops::Bound;
@@ -133,10 +133,10 @@ fn field_test(path: &FieldPath, test: &Test, doc: Field) -> Boxed {
             let mut options = vec![words_query(
                 words(text).map(|w| str_term(doc, path, &w)).collect(),
             )];
-            if let Some(n) = parse_number(text) {
-                let mut term = path_term(doc, path);
-                append_number(&mut term, n);
-                options.push(Box::new(TermQuery::new(term, IndexRecordOption::Basic)));
+            if let Some(n) = TermNumber::parse(text) {
+                for term in number_terms(doc, path, n) {
+                    options.push(Box::new(TermQuery::new(term, IndexRecordOption::Basic)));
+                }
             }
             match text.trim().to_lowercase().as_str() {
                 "true" | "false" => {
@@ -299,16 +299,24 @@ fn push_literal(regex: &mut String, c: char) {
     }
 }
 
-/// Appends `n` as the index stores a JSON number: whole numbers as integers (signed when they
-/// fit), others as floats.
-fn append_number(term: &mut Term, n: f64) {
-    if n.fract() == 0.0 && n >= i64::MIN as f64 && n < i64::MAX as f64 {
-        term.append_type_and_fast_value(n as i64);
-    } else if n.fract() == 0.0 && n >= 0.0 && n < u64::MAX as f64 {
-        term.append_type_and_fast_value(n as u64);
-    } else {
-        term.append_type_and_fast_value(n);
+/// The terms under which the index may hold the number `n` at `path`: a JSON integer as an
+/// integer (signed when it fits), exactly, and a number written as a float as that float.
+fn number_terms(doc: Field, path: &FieldPath, n: TermNumber) -> Vec<Term> {
+    let mut terms = Vec::with_capacity(2);
+    let mut term = path_term(doc, path);
+    if let Some(whole) = n.whole {
+        if let Ok(signed) = i64::try_from(whole) {
+            term.append_type_and_fast_value(signed);
+            terms.push(term);
+        } else if let Ok(unsigned) = u64::try_from(whole) {
+            term.append_type_and_fast_value(unsigned);
+            terms.push(term);
+        }
+        term = path_term(doc, path);
     }
+    term.append_type_and_fast_value(n.float);
+    terms.push(term);
+    terms
 }
 
 fn range_query(

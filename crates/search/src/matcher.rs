@@ -11,7 +11,7 @@
 //! What each test asks of those values is said on [`Test`]; the details the index must
 //! share are on the functions below ([`exists_under`], [`Check::Date`]).
 
-use crate::ast::{Query, RangeKind, Test, parse_date, parse_number, words};
+use crate::ast::{Query, RangeKind, TermNumber, Test, parse_date, parse_number, words};
 use serde::de::{DeserializeSeed, Deserializer, IgnoredAny, MapAccess, Visitor};
 use serde_json::{Map, Value};
 use std::fmt;
@@ -87,7 +87,7 @@ enum Check {
     /// number and the boolean its text reads as.
     Words {
         words: Vec<String>,
-        number: Option<f64>,
+        number: Option<TermNumber>,
         boolean: Option<bool>,
     },
     Wildcard(Vec<char>),
@@ -121,7 +121,7 @@ impl Check {
                 let lowered = text.trim().to_lowercase();
                 Check::Words {
                     words: words(text).collect(),
-                    number: parse_number(text),
+                    number: TermNumber::parse(text),
                     boolean: match lowered.as_str() {
                         "true" => Some(true),
                         "false" => Some(false),
@@ -167,7 +167,7 @@ impl Check {
                     ..
                 },
                 Value::Number(n),
-            ) => n.as_f64() == Some(*wanted),
+            ) => wanted.equals(n),
             (
                 Check::Words {
                     boolean: Some(wanted),
@@ -468,10 +468,13 @@ mod tests {
         );
         assert!(hits("n:42.5", &json!({"n": "42.5"})));
         assert!(!hits("n:42.5", &json!({"n": 42})));
+        assert!(hits("n:18446744073709551615", &json!({"n": u64::MAX})));
         assert!(
-            hits("n:18446744073709551615", &json!({"n": u64::MAX})),
-            "compared as f64"
+            !hits("n:18446744073709551614", &json!({"n": u64::MAX})),
+            "integers compare exactly"
         );
+        assert!(hits("n:42", &json!({"n": 42.0})));
+        assert!(hits("n:4.2e1", &json!({"n": 42})));
         assert!(hits_alice("active:true"));
         assert!(hits_alice("active:TRUE"));
         assert!(!hits_alice("active:false"));
