@@ -536,12 +536,18 @@ fn whole_numbers_match_exactly_beyond_the_floats_precision() {
         ("c/g", r#"{"id": 42}"#),
         ("c/h", r#"{"id": 4.2e1}"#),
         ("c/i", r#"{"id": 1e300}"#),
+        ("c/j", r#"{"id": 1e18}"#),
+        ("c/k", r#"{"id": 9.223372036854775808e18}"#),
+        ("c/l", r#"{"id": 9223372036854775807}"#),
+        ("c/m", r#"{"id": -0.0}"#),
+        ("c/n", r#"{"id": [0.5, 7]}"#),
     ]
     .into_iter()
     .map(|(key, text)| (key.to_owned(), serde_json::from_str(text).unwrap()))
     .collect();
     put_all(&mut index, &docs, |i| i == 3);
     let s = index.searchable();
+    let none: Vec<&str> = Vec::new();
     for (query, expected) in [
         ("id:1234567890123456789", vec!["c/a"]),
         ("id:1234567890123456788", vec!["c/b"]),
@@ -551,6 +557,13 @@ fn whole_numbers_match_exactly_beyond_the_floats_precision() {
         ("id:42", vec!["c/f", "c/g", "c/h"]),
         ("id:42.0", vec!["c/f", "c/g", "c/h"]),
         ("id:1e300", vec!["c/i"]),
+        ("id:1000000000000000000", vec!["c/j"]),
+        ("id:1000000000000000001", none.clone()),
+        ("id:9223372036854775808", vec!["c/k"]),
+        ("id:9223372036854775807", vec!["c/l"]),
+        ("id:0", vec!["c/m"]),
+        ("id:0.5", vec!["c/n"]),
+        ("id:7", vec!["c/n"]),
     ] {
         let parsed = parse(query).unwrap();
         let mut found: Vec<String> = s

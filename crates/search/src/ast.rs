@@ -111,41 +111,41 @@ pub fn parse_number(text: &str) -> Option<f64> {
     n.as_f64().filter(|f| f.is_finite())
 }
 
-/// A term's text read as a number, for equality: the float it reads as and, when it names a
-/// whole number within 64-bit integers, that integer exactly (`1234567890123456789` is not
-/// the float nearest to it, which it would share with its neighbours).
+/// A number as the index keys it, so that a term and a document compare as the index does:
+/// a whole number within `i64::MIN..=u64::MAX` as that integer, exactly (a JSON integer keeps
+/// every digit; `42.0` is `42`), any other as its float. tantivy clamps a float of exactly
+/// 2^64 to `u64::MAX`, and so does this.
 #[derive(Debug, Clone, Copy, PartialEq)]
-pub struct TermNumber {
-    /// The number as a 64-bit float.
-    pub float: f64,
-    /// The whole number it names, if it names one in `i64::MIN..=u64::MAX`.
-    pub whole: Option<i128>,
+pub enum IndexNumber {
+    /// A whole number, exactly.
+    Whole(i128),
+    /// A number with a fraction, or beyond 64-bit integers.
+    Float(f64),
 }
 
-impl TermNumber {
-    /// What JSON would read from `text`, as [`parse_number`].
+impl IndexNumber {
+    /// What JSON would read from `text` (as [`parse_number`]).
     pub fn parse(text: &str) -> Option<Self> {
         let n: serde_json::Number = serde_json::from_str(text.trim()).ok()?;
-        let float = n.as_f64().filter(|f| f.is_finite())?;
-        let whole = whole_of(&n).or_else(|| {
-            (float.fract() == 0.0 && float >= i64::MIN as f64 && float < u64::MAX as f64)
-                .then_some(float as i128)
-        });
-        Some(Self { float, whole })
+        Self::of(&n)
     }
 
-    /// Whether a JSON number in a document is this one: integers exactly, floats as floats.
-    pub fn equals(&self, n: &serde_json::Number) -> bool {
-        match whole_of(n) {
-            Some(whole) => self.whole == Some(whole),
-            None => n.as_f64() == Some(self.float),
+    /// A JSON number, `None` when it is not finite.
+    pub fn of(n: &serde_json::Number) -> Option<Self> {
+        if let Some(whole) = n
+            .as_i64()
+            .map(i128::from)
+            .or_else(|| n.as_u64().map(i128::from))
+        {
+            return Some(Self::Whole(whole));
         }
+        let float = n.as_f64().filter(|f| f.is_finite())?;
+        Some(
+            if float.fract() == 0.0 && float >= i64::MIN as f64 && float <= u64::MAX as f64 {
+                Self::Whole((float as i128).min(i128::from(u64::MAX)))
+            } else {
+                Self::Float(float)
+            },
+        )
     }
-}
-
-/// A JSON integer, exactly (`None` for a number written as a float).
-fn whole_of(n: &serde_json::Number) -> Option<i128> {
-    n.as_i64()
-        .map(i128::from)
-        .or_else(|| n.as_u64().map(i128::from))
 }

@@ -7,7 +7,7 @@
 //! "any value" are ranges of such terms in the term dictionary; wildcards are a regular
 //! expression over them, anchored to the path.
 
-use crate::ast::{RangeKind, TermNumber, Test, parse_date, parse_number, words};
+use crate::ast::{IndexNumber, RangeKind, Test, parse_date, parse_number, words};
 use crate::index::{Fields, date_at};
 use crate::{FieldPath, Query};
 use std::ops::Bound;
@@ -133,10 +133,9 @@ fn field_test(path: &FieldPath, test: &Test, doc: Field) -> Boxed {
             let mut options = vec![words_query(
                 words(text).map(|w| str_term(doc, path, &w)).collect(),
             )];
-            if let Some(n) = TermNumber::parse(text) {
-                for term in number_terms(doc, path, n) {
-                    options.push(Box::new(TermQuery::new(term, IndexRecordOption::Basic)));
-                }
+            if let Some(n) = IndexNumber::parse(text) {
+                let term = number_term(doc, path, n);
+                options.push(Box::new(TermQuery::new(term, IndexRecordOption::Basic)));
             }
             match text.trim().to_lowercase().as_str() {
                 "true" | "false" => {
@@ -299,24 +298,18 @@ fn push_literal(regex: &mut String, c: char) {
     }
 }
 
-/// The terms under which the index may hold the number `n` at `path`: a JSON integer as an
-/// integer (signed when it fits), exactly, and a number written as a float as that float.
-fn number_terms(doc: Field, path: &FieldPath, n: TermNumber) -> Vec<Term> {
-    let mut terms = Vec::with_capacity(2);
+/// The term under which the index holds the number `n` at `path`.
+fn number_term(doc: Field, path: &FieldPath, n: IndexNumber) -> Term {
     let mut term = path_term(doc, path);
-    if let Some(whole) = n.whole {
-        if let Ok(signed) = i64::try_from(whole) {
-            term.append_type_and_fast_value(signed);
-            terms.push(term);
-        } else if let Ok(unsigned) = u64::try_from(whole) {
-            term.append_type_and_fast_value(unsigned);
-            terms.push(term);
-        }
-        term = path_term(doc, path);
+    match n {
+        IndexNumber::Whole(whole) => match i64::try_from(whole) {
+            Ok(signed) => term.append_type_and_fast_value(signed),
+            // Within u64 by construction.
+            Err(_) => term.append_type_and_fast_value(u64::try_from(whole).unwrap_or(u64::MAX)),
+        },
+        IndexNumber::Float(float) => term.append_type_and_fast_value(float),
     }
-    term.append_type_and_fast_value(n.float);
-    terms.push(term);
-    terms
+    term
 }
 
 fn range_query(

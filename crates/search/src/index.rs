@@ -13,7 +13,7 @@
 //! once and kept (indexing every string a second time, in one field for such terms, cost a
 //! fifth of the throughput of a write-heavy mix).
 
-use crate::ast::{MAX_WORD_BYTES, parse_date};
+use crate::ast::{IndexNumber, MAX_WORD_BYTES, parse_date};
 use crate::compile::compile;
 use crate::sort::{
     SORT_FIELD, SortKey, SortValue, TopMatches, check_one_type, compare_sort_values, sort_text,
@@ -465,7 +465,7 @@ fn typed(value: serde_json::Value) -> OwnedValue {
     match value {
         Value::Null => OwnedValue::Null,
         Value::Bool(b) => OwnedValue::Bool(b),
-        Value::Number(n) => number(&n),
+        Value::Number(n) => indexed_number(&n),
         Value::String(s) => match parse_date(&s) {
             Some((secs, _)) => {
                 OwnedValue::Array(vec![OwnedValue::Str(s), OwnedValue::Date(date_at(secs))])
@@ -476,6 +476,19 @@ fn typed(value: serde_json::Value) -> OwnedValue {
         Value::Object(map) => {
             OwnedValue::Object(map.into_iter().map(|(k, v)| (k, typed(v))).collect())
         }
+    }
+}
+
+/// A JSON number for the inverted index, keyed as [`IndexNumber`] says (whole floats made
+/// integers here, so that tantivy's own conversion never clamps one, as it would 2^63).
+fn indexed_number(n: &serde_json::Number) -> OwnedValue {
+    match IndexNumber::of(n) {
+        Some(IndexNumber::Whole(whole)) => match i64::try_from(whole) {
+            Ok(signed) => OwnedValue::I64(signed),
+            Err(_) => OwnedValue::U64(u64::try_from(whole).unwrap_or(u64::MAX)),
+        },
+        Some(IndexNumber::Float(float)) => OwnedValue::F64(float),
+        None => OwnedValue::Null,
     }
 }
 

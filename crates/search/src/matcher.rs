@@ -11,7 +11,7 @@
 //! What each test asks of those values is said on [`Test`]; the details the index must
 //! share are on the functions below ([`exists_under`], [`Check::Date`]).
 
-use crate::ast::{Query, RangeKind, TermNumber, Test, parse_date, parse_number, words};
+use crate::ast::{IndexNumber, Query, RangeKind, Test, parse_date, parse_number, words};
 use serde::de::{DeserializeSeed, Deserializer, IgnoredAny, MapAccess, Visitor};
 use serde_json::{Map, Value};
 use std::fmt;
@@ -87,7 +87,7 @@ enum Check {
     /// number and the boolean its text reads as.
     Words {
         words: Vec<String>,
-        number: Option<TermNumber>,
+        number: Option<IndexNumber>,
         boolean: Option<bool>,
     },
     Wildcard(Vec<char>),
@@ -121,7 +121,7 @@ impl Check {
                 let lowered = text.trim().to_lowercase();
                 Check::Words {
                     words: words(text).collect(),
-                    number: TermNumber::parse(text),
+                    number: IndexNumber::parse(text),
                     boolean: match lowered.as_str() {
                         "true" => Some(true),
                         "false" => Some(false),
@@ -167,7 +167,7 @@ impl Check {
                     ..
                 },
                 Value::Number(n),
-            ) => wanted.equals(n),
+            ) => IndexNumber::of(n) == Some(*wanted),
             (
                 Check::Words {
                     boolean: Some(wanted),
