@@ -436,6 +436,18 @@ struct Indexer {
     commit_asked: bool,
     /// Shards whose changes failed to index, to check against their rows again.
     needs_check: std::collections::HashSet<u32>,
+    /// The shard the last check for left-out changes was of: the next goes to another.
+    last_left_out_check: u32,
+}
+
+/// Of the `marked` shards (number, whether ready), the ready one to check next: the first
+/// after `last` in shard order, wrapping around.
+fn next_in_turn(marked: &[(u32, bool)], last: u32) -> Option<u32> {
+    marked
+        .iter()
+        .filter(|(_, ready)| *ready)
+        .map(|(shard, _)| *shard)
+        .min_by_key(|shard| (*shard <= last, *shard))
 }
 
 /// [`SearchIndexes`]'s flags, shared so that reading them costs no upgrade of the owner.
@@ -468,6 +480,7 @@ impl Indexer {
             dirty_since: None,
             commit_asked: false,
             needs_check: std::collections::HashSet::new(),
+            last_left_out_check: 0,
         }
     }
 
@@ -564,6 +577,11 @@ impl Indexer {
         };
         for shard in std::mem::take(&mut self.needs_check) {
             let state = owner.state(ShardId(shard));
+            if state.left_out_from.load(Ordering::SeqCst) != 0 {
+                // Its check for left-out changes waits for its queued ones and covers this.
+                self.needs_check.insert(shard);
+                continue;
+            }
             let applied = state.applied_index.load(Ordering::Acquire);
             let seq = state.sent.load(Ordering::Acquire);
             self.check_guarded(&owner, ShardId(shard), seq, applied);
@@ -577,7 +595,9 @@ impl Indexer {
             self.reconcile(owner, shard, seq, applied)
         }));
         match checked {
-            Ok(Ok(())) => {}
+            Ok(Ok(())) => {
+                self.needs_check.remove(&shard.0);
+            }
             Ok(Err(e)) => {
                 tracing::error!(error = %e, shard = shard.0, "search index check failed; retrying");
                 self.needs_check.insert(shard.0);
@@ -593,7 +613,8 @@ impl Indexer {
     /// the mark has been taken: none of its changes can then land after the check (a
     /// `Replaced` from another thread still may, and it only asks for another check). One
     /// shard per call, so the channel is drained between checks and does not fill up again
-    /// behind a run of them.
+    /// behind a run of them; in turns by shard number after the last one checked, so a busy
+    /// shard marked again and again does not keep the others waiting.
     fn check_left_out(&mut self) {
         let Some(owner) = self.owner.upgrade() else {
             return;
@@ -606,16 +627,19 @@ impl Indexer {
             .filter(|(_, state)| state.left_out_from.load(Ordering::SeqCst) != 0)
             .map(|(shard, state)| (*shard, state.clone()))
             .collect();
-        let ready = marked
+        let readiness: Vec<(u32, bool)> = marked
             .iter()
-            .position(|(_, state)| state.queued.load(Ordering::Acquire) == 0);
-        if marked.len() > usize::from(ready.is_some()) {
+            .map(|(shard, state)| (*shard, state.queued.load(Ordering::Acquire) == 0))
+            .collect();
+        let next = next_in_turn(&readiness, self.last_left_out_check);
+        if marked.len() > usize::from(next.is_some()) {
             // Left for a later turn of the loop.
             self.flags.left_out.store(true, Ordering::Release);
         }
-        let Some((shard, state)) = ready.map(|i| &marked[i]) else {
+        let Some((shard, state)) = next.and_then(|n| marked.iter().find(|(s, _)| *s == n)) else {
             return;
         };
+        self.last_left_out_check = *shard;
         // Cleared before the rows are read: a change applied from here on is sent again
         // (and taken after the check), one applied before is in the rows the check reads.
         // SeqCst with the applier's numbering and reading of the mark (see `deliver`): each
@@ -810,6 +834,17 @@ mod tests {
             command: Some(&entry),
         }];
         storage.apply(ShardId(0), &entries, &[]).unwrap();
+    }
+
+    #[test]
+    fn marked_shards_are_checked_in_turn() {
+        let marked = [(7, true), (2, true), (5, false), (9, true)];
+        assert_eq!(next_in_turn(&marked, 0), Some(2));
+        assert_eq!(next_in_turn(&marked, 2), Some(7), "5 is not ready");
+        assert_eq!(next_in_turn(&marked, 7), Some(9));
+        assert_eq!(next_in_turn(&marked, 9), Some(2), "around again");
+        assert_eq!(next_in_turn(&[(3, true)], 3), Some(3), "alone, again");
+        assert_eq!(next_in_turn(&[(3, false)], 0), None);
     }
 
     fn search_total(indexes: &SearchIndexes, query: &str) -> u64 {
