@@ -112,9 +112,10 @@ pub fn parse_number(text: &str) -> Option<f64> {
 }
 
 /// A number as the index keys it, so that a term and a document compare as the index does:
-/// a whole number within `i64::MIN..=u64::MAX` as that integer, exactly (a JSON integer keeps
-/// every digit; `42.0` is `42`), any other as its float. tantivy clamps a float of exactly
-/// 2^64 to `u64::MAX`, and so does this.
+/// a whole number within `i64::MIN..=u64::MAX` as that integer, exactly (an integer within
+/// that range keeps every digit; `42.0` is `42`), any other as its float. A number beyond the
+/// range is read as a float first (`-2^63-1` becomes `i64::MIN`), and tantivy clamps a float
+/// of exactly 2^64 to `u64::MAX`, as this does.
 #[derive(Debug, Clone, Copy, PartialEq)]
 pub enum IndexNumber {
     /// A whole number, exactly.

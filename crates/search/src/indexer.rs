@@ -57,6 +57,9 @@ const CHANNEL_BATCHES: usize = 4_096;
 /// twice this).
 pub const FULL_CHANNEL_WAIT: Duration = Duration::from_millis(250);
 
+/// The pause between tries of a check that keeps failing.
+const RETRY_PAUSE: Duration = Duration::from_secs(1);
+
 /// What the indexer thread is told.
 enum Message {
     Changes {
@@ -438,6 +441,8 @@ struct Indexer {
     needs_check: std::collections::HashSet<u32>,
     /// The shard the last check for left-out changes was of: the next goes to another.
     last_left_out_check: u32,
+    /// When failed checks may be tried again.
+    next_retry: Option<Instant>,
 }
 
 /// Of the `marked` shards (number, whether ready), the ready one to check next: the first
@@ -481,15 +486,20 @@ impl Indexer {
             commit_asked: false,
             needs_check: std::collections::HashSet::new(),
             last_left_out_check: 0,
+            next_retry: None,
         }
     }
 
     fn run(mut self, receiver: Receiver<Message>) {
         loop {
-            let wait = self
-                .dirty_since
-                .map(|since| self.commit_interval.saturating_sub(since.elapsed()))
-                .unwrap_or(Duration::from_secs(1));
+            let wait = if self.flags.left_out.load(Ordering::Acquire) {
+                // Shards still to check: take what is there and go on with them.
+                Duration::ZERO
+            } else {
+                self.dirty_since
+                    .map(|since| self.commit_interval.saturating_sub(since.elapsed()))
+                    .unwrap_or(Duration::from_secs(1))
+            };
             match receiver.recv_timeout(wait) {
                 Ok(message) => {
                     self.take_guarded(message);
@@ -511,7 +521,8 @@ impl Indexer {
             if self.flags.left_out.swap(false, Ordering::AcqRel) {
                 self.check_left_out();
             }
-            if !self.needs_check.is_empty() {
+            if !self.needs_check.is_empty() && self.next_retry.is_none_or(|at| Instant::now() >= at)
+            {
                 self.retry_checks();
             }
             self.commit_due(false);
@@ -570,15 +581,20 @@ impl Indexer {
         }
     }
 
-    /// Checks again the shards whose changes failed to index.
+    /// Checks again the shards whose changes failed to index; if some fail again, not before
+    /// [`RETRY_PAUSE`] has passed (each try reads the shard's rows).
     fn retry_checks(&mut self) {
         let Some(owner) = self.owner.upgrade() else {
             return;
         };
+        self.next_retry = Some(Instant::now() + RETRY_PAUSE);
         for shard in std::mem::take(&mut self.needs_check) {
             let state = owner.state(ShardId(shard));
             if state.left_out_from.load(Ordering::SeqCst) != 0 {
                 // Its check for left-out changes waits for its queued ones and covers this.
+                // (An unmarked shard is checked at once, even with changes still queued:
+                // they land after the check and may show an older value until the next
+                // commit, which is better than a busy shard never being repaired.)
                 self.needs_check.insert(shard);
                 continue;
             }
