@@ -141,6 +141,14 @@ fn query(rng: &mut ChaCha8Rng, depth: u32) -> String {
     }
 }
 
+/// The keys of a page's hits, in order.
+fn key_names(hits: crate::Hits) -> Vec<String> {
+    hits.top
+        .into_iter()
+        .map(|hit| String::from_utf8(hit.key.to_vec()).unwrap())
+        .collect()
+}
+
 #[test]
 fn the_index_and_the_reference_find_the_same_documents() {
     let dir = tempfile::tempdir().unwrap();
@@ -200,16 +208,13 @@ fn the_index_and_the_reference_find_the_same_documents() {
         let hits = searchable
             .search(ShardId(1), b"people", &parsed, None, docs.len(), &[])
             .unwrap();
-        let found: BTreeSet<String> = hits
-            .top
-            .iter()
-            .map(|hit| String::from_utf8(hit.key.to_vec()).unwrap())
-            .collect();
+        let total = hits.total;
+        let found: BTreeSet<String> = key_names(hits).into_iter().collect();
         assert_eq!(
             found, expected,
             "{text} (parsed {parsed:?}): the index and the reference differ"
         );
-        assert_eq!(hits.total, expected.len() as u64, "{text}");
+        assert_eq!(total, expected.len() as u64, "{text}");
         checked += 1;
         nonempty += usize::from(!expected.is_empty() && expected.len() < docs.len());
     }
@@ -466,8 +471,8 @@ fn ties_are_cut_by_key_even_where_keys_share_their_first_bytes() {
             parse_sort(sort).unwrap()
         };
         for want in [1, 5, 17, 31, 90, 200] {
-            let found: Vec<String> = s
-                .search(
+            let found = key_names(
+                s.search(
                     ShardId(1),
                     b"c",
                     &parse("g:same").unwrap(),
@@ -475,11 +480,8 @@ fn ties_are_cut_by_key_even_where_keys_share_their_first_bytes() {
                     want,
                     &sort,
                 )
-                .unwrap()
-                .top
-                .into_iter()
-                .map(|h| String::from_utf8(h.key.to_vec()).unwrap())
-                .collect();
+                .unwrap(),
+            );
             let expected: Vec<String> = sorted_keys.iter().take(want).cloned().collect();
             assert_eq!(found, expected, "want {want}, sort {sort:?}");
         }
@@ -504,8 +506,8 @@ fn minus_zero_and_zero_tie_and_fall_back_to_the_key() {
         ("x", ["c/c", "c/a", "c/b"]),
         ("x:desc", ["c/a", "c/b", "c/c"]),
     ] {
-        let found: Vec<String> = s
-            .search(
+        let found = key_names(
+            s.search(
                 ShardId(1),
                 b"c",
                 &parse("*").unwrap(),
@@ -513,11 +515,8 @@ fn minus_zero_and_zero_tie_and_fall_back_to_the_key() {
                 10,
                 &parse_sort(sort).unwrap(),
             )
-            .unwrap()
-            .top
-            .into_iter()
-            .map(|h| String::from_utf8(h.key.to_vec()).unwrap())
-            .collect();
+            .unwrap(),
+        );
         assert_eq!(found, expected, "sort={sort}");
     }
 }
@@ -566,13 +565,7 @@ fn whole_numbers_match_exactly_beyond_the_floats_precision() {
         ("id:7", vec!["c/n"]),
     ] {
         let parsed = parse(query).unwrap();
-        let mut found: Vec<String> = s
-            .search(ShardId(1), b"c", &parsed, None, 10, &[])
-            .unwrap()
-            .top
-            .into_iter()
-            .map(|h| String::from_utf8(h.key.to_vec()).unwrap())
-            .collect();
+        let mut found = key_names(s.search(ShardId(1), b"c", &parsed, None, 10, &[]).unwrap());
         found.sort();
         assert_eq!(found, expected, "the index, {query}");
         let reference: Vec<&str> = docs

@@ -102,9 +102,9 @@ struct ShardState {
     covered_index: AtomicU64,
     /// Messages being sent or sent down the channel that the indexer has not taken yet.
     queued: AtomicU64,
-    /// Not 0 when messages were left out because the channel was full: the number of the
-    /// one that set it. Cleared by the indexer when it starts the check that covers them.
-    left_out_from: AtomicU64,
+    /// Set when messages were left out because the channel was full; cleared by the indexer
+    /// when it starts the check that covers them.
+    marked: AtomicBool,
 }
 
 impl ShardState {
@@ -115,7 +115,7 @@ impl ShardState {
             applied_index: AtomicU64::new(0),
             covered_index: AtomicU64::new(0),
             queued: AtomicU64::new(0),
-            left_out_from: AtomicU64::new(0),
+            marked: AtomicBool::new(false),
         }
     }
 }
@@ -272,28 +272,22 @@ impl SearchIndexes {
         let Some(sender) = self.sender() else {
             return;
         };
-        if state.left_out_from.load(Ordering::SeqCst) == 0 {
+        if !state.marked.load(Ordering::SeqCst) {
             state.queued.fetch_add(1, Ordering::AcqRel);
-            match sender.send_timeout(message(seq), self.full_wait) {
-                Ok(()) => return,
-                Err(SendTimeoutError::Disconnected(_)) => {
-                    state.queued.fetch_sub(1, Ordering::AcqRel);
-                    return;
-                }
-                Err(SendTimeoutError::Timeout(_)) => {
-                    state.queued.fetch_sub(1, Ordering::AcqRel);
-                    tracing::warn!(
-                        shard = shard.0,
-                        "search indexer is behind; the shard's changes will be indexed by a check of its rows"
-                    );
-                }
+            let sent = sender.send_timeout(message(seq), self.full_wait);
+            if sent.is_err() {
+                state.queued.fetch_sub(1, Ordering::AcqRel);
+            }
+            match sent {
+                Ok(()) | Err(SendTimeoutError::Disconnected(_)) => return,
+                Err(SendTimeoutError::Timeout(_)) => tracing::warn!(
+                    shard = shard.0,
+                    "search indexer is behind; the shard's changes will be indexed by a check of its rows"
+                ),
             }
         }
-        // The first left out wins; the indexer may have cleared the mark since it was read,
-        // and then this marks the shard anew.
-        let _ = state
-            .left_out_from
-            .compare_exchange(0, seq, Ordering::SeqCst, Ordering::SeqCst);
+        // The indexer may have cleared the mark since it was read: this marks the shard anew.
+        state.marked.store(true, Ordering::SeqCst);
         self.left_out.store(true, Ordering::Release);
     }
 
@@ -590,7 +584,7 @@ impl Indexer {
         self.next_retry = Some(Instant::now() + RETRY_PAUSE);
         for shard in std::mem::take(&mut self.needs_check) {
             let state = owner.state(ShardId(shard));
-            if state.left_out_from.load(Ordering::SeqCst) != 0 {
+            if state.marked.load(Ordering::SeqCst) {
                 // Its check for left-out changes waits for its queued ones and covers this.
                 // (An unmarked shard is checked at once, even with changes still queued:
                 // they land after the check and may show an older value until the next
@@ -640,7 +634,7 @@ impl Indexer {
             .read()
             .unwrap_or_else(|e| e.into_inner())
             .iter()
-            .filter(|(_, state)| state.left_out_from.load(Ordering::SeqCst) != 0)
+            .filter(|(_, state)| state.marked.load(Ordering::SeqCst))
             .map(|(shard, state)| (*shard, state.clone()))
             .collect();
         let readiness: Vec<(u32, bool)> = marked
@@ -661,7 +655,7 @@ impl Indexer {
         // SeqCst with the applier's numbering and reading of the mark (see `deliver`): each
         // side sees the other's write, so a change is either sent or numbered in time for
         // the check to cover it.
-        state.left_out_from.store(0, Ordering::SeqCst);
+        state.marked.store(false, Ordering::SeqCst);
         owner.left_out_checks.fetch_add(1, Ordering::Relaxed);
         let applied = state.applied_index.load(Ordering::SeqCst);
         let seq = state.sent.load(Ordering::SeqCst);
