@@ -20,7 +20,7 @@ use std::sync::{Arc, Weak};
 use std::time::Duration;
 use tokio::time::Instant;
 use trireme_raft::{ForwardHandler, PeerError, RaftLayerError, ReadMode, ShardGroup};
-use trireme_storage::{Storage, WatchTarget};
+use trireme_storage::{ShardView, WatchTarget};
 use trireme_types::{CommandResult, ErrorCode, LogCommand, NodeId, Record, ShardId, TriremeError};
 
 /// Attempts per request (local or remote) before giving up on finding a leader; the request
@@ -118,11 +118,12 @@ pub(crate) trait ReadQuery: Clone + Send + Sync + 'static {
     /// the blocking pool so as not to stall the other requests of their thread.
     fn is_cheap(&self) -> bool;
 
-    /// Runs it on this node's replica of `shard`, over the keys in `slots` only, if given.
+    /// Runs it on `view`, this node's replica of a shard as of one point of its applied log,
+    /// over the keys in `slots` only, if given. Every row it reads comes from that one view,
+    /// so it sees each applied entry (a transaction, an MSET) whole or not at all.
     fn run(
         &self,
-        storage: &Storage,
-        shard: ShardId,
+        view: &ShardView<'_>,
         now: u64,
         slots: Option<(u16, u16)>,
     ) -> Result<Self::Found, ClusterError>;
@@ -151,8 +152,8 @@ impl<Q: ReadQuery> ShardRequest for Read<Q> {
         }
         let found = node.slots_to_read(shard, self.slots).and_then(|only| {
             let (found, removed) = node.storage.read_with_removals(group.shard(), || {
-                self.query
-                    .run(&node.storage, group.shard(), crate::now_ms(), only)
+                let view = node.storage.shard_view(group.shard());
+                self.query.run(&view, crate::now_ms(), only)
             })?;
             Ok((found, freshness(&group, removed)))
         });
@@ -167,7 +168,9 @@ impl<Q: ReadQuery> ShardRequest for Read<Q> {
         let storage = node.storage.clone();
         let query = self.query;
         let read = move || {
-            storage.read_with_removals(shard, || query.run(&storage, shard, crate::now_ms(), only))
+            storage.read_with_removals(shard, || {
+                query.run(&storage.shard_view(shard), crate::now_ms(), only)
+            })
         };
         let (found, removed) = if query_is_cheap {
             read()?
@@ -197,8 +200,7 @@ impl ReadQuery for GetKeys {
 
     fn run(
         &self,
-        storage: &Storage,
-        shard: ShardId,
+        view: &ShardView<'_>,
         now: u64,
         _: Option<(u16, u16)>,
     ) -> Result<Self::Found, ClusterError> {
@@ -206,7 +208,7 @@ impl ReadQuery for GetKeys {
         Ok(self
             .0
             .iter()
-            .map(|k| storage.get(shard, k, now))
+            .map(|k| view.get(k, now))
             .collect::<Result<_, _>>()?)
     }
 
@@ -215,12 +217,25 @@ impl ReadQuery for GetKeys {
     }
 }
 
-/// Live rows starting with `prefix`, after `after`, at most `limit`, in key order.
+/// Live rows starting with `prefix`, after `after` (or from it, with `from_after`), at most
+/// `limit`, in key order.
 #[derive(Debug, Clone, Serialize, Deserialize)]
 pub(crate) struct ScanRows {
     pub prefix: Bytes,
     pub after: Option<Bytes>,
     pub limit: u32,
+    /// Whether the row at `after` itself counts (a page that starts at a key).
+    pub from_after: bool,
+}
+
+impl ScanRows {
+    fn start(&self) -> std::ops::Bound<&[u8]> {
+        match (&self.after, self.from_after) {
+            (None, _) => std::ops::Bound::Unbounded,
+            (Some(key), false) => std::ops::Bound::Excluded(key),
+            (Some(key), true) => std::ops::Bound::Included(key),
+        }
+    }
 }
 
 /// Rows a scan may ask for and still be read on the async threads; a larger scan (an
@@ -237,19 +252,11 @@ impl ReadQuery for ScanRows {
 
     fn run(
         &self,
-        storage: &Storage,
-        shard: ShardId,
+        view: &ShardView<'_>,
         now: u64,
         slots: Option<(u16, u16)>,
     ) -> Result<Self::Found, ClusterError> {
-        Ok(storage.scan(
-            shard,
-            &self.prefix,
-            self.after.as_deref(),
-            self.limit as usize,
-            now,
-            slots,
-        )?)
+        Ok(view.scan(&self.prefix, self.start(), self.limit as usize, now, slots)?)
     }
 
     fn to_wire(&self) -> WireQuery {
@@ -270,14 +277,11 @@ impl ReadQuery for CountRows {
 
     fn run(
         &self,
-        storage: &Storage,
-        shard: ShardId,
+        view: &ShardView<'_>,
         now: u64,
         slots: Option<(u16, u16)>,
     ) -> Result<u64, ClusterError> {
-        Ok(storage
-            .scan_filtered(shard, b"", now, 0, slots, |_| true)?
-            .0)
+        Ok(view.scan_filtered(b"", now, 0, slots, |_| true)?.0)
     }
 
     fn to_wire(&self) -> WireQuery {
@@ -299,12 +303,11 @@ impl ReadQuery for CountExpiring {
 
     fn run(
         &self,
-        storage: &Storage,
-        shard: ShardId,
+        view: &ShardView<'_>,
         now: u64,
         slots: Option<(u16, u16)>,
     ) -> Result<(u64, u64), ClusterError> {
-        Ok(storage.expiring(shard, now, slots)?)
+        Ok(view.expiring(now, slots)?)
     }
 
     fn to_wire(&self) -> WireQuery {
@@ -403,13 +406,12 @@ impl ReadQuery for ReadHash {
 
     fn run(
         &self,
-        storage: &Storage,
-        shard: ShardId,
+        view: &ShardView<'_>,
         now: u64,
         _: Option<(u16, u16)>,
     ) -> Result<Self::Found, ClusterError> {
         // Routed by the key's slot, as a get is: no filter needed.
-        Ok(storage.hash_read(shard, &self.key, &self.read, now)?)
+        Ok(view.hash_read(&self.key, &self.read, now)?)
     }
 
     fn to_wire(&self) -> WireQuery {
@@ -437,13 +439,12 @@ impl ReadQuery for ReadSet {
 
     fn run(
         &self,
-        storage: &Storage,
-        shard: ShardId,
+        view: &ShardView<'_>,
         now: u64,
         _: Option<(u16, u16)>,
     ) -> Result<Self::Found, ClusterError> {
         // Routed by the key's slot (every key of a combination shares it): no filter needed.
-        Ok(storage.set_read(shard, &self.key, &self.read, now)?)
+        Ok(view.set_read(&self.key, &self.read, now)?)
     }
 
     fn to_wire(&self) -> WireQuery {
@@ -475,12 +476,11 @@ impl ReadQuery for ReadList {
 
     fn run(
         &self,
-        storage: &Storage,
-        shard: ShardId,
+        view: &ShardView<'_>,
         now: u64,
         _: Option<(u16, u16)>,
     ) -> Result<Self::Found, ClusterError> {
-        Ok(storage.list_read(shard, &self.key, &self.read, now)?)
+        Ok(view.list_read(&self.key, &self.read, now)?)
     }
 
     fn to_wire(&self) -> WireQuery {
@@ -515,12 +515,11 @@ impl ReadQuery for ReadSortedSet {
 
     fn run(
         &self,
-        storage: &Storage,
-        shard: ShardId,
+        view: &ShardView<'_>,
         now: u64,
         _: Option<(u16, u16)>,
     ) -> Result<Self::Found, ClusterError> {
-        Ok(storage.sorted_set_read(shard, &self.key, &self.read, now)?)
+        Ok(view.sorted_set_read(&self.key, &self.read, now)?)
     }
 
     fn to_wire(&self) -> WireQuery {
@@ -1073,6 +1072,7 @@ mod tests {
             prefix: Bytes::new(),
             after: None,
             limit,
+            from_after: false,
         }
     }
 

@@ -254,8 +254,8 @@ impl Node {
 
     /// Live keys starting with `prefix` from `start` on (a page of a collection listing),
     /// merged across shards in key order, at most `limit`. Every shard is asked for `limit`
-    /// rows, since any of them may hold the next ones. An inclusive start is read as a scan
-    /// after it plus a read of the key itself, sent together.
+    /// rows, since any of them may hold the next ones; each shard's rows come from one view
+    /// of it (see [`trireme_storage::ShardView`]).
     pub async fn list_range(
         &self,
         prefix: &[u8],
@@ -277,51 +277,34 @@ impl Node {
         mode: ReadMode,
         limit: usize,
     ) -> Result<(Vec<(Bytes, Record)>, ReadMeta, Vec<ShardIndex>), ClusterError> {
-        let (after, first) = match start {
-            Bound::Unbounded => (None, None),
-            Bound::Excluded(k) => (Some(Bytes::copy_from_slice(k)), None),
-            Bound::Included(k) => (
-                Some(Bytes::copy_from_slice(k)),
-                Some(Bytes::copy_from_slice(k)),
-            ),
+        let (after, from_after) = match start {
+            Bound::Unbounded => (None, false),
+            Bound::Excluded(k) => (Some(Bytes::copy_from_slice(k)), false),
+            Bound::Included(k) => (Some(Bytes::copy_from_slice(k)), true),
         };
         if let Some(after) = &after {
             self.check_key(after)?;
         }
         let prefix = Bytes::copy_from_slice(prefix);
         let limit32 = u32::try_from(limit).unwrap_or(u32::MAX);
-        let (answers, first_read) = self
+        let answers = self
             .routed(|routing| {
-                let (prefix, after, first) = (prefix.clone(), after.clone(), first.clone());
+                let (prefix, after) = (prefix.clone(), after.clone());
                 async move {
-                    let scans = try_join_all(routing.shards().map(|shard| {
+                    try_join_all(routing.shards().map(|shard| {
                         let query = ScanRows {
                             prefix: prefix.clone(),
                             after: after.clone(),
                             limit: limit32,
+                            from_after,
                         };
                         let read = Self::read_of(&routing, shard, mode, query);
                         async move {
                             let (rows, fresh) = self.on_shard(shard, read).await?;
                             Ok::<_, ClusterError>((rows, fresh, shard))
                         }
-                    }));
-                    let first_key = async {
-                        match &first {
-                            Some(key) if key.starts_with(&prefix) => {
-                                let shard = routing.shard_of_key(key);
-                                let read = Self::read_of(
-                                    &routing,
-                                    shard,
-                                    mode,
-                                    GetKeys(vec![key.clone()]),
-                                );
-                                Ok(Some(self.on_shard(shard, read).await?))
-                            }
-                            _ => Ok::<_, ClusterError>(None),
-                        }
-                    };
-                    futures::try_join!(scans, first_key)
+                    }))
+                    .await
                 }
             })
             .await?;
@@ -339,18 +322,6 @@ impl Node {
             merged.extend(rows);
         }
         merged.sort_by(|a, b| a.0.cmp(&b.0));
-        if let (Some(key), Some((mut found, f))) = (first, first_read) {
-            // The start key's shard was scanned too; its record only adds to that part.
-            fresh.push((f, 0));
-            if let Some(record) = found.pop().flatten() {
-                let shard = self.shard_of(&key);
-                if let Some(part) = parts.iter_mut().find(|p| p.shard == shard) {
-                    part.index = part.index.max(record.modify_index);
-                }
-                // The start key sorts before everything scanned after it.
-                merged.insert(0, (key, record));
-            }
-        }
         merged.truncate(limit);
         let mut meta = read_meta(fresh);
         meta.index = parts.iter().map(|p| p.index).sum();
@@ -445,6 +416,7 @@ impl Node {
                 prefix: Bytes::new(),
                 after: after.take(),
                 limit: u32::try_from(want).unwrap_or(u32::MAX),
+                from_after: false,
             };
             let answer = self
                 .routed(|routing| {

@@ -40,92 +40,6 @@ pub struct ShardExport {
     pub records: Vec<(Vec<u8>, Vec<u8>)>,
 }
 
-/// A point-in-time view of one shard, read from one fjall snapshot: a snapshot of the shard can
-/// be written out row by row, without first collecting every row in memory.
-pub struct ShardView<'s> {
-    storage: &'s Storage,
-    snapshot: fjall::Snapshot,
-    shard: u32,
-}
-
-impl ShardView<'_> {
-    /// The shard's `data_meta` rows, name → value.
-    pub fn meta(&self) -> Result<Vec<(String, Vec<u8>)>, StorageError> {
-        use fjall::Readable;
-        let mut meta = Vec::new();
-        for guard in self
-            .snapshot
-            .prefix(&self.storage.data_meta, self.shard.to_be_bytes())
-        {
-            let (key, value) = guard.into_inner()?;
-            meta.push((
-                String::from_utf8_lossy(&key[4..]).into_owned(),
-                value.to_vec(),
-            ));
-        }
-        Ok(meta)
-    }
-
-    /// Calls `visit` with each stored key (without the shard prefix) and its encoded record, in
-    /// key order.
-    pub fn for_each_record(&self, mut visit: impl FnMut(&[u8], &[u8])) -> Result<(), StorageError> {
-        self.for_each_record_while(|key, value| {
-            visit(key, value);
-            true
-        })
-    }
-
-    /// Like [`ShardView::for_each_record`], stopping as soon as `visit` returns `false`.
-    pub fn for_each_record_while(
-        &self,
-        mut visit: impl FnMut(&[u8], &[u8]) -> bool,
-    ) -> Result<(), StorageError> {
-        use fjall::Readable;
-        for guard in self
-            .snapshot
-            .prefix(&self.storage.data, self.shard.to_be_bytes())
-        {
-            let (key, value) = guard.into_inner()?;
-            if !visit(&key[4..], &value) {
-                break;
-            }
-        }
-        Ok(())
-    }
-
-    /// Calls `visit` with each member (without `prefix`) and its value, of the collection
-    /// whose member rows start with `prefix` (see [`trireme_types::collection`]), in order.
-    pub fn for_each_member(
-        &self,
-        prefix: &[u8],
-        mut visit: impl FnMut(&[u8], &[u8]),
-    ) -> Result<(), StorageError> {
-        use fjall::Readable;
-        let full = owned_key(self.shard, prefix);
-        for guard in self.snapshot.prefix(&self.storage.data, &full) {
-            let (key, value) = guard.into_inner()?;
-            let value = Record::peek_value(&value).ok_or_else(|| {
-                StorageError::Corrupt("a member row shorter than its header".into())
-            })?;
-            visit(&key[full.len()..], value);
-        }
-        Ok(())
-    }
-
-    /// The shard's slot range as of this view, once a split recorded one (`None`: the range
-    /// the shard had at bootstrap).
-    pub fn slot_range(&self) -> Result<Option<(u16, u16)>, StorageError> {
-        use fjall::Readable;
-        match self.snapshot.get(
-            &self.storage.data_meta,
-            owned_key(self.shard, SLOTS_ROW.as_bytes()),
-        )? {
-            Some(bytes) => Ok(Some(crate::store::decode_slots(&bytes)?)),
-            None => Ok(None),
-        }
-    }
-}
-
 /// Changes made by the entries of one apply call, not yet written. Later commands in the same
 /// call read earlier ones' results through it.
 struct Pending<'s> {
@@ -944,17 +858,6 @@ impl Storage {
             .keys_changed(watched.iter().map(|k| k.as_ref()));
         self.metrics().applies.record(started.elapsed());
         Ok(results)
-    }
-
-    /// A point-in-time view of `shard`, to read its rows from more than once (or one at a time)
-    /// and always see the same ones.
-    pub fn shard_view(&self, shard: ShardId) -> ShardView<'_> {
-        let shard = shard.0;
-        ShardView {
-            storage: self,
-            snapshot: self.db.snapshot(),
-            shard,
-        }
     }
 
     /// Replaces everything stored for `shard` with `export`, atomically.

@@ -24,11 +24,13 @@ mod apply;
 mod error;
 mod group_commit;
 mod keys;
+mod read;
 mod store;
 mod watch;
 
-pub use apply::{ApplyEntry, ShardExport, ShardSplit, ShardView};
+pub use apply::{ApplyEntry, ShardExport, ShardSplit};
 pub use error::StorageError;
 pub use group_commit::SyncCallback;
+pub use read::ShardView;
 pub use store::{ApplyObserver, Storage, StorageMetrics, StorageOptions};
 pub use watch::{Watch, WatchTarget, Watchers};

@@ -8,7 +8,6 @@ use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::time::Instant;
-use trireme_types::session::is_internal_key;
 use trireme_types::{GroupId, Record, ShardId, Timed};
 
 /// How to open the store.
@@ -589,13 +588,10 @@ impl Storage {
             .remove(&shard);
     }
 
-    /// Reads a key as stored, expired or not.
+    /// Reads a key as stored, expired or not (one read: see [`Storage::shard_view`] for
+    /// several that must agree).
     pub fn get_raw(&self, shard: ShardId, key: &[u8]) -> Result<Option<Record>, StorageError> {
-        let shard = shard.0;
-        match self.data.get(owned_key(shard, key))? {
-            Some(bytes) => Ok(Some(Record::decode(&bytes)?)),
-            None => Ok(None),
-        }
+        self.shard_view(shard).get_raw(key)
     }
 
     /// Reads a key, treating a record expired at `now_ms` as absent.
@@ -605,18 +601,10 @@ impl Storage {
         key: &[u8],
         now_ms: u64,
     ) -> Result<Option<Record>, StorageError> {
-        let shard = shard.0;
-        Ok(self
-            .get_raw(ShardId(shard), key)?
-            .filter(|record| !record.is_expired(now_ms)))
+        self.shard_view(shard).get(key, now_ms)
     }
 
-    /// Live keys of `shard` starting with `prefix` and greater than `after` (exclusive, if
-    /// given), in key order, at most `limit` of them. Internal keys (sessions) count only when
-    /// `prefix` is internal itself.
-    ///
-    /// With `slots`, only keys in that inclusive slot range count: a replica that has not yet
-    /// applied a split of its shard still holds rows the reader routes to the new shard.
+    /// [`ShardView::scan`] of a view taken now, from after `after` (exclusive, if given).
     pub fn scan(
         &self,
         shard: ShardId,
@@ -626,42 +614,12 @@ impl Storage {
         now_ms: u64,
         slots: Option<(u16, u16)>,
     ) -> Result<Vec<(bytes::Bytes, Record)>, StorageError> {
-        let shard = shard.0;
-        let mut out = Vec::new();
-        let full_prefix = owned_key(shard, prefix);
-        let iter = match after {
-            Some(after) if after >= prefix => {
-                let start = owned_key(shard, after);
-                let upper = fjall::util::prefix_to_range(&full_prefix).1;
-                self.data.range::<Vec<u8>, _>((
-                    std::ops::Bound::Excluded(start),
-                    upper.map(|s| s.to_vec()),
-                ))
-            }
-            _ => self.data.prefix(&full_prefix),
-        };
-        let hide_internal = !is_internal_key(prefix);
-        for guard in iter {
-            if out.len() >= limit {
-                break;
-            }
-            let (key, value) = guard.into_inner()?;
-            if Record::peek_expiry(&value).is_some_and(|at| at <= now_ms)
-                || !in_slots(&key[4..], slots)
-                || (hide_internal && is_internal_key(&key[4..]))
-            {
-                continue;
-            }
-            let record = Record::decode(&value)?;
-            out.push((bytes::Bytes::copy_from_slice(&key[4..]), record));
-        }
-        Ok(out)
+        let start = after.map_or(std::ops::Bound::Unbounded, std::ops::Bound::Excluded);
+        self.shard_view(shard)
+            .scan(prefix, start, limit, now_ms, slots)
     }
 
-    /// Walks every live row of `shard` under `prefix` in key order, handing `keep` each value
-    /// borrowed (no copy); returns how many it kept and the first `limit` of those, decoded.
-    /// For filters that read many rows and keep few (document search): only kept rows are
-    /// copied out of the store. `slots` limits the walk as in [`Storage::scan`].
+    /// [`ShardView::scan_filtered`] of a view taken now.
     pub fn scan_filtered(
         &self,
         shard: ShardId,
@@ -669,33 +627,10 @@ impl Storage {
         now_ms: u64,
         limit: usize,
         slots: Option<(u16, u16)>,
-        mut keep: impl FnMut(&[u8]) -> bool,
+        keep: impl FnMut(&[u8]) -> bool,
     ) -> Result<(u64, Vec<(bytes::Bytes, Record)>), StorageError> {
-        let shard = shard.0;
-        let mut kept = 0u64;
-        let mut out = Vec::new();
-        let hide_internal = !is_internal_key(prefix);
-        for guard in self.data.prefix(owned_key(shard, prefix)) {
-            let (key, value) = guard.into_inner()?;
-            if Record::peek_expiry(&value).is_some_and(|at| at <= now_ms)
-                || !in_slots(&key[4..], slots)
-                || (hide_internal && is_internal_key(&key[4..]))
-            {
-                continue;
-            }
-            let stored = Record::peek_value(&value)
-                .ok_or_else(|| StorageError::Corrupt("a record shorter than its header".into()))?;
-            if keep(stored) {
-                kept += 1;
-                if out.len() < limit {
-                    out.push((
-                        bytes::Bytes::copy_from_slice(&key[4..]),
-                        Record::decode(&value)?,
-                    ));
-                }
-            }
-        }
-        Ok((kept, out))
+        self.shard_view(shard)
+            .scan_filtered(prefix, now_ms, limit, slots, keep)
     }
 
     /// Keys of `shard` whose expiry has passed at `now_ms`, at most `limit` of them.
@@ -716,33 +651,14 @@ impl Storage {
         Ok(out)
     }
 
-    /// How many live keys of `shard` (in `slots`) have an expiry at `now_ms`, and the sum of
-    /// their times to live in milliseconds: Redis's `expires` and `avg_ttl`. Walks the
-    /// expiry index from `now_ms` on, O(keys with an expiry).
+    /// [`ShardView::expiring`] of a view taken now.
     pub fn expiring(
         &self,
         shard: ShardId,
         now_ms: u64,
         slots: Option<(u16, u16)>,
     ) -> Result<(u64, u64), StorageError> {
-        let shard = shard.0;
-        let start = crate::keys::expiry_key(shard, now_ms.saturating_add(1), b"");
-        let (mut count, mut ttl_sum) = (0u64, 0u64);
-        for guard in self.expiry.range(start..) {
-            let key = guard.key()?;
-            if key.get(..4) != Some(&shard.to_be_bytes()[..]) {
-                break;
-            }
-            if !in_slots(&key[12..], slots) {
-                continue;
-            }
-            let at: [u8; 8] = key[4..12]
-                .try_into()
-                .map_err(|_| StorageError::Corrupt("an expiry index row".into()))?;
-            count += 1;
-            ttl_sum = ttl_sum.saturating_add(u64::from_be_bytes(at).saturating_sub(now_ms));
-        }
-        Ok((count, ttl_sum))
+        self.shard_view(shard).expiring(now_ms, slots)
     }
 
     /// Approximate number of keys stored for `shard` (expired ones included).

@@ -9,7 +9,7 @@ use crate::keys::owned_key;
 use crate::{Storage, StorageError};
 use bytes::Bytes;
 use trireme_types::collection::{decode_count, encode_count, member_key, member_prefix};
-use trireme_types::{ErrorCode, HashAnswer, HashOp, HashRead, Record, ShardId, ValueKind};
+use trireme_types::{ErrorCode, HashAnswer, HashOp, HashRead, Record, ValueKind};
 
 /// Where a read of a collection finds it: the store as it is, or a batch being applied.
 pub(super) trait MemberSource {
@@ -55,7 +55,7 @@ fn stored_members(
 /// and its members as of one moment, never half of a write.
 pub(super) struct Stored<'s> {
     pub(super) storage: &'s Storage,
-    pub(super) snapshot: fjall::Snapshot,
+    pub(super) snapshot: &'s fjall::Snapshot,
     pub(super) shard: u32,
     pub(super) now: u64,
 }
@@ -90,7 +90,7 @@ impl MemberSource for Stored<'_> {
     ) -> Result<Vec<(Bytes, Bytes)>, StorageError> {
         stored_members(
             self.storage,
-            &self.snapshot,
+            self.snapshot,
             self.shard,
             prefix,
             after,
@@ -107,7 +107,7 @@ impl MemberSource for Stored<'_> {
     ) -> Result<Vec<(Bytes, Bytes)>, StorageError> {
         stored_rows(
             self.storage,
-            &self.snapshot,
+            self.snapshot,
             self.shard,
             span,
             skip,
@@ -117,7 +117,7 @@ impl MemberSource for Stored<'_> {
     }
 
     fn count(&mut self, span: &RowSpan) -> Result<u64, StorageError> {
-        count_stored_rows(self.storage, &self.snapshot, self.shard, span)
+        count_stored_rows(self.storage, self.snapshot, self.shard, span)
     }
 }
 
@@ -188,19 +188,18 @@ fn read(
     }))
 }
 
-impl Storage {
-    /// Answers a read of the hash at `key` in `shard` as this replica holds it at `now`.
+impl crate::ShardView<'_> {
+    /// Answers a read of the hash at `key` as this view holds it at `now`.
     pub fn hash_read(
         &self,
-        shard: ShardId,
         key: &Bytes,
         hash_read: &HashRead,
         now: u64,
     ) -> Result<Result<HashAnswer, ErrorCode>, StorageError> {
         let mut stored = Stored {
-            storage: self,
-            snapshot: self.db.snapshot(),
-            shard: shard.0,
+            storage: self.storage(),
+            snapshot: self.snapshot(),
+            shard: self.shard().0,
             now,
         };
         read(&mut stored, key, hash_read)
@@ -476,7 +475,11 @@ mod tests {
     }
 
     fn pairs(storage: &Storage, key: &str) -> Vec<(String, String)> {
-        match storage.hash_read(ShardId(0), &b(key), &all(), 1).unwrap() {
+        match storage
+            .shard_view(ShardId(0))
+            .hash_read(&b(key), &all(), 1)
+            .unwrap()
+        {
             Ok(HashAnswer::Pairs(pairs)) => pairs
                 .into_iter()
                 .map(|(f, v)| {
@@ -547,7 +550,8 @@ mod tests {
         let head = storage.get(ShardId(0), b"h", 1).unwrap().unwrap();
         assert_eq!(
             storage
-                .hash_read(ShardId(0), &b("h"), &HashRead::Len, 1)
+                .shard_view(ShardId(0))
+                .hash_read(&b("h"), &HashRead::Len, 1)
                 .unwrap(),
             Ok(HashAnswer::Count(2))
         );
@@ -570,7 +574,10 @@ mod tests {
         );
         assert_eq!(stored_rows(&storage), 1);
         assert_eq!(
-            storage.hash_read(ShardId(0), &b("h"), &all(), 1).unwrap(),
+            storage
+                .shard_view(ShardId(0))
+                .hash_read(&b("h"), &all(), 1)
+                .unwrap(),
             Err(ErrorCode::WrongType)
         );
 
@@ -713,7 +720,8 @@ mod tests {
             let (here, there) = if upper { (1, 0) } else { (0, 1) };
             let fields = |shard| {
                 storage
-                    .hash_read(ShardId(shard), &b(key), &HashRead::Len, 1)
+                    .shard_view(ShardId(shard))
+                    .hash_read(&b(key), &HashRead::Len, 1)
                     .unwrap()
             };
             assert_eq!(fields(here), Ok(HashAnswer::Count(2)), "{key}");

@@ -5,12 +5,12 @@
 
 use super::Pending;
 use super::hash::{InBatch, MemberSource, Stored};
-use crate::{Storage, StorageError};
+use crate::StorageError;
 use bytes::Bytes;
 use trireme_types::collection::{
     decode_list, encode_list, list_position, member_key, member_prefix,
 };
-use trireme_types::{End, ErrorCode, ListAnswer, ListOp, ListRead, Record, ShardId, ValueKind};
+use trireme_types::{End, ErrorCode, ListAnswer, ListOp, ListRead, Record, ValueKind};
 
 /// A list as its record describes it.
 #[derive(Debug, Clone)]
@@ -146,19 +146,18 @@ fn read(
     }))
 }
 
-impl Storage {
-    /// Answers a read of the list at `key` in `shard` as this replica holds it at `now`.
+impl crate::ShardView<'_> {
+    /// Answers a read of the list at `key` as this view holds it at `now`.
     pub fn list_read(
         &self,
-        shard: ShardId,
         key: &Bytes,
         list_read: &ListRead,
         now: u64,
     ) -> Result<Result<ListAnswer, ErrorCode>, StorageError> {
         let mut stored = Stored {
-            storage: self,
-            snapshot: self.db.snapshot(),
-            shard: shard.0,
+            storage: self.storage(),
+            snapshot: self.snapshot(),
+            shard: self.shard().0,
             now,
         };
         read(&mut stored, key, list_read)
@@ -536,7 +535,11 @@ mod tests {
 
     fn all(storage: &Storage, key: &str) -> Vec<Bytes> {
         let read = ListRead::Range { start: 0, stop: -1 };
-        match storage.list_read(ShardId(0), &b(key), &read, 1).unwrap() {
+        match storage
+            .shard_view(ShardId(0))
+            .list_read(&b(key), &read, 1)
+            .unwrap()
+        {
             Ok(ListAnswer::Elements(e)) => e,
             other => panic!("{other:?}"),
         }

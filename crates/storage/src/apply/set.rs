@@ -3,11 +3,11 @@
 
 use super::Pending;
 use super::hash::{InBatch, MemberSource, Stored};
-use crate::{Storage, StorageError};
+use crate::StorageError;
 use bytes::Bytes;
 use std::collections::BTreeSet;
 use trireme_types::collection::{decode_count, encode_count, member_key, member_prefix};
-use trireme_types::{ErrorCode, Record, SetAnswer, SetCombine, SetOp, SetRead, ShardId, ValueKind};
+use trireme_types::{ErrorCode, Record, SetAnswer, SetCombine, SetOp, SetRead, ValueKind};
 
 /// The live set at `key`: `Err(WrongType)` for a key of another type.
 fn head(
@@ -99,19 +99,18 @@ fn read(
     }))
 }
 
-impl Storage {
-    /// Answers a read of the set at `key` in `shard` as this replica holds it at `now`.
+impl crate::ShardView<'_> {
+    /// Answers a read of the set at `key` as this view holds it at `now`.
     pub fn set_read(
         &self,
-        shard: ShardId,
         key: &Bytes,
         set_read: &SetRead,
         now: u64,
     ) -> Result<Result<SetAnswer, ErrorCode>, StorageError> {
         let mut stored = Stored {
-            storage: self,
-            snapshot: self.db.snapshot(),
-            shard: shard.0,
+            storage: self.storage(),
+            snapshot: self.snapshot(),
+            shard: self.shard().0,
             now,
         };
         read(&mut stored, key, set_read)
@@ -371,7 +370,11 @@ mod tests {
             after: None,
             limit: u64::MAX,
         };
-        match storage.set_read(ShardId(0), &b(key), &read, 1).unwrap() {
+        match storage
+            .shard_view(ShardId(0))
+            .set_read(&b(key), &read, 1)
+            .unwrap()
+        {
             Ok(SetAnswer::Members(m)) => m,
             other => panic!("{other:?}"),
         }

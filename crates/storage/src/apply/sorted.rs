@@ -5,15 +5,15 @@
 use super::Pending;
 use super::hash::{InBatch, MemberSource, Stored};
 use super::rows::RowSpan;
-use crate::{Storage, StorageError};
+use crate::StorageError;
 use bytes::Bytes;
 use std::collections::BTreeSet;
 use std::ops::Bound;
 use trireme_types::collection::{decode_count, member_key, member_prefix};
 use trireme_types::sorted::{score_key, score_prefix, score_suffix, split_score_suffix};
 use trireme_types::{
-    ErrorCode, LexBound, Record, Score, ScoreBound, ShardId, SortedSetAnswer, SortedSetOp,
-    SortedSetRead, ValueKind, ZAddCompare, ZAddWhen, ZRange,
+    ErrorCode, LexBound, Record, Score, ScoreBound, SortedSetAnswer, SortedSetOp, SortedSetRead,
+    ValueKind, ZAddCompare, ZAddWhen, ZRange,
 };
 
 /// The live sorted set at `key`: `Err(WrongType)` for a key of another type.
@@ -228,19 +228,18 @@ fn read(
     }))
 }
 
-impl Storage {
-    /// Answers a read of the sorted set at `key` in `shard` as this replica holds it at `now`.
+impl crate::ShardView<'_> {
+    /// Answers a read of the sorted set at `key` as this view holds it at `now`.
     pub fn sorted_set_read(
         &self,
-        shard: ShardId,
         key: &Bytes,
         sorted_read: &SortedSetRead,
         now: u64,
     ) -> Result<Result<SortedSetAnswer, ErrorCode>, StorageError> {
         let mut stored = Stored {
-            storage: self,
-            snapshot: self.db.snapshot(),
-            shard: shard.0,
+            storage: self.storage(),
+            snapshot: self.snapshot(),
+            shard: self.shard().0,
             now,
         };
         read(&mut stored, key, sorted_read)
@@ -514,6 +513,7 @@ impl Pending<'_> {
 mod tests {
     use super::super::testing::{apply_all, storage};
     use super::*;
+    use trireme_types::ShardId;
 
     fn score(value: f64) -> Score {
         Score::new(value).expect("a number")
@@ -608,8 +608,8 @@ mod tests {
         assert_eq!(results[5], Ok(SortedSetAnswer::Count(2)));
         // The old score row of "c" went with its update: a read from the store agrees.
         let stored = storage
+            .shard_view(ShardId(0))
             .sorted_set_read(
-                ShardId(0),
                 &key,
                 &range_read(
                     ZRange::Score {
@@ -719,7 +719,12 @@ mod tests {
             op: zadd(&[(5.0, "c")]),
         };
         run(&storage, 3, vec![again]);
-        let read = |r: SortedSetRead| storage.sorted_set_read(ShardId(0), &key, &r, 0).unwrap();
+        let read = |r: SortedSetRead| {
+            storage
+                .shard_view(ShardId(0))
+                .sorted_set_read(&key, &r, 0)
+                .unwrap()
+        };
         assert_eq!(
             read(SortedSetRead::Rank {
                 member: Bytes::from_static(b"c"),
@@ -793,8 +798,8 @@ mod tests {
         expected.extend(["m100=100", "m099=99", "m098=98", "m041=41"].map(String::from));
         assert_eq!(popped, expected);
         let rest = storage
+            .shard_view(ShardId(0))
             .sorted_set_read(
-                ShardId(0),
                 &key,
                 &range_read(ZRange::Rank { start: 0, stop: 1 }, false),
                 0,

@@ -1,0 +1,369 @@
+//! Reading a shard: [`ShardView`], one consistent point of the shard's applied log.
+
+use crate::keys::owned_key;
+use crate::store::{SLOTS_ROW, in_slots};
+use crate::{Storage, StorageError};
+use std::ops::Bound;
+use trireme_types::session::is_internal_key;
+use trireme_types::{Record, ShardId};
+
+/// One shard as of one point of its applied log, read from one fjall snapshot. Every read
+/// that touches more than one row goes through one view, taken once: an applied batch of
+/// log entries is one fjall batch, published at once, so a view holds each entry whole or
+/// not at all (a read at the newest sequence number instead can meet a batch halfway
+/// through its insertion into the memtable). A snapshot of the shard can also be written out
+/// row by row from a view, without first collecting every row in memory.
+pub struct ShardView<'s> {
+    storage: &'s Storage,
+    snapshot: fjall::Snapshot,
+    shard: u32,
+}
+
+impl ShardView<'_> {
+    /// The shard's `data_meta` rows, name → value.
+    pub fn meta(&self) -> Result<Vec<(String, Vec<u8>)>, StorageError> {
+        use fjall::Readable;
+        let mut meta = Vec::new();
+        for guard in self
+            .snapshot
+            .prefix(&self.storage.data_meta, self.shard.to_be_bytes())
+        {
+            let (key, value) = guard.into_inner()?;
+            meta.push((
+                String::from_utf8_lossy(&key[4..]).into_owned(),
+                value.to_vec(),
+            ));
+        }
+        Ok(meta)
+    }
+
+    /// Calls `visit` with each stored key (without the shard prefix) and its encoded record, in
+    /// key order.
+    pub fn for_each_record(&self, mut visit: impl FnMut(&[u8], &[u8])) -> Result<(), StorageError> {
+        self.for_each_record_while(|key, value| {
+            visit(key, value);
+            true
+        })
+    }
+
+    /// Like [`ShardView::for_each_record`], stopping as soon as `visit` returns `false`.
+    pub fn for_each_record_while(
+        &self,
+        mut visit: impl FnMut(&[u8], &[u8]) -> bool,
+    ) -> Result<(), StorageError> {
+        use fjall::Readable;
+        for guard in self
+            .snapshot
+            .prefix(&self.storage.data, self.shard.to_be_bytes())
+        {
+            let (key, value) = guard.into_inner()?;
+            if !visit(&key[4..], &value) {
+                break;
+            }
+        }
+        Ok(())
+    }
+
+    /// Calls `visit` with each member (without `prefix`) and its value, of the collection
+    /// whose member rows start with `prefix` (see [`trireme_types::collection`]), in order.
+    pub fn for_each_member(
+        &self,
+        prefix: &[u8],
+        mut visit: impl FnMut(&[u8], &[u8]),
+    ) -> Result<(), StorageError> {
+        use fjall::Readable;
+        let full = owned_key(self.shard, prefix);
+        for guard in self.snapshot.prefix(&self.storage.data, &full) {
+            let (key, value) = guard.into_inner()?;
+            let value = Record::peek_value(&value).ok_or_else(|| {
+                StorageError::Corrupt("a member row shorter than its header".into())
+            })?;
+            visit(&key[full.len()..], value);
+        }
+        Ok(())
+    }
+
+    /// The shard's slot range as of this view, once a split recorded one (`None`: the range
+    /// the shard had at bootstrap).
+    pub fn slot_range(&self) -> Result<Option<(u16, u16)>, StorageError> {
+        use fjall::Readable;
+        match self.snapshot.get(
+            &self.storage.data_meta,
+            owned_key(self.shard, SLOTS_ROW.as_bytes()),
+        )? {
+            Some(bytes) => Ok(Some(crate::store::decode_slots(&bytes)?)),
+            None => Ok(None),
+        }
+    }
+}
+
+impl ShardView<'_> {
+    /// The shard this view reads.
+    pub fn shard(&self) -> ShardId {
+        ShardId(self.shard)
+    }
+
+    pub(crate) fn snapshot(&self) -> &fjall::Snapshot {
+        &self.snapshot
+    }
+
+    pub(crate) fn storage(&self) -> &Storage {
+        self.storage
+    }
+
+    /// Reads a key as stored, expired or not.
+    pub fn get_raw(&self, key: &[u8]) -> Result<Option<Record>, StorageError> {
+        use fjall::Readable;
+        match self
+            .snapshot
+            .get(&self.storage.data, owned_key(self.shard, key))?
+        {
+            Some(bytes) => Ok(Some(Record::decode(&bytes)?)),
+            None => Ok(None),
+        }
+    }
+
+    /// Reads a key, treating a record expired at `now_ms` as absent.
+    pub fn get(&self, key: &[u8], now_ms: u64) -> Result<Option<Record>, StorageError> {
+        Ok(self
+            .get_raw(key)?
+            .filter(|record| !record.is_expired(now_ms)))
+    }
+
+    /// Live keys starting with `prefix` from `start` on (all of them when unbounded), in key
+    /// order, at most `limit` of them. Internal keys (sessions) count only when `prefix` is
+    /// internal itself.
+    ///
+    /// With `slots`, only keys in that inclusive slot range count: a replica that has not yet
+    /// applied a split of its shard still holds rows the reader routes to the new shard.
+    pub fn scan(
+        &self,
+        prefix: &[u8],
+        start: Bound<&[u8]>,
+        limit: usize,
+        now_ms: u64,
+        slots: Option<(u16, u16)>,
+    ) -> Result<Vec<(bytes::Bytes, Record)>, StorageError> {
+        use fjall::Readable;
+        let mut out = Vec::new();
+        let full_prefix = owned_key(self.shard, prefix);
+        // A start past every key under the prefix: nothing to read (and no range whose ends
+        // cross to hand to the store).
+        if let Bound::Included(from) | Bound::Excluded(from) = start
+            && from > prefix
+            && !from.starts_with(prefix)
+        {
+            return Ok(out);
+        }
+        let lower = match start {
+            Bound::Included(from) if from >= prefix => {
+                Some(Bound::Included(owned_key(self.shard, from)))
+            }
+            Bound::Excluded(after) if after >= prefix => {
+                Some(Bound::Excluded(owned_key(self.shard, after)))
+            }
+            _ => None,
+        };
+        let iter = match lower {
+            Some(lower) => {
+                let upper = fjall::util::prefix_to_range(&full_prefix).1;
+                self.snapshot
+                    .range::<Vec<u8>, _>(&self.storage.data, (lower, upper.map(|s| s.to_vec())))
+            }
+            None => self.snapshot.prefix(&self.storage.data, &full_prefix),
+        };
+        let hide_internal = !is_internal_key(prefix);
+        for guard in iter {
+            if out.len() >= limit {
+                break;
+            }
+            let (key, value) = guard.into_inner()?;
+            if Record::peek_expiry(&value).is_some_and(|at| at <= now_ms)
+                || !in_slots(&key[4..], slots)
+                || (hide_internal && is_internal_key(&key[4..]))
+            {
+                continue;
+            }
+            let record = Record::decode(&value)?;
+            out.push((bytes::Bytes::copy_from_slice(&key[4..]), record));
+        }
+        Ok(out)
+    }
+
+    /// Walks every live row under `prefix` in key order, handing `keep` each value borrowed
+    /// (no copy); returns how many it kept and the first `limit` of those, decoded. For
+    /// filters that read many rows and keep few (document search): only kept rows are copied
+    /// out of the store. `slots` limits the walk as in [`ShardView::scan`].
+    pub fn scan_filtered(
+        &self,
+        prefix: &[u8],
+        now_ms: u64,
+        limit: usize,
+        slots: Option<(u16, u16)>,
+        mut keep: impl FnMut(&[u8]) -> bool,
+    ) -> Result<(u64, Vec<(bytes::Bytes, Record)>), StorageError> {
+        use fjall::Readable;
+        let mut kept = 0u64;
+        let mut out = Vec::new();
+        let hide_internal = !is_internal_key(prefix);
+        for guard in self
+            .snapshot
+            .prefix(&self.storage.data, owned_key(self.shard, prefix))
+        {
+            let (key, value) = guard.into_inner()?;
+            if Record::peek_expiry(&value).is_some_and(|at| at <= now_ms)
+                || !in_slots(&key[4..], slots)
+                || (hide_internal && is_internal_key(&key[4..]))
+            {
+                continue;
+            }
+            let stored = Record::peek_value(&value)
+                .ok_or_else(|| StorageError::Corrupt("a record shorter than its header".into()))?;
+            if keep(stored) {
+                kept += 1;
+                if out.len() < limit {
+                    out.push((
+                        bytes::Bytes::copy_from_slice(&key[4..]),
+                        Record::decode(&value)?,
+                    ));
+                }
+            }
+        }
+        Ok((kept, out))
+    }
+
+    /// How many live keys (in `slots`) have an expiry at `now_ms`, and the sum of their times
+    /// to live in milliseconds: Redis's `expires` and `avg_ttl`. Walks the expiry index from
+    /// `now_ms` on, O(keys with an expiry).
+    pub fn expiring(
+        &self,
+        now_ms: u64,
+        slots: Option<(u16, u16)>,
+    ) -> Result<(u64, u64), StorageError> {
+        use fjall::Readable;
+        let start = crate::keys::expiry_key(self.shard, now_ms.saturating_add(1), b"");
+        let end = crate::keys::expiry_key(self.shard.saturating_add(1), 0, b"");
+        let (mut count, mut ttl_sum) = (0u64, 0u64);
+        for guard in self
+            .snapshot
+            .range::<Vec<u8>, _>(&self.storage.expiry, start..end)
+        {
+            let key = guard.key()?;
+            if key.get(..4) != Some(&self.shard.to_be_bytes()[..]) {
+                break;
+            }
+            if !in_slots(&key[12..], slots) {
+                continue;
+            }
+            let at: [u8; 8] = key[4..12]
+                .try_into()
+                .map_err(|_| StorageError::Corrupt("an expiry index row".into()))?;
+            count += 1;
+            ttl_sum = ttl_sum.saturating_add(u64::from_be_bytes(at).saturating_sub(now_ms));
+        }
+        Ok((count, ttl_sum))
+    }
+}
+
+impl Storage {
+    /// A view of `shard` as of now: every read through it sees the same applied prefix of
+    /// the shard's log, however many rows it reads and however long it takes.
+    pub fn shard_view(&self, shard: ShardId) -> ShardView<'_> {
+        ShardView {
+            storage: self,
+            snapshot: self.db.snapshot(),
+            shard: shard.0,
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::{ApplyEntry, StorageOptions};
+    use bytes::Bytes;
+    use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+    use trireme_types::{Command, LogCommand};
+
+    const ROWS: usize = 16;
+
+    fn key(i: usize) -> Bytes {
+        Bytes::from(format!("row{i:03}"))
+    }
+
+    /// Every entry rewrites all of a shard's rows with its generation, while readers take
+    /// views and read the rows by a scan and by point reads: each view shows one generation
+    /// in every row (never a batch halfway into the memtable), and a later view never an
+    /// older one.
+    #[test]
+    fn a_view_sees_each_applied_entry_whole() {
+        let dir = tempfile::tempdir().unwrap();
+        let storage = Storage::open(dir.path(), &StorageOptions::default()).unwrap();
+        let shard = ShardId(0);
+        let done = AtomicBool::new(false);
+        let views_taken = AtomicU64::new(0);
+        let apply = |generation: u64| {
+            let command = LogCommand {
+                now_ms: 1,
+                command: Command::PutMany {
+                    pairs: (0..ROWS)
+                        .map(|i| (key(i), Bytes::from(generation.to_string())))
+                        .collect(),
+                },
+            };
+            let entry = ApplyEntry {
+                index: generation,
+                command: Some(&command),
+            };
+            storage.apply(shard, &[entry], &[]).unwrap();
+        };
+        apply(1);
+        let value = |record: &Record| -> u64 {
+            std::str::from_utf8(&record.value).unwrap().parse().unwrap()
+        };
+        std::thread::scope(|scope| {
+            let readers: Vec<_> = (0..2)
+                .map(|_| {
+                    let (storage, done, views_taken) = (&storage, &done, &views_taken);
+                    scope.spawn(move || {
+                        let (mut views, mut last, mut generations) = (0u64, 0u64, 0u64);
+                        while !done.load(Ordering::Acquire) {
+                            let view = storage.shard_view(shard);
+                            let rows = view.scan(b"row", Bound::Unbounded, ROWS, 1, None).unwrap();
+                            assert_eq!(rows.len(), ROWS);
+                            let seen = value(&rows[0].1);
+                            for (k, record) in &rows {
+                                assert_eq!(value(record), seen, "{k:?} in a view of {seen}");
+                            }
+                            for i in [ROWS - 1, ROWS / 2, 0] {
+                                let record = view.get(&key(i), 1).unwrap().unwrap();
+                                assert_eq!(value(&record), seen, "row {i} read after the scan");
+                            }
+                            assert!(seen >= last, "a view of {seen} after one of {last}");
+                            generations += u64::from(seen != last);
+                            (views, last) = (views + 1, seen);
+                            views_taken.fetch_add(1, Ordering::Relaxed);
+                        }
+                        (views, generations)
+                    })
+                })
+                .collect();
+            // Applies go on until the readers have taken enough views (bounded, should the
+            // readers starve).
+            let mut generation = 2;
+            let stop = std::time::Instant::now() + std::time::Duration::from_secs(10);
+            while generation < 200
+                || (views_taken.load(Ordering::Relaxed) < 200 && std::time::Instant::now() < stop)
+            {
+                apply(generation);
+                generation += 1;
+            }
+            done.store(true, Ordering::Release);
+            for reader in readers {
+                let (views, generations) = reader.join().unwrap();
+                // The reads overlapped the applies: they saw many different entries.
+                assert!(views >= 20 && generations >= 5, "{views} {generations}");
+            }
+        });
+    }
+}
