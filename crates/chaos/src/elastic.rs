@@ -192,8 +192,11 @@ impl Shaper<'_> {
             }
             Some(InFlight::Draining { slot }) => {
                 let removed = state_of(&servers[slot].node_id).as_deref() == Some("removed");
-                // The removed node stops serving by itself; the run waits for its exit.
-                if removed && servers[slot].exited() {
+                // The removed node stops serving by itself; the run waits for its exit. Its
+                // exit status says it was removed even when no member answers the status
+                // (the node may have been down when the drain finished, and stopped at once
+                // when it was started again).
+                if servers[slot].said_removed() || (removed && servers[slot].exited()) {
                     servers[slot].role = Role::Gone;
                     self.finish(elastic);
                 } else {
@@ -223,6 +226,18 @@ impl Shaper<'_> {
             None => self.start_next(elastic, servers).await?,
         }
         Ok(())
+    }
+
+    /// Ends the drain in flight if its node has exited saying it was removed, and starts
+    /// nothing: for the end of the run, so that the node does not count as unhealthy.
+    pub fn note_drained(&self, elastic: &mut Elastic, servers: &mut [NodeProcess]) {
+        if let Some(InFlight::Draining { slot }) = elastic.in_flight
+            && servers[slot].said_removed()
+        {
+            servers[slot].role = Role::Gone;
+            elastic.in_flight = None;
+            self.finish(elastic);
+        }
     }
 
     fn finish(&self, elastic: &mut Elastic) {

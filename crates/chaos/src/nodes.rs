@@ -48,6 +48,8 @@ pub struct NodeProcess {
     pub role: Role,
     process: ServerProcess,
     log: PathBuf,
+    /// How the node's last process ended, once reaped (`None` while it runs).
+    last_exit: Option<std::process::ExitStatus>,
 }
 
 /// Settings shared by every node of a run.
@@ -106,6 +108,7 @@ impl NodeProcess {
     /// Starts the server (no-op when it already runs); a restart after a kill reuses the
     /// node's data directory and flags.
     pub fn start(&mut self) -> Result<(), ChaosError> {
+        self.last_exit = None;
         self.process.spawn().map(|_| ()).map_err(local_error)
     }
 
@@ -117,7 +120,21 @@ impl NodeProcess {
 
     /// Whether the process exited on its own (it is then reaped, and the state is Down).
     pub fn exited(&mut self) -> bool {
-        self.process.try_reap().is_some() || self.state() == NodeState::Down
+        if let Some(status) = self.process.try_reap() {
+            self.last_exit = Some(status);
+            return true;
+        }
+        self.state() == NodeState::Down
+    }
+
+    /// Whether the process exited on its own saying that the cluster removed its node
+    /// ([`trireme_types::admin::EXIT_REMOVED`]): drained, or found removed when it started.
+    /// Such a node is never started again.
+    pub fn said_removed(&mut self) -> bool {
+        self.exited()
+            && self
+                .last_exit
+                .is_some_and(|s| s.code() == Some(i32::from(trireme_types::admin::EXIT_REMOVED)))
     }
 
     /// Starts the spare: it joins the cluster through the member at `peer`.
@@ -136,6 +153,7 @@ impl NodeProcess {
         command.data_dir = dir.join(node_id);
         command.membership = Membership::Join(peer.to_string());
         self.process = ServerProcess::new(command, Output::Append(self.log.clone()));
+        self.last_exit = None;
         self.node_id = node_id.to_string();
         self.role = Role::Member;
         self.start()
@@ -149,7 +167,9 @@ impl NodeProcess {
 
     /// `kill -9`, then reaps the process.
     pub fn kill(&mut self) -> Result<(), ChaosError> {
-        let _ = self.process.kill();
+        if let Some(status) = self.process.kill() {
+            self.last_exit = Some(status);
+        }
         Ok(())
     }
 
@@ -221,6 +241,7 @@ pub fn prepare(
                 // Dropping it SIGKILLs the server, a paused one too: no server outlives its run.
                 process: ServerProcess::new(command, Output::Append(log.clone())),
                 log,
+                last_exit: None,
             }
         })
         .collect())

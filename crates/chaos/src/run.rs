@@ -385,6 +385,8 @@ async fn drive(
     log(clock, format!("clients done: {} operations", events.len()));
 
     heal(lab, delay, servers)?;
+    // A drained node that stopped saying it was removed is done, not unhealthy.
+    shaper.note_drained(&mut elastic, servers);
     let all = live(servers);
     verify::wait_healthy(&client, &all, Duration::from_secs(60)).await?;
     if elastic.reshapes() {
@@ -563,7 +565,8 @@ fn heal(lab: &Lab, delay: &DelayLine, servers: &mut [NodeProcess]) -> Result<(),
     for s in servers.iter_mut() {
         match s.state() {
             NodeState::Paused => s.resume()?,
-            NodeState::Down if s.in_cluster() => s.start()?,
+            // A node that exited saying it was removed would only refuse to start.
+            NodeState::Down if s.in_cluster() && !s.said_removed() => s.start()?,
             NodeState::Up if s.in_cluster() && s.role == Role::Member && s.exited() => {
                 s.start()?;
             }

@@ -21,6 +21,11 @@ pub enum ClusterError {
     /// failure while serving is [`ClusterError::Internal`].
     #[error("{0}")]
     Config(String),
+    /// This node was removed from the cluster (drained, or removed by force while it was
+    /// away): it must not serve, and its data directory is refused from now on. The server
+    /// exits with [`trireme_types::admin::EXIT_REMOVED`].
+    #[error("{0}")]
+    Removed(String),
     /// A failure of this node's own making while serving a request: a task that died, an
     /// answer whose shape does not match the request. A bug, not the client's doing.
     #[error("internal error: {0}")]
@@ -34,7 +39,9 @@ impl ClusterError {
             ClusterError::Request(e) | ClusterError::Remote(e) => e.clone(),
             ClusterError::Raft(e) => TriremeError::new(e.code(), e.to_string()),
             ClusterError::Storage(e) => TriremeError::new(ErrorCode::StorageFailure, e.to_string()),
-            ClusterError::Config(m) => TriremeError::new(ErrorCode::Internal, m.clone()),
+            ClusterError::Config(m) | ClusterError::Removed(m) => {
+                TriremeError::new(ErrorCode::Internal, m.clone())
+            }
             ClusterError::Internal(_) => TriremeError::new(ErrorCode::Internal, self.to_string()),
         }
     }

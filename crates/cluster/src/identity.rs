@@ -55,7 +55,7 @@ pub(crate) fn check(
         )));
     }
     if stored.removed {
-        return Err(ClusterError::Config(crate::node::removed_message(config)));
+        return Err(ClusterError::Removed(crate::node::removed_message(config)));
     }
     if config.shards.is_some_and(|asked| asked != stored.shards) {
         return Err(ClusterError::Config(format!(

@@ -34,6 +34,9 @@ use trireme_types::{Command, GroupId, NodeId, PutCondition, ShardId, ShardMap, T
 
 /// How long a node waits at start for its peers, the placement, and every shard's leader.
 const START_TIMEOUT: Duration = Duration::from_secs(120);
+/// How often a start-up wait looks whether this node has learned that it was removed, or
+/// that a replica it waits for has moved away.
+const START_POLL: Duration = Duration::from_millis(200);
 
 /// A running node: its storage, its Raft groups, and the request path through them.
 pub struct Node {
@@ -225,7 +228,17 @@ impl Node {
                 identity.shards
             ))
         })?;
-        meta.wait_recovered(START_TIMEOUT).await?;
+        // A node removed while it was down is no longer replicated to: its peers refuse its
+        // links or tell it so. It stops then, instead of waiting out START_TIMEOUT for a
+        // metadata commit that never comes.
+        match unless_told_removed(&transport, meta.wait_recovered(START_TIMEOUT)).await {
+            Some(recovered) => recovered?,
+            None => {
+                tracing::error!(node = %config.name, "{}", removed_message(&config));
+                record_removed(&storage, &config).await;
+                return Err(ClusterError::Removed(removed_message(&config)));
+            }
+        }
 
         let (removed, _) = tokio::sync::watch::channel(false);
         let acl = crate::acl::Acl::new(config.acl.clone());
@@ -274,10 +287,16 @@ impl Node {
         let cluster_map = node.await_map(deadline).await?;
         if cluster_map.state(node.node_id) == Some(NodeState::Removed) {
             node.mark_removed().await;
-            return Err(ClusterError::Config(removed_message(&node.config)));
+            return Err(ClusterError::Removed(removed_message(&node.config)));
         }
-        node.open_shards(&cluster_map).await?;
+        let voting = node.open_shards(&cluster_map).await?;
+        // Every group found at start is open: reconciliation may run from here on, and must,
+        // while this node waits for its replicas to recover. It opens the replicas that moves
+        // bring here meanwhile (a move to this node would otherwise wait for them), and
+        // deletes those that moved away.
         drop(starting);
+        node.spawn_reconcile();
+        node.await_recovered(voting).await?;
         crate::expiry::spawn_reaper(&node);
         crate::session::spawn_session_reaper(&node);
         crate::acl::spawn_initial_token(&node);
@@ -311,6 +330,11 @@ impl Node {
         loop {
             match self.write_shard(META_SHARD, command.clone()).await {
                 Ok(outcome) => return Ok(outcome),
+                // Removed: the metadata group refuses this node for good.
+                Err(_) if self.transport.told_removed() || self.is_removed() => {
+                    self.mark_removed().await;
+                    return Err(ClusterError::Removed(removed_message(&self.config)));
+                }
                 Err(e) if tokio::time::Instant::now() < deadline => {
                     tracing::info!(error = %e, "metadata group not ready yet; retrying");
                 }
@@ -338,9 +362,9 @@ impl Node {
                 }
                 return Ok(map);
             }
-            if self.transport.told_removed() {
+            if self.transport.told_removed() || self.is_removed() {
                 self.mark_removed().await;
-                return Err(ClusterError::Config(removed_message(&self.config)));
+                return Err(ClusterError::Removed(removed_message(&self.config)));
             }
             if tokio::time::Instant::now() >= deadline {
                 let missing: Vec<String> = self.unregistered().collect();
@@ -455,16 +479,7 @@ impl Node {
             return;
         }
         tracing::error!(node = %self.config.name, "{}", removed_message(&self.config));
-        match identity::check(&self.storage, &self.config) {
-            Ok(Some(mut identity)) => {
-                identity.removed = true;
-                if let Err(e) = identity::record(&self.storage, &identity).await {
-                    tracing::warn!(error = %e, "cannot record the removal in the data directory");
-                }
-            }
-            Ok(None) => {}
-            Err(e) => tracing::warn!(error = %e, "cannot read the identity"),
-        }
+        record_removed(&self.storage, &self.config).await;
         self.removed.send_replace(true);
     }
 
@@ -502,9 +517,9 @@ impl Node {
     }
 
     /// Opens, at start, every shard group the map places here or a move brings here, and any
-    /// replica left on disk (reconciliation deletes those the map no longer wants); waits for
-    /// the voting ones to have a leader and to have replayed their logs.
-    async fn open_shards(&self, map: &ClusterMap) -> Result<(), ClusterError> {
+    /// replica left on disk (reconciliation deletes those the map no longer wants); returns
+    /// the voting ones, for [`Node::await_recovered`].
+    async fn open_shards(&self, map: &ClusterMap) -> Result<Vec<ShardGroup>, ClusterError> {
         let mut voting = Vec::new();
         for shard in (0..map.shard_count()).map(ShardId) {
             let on_disk = self.storage.has_group_state(GroupId::of_shard(shard))?;
@@ -520,9 +535,44 @@ impl Node {
                 voting.push(group);
             }
         }
-        for group in &voting {
-            group.wait_for_leader(START_TIMEOUT).await?;
-            group.wait_recovered(START_TIMEOUT).await?;
+        Ok(voting)
+    }
+
+    /// Waits until each voting replica opened at start has a leader and has replayed what
+    /// its group committed before the restart. A replica the map no longer places here is
+    /// not waited for: its move finished while this node was down or starting, so its group
+    /// no longer replicates to it (reconciliation deletes it). Gives up at once when this
+    /// node learns that it was removed from the cluster.
+    async fn await_recovered(&self, voting: Vec<ShardGroup>) -> Result<(), ClusterError> {
+        let deadline = tokio::time::Instant::now() + START_TIMEOUT;
+        for group in voting {
+            let shard = group.shard();
+            loop {
+                if self.transport.told_removed() || self.is_removed() {
+                    self.mark_removed().await;
+                    return Err(ClusterError::Removed(removed_message(&self.config)));
+                }
+                if !self
+                    .cluster_map()
+                    .is_some_and(|m| m.hosts(shard, self.node_id))
+                {
+                    tracing::info!(
+                        shard = shard.0,
+                        "this replica moved away while the node was down; not waiting for it"
+                    );
+                    break;
+                }
+                match group.wait_recovered(START_POLL).await {
+                    Ok(()) => break,
+                    Err(e) if tokio::time::Instant::now() >= deadline => {
+                        return Err(ClusterError::Config(format!(
+                            "shard {shard} did not recover within {START_TIMEOUT:?}: {e}"
+                        )));
+                    }
+                    // Not yet; a stopped group answers at once, so pace the looks.
+                    Err(_) => tokio::time::sleep(START_POLL / 4).await,
+                }
+            }
         }
         Ok(())
     }
@@ -626,7 +676,12 @@ impl Node {
                         }
                     }
                     Ok(_) => tracing::info!(shard = shard.0, "opened a replica moving here"),
-                    Err(e) => tracing::warn!(shard = shard.0, error = %e, "cannot open a replica"),
+                    Err(e) => {
+                        // Tried again shortly: a move to this node waits for this replica,
+                        // and the map may not change again to wake reconciliation.
+                        tracing::warn!(shard = shard.0, error = %e, "cannot open a replica");
+                        deferred = true;
+                    }
                 },
                 (false, Some(group)) => {
                     if group.is_leader() {
@@ -985,6 +1040,39 @@ fn initial_cluster(config: &NodeConfig) -> Result<Vec<(String, String)>, Cluster
         )));
     }
     Ok(config.initial_cluster.clone())
+}
+
+/// Runs the start-up wait `wait`, but gives up (`None`) as soon as a peer has said that this
+/// node was removed from the cluster (it refused this node's link, or told it so).
+async fn unless_told_removed<T>(
+    transport: &PeerTransport,
+    wait: impl std::future::Future<Output = T>,
+) -> Option<T> {
+    tokio::pin!(wait);
+    loop {
+        if transport.told_removed() {
+            return None;
+        }
+        tokio::select! {
+            out = &mut wait => return Some(out),
+            () = tokio::time::sleep(START_POLL) => {}
+        }
+    }
+}
+
+/// Records, durably, that this node was removed: its data directory is refused from then on.
+async fn record_removed(storage: &Storage, config: &NodeConfig) {
+    match identity::check(storage, config) {
+        Ok(Some(mut identity)) => {
+            identity.removed = true;
+            if let Err(e) = identity::record(storage, &identity).await {
+                tracing::warn!(error = %e, "cannot record the removal in the data directory");
+            }
+        }
+        // Recorded already (the identity check refuses a removed directory), or never made.
+        Ok(None) | Err(ClusterError::Removed(_)) => {}
+        Err(e) => tracing::warn!(error = %e, "cannot read the identity"),
+    }
 }
 
 /// What a removed node says when it stops or is started again.

@@ -10,7 +10,7 @@ use crate::{ClusterError, Node};
 use std::collections::BTreeSet;
 use std::time::{Duration, Instant};
 use trireme_types::cluster_status::{
-    ClusterStatus, MoveStatus, NodeStatus, RemoveResult, ShardPlacement, SplitResult,
+    ClusterStatus, DrainProgress, MoveStatus, NodeStatus, RemoveResult, ShardPlacement, SplitResult,
 };
 use trireme_types::{ErrorCode, NodeId, ShardId};
 
@@ -39,6 +39,18 @@ impl Node {
                 .as_ref()
                 .and_then(|m| m.state(id))
                 .map_or("joining", NodeState::as_str);
+            let drain = map
+                .as_ref()
+                .filter(|m| m.state(id) == Some(NodeState::Draining))
+                .map(|m| DrainProgress {
+                    replicas_left: m.replica_count(id) as u32,
+                    moving: m
+                        .moves
+                        .values()
+                        .filter(|mv| mv.from == Some(id) && mv.phase != MovePhase::Cancel)
+                        .count() as u32,
+                    meta_voter: meta.voters.contains(&NodeId(id)),
+                });
             let role = if meta.voters.contains(&NodeId(id)) {
                 "voter"
             } else if meta.members.contains_key(&NodeId(id)) {
@@ -60,6 +72,7 @@ impl Node {
                 preferred_leaders: map.as_ref().map_or(0, |m| m.preferred_count(id)) as u32,
                 meta: role.to_string(),
                 linked: self.is_linked(NodeId(id)),
+                drain,
             });
         }
         let routing = map
@@ -193,6 +206,77 @@ impl Node {
         .await?;
         answer.ok_or_else(|| refused(ErrorCode::Internal, "the removal was not decided"))
     }
+}
+
+impl Node {
+    /// Stops the drain of node `name`: it is active again and keeps the replicas it still
+    /// holds. Moves away from it that are still catching up are given up (their learners
+    /// removed); a move already changing its shard's voters finishes, and the rebalancer
+    /// evens the counts afterwards. Its metadata vote comes back with the next round.
+    pub async fn cancel_drain(&self, name: &str) -> Result<RemoveOutcome, ClusterError> {
+        with_meta_leader(|| self.cancel_drain_once(name)).await
+    }
+
+    async fn cancel_drain_once(&self, name: &str) -> Result<RemoveOutcome, ClusterError> {
+        let id = crate::join::id_of(name);
+        let mut answer = None;
+        crate::rebalance::update_map(self, |map| {
+            let outcome = check_cancel_drain(map, id, name)?;
+            answer = Some(outcome);
+            if map.state(id) != Some(NodeState::Draining) {
+                return Ok(None);
+            }
+            map.states.insert(id, NodeState::Active);
+            for mv in map.moves.values_mut() {
+                if mv.from == Some(id) && mv.phase == MovePhase::Learner {
+                    mv.phase = MovePhase::Cancel;
+                }
+            }
+            Ok(Some(()))
+        })
+        .await?;
+        answer.ok_or_else(|| refused(ErrorCode::Internal, "the cancellation was not decided"))
+    }
+}
+
+/// Checks the cancellation of node `name`'s drain against `map`; the answer to give.
+fn check_cancel_drain(map: &ClusterMap, id: u64, name: &str) -> Result<RemoveResult, ClusterError> {
+    let message = match map.state(id) {
+        None => {
+            return Err(refused(
+                ErrorCode::NotFound,
+                format!("no node named {name:?} in this cluster"),
+            ));
+        }
+        Some(NodeState::Removed) => {
+            return Err(refused(
+                ErrorCode::Conflict,
+                format!(
+                    "node {name:?} was removed already: its drain had finished. To add capacity, start a node with a new --node-id and an empty data directory with --join"
+                ),
+            ));
+        }
+        Some(NodeState::Active) => {
+            format!("node {name:?} is active (not draining); nothing changed")
+        }
+        Some(NodeState::Draining) => {
+            let giving_up = map
+                .moves
+                .values()
+                .filter(|mv| mv.from == Some(id) && mv.phase == MovePhase::Learner)
+                .count();
+            format!(
+                "node {name:?} is active again: it keeps its {} replica(s); {giving_up} move(s) away from it still catching up are given up",
+                map.replica_count(id)
+            )
+        }
+    };
+    Ok(RemoveResult {
+        node: name.to_string(),
+        state: NodeState::Active.as_str().to_string(),
+        lost_quorum: Vec::new(),
+        message,
+    })
 }
 
 impl Node {
@@ -503,6 +587,23 @@ mod tests {
         single.slots = single.slot_ranges();
         let e = check_split(&single, ShardId(0), None, 1).unwrap_err();
         assert_eq!(e.to_client().code, ErrorCode::InvalidArgument);
+    }
+
+    #[test]
+    fn a_drain_is_cancelled_until_it_has_finished() {
+        let infos = nodes(4);
+        let mut map = place(&infos, 4, 3);
+        let n4 = infos[3].id();
+        let e = check_cancel_drain(&map, 99, "nx").unwrap_err();
+        assert_eq!(e.to_client().code, ErrorCode::NotFound);
+        let ok = check_cancel_drain(&map, n4, "n4").unwrap();
+        assert!(ok.message.contains("nothing changed"), "{}", ok.message);
+        map.states.insert(n4, NodeState::Draining);
+        let ok = check_cancel_drain(&map, n4, "n4").unwrap();
+        assert_eq!(ok.state, "active");
+        map.states.insert(n4, NodeState::Removed);
+        let e = check_cancel_drain(&map, n4, "n4").unwrap_err();
+        assert_eq!(e.to_client().code, ErrorCode::Conflict);
     }
 
     #[test]

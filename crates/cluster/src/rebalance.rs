@@ -212,16 +212,21 @@ async fn admit_joined(node: &Node, map: &ClusterMap) -> Result<(), ClusterError>
 /// Keeps an odd number of metadata voters, up to five, among the active nodes: promotes
 /// caught-up learners, demotes voters that are leaving (to learners: a draining node still
 /// follows the map), and drops removed nodes from the group once they are gone.
+///
+/// A voter change left half done (its leader lost leadership or crashed between the joint
+/// configuration and the final one) is rolled forward here, to the voters wanted now:
+/// openraft never finishes it by itself, and a draining node that is still a voter of the
+/// joint configuration would never be marked removed.
 async fn keep_meta_voters(node: &Node, map: &ClusterMap) -> Result<(), ClusterError> {
     let status = node.meta.status();
-    if status.joint {
-        return Ok(());
-    }
     let active = map.nodes_in(NodeState::Active);
     let removed = map.nodes_in(NodeState::Removed);
 
-    // Removed nodes leave the metadata group once they stopped (or after a grace period).
-    let gone: Vec<NodeId> = {
+    // Removed nodes leave the metadata group once they stopped (or after a grace period);
+    // a joint configuration is finished first.
+    let gone: Vec<NodeId> = if status.joint {
+        Vec::new()
+    } else {
         let mut memory = node.leader_memory();
         memory.removed_seen.retain(|id, _| removed.contains(id));
         removed
@@ -271,7 +276,7 @@ async fn keep_meta_voters(node: &Node, map: &ClusterMap) -> Result<(), ClusterEr
         };
         voters.remove(&extra);
     }
-    if voters.is_empty() || voters == status.voters {
+    if voters.is_empty() || (voters == status.voters && !status.joint) {
         return Ok(());
     }
     if !voters.contains(&node.node_id()) {
@@ -285,7 +290,7 @@ async fn keep_meta_voters(node: &Node, map: &ClusterMap) -> Result<(), ClusterEr
         }
         return Ok(());
     }
-    tracing::info!(from = ?status.voters, to = ?voters, "changing the metadata voters");
+    tracing::info!(from = ?status.voters, to = ?voters, joint = status.joint, "changing the metadata voters");
     node.meta.set_voters(voters, true).await?;
     Ok(())
 }

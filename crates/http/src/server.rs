@@ -94,6 +94,10 @@ pub fn router(state: AppState) -> Router {
         .route("/v1/cluster/shards", get(status::shards))
         .route("/v1/cluster/status", get(admin::status))
         .route("/v1/cluster/nodes/{name}/remove", post(admin::remove_node))
+        .route(
+            "/v1/cluster/nodes/{name}/cancel-drain",
+            post(admin::cancel_drain),
+        )
         .route("/v1/cluster/shards/{shard}/split", post(admin::split_shard))
         .route("/v1/backup/shard/{shard}", get(backup::export))
         .route("/v1/backup/restore", post(backup::restore))

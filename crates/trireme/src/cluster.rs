@@ -66,6 +66,11 @@ enum ClusterCommand {
     /// Exits non-zero when the removal is refused (an unknown node, or too few nodes would be
     /// left for the replication factor without --force), and when shards lost their quorum.
     Remove(crate::cluster_admin::RemoveArgs),
+    /// Stop draining a node: it becomes active again and keeps the replicas it still holds
+    /// (`cluster status` shows how many are left while it drains).
+    ///
+    /// Exits non-zero when the node is unknown or was removed already (its drain finished).
+    CancelDrain(crate::cluster_admin::CancelDrainArgs),
     /// Split a shard in two: the new shard takes the upper part of its slots (from --at, by
     /// default the middle), starting on the same replicas; the rebalancer then spreads it.
     ///
@@ -142,6 +147,9 @@ pub fn run(args: ClusterArgs) -> anyhow::Result<()> {
         ClusterCommand::Add(args) => runtime.block_on(add(args)),
         ClusterCommand::Status(args) => runtime.block_on(status(args)),
         ClusterCommand::Remove(args) => runtime.block_on(crate::cluster_admin::remove(args)),
+        ClusterCommand::CancelDrain(args) => {
+            runtime.block_on(crate::cluster_admin::cancel_drain(args))
+        }
         ClusterCommand::Split(args) => runtime.block_on(crate::cluster_admin::split(args)),
     }
 }
@@ -206,6 +214,14 @@ async fn up(args: UpArgs) -> anyhow::Result<()> {
             () = tokio::time::sleep(Duration::from_millis(500)) => {}
         }
         for gone in cluster.reap_exited() {
+            if gone.status.code() == Some(i32::from(trireme_types::admin::EXIT_REMOVED)) {
+                // Drained (or removed by force) and stopped by itself, as it should.
+                eprintln!(
+                    "node {} (pid {}) was removed from the cluster and stopped",
+                    gone.name, gone.pid
+                );
+                continue;
+            }
             eprintln!(
                 "node {} (pid {}) exited unexpectedly with {}{}",
                 gone.name,

@@ -43,6 +43,25 @@ async fn post<T: serde::de::DeserializeOwned>(url: &str) -> anyhow::Result<T> {
     serde_json::from_str(&body).map_err(|e| anyhow!("POST {url}: unexpected answer {body:?}: {e}"))
 }
 
+/// Flags of `trireme cluster cancel-drain`.
+#[derive(Args, Debug)]
+pub struct CancelDrainArgs {
+    /// The draining node (its --node-id).
+    node: String,
+    /// Any node's HTTP URL.
+    #[arg(long, default_value = "http://127.0.0.1:7700")]
+    target: String,
+}
+
+/// Asks the cluster to stop draining a node and prints what happened.
+pub async fn cancel_drain(args: CancelDrainArgs) -> anyhow::Result<()> {
+    let target = normalize_target(&args.target)?;
+    let url = format!("{target}/v1/cluster/nodes/{}/cancel-drain", args.node);
+    let result: RemoveResult = post(&url).await?;
+    println!("{}", result.message);
+    Ok(())
+}
+
 /// Flags of `trireme cluster split`.
 #[derive(Args, Debug)]
 pub struct SplitArgs {
@@ -166,6 +185,22 @@ pub fn render_membership(status: &ClusterStatus) -> String {
             node.peer
         );
     }
+    for node in &status.nodes {
+        if let Some(drain) = &node.drain {
+            let _ = writeln!(
+                out,
+                "draining {}: {} replica(s) left to move ({} moving now); {}",
+                node.name,
+                drain.replicas_left,
+                drain.moving,
+                if drain.meta_voter {
+                    "still a metadata voter"
+                } else {
+                    "metadata vote handed over"
+                }
+            );
+        }
+    }
     for split in &status.splits {
         let _ = writeln!(
             out,
@@ -219,14 +254,21 @@ mod tests {
             preferred_leaders: 1,
             meta: "voter".into(),
             linked: true,
+            drain: None,
         };
+        let mut draining = node("n4", "draining");
+        draining.drain = Some(trireme_types::cluster_status::DrainProgress {
+            replicas_left: 3,
+            moving: 1,
+            meta_voter: false,
+        });
         let status = ClusterStatus {
             epoch: 7,
             node: "n1".into(),
             meta_leader: Some("n1".into()),
             replication_factor: 3,
             max_moves: 2,
-            nodes: vec![node("n1", "active"), node("n4", "draining")],
+            nodes: vec![node("n1", "active"), draining],
             shards: Vec::new(),
             moves: vec![MoveStatus {
                 shard: ShardId(3),
@@ -252,6 +294,12 @@ mod tests {
             "{text}"
         );
         assert!(text.contains("n4         draining"), "{text}");
+        assert!(
+            text.contains(
+                "draining n4: 3 replica(s) left to move (1 moving now); metadata vote handed over"
+            ),
+            "{text}"
+        );
         assert!(
             text.contains("shard 3    n4 -> n1  learner  80/120 entries"),
             "{text}"

@@ -85,7 +85,16 @@ fn main() -> ExitCode {
         Ok(()) => ExitCode::SUCCESS,
         Err(e) => {
             eprintln!("error: {e:#}");
-            ExitCode::FAILURE
+            // A node removed from the cluster says so in its exit status too (documented in
+            // docs/operations.md): supervisors must not restart it.
+            let removed = e
+                .downcast_ref::<trireme_cluster::ClusterError>()
+                .is_some_and(|c| matches!(c, trireme_cluster::ClusterError::Removed(_)));
+            if removed {
+                ExitCode::from(trireme_types::admin::EXIT_REMOVED)
+            } else {
+                ExitCode::FAILURE
+            }
         }
     }
 }

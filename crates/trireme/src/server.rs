@@ -165,10 +165,12 @@ async fn serve(mut config: ServerConfig) -> anyhow::Result<()> {
     let _ = tokio::join!(http_task, resp_task);
     node.shutdown().await;
     if removed {
-        eprintln!(
+        // Exits with EXIT_REMOVED (see main), as when it is found removed at start.
+        return Err(trireme_cluster::ClusterError::Removed(format!(
             "node {} was removed from the cluster: it stopped serving, and its data directory cannot be used again",
             node.me().name
-        );
+        ))
+        .into());
     }
     Ok(())
 }

@@ -6,6 +6,12 @@
 
 use serde::{Deserialize, Serialize};
 
+/// Exit status of `trireme server` when the node was removed from the cluster: drained and
+/// removed while it ran, or found removed when it started (removed by force while it was
+/// down, or its data directory belongs to a removed node). Supervisors (the chaos runner,
+/// `cluster up`) tell it from a crash by this number, and must not restart the node.
+pub const EXIT_REMOVED: u8 = 3;
+
 /// A node's name and addresses.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct NodeAddrs {

@@ -72,6 +72,22 @@ pub struct NodeStatus {
     pub meta: String,
     /// Whether the answering node has a link to it (itself counts).
     pub linked: bool,
+    /// How far its drain has come, while it is `draining`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub drain: Option<DrainProgress>,
+}
+
+/// How far a draining node's drain has come. It is removed (and stops) once it holds no
+/// replica, no move involves it, and it no longer votes in the metadata group.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct DrainProgress {
+    /// Replicas still to move away: the shards it still holds a voter of (those moving now
+    /// included).
+    pub replicas_left: u32,
+    /// Of those, the ones moving away now.
+    pub moving: u32,
+    /// Whether it still votes in the metadata group (its vote is handed over first).
+    pub meta_voter: bool,
 }
 
 /// One shard's placement.
@@ -152,6 +168,7 @@ mod tests {
             preferred_leaders: 0,
             meta: "voter".into(),
             linked: true,
+            drain: None,
         }
     }
 

@@ -48,6 +48,19 @@ pub(crate) async fn remove_node(
     Ok(Json(state.node.remove_node(&name, force).await?))
 }
 
+/// `POST /v1/cluster/nodes/{name}/cancel-drain`: a draining node becomes active again and
+/// keeps the replicas it still holds. 404 for an unknown node, 409 for one whose drain has
+/// finished (it is removed) or that raced with another change; a node that is not draining
+/// is answered as it is, with nothing changed.
+pub(crate) async fn cancel_drain(
+    State(state): State<AppState>,
+    access: Access,
+    Path(name): Path<String>,
+) -> Result<Json<RemoveResult>, ApiError> {
+    access.operator_write()?;
+    Ok(Json(state.node.cancel_drain(&name).await?))
+}
+
 /// Query of `POST /v1/cluster/shards/{id}/split`.
 #[derive(Debug, Deserialize)]
 pub(crate) struct SplitQuery {

@@ -778,8 +778,10 @@ async fn dial_loop(inner: Arc<Inner>, peer: u64) {
         if removed && inner.link(peer).is_none() {
             // A removed node that is still running learns it here, if it missed the map
             // entry that removed it: it stops instead of waiting for peers that never call.
+            // Often enough that a removed node restarted on its old data directory stops
+            // within a few seconds (it waits for its groups until it hears).
             tell_removed(&inner, peer).await;
-            tokio::time::sleep(REDIAL_MAX * 5).await;
+            tokio::time::sleep(REDIAL_MAX * 2).await;
             continue;
         }
         if inner.link(peer).is_none() {
