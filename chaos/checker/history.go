@@ -59,7 +59,8 @@ type Record struct {
 
 // TxnStep is one operation of a transaction: get (Value is what it read when
 // the transaction applied), set (Value is written), delete, or
-// check-not-exists.
+// check-not-exists; or read, one key of a group read in one request (Value is
+// what it saw, nil when the key was absent).
 type TxnStep struct {
 	Verb  string  `json:"verb"`
 	Key   string  `json:"key"`
@@ -224,13 +225,13 @@ func parseLine(text []byte, line int) (Record, error) {
 		}
 		for i, step := range raw.Txn {
 			switch step.Verb {
-			case verbGet, verbDelete, verbCheckNotExists:
+			case verbGet, verbDelete, verbCheckNotExists, verbRead:
 			case verbSet:
 				if step.Value == nil {
 					return bad("txn operation %d: set without a \"value\"", i)
 				}
 			default:
-				return bad("txn operation %d: unknown \"verb\" %q (want get, set, delete or check-not-exists)", i, step.Verb)
+				return bad("txn operation %d: unknown \"verb\" %q (want get, set, delete, check-not-exists or read)", i, step.Verb)
 			}
 		}
 		rec.Txn = raw.Txn

@@ -16,6 +16,9 @@ const (
 	verbSet            = "set"
 	verbDelete         = "delete"
 	verbCheckNotExists = "check-not-exists"
+	// A key of a group read in one request (MGET, a listing): the value seen, or
+	// nil when the key was absent. It never fails; what it saw must be the state.
+	verbRead = "read"
 )
 
 // The multi-key model: a transaction works on the keys of one group, all or
@@ -108,6 +111,11 @@ func txnStep(state, input, output any) (bool, any) {
 		switch s.Verb {
 		case verbGet:
 			if s.Value == nil || values[s.Key] != *s.Value {
+				return false, st
+			}
+		case verbRead:
+			v, present := values[s.Key]
+			if (s.Value == nil) == present || (present && v != *s.Value) {
 				return false, st
 			}
 		case verbSet:

@@ -57,6 +57,29 @@ func TestTransactionsAreAllOrNothing(t *testing.T) {
 	expectTxn(t, rep, verdictOk)
 }
 
+func TestGroupReadsSeeTransactionsWhole(t *testing.T) {
+	setAB := func(c int, v string, call, ret int64) m {
+		return txn(c, "g", true, call, ret, step("set", "a", v), step("set", "b", v))
+	}
+	readAB := func(c int, a, b any, call, ret int64) m {
+		rec := txn(c, "g", true, call, ret, step("read", "a", a), step("read", "b", b))
+		rec["proto"] = "resp"
+		return rec
+	}
+	// Before any write both keys are absent; after it, both hold its value.
+	rep := analyze(t, readAB(0, nil, nil, 0, 10), setAB(1, "x", 20, 30), readAB(0, "x", "x", 40, 50))
+	expectTxn(t, rep, verdictOk)
+	// Half of a transaction: one key new, the other still absent.
+	rep = analyze(t, setAB(1, "x", 0, 100), readAB(0, "x", nil, 10, 20))
+	expectTxn(t, rep, verdictIllegal)
+	// Half of a later transaction over an earlier one.
+	rep = analyze(t, setAB(1, "x", 0, 10), setAB(1, "y", 20, 100), readAB(0, "y", "x", 30, 40))
+	expectTxn(t, rep, verdictIllegal)
+	// A read that claims a key absent after a completed write of it.
+	rep = analyze(t, setAB(1, "x", 0, 10), readAB(0, nil, nil, 20, 30))
+	expectTxn(t, rep, verdictIllegal)
+}
+
 func TestFailedConditionsChangeNothing(t *testing.T) {
 	create := func(c int, v string, result bool, call, ret int64) m {
 		return txn(c, "g", result, call, ret, step("check-not-exists", "a", nil), step("set", "a", v), step("set", "b", v))

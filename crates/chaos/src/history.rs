@@ -38,11 +38,13 @@ pub enum OpKind {
 /// One operation of a transaction, as the checker reads it.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct TxnStep {
-    /// `get`, `set`, `delete` or `check-not-exists`.
+    /// `get`, `set`, `delete` or `check-not-exists`; `read` for a key of a group read in one
+    /// request (MGET, a listing), which never fails.
     pub verb: String,
     /// The key.
     pub key: String,
-    /// Set: the value written. Get: the value read (when the transaction applied).
+    /// Set: the value written. Get: the value read (when the transaction applied). Read: the
+    /// value seen, `None` when the key was absent.
     pub value: Option<String>,
 }
 

@@ -126,7 +126,7 @@ pub fn http_client() -> reqwest::Client {
 }
 
 /// The RESP target of `addr`: over TLS with the token in a secure run.
-fn resp_target(addr: &str) -> String {
+pub(crate) fn resp_target(addr: &str) -> String {
     match crate::secure::current() {
         Some(security) => format!("rediss://default:{}@{addr}", security.token),
         None => format!("redis://{addr}"),
