@@ -312,3 +312,35 @@ fn a_planted_lock_lease_bug_is_caught() {
     assert_eq!(checked["linearizable"], "ok", "{s:#}");
     assert_eq!(checked["txn_linearizable"], "ok", "{s:#}");
 }
+
+/// Seed 9101, the run that once left a drain unfinished: while n1 is drained a fault kills
+/// every node, and n1 comes back after its removal. It must stop at once saying it was
+/// removed (exit status 3), which ends its drain, and every membership change must finish.
+#[test]
+fn a_drain_interrupted_by_killing_every_node_finishes() {
+    let _one = ONE_AT_A_TIME.lock().unwrap_or_else(|p| p.into_inner());
+    let out = tempfile::tempdir().expect("tempdir");
+    let run = chaos(
+        out.path(),
+        &[
+            "--seed",
+            "9101",
+            "--nodes",
+            "5",
+            "--shards",
+            "8",
+            "--membership",
+            "--splits",
+            "1",
+            "--duration",
+            "30s",
+        ],
+    );
+    assert!(run.status.success(), "seed 9101 failed");
+    let s = summary(out.path(), 9101);
+    assert_clean(&s);
+    assert_eq!(s["membership_settled"], true, "{s:#}");
+    let changes = s["membership_changes"].as_array().expect("changes");
+    assert_eq!(changes.len(), 3, "{s:#}");
+    assert!(changes.iter().all(|c| c["done_secs"].is_f64()), "{s:#}");
+}
