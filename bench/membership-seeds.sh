@@ -14,7 +14,7 @@ first=${1:?first seed}
 count=${2:?number of seeds}
 scripts/install-test-deps.sh
 cargo build --release --quiet --locked -p trireme
-out="chaos-results/membership-$first"
+out="$PWD/chaos-results/membership-$first"
 mkdir -p "$out"
 passed=0
 failed=()

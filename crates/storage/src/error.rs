@@ -18,6 +18,10 @@ pub enum StorageError {
     /// The group-commit thread is gone (the store is shutting down).
     #[error("storage is shutting down")]
     Closed,
+    /// The data directory is in a format this build does not read (the message says which
+    /// and what to do).
+    #[error("{0}")]
+    Format(String),
 }
 
 impl From<trireme_types::record::CorruptRecord> for StorageError {

@@ -14,6 +14,9 @@
 //! group-commit thread, which covers everything written so far with one `fdatasync` and then
 //! fires every queued callback. A failed sync poisons the store: it refuses every later write.
 //!
+//! The data directory records its format version in a `FORMAT` file (see [`DATA_FORMAT`]);
+//! a directory of another format is refused when it is opened.
+//!
 //! Every call here blocks on disk I/O; async callers run them on a blocking thread.
 //! No openraft type appears in this crate: the raft layer hands it bytes.
 #![deny(missing_docs)]
@@ -22,6 +25,7 @@
 
 mod apply;
 mod error;
+mod format;
 mod group_commit;
 mod keys;
 mod read;
@@ -30,6 +34,7 @@ mod watch;
 
 pub use apply::{ApplyEntry, ShardExport, ShardSplit};
 pub use error::StorageError;
+pub use format::CURRENT as DATA_FORMAT;
 pub use group_commit::SyncCallback;
 pub use read::ShardView;
 pub use store::{ApplyObserver, Storage, StorageMetrics, StorageOptions};

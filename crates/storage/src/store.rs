@@ -177,6 +177,7 @@ impl Storage {
     /// Opens (or creates) the store under `dir`.
     pub fn open(dir: &Path, options: &StorageOptions) -> Result<Arc<Self>, StorageError> {
         std::fs::create_dir_all(dir)?;
+        crate::format::check_or_record(dir)?;
         let db = Database::builder(dir.join("fjall"))
             .cache_size(options.cache_bytes)
             // Durability is ours to decide: writes stay in the journal buffer until the

@@ -168,6 +168,33 @@ async fn a_data_dir_from_another_node_is_refused() {
     assert_eq!(node.get("k").await.unwrap().value, b"n1-data");
 }
 
+/// A data directory records its format; one written by a newer build (a higher format) is
+/// refused, naming it, and nothing in it is touched: the right build starts on it as before.
+#[tokio::test]
+async fn a_data_dir_of_another_format_is_refused() {
+    let mut node = TestNode::start(StartOptions::default()).await;
+    assert!(node.put("k", "kept").await);
+    node.kill9().await;
+    let format = node.data_dir().join("FORMAT");
+    let recorded = std::fs::read_to_string(&format).expect("a FORMAT file");
+    assert_eq!(
+        recorded,
+        format!("trireme-data-format {}\n", trireme_storage::DATA_FORMAT)
+    );
+
+    std::fs::write(&format, "trireme-data-format 99\n").expect("write FORMAT");
+    let data = path_str(&node.data_dir());
+    expect_refusal(&server_args(&data, &[]), "holds data format 99");
+    assert_eq!(
+        std::fs::read_to_string(&format).expect("FORMAT"),
+        "trireme-data-format 99\n"
+    );
+
+    std::fs::write(&format, recorded).expect("write FORMAT");
+    node.restart().await;
+    assert_eq!(node.get("k").await.expect("k").value, b"kept");
+}
+
 #[tokio::test]
 async fn the_shard_count_is_fixed_at_bootstrap() {
     let mut node = TestNode::start(StartOptions::default().shards(4)).await;
