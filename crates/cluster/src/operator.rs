@@ -194,12 +194,7 @@ impl Node {
             };
             map.states.insert(id, state);
             if force {
-                // A move towards the dead node is given up.
-                for mv in map.moves.values_mut() {
-                    if mv.to == id {
-                        mv.phase = MovePhase::Cancel;
-                    }
-                }
+                give_up_learner_moves(map, |mv| mv.to == id);
             }
             Ok(Some(()))
         })
@@ -227,15 +222,24 @@ impl Node {
                 return Ok(None);
             }
             map.states.insert(id, NodeState::Active);
-            for mv in map.moves.values_mut() {
-                if mv.from == Some(id) && mv.phase == MovePhase::Learner {
-                    mv.phase = MovePhase::Cancel;
-                }
-            }
+            give_up_learner_moves(map, |mv| mv.from == Some(id));
             Ok(Some(()))
         })
         .await?;
         answer.ok_or_else(|| refused(ErrorCode::Internal, "the cancellation was not decided"))
+    }
+}
+
+/// Gives up the moves `which` picks that are still in their learner phase. A move in its
+/// voter phase is left to finish: its voter change may be in effect already (the map only
+/// records it afterwards), and cancelling it would only remove a learner, leaving the map
+/// naming other voters than the group has. Moves to a node removed by force finish so too,
+/// and the planner then rebuilds that replica elsewhere like the node's others.
+fn give_up_learner_moves(map: &mut ClusterMap, which: impl Fn(&crate::meta::Move) -> bool) {
+    for mv in map.moves.values_mut() {
+        if mv.phase == MovePhase::Learner && which(mv) {
+            mv.phase = MovePhase::Cancel;
+        }
     }
 }
 
@@ -587,6 +591,28 @@ mod tests {
         single.slots = single.slot_ranges();
         let e = check_split(&single, ShardId(0), None, 1).unwrap_err();
         assert_eq!(e.to_client().code, ErrorCode::InvalidArgument);
+    }
+
+    #[test]
+    fn only_moves_still_catching_up_are_given_up() {
+        let infos = nodes(4);
+        let mut map = place(&infos, 4, 3);
+        let n4 = infos[3].id();
+        let n1 = infos[0].id();
+        for (shard, phase) in [(0u32, MovePhase::Learner), (1, MovePhase::Voter)] {
+            map.moves.insert(
+                shard,
+                crate::meta::Move {
+                    from: Some(n1),
+                    to: n4,
+                    phase,
+                    started_ms: 0,
+                },
+            );
+        }
+        give_up_learner_moves(&mut map, |mv| mv.to == n4);
+        assert_eq!(map.moves[&0].phase, MovePhase::Cancel);
+        assert_eq!(map.moves[&1].phase, MovePhase::Voter);
     }
 
     #[test]
