@@ -150,26 +150,26 @@ impl<Q: ReadQuery> ShardRequest for Read<Q> {
         {
             return None;
         }
-        let found = node.slots_to_read(shard, self.slots).and_then(|only| {
-            let (found, removed) = node.storage.read_with_removals(group.shard(), || {
-                let view = node.storage.shard_view(group.shard());
-                self.query.run(&view, crate::now_ms(), only)
-            })?;
-            Ok((found, freshness(&group, removed)))
-        });
+        let bootstrap = node.bootstrap_shards;
+        let found = node
+            .storage
+            .read_with_removals(shard, || {
+                read_view(&node.storage, bootstrap, shard, self.slots, &self.query)
+            })
+            .map(|(found, removed)| (found, freshness(&group, removed)));
         Some(found)
     }
 
     async fn serve(self, node: &Node, group: &ShardGroup) -> Result<Self::Answer, ClusterError> {
         group.read_barrier(self.mode).await?;
         let shard = group.shard();
-        let only = node.slots_to_read(group.shard(), self.slots)?;
+        let (bootstrap, slots) = (node.bootstrap_shards, self.slots);
         let query_is_cheap = self.query.is_cheap();
         let storage = node.storage.clone();
         let query = self.query;
         let read = move || {
             storage.read_with_removals(shard, || {
-                query.run(&storage.shard_view(shard), crate::now_ms(), only)
+                read_view(&storage, bootstrap, shard, slots, &query)
             })
         };
         let (found, removed) = if query_is_cheap {
@@ -976,33 +976,67 @@ fn freshness(group: &ShardGroup, removed: u64) -> Freshness {
     }
 }
 
+/// Runs `query` on a view of `shard` taken now, over the slots a read that expects the shard
+/// to own `expected` must keep to. Called inside [`Storage::read_with_removals`]: a split
+/// passes the shard's removal gate and changes the slot range under it, so a split that lands
+/// between the ownership check and the view makes the read run again, checked anew.
+fn read_view<Q: ReadQuery>(
+    storage: &trireme_storage::Storage,
+    bootstrap_shards: u32,
+    shard: ShardId,
+    expected: Option<(u16, u16)>,
+    query: &Q,
+) -> Result<Q::Found, ClusterError> {
+    let only = slots_to_read(storage, bootstrap_shards, shard, expected)?;
+    query.run(&storage.shard_view(shard), crate::now_ms(), only)
+}
+
+/// Which slots a read of `shard` that expects it to own `expected` must keep to: `None` for
+/// all it holds. Refuses with [`ErrorCode::Moved`] when the shard here no longer owns all of
+/// `expected` (the reader's routing is older than a split).
+fn slots_to_read(
+    storage: &trireme_storage::Storage,
+    bootstrap_shards: u32,
+    shard: ShardId,
+    expected: Option<(u16, u16)>,
+) -> Result<Option<(u16, u16)>, ClusterError> {
+    let Some(expected) = expected else {
+        return Ok(None);
+    };
+    match owned_slots(storage, bootstrap_shards, shard)? {
+        Some(owned) if owned == expected => Ok(None),
+        Some(owned) if owned.0 <= expected.0 && expected.1 <= owned.1 => Ok(Some(expected)),
+        _ => Err(moved(shard)),
+    }
+}
+
+/// The slots this node's replica of `shard` owns: as its state records them once a split
+/// touched it, else as the cluster was bootstrapped (`None` for a shard made by a split whose
+/// first state has not arrived here).
+fn owned_slots(
+    storage: &trireme_storage::Storage,
+    bootstrap_shards: u32,
+    shard: ShardId,
+) -> Result<Option<(u16, u16)>, ClusterError> {
+    Ok(match storage.slot_range(shard)? {
+        Some(owned) => Some(owned),
+        None => trireme_types::even_range(bootstrap_shards, shard),
+    })
+}
+
 impl Node {
-    /// Which slots a read of `shard` that expects it to own `expected` must keep to: `None`
-    /// for all it holds. Refuses with [`ErrorCode::Moved`] when the shard here no longer owns
-    /// all of `expected` (the reader's routing is older than a split).
+    /// [`slots_to_read`] for this node's replica of `shard`.
     pub(crate) fn slots_to_read(
         &self,
         shard: ShardId,
         expected: Option<(u16, u16)>,
     ) -> Result<Option<(u16, u16)>, ClusterError> {
-        let Some(expected) = expected else {
-            return Ok(None);
-        };
-        match self.owned_slots(shard)? {
-            Some(owned) if owned == expected => Ok(None),
-            Some(owned) if owned.0 <= expected.0 && expected.1 <= owned.1 => Ok(Some(expected)),
-            _ => Err(moved(shard)),
-        }
+        slots_to_read(&self.storage, self.bootstrap_shards, shard, expected)
     }
 
-    /// The slots this node's replica of `shard` owns: as its state records them once a split
-    /// touched it, else as the cluster was bootstrapped (`None` for a shard made by a split
-    /// whose first state has not arrived here).
+    /// [`owned_slots`] of this node's replica of `shard`.
     pub(crate) fn owned_slots(&self, shard: ShardId) -> Result<Option<(u16, u16)>, ClusterError> {
-        Ok(match self.storage.slot_range(shard)? {
-            Some(owned) => Some(owned),
-            None => trireme_types::even_range(self.bootstrap_shards, shard),
-        })
+        owned_slots(&self.storage, self.bootstrap_shards, shard)
     }
 }
 

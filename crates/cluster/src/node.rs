@@ -547,7 +547,17 @@ impl Node {
         let deadline = tokio::time::Instant::now() + START_TIMEOUT;
         for group in voting {
             let shard = group.shard();
+            // One wait for the whole budget (its target is fixed when the cluster's commit
+            // first covers this replica's log), looked at every START_POLL for a removal or
+            // a move away, either of which ends it.
+            let remaining = deadline.saturating_duration_since(tokio::time::Instant::now());
+            let recovered = group.wait_recovered(remaining);
+            tokio::pin!(recovered);
             loop {
+                let outcome = tokio::select! {
+                    outcome = &mut recovered => Some(outcome),
+                    () = tokio::time::sleep(START_POLL) => None,
+                };
                 if self.transport.told_removed() || self.is_removed() {
                     self.mark_removed().await;
                     return Err(ClusterError::Removed(removed_message(&self.config)));
@@ -562,15 +572,14 @@ impl Node {
                     );
                     break;
                 }
-                match group.wait_recovered(START_POLL).await {
-                    Ok(()) => break,
-                    Err(e) if tokio::time::Instant::now() >= deadline => {
+                match outcome {
+                    None => {}
+                    Some(Ok(())) => break,
+                    Some(Err(e)) => {
                         return Err(ClusterError::Config(format!(
                             "shard {shard} did not recover within {START_TIMEOUT:?}: {e}"
                         )));
                     }
-                    // Not yet; a stopped group answers at once, so pace the looks.
-                    Err(_) => tokio::time::sleep(START_POLL / 4).await,
                 }
             }
         }
