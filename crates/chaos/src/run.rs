@@ -567,7 +567,11 @@ fn heal(lab: &Lab, delay: &DelayLine, servers: &mut [NodeProcess]) -> Result<(),
             NodeState::Paused => s.resume()?,
             // A node that exited saying it was removed would only refuse to start.
             NodeState::Down if s.in_cluster() && !s.said_removed() => s.start()?,
-            NodeState::Up if s.in_cluster() && s.role == Role::Member && s.exited() => {
+            // A member that exited on its own is started again, unless it said it was
+            // removed (its drain ended while it was down).
+            NodeState::Up
+                if s.in_cluster() && s.role == Role::Member && s.exited() && !s.said_removed() =>
+            {
                 s.start()?;
             }
             _ => {}
