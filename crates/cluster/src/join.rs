@@ -26,6 +26,10 @@ const JOIN_TIMEOUT: Duration = Duration::from_secs(20);
 const PROBE_TIMEOUT: Duration = Duration::from_secs(2);
 /// Attempts at reaching the member before giving up.
 const JOIN_ATTEMPTS: u32 = 10;
+/// What a member answers when it cannot decide on a join for now (no reachable metadata
+/// leader, as right after the leader's node died): the joining node tries again, where any
+/// other refusal is final.
+const NOT_NOW: &str = "the cluster cannot admit nodes right now";
 
 #[derive(Debug, Serialize, Deserialize)]
 struct JoinRequest {
@@ -77,8 +81,7 @@ pub(crate) async fn ask(
                     ClusterError::Config(format!("undecodable answer from {member}: {e}"))
                 });
             }
-            // Not up yet, or busy: worth another try. A refusal is final.
-            Err(reason) if attempt < JOIN_ATTEMPTS && !reason.contains(" refused: ") => {
+            Err(reason) if attempt < JOIN_ATTEMPTS && worth_retrying(&reason) => {
                 tracing::info!(%member, %reason, "cannot join yet; retrying");
                 tokio::time::sleep(Duration::from_secs(1)).await;
             }
@@ -89,6 +92,12 @@ pub(crate) async fn ask(
             }
         }
     }
+}
+
+/// Whether a failed join is worth another try: the member was not up yet, or busy, or had no
+/// metadata leader for now. Any other refusal is final.
+fn worth_retrying(reason: &str) -> bool {
+    !reason.contains(" refused: ") || reason.contains(NOT_NOW)
 }
 
 /// On a fresh data directory bootstrapping with `initial`: refuses to start when another
@@ -153,7 +162,7 @@ impl Node {
         let map = self
             .read_map_through_leader()
             .await
-            .map_err(|e| format!("the cluster cannot admit nodes right now: {e}"))?;
+            .map_err(|e| format!("{NOT_NOW}: {e}"))?;
         match map.state(id) {
             Some(NodeState::Removed) => {
                 return Err(format!(
@@ -260,4 +269,20 @@ pub(crate) fn handler(node: &Arc<Node>) -> Arc<dyn JoinHandler> {
 /// Whether a node id belongs to a registered name (for operator commands by name).
 pub(crate) fn id_of(name: &str) -> u64 {
     NodeId::from_name(name).0
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn only_final_refusals_end_a_join() {
+        assert!(worth_retrying("connect to 10.0.0.2:7702 timed out"));
+        assert!(worth_retrying(&format!(
+            "10.0.0.2:7702 refused: {NOT_NOW}: shard 4294967295: node 08b3 is unreachable"
+        )));
+        assert!(!worth_retrying(
+            "10.0.0.2:7702 refused: node name \"n1\" was removed from this cluster"
+        ));
+    }
 }
