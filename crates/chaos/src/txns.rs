@@ -21,8 +21,8 @@ use serde_json::json;
 
 use crate::history::{Event, OpKind, TxnStep};
 use crate::workload::{
-    Endpoint, OP_TIMEOUT, Outcome, Workload, client_rng, finish, http_client, pacer, refused,
-    resp_target, since, unanswered,
+    Endpoint, Outcome, Workload, client_rng, finish, http_client, pacer, refused, resp_conn, since,
+    unanswered,
 };
 use trireme_bench::RespDriver;
 use trireme_bench::reply::Reply;
@@ -191,14 +191,9 @@ async fn mget_group(
     node: &Endpoint,
     keys: &[String],
 ) -> Outcome<Seen> {
-    let conn = match conns.get_mut(&node.name) {
-        Some(conn) => conn,
-        None => match RespDriver::new(&resp_target(&node.resp_addr)) {
-            Ok(driver) => conns
-                .entry(node.name.clone())
-                .or_insert(driver.with_timeout(OP_TIMEOUT)),
-            Err(e) => return Outcome::Fail(e.to_string()),
-        },
+    let conn = match resp_conn(conns, node) {
+        Ok(conn) => conn,
+        Err(e) => return Outcome::Fail(e.to_string()),
     };
     let mut args: Vec<&[u8]> = vec![b"MGET"];
     args.extend(keys.iter().map(|k| k.as_bytes()));

@@ -126,7 +126,7 @@ pub fn http_client() -> reqwest::Client {
 }
 
 /// The RESP target of `addr`: over TLS with the token in a secure run.
-pub(crate) fn resp_target(addr: &str) -> String {
+fn resp_target(addr: &str) -> String {
     match crate::secure::current() {
         Some(security) => format!("rediss://default:{}@{addr}", security.token),
         None => format!("redis://{addr}"),
@@ -397,6 +397,21 @@ async fn read(
     (e, found)
 }
 
+/// The client's RESP connection to `node`, opened on first use (the driver reopens it after
+/// a failure).
+pub(crate) fn resp_conn<'c>(
+    conns: &'c mut HashMap<String, RespDriver>,
+    node: &Endpoint,
+) -> Result<&'c mut RespDriver, DriverError> {
+    if !conns.contains_key(&node.name) {
+        let driver = RespDriver::new(&resp_target(&node.resp_addr))?.with_timeout(OP_TIMEOUT);
+        conns.insert(node.name.clone(), driver);
+    }
+    conns
+        .get_mut(&node.name)
+        .ok_or_else(|| DriverError::Io(std::io::Error::other("connection not kept")))
+}
+
 /// A RESP command on the client's connection to `node` (opened on first use, reopened by the
 /// driver after a failure).
 async fn resp_op(
@@ -419,18 +434,10 @@ async fn resp_op(
         call: since(work.clock),
         ..base
     };
-    let conn = match conns.get_mut(&node.name) {
-        Some(conn) => conn,
-        None => match RespDriver::new(&resp_target(&node.resp_addr)) {
-            Ok(driver) => conns
-                .entry(node.name.clone())
-                .or_insert(driver.with_timeout(OP_TIMEOUT)),
-            Err(_) => {
-                e.ret = since(work.clock);
-                e.status = Status::Fail;
-                return e;
-            }
-        },
+    let Ok(conn) = resp_conn(conns, node) else {
+        e.ret = since(work.clock);
+        e.status = Status::Fail;
+        return e;
     };
     let args: Vec<&[u8]> = args.iter().map(|a| a.as_bytes()).collect();
     let reply = conn.request(&args).await;
