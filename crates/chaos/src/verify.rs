@@ -313,7 +313,11 @@ pub struct Verdict {
 /// Builds the checker from `source` (a Go module directory) into `out/checker` and runs it on
 /// `history`, with its HTML visualization going to `out`.
 pub fn check(source: &Path, history: &Path, out: &Path) -> Result<Verdict, ChaosError> {
-    let bin = out.join("checker");
+    // `go build` runs in `source`: a relative output path would land there instead.
+    let bin = std::path::absolute(out.join("checker")).map_err(|e| ChaosError::Command {
+        command: format!("locating {}", out.display()),
+        message: e.to_string(),
+    })?;
     let built = Command::new("go")
         .arg("build")
         .arg("-o")
