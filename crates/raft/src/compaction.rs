@@ -1,5 +1,9 @@
 //! Log compaction by size, next to openraft's policy by entry count.
 //!
+//! (The measurements below were taken while the logs lived in fjall. They now live in a log
+//! store of segment files, where a long log costs disk space in segments that cannot be
+//! dropped and replay time at start-up rather than SST flushes; the budget bounds both.)
+//!
 //! openraft snapshots a group every `snapshot_every` entries, but an entry is a batch of up to
 //! 256 commands, so 20,000 entries of 1 KiB writes are some 260 MB of log. That is more than
 //! fjall keeps in a memtable (64 MiB), so the entries were flushed to SSTs only to be deleted

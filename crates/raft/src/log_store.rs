@@ -1,11 +1,10 @@
 //! A Raft group's log and vote, kept in the node's shared storage.
 //!
-//! Appends are written to fjall's journal buffer at once, so openraft can read them back as
-//! soon as `append` returns, and made durable by the storage's group-commit thread, which fires
-//! openraft's flush callback after one fdatasync that covers every group. The journal write is
-//! an in-memory copy (the store runs with manual journal persistence), which is why it is done
-//! inline rather than on a blocking thread; everything that waits on the disk does not run on
-//! the async executor.
+//! Appends are written to the node's log store at once (a `write(2)` into its active segment,
+//! no fsync), so openraft can read them back as soon as `append` returns, and made durable by
+//! the storage's log group-commit thread, which fires openraft's flush callback after one
+//! fdatasync that covers every group. That write is short and never waits for the disk to
+//! flush, which is why it is done inline rather than on a blocking thread.
 
 use crate::TypeConfig;
 use crate::compaction::LogBudget;
@@ -222,7 +221,10 @@ impl RaftLogStorage<TypeConfig> for LogStore {
     async fn save_vote(&mut self, vote: &VoteOf<TypeConfig>) -> Result<(), io::Error> {
         self.put_meta(VOTE, vote)?;
         // A vote must be on disk before it is acted upon.
-        self.storage.sync_async().await.map_err(io::Error::other)
+        self.storage
+            .sync_log_async()
+            .await
+            .map_err(io::Error::other)
     }
 
     // `save_committed` / `read_committed` keep openraft's defaults (not persisted): writing the
@@ -265,7 +267,7 @@ impl RaftLogStorage<TypeConfig> for LogStore {
                 recent.push(entry, size);
             }
         }
-        self.storage.sync(Box::new(move |result| {
+        self.storage.sync_log(Box::new(move |result| {
             callback.io_completed(result.map_err(io::Error::other));
         }));
         Ok(())
@@ -281,7 +283,7 @@ impl RaftLogStorage<TypeConfig> for LogStore {
             budget.truncated(from);
         }
         self.storage
-            .delete_log_range(self.group, from, u64::MAX)
+            .truncate_log(self.group, from)
             .map_err(io::Error::other)
     }
 
@@ -294,17 +296,11 @@ impl RaftLogStorage<TypeConfig> for LogStore {
         if let Some(budget) = &self.budget {
             budget.purged(log_id.index());
         }
-        // The rows themselves are deleted in the background: tens of thousands of tombstones
-        // take tens of milliseconds, and openraft does not append while a purge is pending, so
-        // waiting here stalled every write of the group (p99.9 ~120 ms at each snapshot).
-        // Nothing reads below the purge point, and no entry is ever written there again.
-        let storage = self.storage.clone();
-        let group = self.group;
-        tokio::task::spawn_blocking(move || {
-            if let Err(e) = storage.delete_log_range(group, 0, upto) {
-                tracing::warn!(group = group.0, error = %e, "deleting purged log entries failed; they are ignored");
-            }
-        });
+        // Dropping the entries is an in-memory change of the log store's index (their segment
+        // files go once nothing live is left in them), so it is done inline.
+        self.storage
+            .purge_log(self.group, upto)
+            .map_err(io::Error::other)?;
         Ok(())
     }
 }

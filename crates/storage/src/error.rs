@@ -6,6 +6,9 @@ pub enum StorageError {
     /// fjall reported an error.
     #[error("fjall: {0}")]
     Engine(#[from] fjall::Error),
+    /// The Raft log store reported an error.
+    #[error("raft log: {0}")]
+    Log(#[from] raft_engine::Error),
     /// A file operation outside fjall failed.
     #[error("io: {0}")]
     Io(#[from] std::io::Error),

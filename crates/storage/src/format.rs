@@ -7,9 +7,10 @@ use crate::StorageError;
 use std::io::Write as _;
 use std::path::Path;
 
-/// The format this build writes and reads. 1: one fjall database (`fjall/`) holding every
-/// group's Raft log and every shard's rows.
-pub const CURRENT: u32 = 1;
+/// The format this build writes and reads.
+/// - 1: one fjall database (`fjall/`) holding every group's Raft log and every shard's rows.
+/// - 2: the Raft logs in a raft-engine log store (`raft-log/`), the rows in fjall (`fjall/`).
+pub const CURRENT: u32 = 2;
 
 /// The file's name, in the data directory.
 const FILE: &str = "FORMAT";
@@ -95,14 +96,16 @@ mod tests {
     }
 
     #[test]
-    fn a_directory_from_before_the_file_is_format_one() {
+    fn a_directory_from_before_the_file_is_format_one_and_refused() {
         let dir = tempfile::tempdir().unwrap();
         std::fs::create_dir(dir.path().join("fjall")).unwrap();
-        check_or_record(dir.path()).unwrap();
-        assert_eq!(
-            parse(&std::fs::read_to_string(dir.path().join(FILE)).unwrap()),
-            Some(1)
+        let refused = check_or_record(dir.path()).unwrap_err().to_string();
+        assert!(
+            refused.contains("format 1") && refused.contains("trireme backup"),
+            "{refused}"
         );
+        // Refused without being marked as anything.
+        assert!(!dir.path().join(FILE).exists());
     }
 
     #[test]
@@ -112,7 +115,7 @@ mod tests {
         write(&format!("{MAGIC} {}\n", CURRENT + 1));
         let newer = check_or_record(dir.path()).unwrap_err().to_string();
         assert!(newer.contains("newer build"), "{newer}");
-        write(&format!("{MAGIC} 0\n"));
+        write(&format!("{MAGIC} 1\n"));
         let older = check_or_record(dir.path()).unwrap_err().to_string();
         assert!(
             older.contains("trireme backup") && older.contains("trireme restore"),

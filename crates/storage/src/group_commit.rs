@@ -52,16 +52,18 @@ pub(crate) struct GroupCommit {
 }
 
 impl GroupCommit {
-    /// Starts the thread. `sync` is the fdatasync of the shared journal.
+    /// Starts the thread `name`. `sync` is the fdatasync of the files it covers; `metrics`,
+    /// when given, count its waits and syncs.
     pub(crate) fn start(
-        mut sync: impl FnMut() -> Result<(), fjall::Error> + Send + 'static,
+        name: &str,
+        mut sync: impl FnMut() -> Result<(), StorageError> + Send + 'static,
         poisoned: Arc<AtomicBool>,
-        metrics: Arc<crate::store::StorageMetrics>,
+        metrics: Option<Arc<crate::store::StorageMetrics>>,
     ) -> Self {
         let (tx, rx) = mpsc::channel::<Queued>();
         let flag = poisoned.clone();
         let spawned = thread::Builder::new()
-            .name("trireme-group-commit".into())
+            .name(name.into())
             .spawn(move || {
                 let mut waiting = Vec::new();
                 let mut last_batch = 0usize;
@@ -80,15 +82,18 @@ impl GroupCommit {
                             .iter()
                             .map(|(queued, _)| started.saturating_duration_since(*queued))
                             .sum();
-                        metrics.sync_waits.record_many(waiting.len() as u64, waited);
+                        if let Some(metrics) = &metrics {
+                            metrics.sync_waits.record_many(waiting.len() as u64, waited);
+                        }
                         let result = sync();
                         last_sync = started.elapsed();
                         last_batch = waiting.len();
-                        metrics.syncs.record(last_sync);
-                        result.map_err(|e| {
+                        if let Some(metrics) = &metrics {
+                            metrics.syncs.record(last_sync);
+                        }
+                        result.inspect_err(|e| {
                             tracing::error!(error = %e, "fdatasync failed: poisoning storage, the node stops accepting writes");
                             flag.store(true, Ordering::Release);
-                            StorageError::Engine(e)
                         })
                     };
                     for (_, callback) in waiting.drain(..) {

@@ -1,18 +1,19 @@
-//! Trireme's storage: one fjall [`fjall::Database`] per node holding the Raft logs, votes and
-//! state machines of every group, with group commit.
+//! Trireme's storage, per node: one log store (TiKV's `raft-engine`, in `raft-log/`) holding
+//! the Raft log, vote and named values of every group, and one fjall [`fjall::Database`] (in
+//! `fjall/`) holding the rows of every shard, each with group commit.
 //!
-//! Keyspaces (docs/architecture.md, "storage"):
-//! - `raft_log`: group ‖ index (big-endian) → encoded log entry;
-//! - `raft_meta`: group ‖ name → vote, committed, purged (opaque bytes);
+//! fjall keyspaces (docs/architecture.md, "storage"):
 //! - `data`: shard ‖ key → [`Record`](trireme_types::Record);
 //! - `data_meta`: shard ‖ name → applied log id and membership (and, once touched, the slot
 //!   range and the removal watermark), written in the same batch as the data they describe;
 //! - `expiry`: shard ‖ expires-at ‖ key → (), an index of keys with a TTL, so finding expired
 //!   keys is a range scan instead of a walk over the data.
 //!
-//! Writes go to fjall's journal without syncing; [`Storage::sync`] queues a callback on the
-//! group-commit thread, which covers everything written so far with one `fdatasync` and then
-//! fires every queued callback. A failed sync poisons the store: it refuses every later write.
+//! Log writes go to the log store without syncing; [`Storage::sync_log`] queues a callback on
+//! the log's group-commit thread, which covers every group's appends so far with one
+//! `fdatasync` and then fires every queued callback. Rows go to fjall's journal, synced the
+//! same way by a second thread when [`Storage::sync_async`] asks (before a snapshot lets the
+//! log be purged). A failed sync poisons the store: it refuses every later write.
 //!
 //! The data directory records its format version in a `FORMAT` file (see [`DATA_FORMAT`]);
 //! a directory of another format is refused when it is opened.
@@ -28,6 +29,7 @@ mod error;
 mod format;
 mod group_commit;
 mod keys;
+mod raft_log;
 mod read;
 mod store;
 mod watch;

@@ -1,7 +1,10 @@
-//! The node's one fjall database and the operations the raft layer and the read path need.
+//! The node's storage: the Raft logs of every group in one log store ([`crate::raft_log`]),
+//! the rows of every shard in one fjall database, and the operations the raft layer and the
+//! read path need.
 
 use crate::group_commit::GroupCommit;
-use crate::keys::{log_index, log_key, owned_key};
+use crate::keys::owned_key;
+use crate::raft_log::RaftLogs;
 use crate::{StorageError, SyncCallback};
 use fjall::{Database, Keyspace, KeyspaceCreateOptions, PersistMode};
 use std::path::{Path, PathBuf};
@@ -95,26 +98,23 @@ impl JournalSync {
         exists(id + 1).unwrap_or(true) || !exists(id).unwrap_or(false)
     }
 
-    fn sync(&mut self) -> Result<(), fjall::Error> {
+    fn sync(&mut self) -> Result<(), StorageError> {
         // 1. Everything written so far reaches the OS, in whichever journal file was active.
         self.db.persist(PersistMode::Buffer)?;
         // 2. If fjall rotated since, the old file was synced by the rotation; the data of this
         //    round is either there or in the newest file, which we sync now.
         let held = self.active.as_ref().map(|(id, _)| *id);
         if held.is_none_or(|id| self.may_have_rotated(id)) {
-            let Some(newest) = self.newest_journal().map_err(fjall::Error::Io)? else {
-                return Err(fjall::Error::Io(std::io::Error::other(
-                    "no journal file found",
-                )));
+            let Some(newest) = self.newest_journal()? else {
+                return Err(StorageError::Corrupt("no journal file found".into()));
             };
             if held != Some(newest) {
-                let file =
-                    std::fs::File::open(self.journal_path(newest)).map_err(fjall::Error::Io)?;
+                let file = std::fs::File::open(self.journal_path(newest))?;
                 self.active = Some((newest, file));
             }
         }
         if let Some((_, file)) = &self.active {
-            file.sync_data().map_err(fjall::Error::Io)?;
+            file.sync_data()?;
         }
         Ok(())
     }
@@ -123,12 +123,15 @@ impl JournalSync {
 /// One node's storage. Cheap to share behind an `Arc`.
 pub struct Storage {
     pub(crate) db: Database,
-    pub(crate) raft_log: Keyspace,
-    pub(crate) raft_meta: Keyspace,
+    /// Every group's Raft log, vote and named values.
+    logs: RaftLogs,
+    /// Makes log writes durable: one fdatasync of the log store for every group's appends.
+    log_commit: GroupCommit,
     pub(crate) data: Keyspace,
     pub(crate) data_meta: Keyspace,
     pub(crate) expiry: Keyspace,
-    group_commit: GroupCommit,
+    /// Makes fjall's journal durable: for snapshots, and before a log is purged.
+    data_commit: GroupCommit,
     poisoned: Arc<AtomicBool>,
     metrics: Arc<StorageMetrics>,
     dir: PathBuf,
@@ -185,24 +188,34 @@ impl Storage {
             .manual_journal_persist(true)
             .open()?;
         let keyspace = |name: &str| db.keyspace(name, KeyspaceCreateOptions::default);
-        let raft_log = keyspace("raft_log")?;
-        let raft_meta = keyspace("raft_meta")?;
         let data = keyspace("data")?;
         let data_meta = keyspace("data_meta")?;
         let expiry = keyspace("expiry")?;
         let poisoned = Arc::new(AtomicBool::new(false));
         let metrics = Arc::new(StorageMetrics::default());
+        let logs = RaftLogs::open(&dir.join(crate::raft_log::DIR))?;
+        let mut log_file = logs.file_sync();
+        let log_commit = GroupCommit::start(
+            "trireme-log-commit",
+            move || log_file.sync(),
+            poisoned.clone(),
+            Some(metrics.clone()),
+        );
         let mut journal = JournalSync::new(db.clone(), dir.join("fjall"));
-        let group_commit =
-            GroupCommit::start(move || journal.sync(), poisoned.clone(), metrics.clone());
+        let data_commit = GroupCommit::start(
+            "trireme-data-commit",
+            move || journal.sync(),
+            poisoned.clone(),
+            None,
+        );
         Ok(Arc::new(Self {
             db,
-            raft_log,
-            raft_meta,
+            logs,
+            log_commit,
             data,
             data_meta,
             expiry,
-            group_commit,
+            data_commit,
             poisoned,
             metrics,
             dir: dir.to_path_buf(),
@@ -247,15 +260,26 @@ impl Storage {
         Ok(())
     }
 
-    /// Calls `callback` once every write made before this call is on disk.
-    pub fn sync(&self, callback: SyncCallback) {
-        self.group_commit.sync(callback);
+    /// Calls `callback` once every log write (append, vote, purge) made before this call is
+    /// on disk: one fdatasync covers the appends of every group.
+    pub fn sync_log(&self, callback: SyncCallback) {
+        self.log_commit.sync(callback);
     }
 
-    /// Waits until every write made before this call is on disk.
-    pub async fn sync_async(&self) -> Result<(), StorageError> {
+    /// Waits until every log write made before this call is on disk.
+    pub async fn sync_log_async(&self) -> Result<(), StorageError> {
         let (tx, rx) = tokio::sync::oneshot::channel();
-        self.sync(Box::new(move |result| {
+        self.sync_log(Box::new(move |result| {
+            let _ = tx.send(result);
+        }));
+        rx.await.map_err(|_| StorageError::Closed)?
+    }
+
+    /// Waits until every write made before this call, to the logs and to the rows, is on disk.
+    pub async fn sync_async(&self) -> Result<(), StorageError> {
+        self.sync_log_async().await?;
+        let (tx, rx) = tokio::sync::oneshot::channel();
+        self.data_commit.sync(Box::new(move |result| {
             let _ = tx.send(result);
         }));
         rx.await.map_err(|_| StorageError::Closed)?
@@ -263,116 +287,82 @@ impl Storage {
 
     // ---- raft log ----
 
-    /// Writes log entries of `group` (not yet durable: call [`Storage::sync`]).
+    /// Appends log entries of `group`, consecutive by index (not yet durable: call
+    /// [`Storage::sync_log`]). An entry replaces any at its index and after it; an entry past
+    /// a gap after the last one (a snapshot was installed) starts the log anew.
     pub fn append_log(
         &self,
         group: GroupId,
         entries: impl IntoIterator<Item = (u64, Vec<u8>)>,
     ) -> Result<(), StorageError> {
-        let group = group.0;
         self.check_writable()?;
         let started = Instant::now();
-        let mut batch = self.db.batch();
-        for (index, bytes) in entries {
-            batch.insert(&self.raft_log, log_key(group, index), bytes);
-        }
-        batch.commit()?;
+        self.logs.append(group.0, entries)?;
         self.metrics.appends.record(started.elapsed());
         Ok(())
     }
 
-    /// Reads entries `start..end` of `group`, in order, stopping at the first gap.
+    /// Reads entries `start..end` of `group`, in order; entries the log does not hold (purged,
+    /// never written) are left out.
     pub fn read_log(
         &self,
         group: GroupId,
         start: u64,
         end: u64,
-    ) -> Result<Vec<(u64, fjall::Slice)>, StorageError> {
-        let group = group.0;
-        let mut out = Vec::new();
-        if start >= end {
-            return Ok(out);
-        }
-        for guard in self
-            .raft_log
-            .range(log_key(group, start)..log_key(group, end))
-        {
-            let (key, value) = guard.into_inner()?;
-            let index = log_index(&key).ok_or_else(|| StorageError::Corrupt("log key".into()))?;
-            out.push((index, value));
-        }
-        Ok(out)
+    ) -> Result<Vec<(u64, Vec<u8>)>, StorageError> {
+        self.logs.read(group.0, start, end)
     }
 
     /// The last entry of `group`'s log, if any.
-    pub fn last_log(&self, group: GroupId) -> Result<Option<(u64, fjall::Slice)>, StorageError> {
-        let group = group.0;
-        let Some(guard) = self
-            .raft_log
-            .range(log_key(group, 0)..=log_key(group, u64::MAX))
-            .next_back()
-        else {
+    pub fn last_log(&self, group: GroupId) -> Result<Option<(u64, Vec<u8>)>, StorageError> {
+        let Some((_, last)) = self.logs.span(group.0) else {
             return Ok(None);
         };
-        let (key, value) = guard.into_inner()?;
-        let index = log_index(&key).ok_or_else(|| StorageError::Corrupt("log key".into()))?;
-        Ok(Some((index, value)))
+        Ok(self.logs.read(group.0, last, last + 1)?.pop())
     }
 
-    /// Deletes entries of `group` with index in `start..end`.
-    pub fn delete_log_range(
-        &self,
-        group: GroupId,
-        start: u64,
-        end: u64,
-    ) -> Result<(), StorageError> {
-        let group = group.0;
+    /// Cuts `group`'s log before index `from`. The cut is made durable by the next append,
+    /// which replaces the tail on disk; a crash before that brings the cut entries back, as
+    /// if the cut had never been asked for (Raft never acknowledged them after it).
+    pub fn truncate_log(&self, group: GroupId, from: u64) -> Result<(), StorageError> {
         self.check_writable()?;
-        if start >= end {
-            return Ok(());
-        }
-        let mut batch = self.db.batch();
-        for guard in self
-            .raft_log
-            .range(log_key(group, start)..log_key(group, end))
-        {
-            let key = guard.key()?;
-            batch.remove(&self.raft_log, key);
-        }
-        batch.commit()?;
+        self.logs.truncate(group.0, from);
         Ok(())
     }
 
-    /// Sets a metadata value of `group` (vote, committed, purged); not durable until synced.
+    /// Drops entries of `group` below `upto` (not yet durable: a crash may bring them back,
+    /// which is harmless: they are below the purge point that the caller recorded).
+    pub fn purge_log(&self, group: GroupId, upto: u64) -> Result<(), StorageError> {
+        self.check_writable()?;
+        self.logs.purge(group.0, upto)
+    }
+
+    /// Bytes the log store's segment files take on disk.
+    pub fn log_disk_bytes(&self) -> u64 {
+        self.logs.disk_bytes()
+    }
+
+    /// Sets a named Raft value of `group` (vote, purge point, the node's identity); durable
+    /// once [`Storage::sync_log`] says so.
     pub fn put_raft_meta(
         &self,
         group: GroupId,
         name: &str,
         value: Vec<u8>,
     ) -> Result<(), StorageError> {
-        let group = group.0;
         self.check_writable()?;
-        self.raft_meta
-            .insert(owned_key(group, name.as_bytes()), value)?;
-        Ok(())
+        self.logs.put_meta(group.0, name, Some(value))
     }
 
-    /// Reads a metadata value of `group`.
-    pub fn raft_meta(
-        &self,
-        group: GroupId,
-        name: &str,
-    ) -> Result<Option<fjall::Slice>, StorageError> {
-        let group = group.0;
-        Ok(self.raft_meta.get(owned_key(group, name.as_bytes()))?)
+    /// Reads a named Raft value of `group`.
+    pub fn raft_meta(&self, group: GroupId, name: &str) -> Result<Option<Vec<u8>>, StorageError> {
+        Ok(self.logs.meta(group.0, name))
     }
 
     /// Whether `group` has Raft state here (a vote, log entries): a replica this node holds,
     /// or held and has not dropped.
     pub fn has_group_state(&self, group: GroupId) -> Result<bool, StorageError> {
-        let group = group.0;
-        Ok(self.raft_meta.prefix(group.to_be_bytes()).next().is_some()
-            || self.raft_log.prefix(group.to_be_bytes()).next().is_some())
+        Ok(self.logs.has_group(group.0))
     }
 
     /// Deletes everything of one replica: `group`'s log and Raft metadata, and `shard`'s rows
@@ -386,9 +376,8 @@ impl Storage {
         self.check_writable()?;
         self.forget_slot_range(shard);
         let mut deleted = 0u64;
+        self.logs.remove_group(group)?;
         let owners = [
-            (&self.raft_log, group),
-            (&self.raft_meta, group),
             (&self.data, shard),
             (&self.data_meta, shard),
             (&self.expiry, shard),
@@ -868,8 +857,8 @@ mod tests {
             storage.raft_meta(GroupId(1), "vote").unwrap().as_deref(),
             Some(&b"v"[..])
         );
-        storage.delete_log_range(GroupId(1), 4, u64::MAX).unwrap();
-        storage.delete_log_range(GroupId(1), 0, 2).unwrap();
+        storage.truncate_log(GroupId(1), 4).unwrap();
+        storage.purge_log(GroupId(1), 2).unwrap();
         let indexes: Vec<u64> = storage
             .read_log(GroupId(1), 0, 100)
             .unwrap()
@@ -933,7 +922,7 @@ mod tests {
         for i in 0..200u64 {
             storage.append_log(GroupId(1), [(i, vec![0; 100])]).unwrap();
             let (tx, rx) = tokio::sync::oneshot::channel();
-            storage.sync(Box::new(move |r| {
+            storage.sync_log(Box::new(move |r| {
                 let _ = tx.send(r.is_ok());
             }));
             waits.push(rx);

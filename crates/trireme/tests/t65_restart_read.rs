@@ -280,7 +280,7 @@ fn spawn_writer(
     (acked, task)
 }
 
-/// Moves the group-commit thread of process `pid` to `SCHED_IDLE`: it then runs only when a
+/// Moves the log's group-commit thread of process `pid` to `SCHED_IDLE`: it then runs only when a
 /// core has nothing else to do, so under load the node's own flushes lag while two other nodes
 /// flush and acknowledge. The restarted process runs normally again.
 fn starve_flusher(pid: u32) {
@@ -289,8 +289,8 @@ fn starve_flusher(pid: u32) {
     for task in tasks {
         let path = task.expect("a /proc/PID/task entry").path();
         let name = std::fs::read_to_string(path.join("comm")).unwrap_or_default();
-        // The kernel keeps 15 bytes of a thread's name ("trireme-group-commit").
-        if name.trim_end() == "trireme-group-c" {
+        // The kernel keeps 15 bytes of a thread's name ("trireme-log-commit").
+        if name.trim_end() == "trireme-log-com" {
             found.extend(path.file_name().map(|t| t.to_string_lossy().into_owned()));
         }
     }

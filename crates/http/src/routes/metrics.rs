@@ -78,21 +78,21 @@ pub(crate) async fn metrics(
         (
             &storage.appends,
             "trireme_storage_log_appends_total",
-            "Raft log appends written to the journal.",
+            "Raft log appends written to the log store.",
             "trireme_storage_log_append_seconds_total",
             "Time spent writing those appends.",
         ),
         (
             &storage.sync_waits,
             "trireme_storage_sync_requests_total",
-            "Durability requests covered by group commit (log appends, votes, snapshots).",
+            "Durability requests covered by the log's group commit (log appends, votes, snapshots).",
             "trireme_storage_sync_wait_seconds_total",
             "Time those requests waited for the fdatasync that covered them to start.",
         ),
         (
             &storage.syncs,
             "trireme_storage_syncs_total",
-            "fdatasync calls made by group commit.",
+            "fdatasync calls made by the log's group commit.",
             "trireme_storage_sync_seconds_total",
             "Time spent in fdatasync.",
         ),
@@ -111,6 +111,11 @@ pub(crate) async fn metrics(
     let _ = writeln!(
         out,
         "# HELP trireme_blocking_queries_waiting Blocking queries (Consul ?index=, Redis BLPOP and the like) waiting on this node's replicas, its own clients' and other nodes'.\n# TYPE trireme_blocking_queries_waiting gauge\ntrireme_blocking_queries_waiting {waiting}"
+    );
+    let log_bytes = state.node.storage().log_disk_bytes();
+    let _ = writeln!(
+        out,
+        "# HELP trireme_storage_log_bytes Bytes of the Raft log store's segment files on disk.\n# TYPE trireme_storage_log_bytes gauge\ntrireme_storage_log_bytes {log_bytes}"
     );
     let poisoned = u64::from(state.node.storage().is_poisoned());
     let _ = writeln!(
