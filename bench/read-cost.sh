@@ -12,22 +12,10 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 REQUESTS=${1:-200000}
-: "${BEFORE:?BEFORE=path to the first trireme binary}"
-: "${AFTER:?AFTER=path to the second trireme binary}"
-scripts/install-test-deps.sh
-work=$(mktemp -d)
-pids=()
-cleanup() { for p in "${pids[@]}"; do kill "$p" 2>/dev/null || true; done; wait 2>/dev/null || true; rm -rf "$work"; }
-trap cleanup EXIT
-
-start() { # name binary http-port -> pid
-  "$2" server --node-id n1 --data-dir "$work/$1" --http "127.0.0.1:$3" \
-    --resp "127.0.0.1:$(($3 + 1))" --peer "127.0.0.1:$(($3 + 2))" --log warn >"$work/$1.log" 2>&1 &
-  echo $!
-}
-before=$(start before "$BEFORE" 17700)
+. bench/two-builds-lib.sh
+before=$(start_one_node before "$BEFORE" 17700)
 pids+=("$before")
-after=$(start after "$AFTER" 17710)
+after=$(start_one_node after "$AFTER" 17710)
 pids+=("$after")
 for port in 17701 17711; do
   for _ in $(seq 200); do redis-cli -p "$port" ping >/dev/null 2>&1 && break; sleep 0.1; done
@@ -37,7 +25,6 @@ for port in 17701 17711; do
     SET '{m}key:__rand_int__' "$(head -c 1024 /dev/zero | tr '\0' x)" >/dev/null
 done
 
-cpu_ticks() { awk '{print $14 + $15}' "/proc/$1/stat"; }
 ticks=$(getconf CLK_TCK)
 measure() { # pid requests command... -> "rate cpu_us_per_request"
   local pid=$1 n=$2 c0 c1 rate
