@@ -522,6 +522,7 @@ impl RaftSnapshotBuilder<TypeConfig> for ShardStateMachine {
             last_membership: membership,
         };
         let (data, saved) = self.save_snapshot_file(&meta, data).await?;
+        trireme_storage::crash::point("snapshot-saved");
         if saved {
             self.snapshot_built(data.len(), meta.last_log_id.as_ref().map(|id| id.index()));
         }

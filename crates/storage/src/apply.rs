@@ -848,6 +848,7 @@ impl Storage {
             );
         }
         batch.commit()?;
+        crate::crash::point("applied");
         drop(removing);
         if let (Some(observer), Some(last)) = (observer, entries.last())
             && !observed.is_empty()

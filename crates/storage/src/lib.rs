@@ -25,6 +25,7 @@
 #![cfg_attr(test, allow(clippy::unwrap_used))]
 
 mod apply;
+pub mod crash;
 mod error;
 mod format;
 mod group_commit;

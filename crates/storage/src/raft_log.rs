@@ -345,6 +345,7 @@ impl LogFileSync {
         if let Some((_, file)) = &self.active {
             file.sync_data()?;
         }
+        crate::crash::point("log-synced");
         Ok(())
     }
 }

@@ -298,6 +298,7 @@ impl Storage {
         self.check_writable()?;
         let started = Instant::now();
         self.logs.append(group.0, entries)?;
+        crate::crash::point("log-written");
         self.metrics.appends.record(started.elapsed());
         Ok(())
     }
@@ -334,7 +335,9 @@ impl Storage {
     /// which is harmless: they are below the purge point that the caller recorded).
     pub fn purge_log(&self, group: GroupId, upto: u64) -> Result<(), StorageError> {
         self.check_writable()?;
-        self.logs.purge(group.0, upto)
+        self.logs.purge(group.0, upto)?;
+        crate::crash::point("log-purged");
+        Ok(())
     }
 
     /// Bytes the log store's segment files take on disk.

@@ -195,6 +195,9 @@ pub struct StartOptions {
     /// A client certificate and its key (PEM, concatenated) the test's HTTP client presents,
     /// for a node with `verify_incoming = true`.
     pub client_pem: Option<String>,
+    /// Environment variables of the server process (run through `env`, which execs it, so
+    /// the PID is the server's).
+    pub env: Vec<(String, String)>,
 }
 
 impl Default for StartOptions {
@@ -213,6 +216,7 @@ impl Default for StartOptions {
             join: None,
             ca_pem: None,
             client_pem: None,
+            env: Vec::new(),
         }
     }
 }
@@ -397,6 +401,11 @@ impl TestNode {
             cmd.config = Some(path);
         }
         cmd.extra.clone_from(&self.opts.extra_args);
+        if !self.opts.env.is_empty() {
+            cmd.wrapper = std::iter::once("env".to_string())
+                .chain(self.opts.env.iter().map(|(k, v)| format!("{k}={v}")))
+                .collect();
+        }
         cmd
     }
 
@@ -478,6 +487,17 @@ impl TestNode {
             "a SIGKILLed server cannot exit cleanly: {status}"
         );
         self.endpoints = None;
+    }
+
+    /// Waits for the server to exit by itself (a crash the test set up) and reaps it.
+    pub async fn wait_exit(&mut self) -> ExitStatus {
+        let process = self.running_process();
+        let status = process
+            .wait_exit(DEADLINE)
+            .await
+            .expect("the server exits by itself");
+        self.endpoints = None;
+        status
     }
 
     /// Sends SIGTERM and waits for the process to exit; returns the exit status.
