@@ -631,6 +631,7 @@ impl Node {
                 flags: None,
                 condition,
                 ttl: TtlUpdate::Clear,
+                return_previous: false,
             };
             let written: crate::request::PutOutcome = self.write_shard(META_SHARD, put).await?;
             if written.written {

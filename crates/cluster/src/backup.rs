@@ -363,6 +363,7 @@ impl Node {
                             flags: Some(e.flags),
                             condition: PutCondition::Always,
                             ttl: e.expires_at_ms.map_or(TtlUpdate::Clear, TtlUpdate::At),
+                            return_previous: false,
                         }),
                     Frame::Hash(h) => {
                         let op = HashOp::Set {

@@ -210,6 +210,7 @@ impl Node {
             flags: None,
             condition: PutCondition::Always,
             ttl: TtlUpdate::Clear,
+            return_previous: false,
         };
         self.write_meta(register)
             .await

@@ -321,6 +321,7 @@ impl Node {
             flags: None,
             condition: PutCondition::Always,
             ttl: TtlUpdate::Clear,
+            return_previous: false,
         };
         self.write_meta(put).await.map(|_| ())
     }

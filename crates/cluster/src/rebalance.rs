@@ -133,6 +133,7 @@ async fn write_map(
         flags: None,
         condition,
         ttl: TtlUpdate::Clear,
+        return_previous: false,
     };
     let outcome: crate::request::PutOutcome = node.write_shard(META_SHARD, put).await?;
     if outcome.written {

@@ -28,6 +28,9 @@ pub struct PutRequest {
     pub condition: PutCondition,
     /// What happens to the key's expiry.
     pub ttl: TtlUpdate,
+    /// Whether the outcome carries the record the write replaced (see
+    /// [`PutRequest::return_previous`]).
+    pub return_previous: bool,
 }
 
 impl PutRequest {
@@ -40,7 +43,17 @@ impl PutRequest {
             flags: None,
             condition: PutCondition::Always,
             ttl: TtlUpdate::Clear,
+            return_previous: false,
         }
+    }
+
+    /// Asks for the record the write replaces in [`PutOutcome::previous`] (`SET ... GET`).
+    /// Without it, `previous` is given only when the write was refused, and a write whose
+    /// condition holds does not read the old record.
+    #[must_use]
+    pub fn return_previous(mut self) -> Self {
+        self.return_previous = true;
+        self
     }
 
     /// Sets the key's flags to `flags`.
@@ -72,6 +85,7 @@ impl PutRequest {
             flags: self.flags,
             condition: self.condition,
             ttl: self.ttl,
+            return_previous: self.return_previous,
         }
     }
 }
@@ -81,7 +95,8 @@ impl PutRequest {
 pub struct PutOutcome {
     /// False when the condition did not hold (nothing changed).
     pub written: bool,
-    /// The live record the key held before, if any (`SET ... GET`, why a condition failed).
+    /// The live record the key held before, if any: when the write was refused (why its
+    /// condition failed), or when the request asked for it ([`PutRequest::return_previous`]).
     pub previous: Option<Record>,
     /// The log index the write got: the key's new `ModifyIndex`, a document's new ref.
     pub index: u64,
@@ -457,6 +472,7 @@ mod tests {
                 flags: Some(3),
                 condition: PutCondition::IfAbsent,
                 ttl: TtlUpdate::Keep,
+                return_previous: false,
             }
         );
     }

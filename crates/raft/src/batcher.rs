@@ -308,6 +308,7 @@ mod tests {
             flags: None,
             condition: PutCondition::Always,
             ttl: TtlUpdate::Clear,
+            return_previous: false,
         }
     }
 

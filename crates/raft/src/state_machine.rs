@@ -693,6 +693,7 @@ mod tests {
             flags: None,
             condition: PutCondition::Always,
             ttl: TtlUpdate::Clear,
+            return_previous: false,
         };
         let command = LogCommand {
             now_ms: 1,
@@ -819,6 +820,7 @@ mod tests {
                         } else {
                             TtlUpdate::Clear
                         },
+                        return_previous: false,
                     })
                     .collect(),
             ),
@@ -937,6 +939,7 @@ mod tests {
                         flags: None,
                         condition: PutCondition::Always,
                         ttl: TtlUpdate::Clear,
+                        return_previous: false,
                     })
                     .collect(),
             ),

@@ -837,6 +837,7 @@ mod tests {
                 flags: None,
                 condition: PutCondition::Always,
                 ttl: TtlUpdate::Clear,
+                return_previous: false,
             },
         };
         let entries = [ApplyEntry {

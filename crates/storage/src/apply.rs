@@ -1,5 +1,6 @@
 //! Applying committed commands to a shard's data, atomically with the applied-state metadata.
 
+use crate::key_index::{KeyMeta, ShardKeys};
 use crate::keys::{expiry_key, owned_key};
 use crate::store::{REMOVED_ROW, SLOTS_ROW, decode_removal, encode_removal};
 use crate::{Storage, StorageError};
@@ -40,6 +41,15 @@ pub struct ShardExport {
     pub records: Vec<(Vec<u8>, Vec<u8>)>,
 }
 
+/// What a plain write carries over from the record it replaces.
+struct WriteMeta {
+    flags: u64,
+    create_index: u64,
+    expires_at_ms: Option<u64>,
+    lock: LockInfo,
+    kind: ValueKind,
+}
+
 /// Changes made by the entries of one apply call, not yet written. Later commands in the same
 /// call read earlier ones' results through it.
 struct Pending<'s> {
@@ -73,6 +83,9 @@ struct Pending<'s> {
     ended_changed: bool,
     /// The log index of the entry being applied.
     index: u64,
+    /// Every key of the shard with what a plain write needs of it (see
+    /// [`crate::key_index`]); kept up to date as the batch is written.
+    keys: &'s mut ShardKeys,
     /// The index of the last entry in this call that removed a key (the shard's removal
     /// watermark rises to it; an undone removal raises it too, which only costs a watcher a
     /// spurious wake-up).
@@ -101,6 +114,46 @@ impl<'s> Pending<'s> {
 
     fn live(&mut self, key: &Bytes, now_ms: u64) -> Result<Option<Record>, StorageError> {
         Ok(self.raw(key)?.filter(|r| !r.is_expired(now_ms)))
+    }
+
+    /// What a plain write needs of `key` as this batch sees it (`None`: absent or expired),
+    /// from the key index when it can say, without reading the record. Records the key's
+    /// stored expiry and collection kind as [`Pending::raw`] does.
+    fn live_meta(&mut self, key: &Bytes, now_ms: u64) -> Result<Option<WriteMeta>, StorageError> {
+        if !self.changes.contains_key(key) && member_slot(key).is_none() {
+            match self.keys.get(&key[..]).copied() {
+                None => {
+                    self.stored_expiry.entry(key.clone()).or_insert(None);
+                    return Ok(None);
+                }
+                Some(meta) if !meta.locked => {
+                    self.stored_expiry
+                        .entry(key.clone())
+                        .or_insert_with(|| meta.expires_at_ms());
+                    if meta.kind != ValueKind::String {
+                        self.stored_collections
+                            .insert(key.clone(), (meta.kind, meta.create_index));
+                    }
+                    let expired = meta.expires_at_ms().is_some_and(|at| at <= now_ms);
+                    return Ok((!expired).then(|| WriteMeta {
+                        flags: meta.flags,
+                        create_index: meta.create_index,
+                        expires_at_ms: meta.expires_at_ms(),
+                        lock: LockInfo::default(),
+                        kind: meta.kind,
+                    }));
+                }
+                // A lock's holder is in the record only.
+                Some(_) => {}
+            }
+        }
+        Ok(self.live(key, now_ms)?.map(|r| WriteMeta {
+            flags: r.flags,
+            create_index: r.create_index,
+            expires_at_ms: r.expires_at_ms,
+            lock: r.lock,
+            kind: r.kind,
+        }))
     }
 
     /// Changes `key` to `record` (`None`: removes it). A collection replaced by anything but
@@ -220,7 +273,7 @@ impl<'s> Pending<'s> {
         index: u64,
         now_ms: u64,
     ) -> Result<(), StorageError> {
-        let current = self.live(key, now_ms)?;
+        let current = self.live_meta(key, now_ms)?;
         let record = Record {
             value,
             flags: flags.unwrap_or_else(|| current.as_ref().map_or(0, |r| r.flags)),
@@ -521,21 +574,43 @@ impl<'s> Pending<'s> {
                 flags,
                 condition,
                 ttl,
+                return_previous,
             } => {
-                let previous = self.live(key, now)?;
+                // Only a check of the ModifyIndex, or a caller that wants the old record,
+                // reads it; the other conditions are decided by the key index.
+                let previous = match (return_previous, condition) {
+                    (true, _) | (_, PutCondition::IfModifyIndex(_)) => Some(self.live(key, now)?),
+                    _ => None,
+                };
+                let (exists, string) = match &previous {
+                    Some(record) => (
+                        record.is_some(),
+                        record.as_ref().is_none_or(|r| r.kind == ValueKind::String),
+                    ),
+                    None => {
+                        let meta = self.live_meta(key, now)?;
+                        (
+                            meta.is_some(),
+                            meta.is_none_or(|m| m.kind == ValueKind::String),
+                        )
+                    }
+                };
                 let allowed = match condition {
                     PutCondition::Always => true,
-                    PutCondition::IfAbsent => previous.is_none(),
-                    PutCondition::IfPresent => previous.is_some(),
+                    PutCondition::IfAbsent => !exists,
+                    PutCondition::IfPresent => exists,
                     PutCondition::IfModifyIndex(expected) => previous
-                        .as_ref()
-                        .is_some_and(|r| r.modify_index == *expected),
-                    PutCondition::IfNotCollection => previous
-                        .as_ref()
-                        .is_none_or(|r| r.kind == ValueKind::String),
-                    PutCondition::IfPresentString => previous
-                        .as_ref()
-                        .is_some_and(|r| r.kind == ValueKind::String),
+                        .iter()
+                        .flatten()
+                        .any(|r| r.modify_index == *expected),
+                    PutCondition::IfNotCollection => string,
+                    PutCondition::IfPresentString => exists && string,
+                };
+                // A refusal says why with the record it found.
+                let previous = match previous {
+                    Some(record) => record,
+                    None if !allowed => self.live(key, now)?,
+                    None => None,
                 };
                 if allowed {
                     self.put(key, value.clone(), *flags, *ttl, index, now)?;
@@ -759,6 +834,12 @@ impl Storage {
         let shard = shard.0;
         self.check_writable()?;
         let started = std::time::Instant::now();
+        let index = self.key_index().shard(shard);
+        let mut index = index.lock().unwrap_or_else(|e| e.into_inner());
+        let keys = match &mut *index {
+            Some(keys) => keys,
+            built => built.insert(self.build_key_index(shard)?),
+        };
         let mut pending = Pending {
             storage: self,
             shard,
@@ -774,6 +855,7 @@ impl Storage {
             ended_changed: false,
             index: 0,
             removed_at: None,
+            keys,
         };
         let mut results = Vec::with_capacity(entries.len());
         for entry in entries {
@@ -835,6 +917,18 @@ impl Storage {
                     batch.insert(&self.expiry, expiry_key(shard, at, &key), b"".to_vec());
                 }
             }
+            if member_slot(&key).is_none() {
+                match &record {
+                    Some(record) => {
+                        pending
+                            .keys
+                            .insert(Box::from(&key[..]), KeyMeta::of(record));
+                    }
+                    None => {
+                        pending.keys.remove(&key[..]);
+                    }
+                }
+            }
             match record {
                 Some(record) => batch.insert(&self.data, full, record.encode().to_vec()),
                 None => batch.remove(&self.data, full),
@@ -847,7 +941,11 @@ impl Storage {
                 value.clone(),
             );
         }
-        batch.commit()?;
+        if let Err(e) = batch.commit() {
+            // The index already holds what was not written.
+            self.key_index().forget(shard);
+            return Err(e.into());
+        }
         crate::crash::point("applied");
         drop(removing);
         if let (Some(observer), Some(last)) = (observer, entries.last())
@@ -865,6 +963,8 @@ impl Storage {
     pub fn import_shard(&self, shard: ShardId, export: &ShardExport) -> Result<(), StorageError> {
         let shard = shard.0;
         self.check_writable()?;
+        // Rows replaced outside the apply loop; applies to the shard wait for this call.
+        self.key_index().forget(shard);
         // A key must not be both removed and inserted in one batch, so only stale keys go.
         let incoming: std::collections::HashSet<&[u8]> =
             export.records.iter().map(|(k, _)| k.as_slice()).collect();
@@ -946,6 +1046,7 @@ impl Storage {
     pub fn import_rows(&self, shard: ShardId, rows: &[(&[u8], &[u8])]) -> Result<(), StorageError> {
         let shard = shard.0;
         self.check_writable()?;
+        self.key_index().forget(shard);
         let mut batch = self.db.batch();
         for (key, value) in rows {
             if let Some(at) = Record::peek_expiry(value) {
@@ -1006,6 +1107,8 @@ impl Storage {
             range,
         } = *split;
         let (parent, child) = (parent.0, child.0);
+        self.key_index().forget(parent);
+        self.key_index().forget(child);
         let stored = self.slot_range(ShardId(parent))?;
         let mut batch = self.db.batch();
         for (name, value) in parent_meta {
@@ -1135,6 +1238,7 @@ mod tests {
             flags: None,
             condition,
             ttl,
+            return_previous: false,
         }
     }
 
@@ -1185,6 +1289,161 @@ mod tests {
         assert_eq!(
             storage.data_meta(ShardId(0), "applied").unwrap().as_deref(),
             Some(&b"x"[..])
+        );
+    }
+
+    /// A plain write takes what it carries over (CreateIndex, flags, expiry) from the key
+    /// index; the index must follow every way rows change: applies, an imported snapshot,
+    /// a reopened store.
+    #[test]
+    fn plain_writes_carry_over_what_the_key_index_knows() {
+        let dir = tempfile::tempdir().unwrap();
+        let created = |storage: &Storage, key: &[u8]| {
+            let record = storage.get(ShardId(0), key, 1).unwrap().unwrap();
+            (record.create_index, record.flags, record.expires_at_ms)
+        };
+        {
+            let storage = Storage::open(dir.path(), &StorageOptions::default()).unwrap();
+            let mut flagged = put("f", "1", PutCondition::Always, TtlUpdate::At(50_000));
+            if let Command::Put { flags, .. } = &mut flagged {
+                *flags = Some(7);
+            }
+            run(&storage, 10, &[cmd(1, flagged)]);
+            run(
+                &storage,
+                11,
+                &[cmd(1, put("f", "2", PutCondition::Always, TtlUpdate::Keep))],
+            );
+            assert_eq!(created(&storage, b"f"), (10, 7, Some(50_000)));
+            // Cleared expiry leaves no expiry entry behind.
+            run(
+                &storage,
+                12,
+                &[cmd(
+                    1,
+                    put("f", "3", PutCondition::Always, TtlUpdate::Clear),
+                )],
+            );
+            assert_eq!(created(&storage, b"f"), (10, 7, None));
+            assert_eq!(
+                storage.shard_view(ShardId(0)).expiring(1, None).unwrap().0,
+                0
+            );
+            // A key removed and written again is new.
+            run(
+                &storage,
+                13,
+                &[cmd(
+                    1,
+                    Command::Delete {
+                        keys: vec![Bytes::from_static(b"f")],
+                        cas: None,
+                    },
+                )],
+            );
+            run(
+                &storage,
+                14,
+                &[cmd(1, put("f", "4", PutCondition::Always, TtlUpdate::Keep))],
+            );
+            assert_eq!(created(&storage, b"f"), (14, 0, None));
+
+            // A snapshot replaces the rows: what it brings counts, not what the index held.
+            let source_dir = tempfile::tempdir().unwrap();
+            let source = Storage::open(source_dir.path(), &StorageOptions::default()).unwrap();
+            run(
+                &source,
+                100,
+                &[cmd(
+                    1,
+                    put("f", "s", PutCondition::Always, TtlUpdate::Clear),
+                )],
+            );
+            let view = source.shard_view(ShardId(0));
+            let mut export = ShardExport {
+                meta: view.meta().unwrap(),
+                records: Vec::new(),
+            };
+            view.for_each_record(|key, value| export.records.push((key.to_vec(), value.to_vec())))
+                .unwrap();
+            storage.import_shard(ShardId(0), &export).unwrap();
+            run(
+                &storage,
+                101,
+                &[cmd(1, put("f", "5", PutCondition::Always, TtlUpdate::Keep))],
+            );
+            assert_eq!(created(&storage, b"f"), (100, 0, None));
+        }
+        // Reopened, the index is built from the rows.
+        let storage = Storage::open(dir.path(), &StorageOptions::default()).unwrap();
+        run(
+            &storage,
+            102,
+            &[cmd(1, put("f", "6", PutCondition::Always, TtlUpdate::Keep))],
+        );
+        assert_eq!(created(&storage, b"f"), (100, 0, None));
+    }
+
+    /// Without `return_previous` a write whose condition holds says nothing of the record it
+    /// replaced (it did not read it); a refused one says what it found; asked, it always does.
+    #[test]
+    fn a_put_returns_the_previous_record_when_asked_or_refused() {
+        let dir = tempfile::tempdir().unwrap();
+        let storage = Storage::open(dir.path(), &StorageOptions::default()).unwrap();
+        let previous = |result: &CommandResult| match result {
+            CommandResult::Put {
+                written, previous, ..
+            } => (*written, previous.as_ref().map(|r| r.value.clone())),
+            other => panic!("{other:?}"),
+        };
+        let mut asked = put("k", "3", PutCondition::IfPresent, TtlUpdate::Clear);
+        if let Command::Put {
+            return_previous, ..
+        } = &mut asked
+        {
+            *return_previous = true;
+        }
+        let results = run(
+            &storage,
+            1,
+            &[
+                cmd(1, put("k", "1", PutCondition::IfAbsent, TtlUpdate::Clear)),
+                cmd(
+                    1,
+                    put("k", "2", PutCondition::IfNotCollection, TtlUpdate::Clear),
+                ),
+                cmd(1, put("k", "x", PutCondition::IfAbsent, TtlUpdate::Clear)),
+                cmd(1, asked),
+                cmd(1, put("n", "x", PutCondition::IfPresent, TtlUpdate::Clear)),
+            ],
+        );
+        let seen: Vec<_> = results.iter().map(previous).collect();
+        assert_eq!(
+            seen,
+            [
+                (true, None),
+                (true, None),
+                (false, Some(Bytes::from_static(b"2"))),
+                (true, Some(Bytes::from_static(b"2"))),
+                (false, None),
+            ]
+        );
+        // Decided by the key index in a later batch too (not only by this batch's changes).
+        let results = run(
+            &storage,
+            10,
+            &[
+                cmd(1, put("k", "y", PutCondition::IfAbsent, TtlUpdate::Clear)),
+                cmd(
+                    1,
+                    put("k", "4", PutCondition::IfPresentString, TtlUpdate::Clear),
+                ),
+            ],
+        );
+        let seen: Vec<_> = results.iter().map(previous).collect();
+        assert_eq!(
+            seen,
+            [(false, Some(Bytes::from_static(b"3"))), (true, None)]
         );
     }
 

@@ -29,6 +29,7 @@ pub mod crash;
 mod error;
 mod format;
 mod group_commit;
+mod key_index;
 mod keys;
 mod raft_log;
 mod read;

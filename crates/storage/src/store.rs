@@ -144,6 +144,8 @@ pub struct Storage {
     removal_gates: std::sync::RwLock<std::collections::HashMap<u32, Arc<RemovalGate>>>,
     /// Blocking queries waiting for keys of this node's replicas to change.
     watchers: Arc<crate::watch::Watchers>,
+    /// Every key of each shard replica, for writes that need not read the old record.
+    key_index: crate::key_index::KeyIndex,
     /// Told of every applied change (document search keeps its indexes by it); set once.
     observer: std::sync::OnceLock<Arc<dyn ApplyObserver>>,
 }
@@ -223,6 +225,7 @@ impl Storage {
             removals: std::sync::RwLock::default(),
             removal_gates: std::sync::RwLock::default(),
             watchers: Arc::default(),
+            key_index: crate::key_index::KeyIndex::default(),
             observer: std::sync::OnceLock::new(),
         }))
     }
@@ -231,6 +234,39 @@ impl Storage {
     /// any group applies, or it misses their changes.
     pub fn set_observer(&self, observer: Arc<dyn ApplyObserver>) {
         let _ = self.observer.set(observer);
+    }
+
+    /// The key index of every shard replica (see [`crate::key_index`]).
+    pub(crate) fn key_index(&self) -> &crate::key_index::KeyIndex {
+        &self.key_index
+    }
+
+    /// Builds `shard`'s key index from its rows (not the member rows of collections).
+    pub(crate) fn build_key_index(
+        &self,
+        shard: u32,
+    ) -> Result<crate::key_index::ShardKeys, StorageError> {
+        let rows = self.data.prefix(shard.to_be_bytes()).filter_map(|guard| {
+            let (key, value) = match guard.into_inner() {
+                Ok(row) => row,
+                Err(e) => return Some(Err(StorageError::from(e))),
+            };
+            let user_key = key.get(4..).unwrap_or_default();
+            if trireme_types::collection::member_slot(user_key).is_some() {
+                return None;
+            }
+            Some(
+                Record::decode(&value)
+                    .map(|record| (Box::from(user_key), record))
+                    .map_err(StorageError::from),
+            )
+        });
+        crate::key_index::build(rows)
+    }
+
+    /// Bytes the key index takes per key, besides the key (at the table's lowest load).
+    pub fn key_index_bytes_per_key() -> usize {
+        crate::key_index::KeyIndex::bytes_per_key()
     }
 
     /// The observer of applied changes, if one is installed.
@@ -378,6 +414,7 @@ impl Storage {
         const BATCH_ROWS: usize = 10_000;
         self.check_writable()?;
         self.forget_slot_range(shard);
+        self.key_index.forget(shard);
         let mut deleted = 0u64;
         self.logs.remove_group(group)?;
         let owners = [

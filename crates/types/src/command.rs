@@ -70,6 +70,10 @@ pub enum Command {
         condition: PutCondition,
         /// What happens to the expiry.
         ttl: TtlUpdate,
+        /// Whether the result carries the record the write replaced (`SET ... GET`, a
+        /// transaction's answer). Without it, a write whose condition holds is blind: it
+        /// reads nothing of the old record beyond what the key index keeps.
+        return_previous: bool,
     },
     /// Write several keys at once (`MSET`).
     PutMany {

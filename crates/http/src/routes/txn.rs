@@ -206,6 +206,8 @@ pub(crate) async fn txn(
             PutRequest::new(key.clone(), value.clone())
                 .flags(kv.flags)
                 .condition(PutCondition::Always)
+                // The answer's CreateIndex and lock come from the record it replaces.
+                .return_previous()
                 .into_command()
         };
         let read = || Command::Read {

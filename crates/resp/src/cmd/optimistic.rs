@@ -211,6 +211,7 @@ async fn copy_of(
             flags: Some(record.flags),
             condition: PutCondition::Always,
             ttl,
+            return_previous: false,
         }]),
         ValueKind::Hash => {
             let all = HashRead::Fields {

@@ -112,7 +112,10 @@ pub(crate) fn parse_set(args: &mut Args) -> Result<(PutRequest, bool), CmdError>
             other => other,
         };
     }
-    let request = PutRequest::new(key, value).condition(condition).ttl(ttl);
+    let mut request = PutRequest::new(key, value).condition(condition).ttl(ttl);
+    if return_old {
+        request = request.return_previous();
+    }
     Ok((request, return_old))
 }
 
@@ -213,7 +216,9 @@ pub(crate) async fn getset(ctx: &mut Ctx<'_>, args: &mut Args) -> CmdResult {
     let key = args.next_bytes()?;
     let value = args.next_bytes()?;
     no_more(args)?;
-    let request = PutRequest::new(key, value).condition(PutCondition::IfNotCollection);
+    let request = PutRequest::new(key, value)
+        .condition(PutCondition::IfNotCollection)
+        .return_previous();
     let outcome = ctx.shared.node.put(request).await?;
     Ok(old_value(outcome))
 }

@@ -383,11 +383,14 @@ fn plan(args: &mut Args, max_value: u64) -> Result<Step, CmdError> {
             let value = args.next_bytes()?;
             no_more(args)?;
             let nx = name == "setnx";
-            let request = PutRequest::new(key, value).condition(if nx {
+            let mut request = PutRequest::new(key, value).condition(if nx {
                 PutCondition::IfAbsent
             } else {
                 PutCondition::IfNotCollection
             });
+            if !nx {
+                request = request.return_previous();
+            }
             step(request.into_command(), move |r| {
                 let outcome = read::<PutOutcome>(r)?;
                 Ok(if nx {

@@ -570,6 +570,7 @@ mod tests {
                 flags: None,
                 condition: PutCondition::Always,
                 ttl: TtlUpdate::Clear,
+                return_previous: false,
             }],
         );
         assert_eq!(stored_rows(&storage), 1);
