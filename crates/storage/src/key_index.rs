@@ -73,7 +73,9 @@ impl KeyIndex {
 
     /// Memory the index takes per key besides the key's own bytes: the table entry (a boxed
     /// key and its [`KeyMeta`]) and the table's control byte, at the table's lowest load.
-    pub(crate) fn bytes_per_key() -> usize {
+    /// The figure docs/architecture.md gives; checked by the tests.
+    #[cfg(test)]
+    fn bytes_per_key() -> usize {
         let entry = std::mem::size_of::<(Box<[u8]>, KeyMeta)>() + 1;
         // hashbrown grows at 7/8 full, so right after growing a table is 7/16 full.
         entry * 16 / 7

@@ -258,19 +258,15 @@ impl RaftLogs {
         Ok(())
     }
 
-    /// Sets (or, with `None`, removes) a named value of `group`: its vote, the node's identity.
+    /// Sets a named value of `group`: its vote, its purge point, the node's identity.
     pub(crate) fn put_meta(
         &self,
         group: u32,
         name: &str,
-        value: Option<Vec<u8>>,
+        value: Vec<u8>,
     ) -> Result<(), StorageError> {
         let mut batch = LogBatch::with_capacity(1);
-        let key = name.as_bytes().to_vec();
-        match value {
-            Some(value) => batch.put(u64::from(group), key, value)?,
-            None => batch.delete(u64::from(group), key),
-        }
+        batch.put(u64::from(group), name.as_bytes().to_vec(), value)?;
         self.engine.write(&mut batch, false)?;
         Ok(())
     }
@@ -375,7 +371,7 @@ mod tests {
             let logs = RaftLogs::open(dir.path()).unwrap();
             logs.append(1, entries(1..=3, "a")).unwrap();
             logs.append(2, entries(5..=6, "b")).unwrap();
-            logs.put_meta(1, "vote", Some(b"v1".to_vec())).unwrap();
+            logs.put_meta(1, "vote", b"v1".to_vec()).unwrap();
             assert_eq!(values(&logs, 1, 0, u64::MAX), ["1:a1", "2:a2", "3:a3"]);
             logs.file_sync().sync().unwrap();
         }

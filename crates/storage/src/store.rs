@@ -264,11 +264,6 @@ impl Storage {
         crate::key_index::build(rows)
     }
 
-    /// Bytes the key index takes per key, besides the key (at the table's lowest load).
-    pub fn key_index_bytes_per_key() -> usize {
-        crate::key_index::KeyIndex::bytes_per_key()
-    }
-
     /// The observer of applied changes, if one is installed.
     pub(crate) fn observer(&self) -> Option<&Arc<dyn ApplyObserver>> {
         self.observer.get()
@@ -390,7 +385,7 @@ impl Storage {
         value: Vec<u8>,
     ) -> Result<(), StorageError> {
         self.check_writable()?;
-        self.logs.put_meta(group.0, name, Some(value))
+        self.logs.put_meta(group.0, name, value)
     }
 
     /// Reads a named Raft value of `group`.
