@@ -57,6 +57,8 @@ pub struct NodeConfig {
     /// How long a change to a document may wait before the search index commits it (the
     /// default search freshness; shorter costs write throughput).
     pub search_commit_interval: Duration,
+    /// Cache sizes of the node's storage (`[storage]`).
+    pub storage: trireme_storage::StorageOptions,
     /// Mutual TLS on the peer links (`[peer_tls]`), if set.
     pub peer_tls: Option<std::sync::Arc<trireme_tls::PeerTls>>,
 }
@@ -87,6 +89,7 @@ impl NodeConfig {
             expiry_interval: Duration::from_millis(250),
             acl: crate::AclConfig::default(),
             search_commit_interval: trireme_search::DEFAULT_COMMIT_INTERVAL,
+            storage: trireme_storage::StorageOptions::default(),
             peer_tls: None,
         }
     }

@@ -29,7 +29,7 @@ use std::sync::{Arc, RwLock};
 use std::time::{Duration, Instant};
 use tokio::net::TcpListener;
 use trireme_raft::{PeerNode, PeerTransport, ProposalMetrics, ShardGroup};
-use trireme_storage::{Storage, StorageOptions};
+use trireme_storage::Storage;
 use trireme_types::{Command, GroupId, NodeId, PutCondition, ShardId, ShardMap, TtlUpdate};
 
 /// How long a node waits at start for its peers, the placement, and every shard's leader.
@@ -138,7 +138,7 @@ impl Node {
         config: NodeConfig,
         peer_listener: TcpListener,
     ) -> Result<Arc<Self>, ClusterError> {
-        let storage = Storage::open(&config.data_dir, &StorageOptions::default())?;
+        let storage = Storage::open(&config.data_dir, &config.storage)?;
         let stored = identity::check(&storage, &config)?;
         // Before any group applies: the indexes follow every applied change.
         let search = trireme_search::SearchIndexes::start(

@@ -1,4 +1,5 @@
-//! The router against a real in-process node: real fjall files, real openraft groups.
+//! The router against a real in-process node: real log store and table files, real openraft
+//! groups.
 
 use bytes::Bytes;
 use std::time::{Duration, Instant};

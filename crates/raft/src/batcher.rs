@@ -1,7 +1,7 @@
 //! Proposal batching: concurrent writes to one shard are proposed together as one log entry.
 //!
-//! Each log entry costs openraft and fjall a fixed amount of work (the entry's trip through
-//! the Raft task, a journal record for the append, replication, an apply call) on top of the
+//! Each log entry costs openraft and storage a fixed amount of work (the entry's trip through
+//! the Raft task, a log record for the append, replication, an apply call) on top of the
 //! work per key. Under load, a shard's writers queue here while the previous entry commits,
 //! and the queue goes out as one [`Command::Batch`] entry, applied in queue order under the
 //! entry's index. When fewer writers are queued than the last entry held, the batcher first

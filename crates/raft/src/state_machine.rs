@@ -101,10 +101,12 @@ fn parse_snapshot_file(
 const EXTRA_META_MARK: [u8; 10] = [0xFF; 10];
 
 /// The state-machine rows a snapshot carries besides the applied id and membership (which
-/// travel in its meta).
+/// travel in its meta, the applied index with them).
 fn extra_meta(meta: Vec<(String, Vec<u8>)>) -> Vec<(String, Vec<u8>)> {
     meta.into_iter()
-        .filter(|(name, _)| name != APPLIED && name != MEMBERSHIP)
+        .filter(|(name, _)| {
+            name != APPLIED && name != MEMBERSHIP && name != trireme_storage::APPLIED_INDEX_ROW
+        })
         .collect()
 }
 
@@ -359,8 +361,8 @@ impl ShardStateMachine {
                 },
             })
             .collect();
-        // Inline, not on a blocking thread: the batch goes to fjall's memtable and journal
-        // buffer (no sync), and a thread hop per batch cost more than the write itself.
+        // Inline, not on a blocking thread: the batch goes to the tables' memtable only (no
+        // journal, no sync), and a thread hop per batch cost more than the write itself.
         let results = self
             .storage
             .apply(self.shard, &apply, &meta)
@@ -601,6 +603,14 @@ impl RaftStateMachine<TypeConfig> for ShardStateMachine {
         let mut state = vec![
             (APPLIED.to_string(), encode(&meta.last_log_id)?),
             (MEMBERSHIP.to_string(), encode(&meta.last_membership)?),
+            (
+                trireme_storage::APPLIED_INDEX_ROW.to_string(),
+                meta.last_log_id
+                    .as_ref()
+                    .map_or(0, |id| id.index())
+                    .to_be_bytes()
+                    .to_vec(),
+            ),
         ];
         state.extend(extra_meta(extra));
         // A replica that holds nothing yet (a move brings it here) takes the rows in pieces;

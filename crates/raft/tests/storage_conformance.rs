@@ -1,5 +1,5 @@
-//! openraft's storage conformance suite, run against our log store and state machine on a
-//! real fjall database in a temporary directory.
+//! openraft's storage conformance suite, run against our log store and state machine on
+//! real files in a temporary directory.
 
 use openraft::StorageError;
 use openraft::testing::log::{StoreBuilder, Suite};

@@ -15,8 +15,11 @@
 //! When a shard's rows change wholesale (a snapshot installed, a split) and when a replica is
 //! opened at start, its index is checked against the rows: documents whose `ModifyIndex`
 //! differs are indexed again, documents whose rows are gone are removed. After a `kill -9`
-//! with the index's files intact, that check finds only the last moments' changes; the rows
-//! are read, not indexed again.
+//! the rows come back as of their last flush, behind what the index may have committed, and
+//! the shard re-applies its log from there: documents the index holds at a `ModifyIndex`
+//! past the rows' applied index are left as they are, and their re-applied changes are not
+//! indexed a second time. So the check finds only the changes the index had not committed;
+//! the rows are read, not indexed again.
 //!
 //! The applying threads never wait on the indexer for long: when its channel stays full for
 //! [`FULL_CHANNEL_WAIT`] (the indexer busy with a long check, say), a shard's messages are
@@ -437,6 +440,13 @@ struct Indexer {
     last_left_out_check: u32,
     /// When failed checks may be tried again.
     next_retry: Option<Instant>,
+    /// Per shard, documents the index holds ahead of the rows it was last checked against
+    /// (key → `ModifyIndex`), and the highest of those: their changes come again as the
+    /// shard re-applies its log, and need not be indexed again.
+    ahead: HashMap<u32, (HashMap<Vec<u8>, u64>, u64)>,
+    /// Per shard, the rows' applied index at its last check: changes up to it, still queued
+    /// when the check read the rows, are in what it read.
+    checked: HashMap<u32, u64>,
 }
 
 /// Of the `marked` shards (number, whether ready), the ready one to check next: the first
@@ -481,6 +491,8 @@ impl Indexer {
             needs_check: std::collections::HashSet::new(),
             last_left_out_check: 0,
             next_retry: None,
+            ahead: HashMap::new(),
+            checked: HashMap::new(),
         }
     }
 
@@ -678,7 +690,21 @@ impl Indexer {
         index: u64,
         changes: Vec<(Bytes, Option<Record>)>,
     ) -> Result<(), SearchError> {
+        if self
+            .checked
+            .get(&shard.0)
+            .is_some_and(|&checked| index <= checked)
+        {
+            self.took(shard, seq, index);
+            return Ok(());
+        }
+        let mut ahead = self.ahead.remove(&shard.0);
         for (key, record) in changes {
+            let known = ahead.as_mut().and_then(|(docs, _)| docs.remove(&key[..]));
+            if known.is_some() && known == record.as_ref().map(|r| r.modify_index) {
+                // Re-applied after a crash: the index has it already.
+                continue;
+            }
             match record.as_ref().and_then(|r| document_of(r).map(|d| (r, d))) {
                 Some((record, object)) => {
                     self.index.put(Indexable {
@@ -692,6 +718,12 @@ impl Indexer {
                 }
                 None => self.index.remove(&key),
             }
+        }
+        if let Some((docs, highest)) = ahead
+            && index < highest
+            && !docs.is_empty()
+        {
+            self.ahead.insert(shard.0, (docs, highest));
         }
         self.took(shard, seq, index);
         Ok(())
@@ -715,11 +747,21 @@ impl Indexer {
             return Ok(());
         };
         let view = storage.shard_view(shard);
+        // Documents indexed past the rows' applied index come from entries the shard is
+        // about to re-apply (it crashed before its rows were flushed): left alone.
+        let rows_applied = view.applied_index()?;
+        self.checked.insert(shard.0, rows_applied);
+        let ahead: HashMap<Vec<u8>, u64> = indexed
+            .iter()
+            .filter(|(_, modify)| **modify > rows_applied)
+            .map(|(key, modify)| (key.clone(), *modify))
+            .collect();
+        indexed.retain(|key, _| !ahead.contains_key(key));
         let mut failure = None;
         let mut reindexed = 0u64;
         let index = &mut self.index;
         view.for_each_record(|key, value| {
-            if failure.is_some() || !may_be_document(key) {
+            if failure.is_some() || !may_be_document(key) || ahead.contains_key(key) {
                 return;
             }
             let Ok(record) = Record::decode(value) else {
@@ -751,13 +793,22 @@ impl Indexer {
             self.index.remove(key);
         }
         owner.indexed.fetch_add(reindexed, Ordering::Relaxed);
-        if reindexed > 0 || !indexed.is_empty() {
+        if reindexed > 0 || !indexed.is_empty() || !ahead.is_empty() {
             tracing::info!(
                 shard = shard.0,
                 reindexed,
                 removed = indexed.len(),
+                ahead = ahead.len(),
                 "search index checked against the shard's rows"
             );
+        }
+        match ahead.values().max().copied() {
+            Some(highest) => {
+                self.ahead.insert(shard.0, (ahead, highest));
+            }
+            None => {
+                self.ahead.remove(&shard.0);
+            }
         }
         self.took(shard, seq, applied);
         self.commit_asked = true;
@@ -769,6 +820,8 @@ impl Indexer {
     fn drop_shard(&mut self, shard: ShardId, seq: u64) {
         self.index.remove_shard(shard);
         self.needs_check.remove(&shard.0);
+        self.ahead.remove(&shard.0);
+        self.checked.remove(&shard.0);
         self.took(shard, seq, 0);
     }
 

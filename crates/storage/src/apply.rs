@@ -3,6 +3,7 @@
 use crate::key_index::{KeyMeta, ShardKeys};
 use crate::keys::{expiry_key, owned_key};
 use crate::store::{REMOVED_ROW, SLOTS_ROW, decode_removal, encode_removal};
+use crate::tables::{Batch, Space};
 use crate::{Storage, StorageError};
 use bytes::Bytes;
 use std::collections::HashMap;
@@ -645,8 +646,12 @@ impl<'s> Pending<'s> {
             Command::DeletePrefix { prefix } => {
                 let mut keys: Vec<Bytes> = Vec::new();
                 let hide_internal = !is_internal_key(prefix);
-                for guard in self.storage.data.prefix(owned_key(self.shard, prefix)) {
-                    let key = guard.key()?;
+                for row in self
+                    .storage
+                    .tables
+                    .prefix(Space::Data, &owned_key(self.shard, prefix))
+                {
+                    let (key, _) = row?;
                     if hide_internal && is_internal_key(&key[4..]) {
                         continue;
                     }
@@ -787,6 +792,12 @@ fn add_decimal(old: Option<&[u8]>, increment: &[u8]) -> Result<Bytes, ErrorCode>
 /// Name of the `data_meta` row listing the sessions a shard refuses (ended), with when.
 const ENDED_ROW: &str = "ended_sessions";
 
+/// Name of the `data_meta` row that holds the log index of the last entry applied to the
+/// shard, as a big-endian `u64` (see [`ShardView::applied_index`](crate::ShardView::applied_index)).
+/// Written with every applied batch; whoever replaces a shard's meta rows (a snapshot
+/// installed) writes it too.
+pub const APPLIED_INDEX_ROW: &str = "applied_index";
+
 /// How long a shard remembers an ended session: far longer than any request that could carry
 /// it can be on its way.
 const ENDED_KEEP_MS: u64 = 60 * 60 * 1000;
@@ -864,7 +875,7 @@ impl Storage {
                 None => CommandResult::Done,
             });
         }
-        let mut batch = self.db.batch();
+        let mut batch = self.tables.batch();
         let watched: Vec<Bytes> = if self.watchers().is_empty() {
             Vec::new()
         } else {
@@ -874,7 +885,7 @@ impl Storage {
             && let Some(ended) = &pending.ended
         {
             batch.insert(
-                &self.data_meta,
+                Space::Meta,
                 owned_key(shard, ENDED_ROW.as_bytes()),
                 encode_ended(ended),
             );
@@ -892,7 +903,7 @@ impl Storage {
             }
             self.raise_removal(shard, at)?;
             batch.insert(
-                &self.data_meta,
+                Space::Meta,
                 owned_key(shard, REMOVED_ROW.as_bytes()),
                 encode_removal(at),
             );
@@ -911,10 +922,10 @@ impl Storage {
             let new_expiry = record.as_ref().and_then(|r| r.expires_at_ms);
             if old_expiry != new_expiry {
                 if let Some(at) = old_expiry {
-                    batch.remove(&self.expiry, expiry_key(shard, at, &key));
+                    batch.remove(Space::Expiry, expiry_key(shard, at, &key));
                 }
                 if let Some(at) = new_expiry {
-                    batch.insert(&self.expiry, expiry_key(shard, at, &key), b"".to_vec());
+                    batch.insert(Space::Expiry, expiry_key(shard, at, &key), b"".to_vec());
                 }
             }
             if member_slot(&key).is_none() {
@@ -930,21 +941,28 @@ impl Storage {
                 }
             }
             match record {
-                Some(record) => batch.insert(&self.data, full, record.encode().to_vec()),
-                None => batch.remove(&self.data, full),
+                Some(record) => batch.insert(Space::Data, full, record.encode().to_vec()),
+                None => batch.remove(Space::Data, full),
             }
         }
         for (name, value) in meta {
             batch.insert(
-                &self.data_meta,
+                Space::Meta,
                 owned_key(shard, name.as_bytes()),
                 value.clone(),
+            );
+        }
+        if let Some(last) = entries.last() {
+            batch.insert(
+                Space::Meta,
+                owned_key(shard, APPLIED_INDEX_ROW.as_bytes()),
+                last.index.to_be_bytes().to_vec(),
             );
         }
         if let Err(e) = batch.commit() {
             // The index already holds what was not written.
             self.key_index().forget(shard);
-            return Err(e.into());
+            return Err(e);
         }
         crate::crash::point("applied");
         drop(removing);
@@ -968,26 +986,26 @@ impl Storage {
         // A key must not be both removed and inserted in one batch, so only stale keys go.
         let incoming: std::collections::HashSet<&[u8]> =
             export.records.iter().map(|(k, _)| k.as_slice()).collect();
-        let mut batch = self.db.batch();
-        for guard in self.data.prefix(shard.to_be_bytes()) {
-            let key = guard.key()?;
+        let mut batch = self.tables.batch();
+        for row in self.tables.prefix(Space::Data, &shard.to_be_bytes()) {
+            let (key, _) = row?;
             if !incoming.contains(&key[4..]) {
-                batch.remove(&self.data, key);
+                batch.remove(Space::Data, key);
             }
         }
         self.stage_meta(&mut batch, shard, &export.meta)?;
         let gate = self.removal_gate(shard)?;
         let mut removing = gate.enter();
         removing.raises_to(self.raise_removal_from(shard, &export.meta)?);
-        for guard in self.expiry.prefix(shard.to_be_bytes()) {
-            batch.remove(&self.expiry, guard.key()?);
+        for row in self.tables.prefix(Space::Expiry, &shard.to_be_bytes()) {
+            batch.remove(Space::Expiry, row?.0);
         }
         for (key, value) in &export.records {
             let record = Record::decode(value)?;
             if let Some(at) = record.expires_at_ms {
-                batch.insert(&self.expiry, expiry_key(shard, at, key), b"".to_vec());
+                batch.insert(Space::Expiry, expiry_key(shard, at, key), b"".to_vec());
             }
-            batch.insert(&self.data, owned_key(shard, key), value.clone());
+            batch.insert(Space::Data, owned_key(shard, key), value.clone());
         }
         batch.commit()?;
         self.forget_slot_range(shard);
@@ -1019,19 +1037,19 @@ impl Storage {
     /// row is never both removed and inserted in one batch: only stale ones go).
     fn stage_meta(
         &self,
-        batch: &mut fjall::OwnedWriteBatch,
+        batch: &mut Batch<'_>,
         shard: u32,
         meta: &[(String, Vec<u8>)],
     ) -> Result<(), StorageError> {
-        for guard in self.data_meta.prefix(shard.to_be_bytes()) {
-            let key = guard.key()?;
+        for row in self.tables.prefix(Space::Meta, &shard.to_be_bytes()) {
+            let (key, _) = row?;
             if !meta.iter().any(|(name, _)| name.as_bytes() == &key[4..]) {
-                batch.remove(&self.data_meta, key);
+                batch.remove(Space::Meta, key);
             }
         }
         for (name, value) in meta {
             batch.insert(
-                &self.data_meta,
+                Space::Meta,
                 owned_key(shard, name.as_bytes()),
                 value.clone(),
             );
@@ -1047,12 +1065,12 @@ impl Storage {
         let shard = shard.0;
         self.check_writable()?;
         self.key_index().forget(shard);
-        let mut batch = self.db.batch();
+        let mut batch = self.tables.batch();
         for (key, value) in rows {
             if let Some(at) = Record::peek_expiry(value) {
-                batch.insert(&self.expiry, expiry_key(shard, at, key), b"".to_vec());
+                batch.insert(Space::Expiry, expiry_key(shard, at, key), b"".to_vec());
             }
-            batch.insert(&self.data, owned_key(shard, key), value.to_vec());
+            batch.insert(Space::Data, owned_key(shard, key), value.to_vec());
         }
         batch.commit()?;
         Ok(())
@@ -1067,7 +1085,7 @@ impl Storage {
     ) -> Result<(), StorageError> {
         let shard = shard.0;
         self.check_writable()?;
-        let mut batch = self.db.batch();
+        let mut batch = self.tables.batch();
         self.stage_meta(&mut batch, shard, meta)?;
         let gate = self.removal_gate(shard)?;
         let mut removing = gate.enter();
@@ -1110,14 +1128,19 @@ impl Storage {
         self.key_index().forget(parent);
         self.key_index().forget(child);
         let stored = self.slot_range(ShardId(parent))?;
-        let mut batch = self.db.batch();
+        let mut batch = self.tables.batch();
         for (name, value) in parent_meta {
             batch.insert(
-                &self.data_meta,
+                Space::Meta,
                 owned_key(parent, name.as_bytes()),
                 value.clone(),
             );
         }
+        batch.insert(
+            Space::Meta,
+            owned_key(parent, APPLIED_INDEX_ROW.as_bytes()),
+            index.to_be_bytes().to_vec(),
+        );
         let valid = range.0 < at_slot && at_slot <= range.1;
         if !valid || stored.is_some_and(|s| s != range) {
             batch.commit()?;
@@ -1131,64 +1154,74 @@ impl Storage {
         removing.1.raises_to(index);
         self.raise_removal(parent, index)?;
         batch.insert(
-            &self.data_meta,
+            Space::Meta,
             owned_key(parent, REMOVED_ROW.as_bytes()),
             encode_removal(index),
         );
         let mut moved = 0u64;
-        for guard in self.data.prefix(parent.to_be_bytes()) {
-            let (key, value) = guard.into_inner()?;
+        for row in self.tables.prefix(Space::Data, &parent.to_be_bytes()) {
+            let (key, value) = row?;
             let user_key = &key[4..];
             if !crate::store::in_slots(user_key, Some(upper)) {
                 continue;
             }
             moved += 1;
-            batch.remove(&self.data, key.clone());
+            batch.remove(Space::Data, key.clone());
             let expires = Record::peek_expiry(&value);
             if let Some(at) = expires {
-                batch.remove(&self.expiry, expiry_key(parent, at, user_key));
+                batch.remove(Space::Expiry, expiry_key(parent, at, user_key));
             }
             if seed.is_some() {
                 if let Some(at) = expires {
-                    batch.insert(&self.expiry, expiry_key(child, at, user_key), b"".to_vec());
+                    batch.insert(Space::Expiry, expiry_key(child, at, user_key), b"".to_vec());
                 }
-                batch.insert(&self.data, owned_key(child, user_key), value.to_vec());
+                batch.insert(Space::Data, owned_key(child, user_key), value.to_vec());
             }
         }
         batch.insert(
-            &self.data_meta,
+            Space::Meta,
             owned_key(parent, SLOTS_ROW.as_bytes()),
             crate::store::encode_slots((range.0, at_slot - 1)),
         );
         if let Some(seed) = seed {
             batch.insert(
-                &self.data_meta,
+                Space::Meta,
                 owned_key(child, SLOTS_ROW.as_bytes()),
                 crate::store::encode_slots(upper),
             );
             for (name, value) in seed {
                 batch.insert(
-                    &self.data_meta,
+                    Space::Meta,
                     owned_key(child, name.as_bytes()),
                     value.clone(),
                 );
             }
+            // The child's log goes on after the split entry.
+            batch.insert(
+                Space::Meta,
+                owned_key(child, APPLIED_INDEX_ROW.as_bytes()),
+                index.to_be_bytes().to_vec(),
+            );
             self.raise_removal(child, index)?;
             batch.insert(
-                &self.data_meta,
+                Space::Meta,
                 owned_key(child, REMOVED_ROW.as_bytes()),
                 encode_removal(index),
             );
             // The keys that move keep being refused to the sessions that ended.
             if let Some(ended) = self.data_meta(ShardId(parent), ENDED_ROW)? {
                 batch.insert(
-                    &self.data_meta,
+                    Space::Meta,
                     owned_key(child, ENDED_ROW.as_bytes()),
                     ended.to_vec(),
                 );
             }
         }
         batch.commit()?;
+        // The child's group starts from these rows, and its log goes on from the split: a
+        // crash must not take them back while that log survives, so they are made durable
+        // now rather than re-applied from the parent's log.
+        self.tables.flush()?;
         self.forget_slot_range(parent);
         self.forget_slot_range(child);
         self.watchers().everything_changed();
@@ -1204,8 +1237,9 @@ impl Storage {
     /// Whether `shard` has any state-machine state here (rows or an applied log id).
     pub fn has_shard_state(&self, shard: ShardId) -> Result<bool, StorageError> {
         let shard = shard.0;
-        Ok(self.data_meta.prefix(shard.to_be_bytes()).next().is_some()
-            || self.data.prefix(shard.to_be_bytes()).next().is_some())
+        let prefix = shard.to_be_bytes();
+        Ok(self.tables.prefix(Space::Meta, &prefix).next().is_some()
+            || self.tables.prefix(Space::Data, &prefix).next().is_some())
     }
 }
 

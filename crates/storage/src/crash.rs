@@ -1,5 +1,5 @@
 //! Crash points: places on the write path where a test can make the process abort, to check
-//! that a crash between any two steps (append, sync, apply, snapshot, purge) loses no
+//! that a crash between any two steps (append, sync, apply, flush, snapshot, purge) loses no
 //! acknowledged write and applies no entry twice.
 //!
 //! Armed by the environment only: `TRIREME_CRASH_AT=NAME:N` aborts the process the `N`th
@@ -13,13 +13,15 @@ use std::sync::atomic::{AtomicU64, Ordering};
 pub const VARIABLE: &str = "TRIREME_CRASH_AT";
 
 /// Every crash point, in the order an entry passes them.
-pub const POINTS: [&str; 5] = [
+pub const POINTS: [&str; 6] = [
     // A log append is written to the log store but not synced.
     "log-written",
     // The log store's fdatasync returned; no flush callback has fired yet.
     "log-synced",
     // A batch of committed entries is written to the rows; no client has its answer yet.
     "applied",
+    // Memtables were flushed to synced tables; the flush's callers do not know yet.
+    "data-flushed",
     // A snapshot is built and saved; openraft does not know it yet, nor purged the log.
     "snapshot-saved",
     // A log was purged up to a snapshot.

@@ -3,13 +3,13 @@ use trireme_types::{ErrorCode, TriremeError};
 /// What can go wrong in storage.
 #[derive(Debug, thiserror::Error)]
 pub enum StorageError {
-    /// fjall reported an error.
-    #[error("fjall: {0}")]
-    Engine(#[from] fjall::Error),
+    /// The tables holding the rows reported an error.
+    #[error("tables: {0}")]
+    Tables(#[from] lsm_tree::Error),
     /// The Raft log store reported an error.
     #[error("raft log: {0}")]
     Log(#[from] raft_engine::Error),
-    /// A file operation outside fjall failed.
+    /// A file operation failed.
     #[error("io: {0}")]
     Io(#[from] std::io::Error),
     /// Stored bytes could not be decoded.

@@ -10,7 +10,8 @@ use std::path::Path;
 /// The format this build writes and reads.
 /// - 1: one fjall database (`fjall/`) holding every group's Raft log and every shard's rows.
 /// - 2: the Raft logs in a raft-engine log store (`raft-log/`), the rows in fjall (`fjall/`).
-pub const CURRENT: u32 = 2;
+/// - 3: the Raft logs as in 2, the rows in one LSM tree without a journal (`tables/`).
+pub const CURRENT: u32 = 3;
 
 /// The file's name, in the data directory.
 const FILE: &str = "FORMAT";

@@ -47,8 +47,10 @@ type Queued = (Instant, SyncCallback);
 
 /// Handle to the group-commit thread. Dropping the last handle stops the thread.
 pub(crate) struct GroupCommit {
-    tx: mpsc::Sender<Queued>,
+    /// `None` once dropped: the thread ends when the channel closes.
+    tx: Option<mpsc::Sender<Queued>>,
     poisoned: Arc<AtomicBool>,
+    thread: Option<thread::JoinHandle<()>>,
 }
 
 impl GroupCommit {
@@ -105,12 +107,20 @@ impl GroupCommit {
                     }
                 }
             });
-        if let Err(e) = spawned {
-            // Without the thread nothing can become durable: refuse every write.
-            tracing::error!(error = %e, "cannot start the group-commit thread");
-            poisoned.store(true, Ordering::Release);
+        let thread = match spawned {
+            Ok(thread) => Some(thread),
+            Err(e) => {
+                // Without the thread nothing can become durable: refuse every write.
+                tracing::error!(error = %e, "cannot start the group-commit thread");
+                poisoned.store(true, Ordering::Release);
+                None
+            }
+        };
+        Self {
+            tx: Some(tx),
+            poisoned,
+            thread,
         }
-        Self { tx, poisoned }
     }
 
     /// Queues `callback` behind the next sync.
@@ -119,8 +129,27 @@ impl GroupCommit {
             callback(Err(StorageError::Poisoned));
             return;
         }
-        if let Err(mpsc::SendError((_, callback))) = self.tx.send((Instant::now(), callback)) {
+        let Some(tx) = &self.tx else {
             callback(Err(StorageError::Closed));
+            return;
+        };
+        if let Err(mpsc::SendError((_, callback))) = tx.send((Instant::now(), callback)) {
+            callback(Err(StorageError::Closed));
+        }
+    }
+}
+
+/// Waits for the thread to finish the syncs queued so far, so that whatever its sync holds
+/// (the log store's files, the tables) is released when the store is: a store reopened
+/// right after finds them free.
+impl Drop for GroupCommit {
+    fn drop(&mut self) {
+        self.tx = None;
+        if let Some(thread) = self.thread.take()
+            // The last owner of the store may be a callback run on the thread itself.
+            && thread.thread().id() != thread::current().id()
+        {
+            let _ = thread.join();
         }
     }
 }

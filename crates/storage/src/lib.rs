@@ -1,8 +1,9 @@
 //! Trireme's storage, per node: one log store (TiKV's `raft-engine`, in `raft-log/`) holding
-//! the Raft log, vote and named values of every group, and one fjall [`fjall::Database`] (in
-//! `fjall/`) holding the rows of every shard, each with group commit.
+//! the Raft log, vote and named values of every group, and one LSM tree (fjall's `lsm-tree`,
+//! in `tables/`) holding the rows of every shard, without a journal of its own.
 //!
-//! fjall keyspaces (docs/architecture.md, "storage"):
+//! Three kinds of rows share the tree, each under its own tag byte (docs/architecture.md,
+//! "storage"):
 //! - `data`: shard ‖ key → [`Record`](trireme_types::Record);
 //! - `data_meta`: shard ‖ name → applied log id and membership (and, once touched, the slot
 //!   range and the removal watermark), written in the same batch as the data they describe;
@@ -11,9 +12,12 @@
 //!
 //! Log writes go to the log store without syncing; [`Storage::sync_log`] queues a callback on
 //! the log's group-commit thread, which covers every group's appends so far with one
-//! `fdatasync` and then fires every queued callback. Rows go to fjall's journal, synced the
-//! same way by a second thread when [`Storage::sync_async`] asks (before a snapshot lets the
-//! log be purged). A failed sync poisons the store: it refuses every later write.
+//! `fdatasync` and then fires every queued callback. Rows go to the tree's memtable only: the
+//! log entry that wrote them is their journal. They become durable when a memtable is
+//! flushed to a table, by size or when [`Storage::sync_async`] asks (before a snapshot lets
+//! the log be purged); after a crash each shard re-applies its log from the applied log id
+//! its flushed rows hold. A failed sync or flush poisons the store: it refuses every later
+//! write.
 //!
 //! The data directory records its format version in a `FORMAT` file (see [`DATA_FORMAT`]);
 //! a directory of another format is refused when it is opened.
@@ -34,9 +38,10 @@ mod keys;
 mod raft_log;
 mod read;
 mod store;
+mod tables;
 mod watch;
 
-pub use apply::{ApplyEntry, ShardExport, ShardSplit};
+pub use apply::{APPLIED_INDEX_ROW, ApplyEntry, ShardExport, ShardSplit};
 pub use error::StorageError;
 pub use format::CURRENT as DATA_FORMAT;
 pub use group_commit::SyncCallback;

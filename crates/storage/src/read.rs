@@ -2,33 +2,31 @@
 
 use crate::keys::owned_key;
 use crate::store::{SLOTS_ROW, in_slots};
+use crate::tables::{Space, TablesSnapshot};
 use crate::{Storage, StorageError};
 use std::ops::Bound;
 use trireme_types::session::is_internal_key;
 use trireme_types::{Record, ShardId};
 
-/// One shard as of one point of its applied log, read from one fjall snapshot. Every read
-/// that touches more than one row goes through one view, taken once: an applied batch of
-/// log entries is one fjall batch, published at once, so a view holds each entry whole or
+/// One shard as of one point of its applied log, read from one snapshot of the tables. Every
+/// read that touches more than one row goes through one view, taken once: an applied batch
+/// of log entries is one batch of the tables, published at once, so a view holds each entry whole or
 /// not at all (a read at the newest sequence number instead can meet a batch halfway
 /// through its insertion into the memtable). A snapshot of the shard can also be written out
 /// row by row from a view, without first collecting every row in memory.
 pub struct ShardView<'s> {
-    storage: &'s Storage,
-    snapshot: fjall::Snapshot,
+    /// A view is read while its store is open.
+    storage: std::marker::PhantomData<&'s Storage>,
+    snapshot: TablesSnapshot,
     shard: u32,
 }
 
 impl ShardView<'_> {
     /// The shard's `data_meta` rows, name → value.
     pub fn meta(&self) -> Result<Vec<(String, Vec<u8>)>, StorageError> {
-        use fjall::Readable;
         let mut meta = Vec::new();
-        for guard in self
-            .snapshot
-            .prefix(&self.storage.data_meta, self.shard.to_be_bytes())
-        {
-            let (key, value) = guard.into_inner()?;
+        for row in self.snapshot.prefix(Space::Meta, &self.shard.to_be_bytes()) {
+            let (key, value) = row?;
             meta.push((
                 String::from_utf8_lossy(&key[4..]).into_owned(),
                 value.to_vec(),
@@ -51,12 +49,8 @@ impl ShardView<'_> {
         &self,
         mut visit: impl FnMut(&[u8], &[u8]) -> bool,
     ) -> Result<(), StorageError> {
-        use fjall::Readable;
-        for guard in self
-            .snapshot
-            .prefix(&self.storage.data, self.shard.to_be_bytes())
-        {
-            let (key, value) = guard.into_inner()?;
+        for row in self.snapshot.prefix(Space::Data, &self.shard.to_be_bytes()) {
+            let (key, value) = row?;
             if !visit(&key[4..], &value) {
                 break;
             }
@@ -71,10 +65,9 @@ impl ShardView<'_> {
         prefix: &[u8],
         mut visit: impl FnMut(&[u8], &[u8]),
     ) -> Result<(), StorageError> {
-        use fjall::Readable;
         let full = owned_key(self.shard, prefix);
-        for guard in self.snapshot.prefix(&self.storage.data, &full) {
-            let (key, value) = guard.into_inner()?;
+        for row in self.snapshot.prefix(Space::Data, &full) {
+            let (key, value) = row?;
             let value = Record::peek_value(&value).ok_or_else(|| {
                 StorageError::Corrupt("a member row shorter than its header".into())
             })?;
@@ -83,14 +76,30 @@ impl ShardView<'_> {
         Ok(())
     }
 
+    /// The log index of the last entry applied to the shard as of this view (0: none).
+    /// After a crash, the rows come back as of the last flush and the shard re-applies its
+    /// log from there: what was derived from rows beyond this point (a search index) is
+    /// ahead of them until the re-applied entries come through again.
+    pub fn applied_index(&self) -> Result<u64, StorageError> {
+        let row = owned_key(self.shard, crate::apply::APPLIED_INDEX_ROW.as_bytes());
+        match self.snapshot.get(Space::Meta, &row)? {
+            Some(bytes) => {
+                let bytes: [u8; 8] = bytes[..].try_into().map_err(|_| {
+                    StorageError::Corrupt(format!("an applied index row of {} bytes", bytes.len()))
+                })?;
+                Ok(u64::from_be_bytes(bytes))
+            }
+            None => Ok(0),
+        }
+    }
+
     /// The shard's slot range as of this view, once a split recorded one (`None`: the range
     /// the shard had at bootstrap).
     pub fn slot_range(&self) -> Result<Option<(u16, u16)>, StorageError> {
-        use fjall::Readable;
-        match self.snapshot.get(
-            &self.storage.data_meta,
-            owned_key(self.shard, SLOTS_ROW.as_bytes()),
-        )? {
+        match self
+            .snapshot
+            .get(Space::Meta, &owned_key(self.shard, SLOTS_ROW.as_bytes()))?
+        {
             Some(bytes) => Ok(Some(crate::store::decode_slots(&bytes)?)),
             None => Ok(None),
         }
@@ -103,20 +112,15 @@ impl ShardView<'_> {
         ShardId(self.shard)
     }
 
-    pub(crate) fn snapshot(&self) -> &fjall::Snapshot {
+    pub(crate) fn snapshot(&self) -> &TablesSnapshot {
         &self.snapshot
-    }
-
-    pub(crate) fn storage(&self) -> &Storage {
-        self.storage
     }
 
     /// Reads a key as stored, expired or not.
     pub fn get_raw(&self, key: &[u8]) -> Result<Option<Record>, StorageError> {
-        use fjall::Readable;
         match self
             .snapshot
-            .get(&self.storage.data, owned_key(self.shard, key))?
+            .get(Space::Data, &owned_key(self.shard, key))?
         {
             Some(bytes) => Ok(Some(Record::decode(&bytes)?)),
             None => Ok(None),
@@ -144,7 +148,6 @@ impl ShardView<'_> {
         now_ms: u64,
         slots: Option<(u16, u16)>,
     ) -> Result<Vec<(bytes::Bytes, Record)>, StorageError> {
-        use fjall::Readable;
         let mut out = Vec::new();
         let full_prefix = owned_key(self.shard, prefix);
         // A start past every key under the prefix: nothing to read (and no range whose ends
@@ -156,28 +159,31 @@ impl ShardView<'_> {
             return Ok(out);
         }
         let lower = match start {
-            Bound::Included(from) if from >= prefix => {
-                Some(Bound::Included(owned_key(self.shard, from)))
-            }
+            Bound::Included(from) if from >= prefix => Some((true, owned_key(self.shard, from))),
             Bound::Excluded(after) if after >= prefix => {
-                Some(Bound::Excluded(owned_key(self.shard, after)))
+                Some((false, owned_key(self.shard, after)))
             }
             _ => None,
         };
-        let iter = match lower {
-            Some(lower) => {
-                let upper = fjall::util::prefix_to_range(&full_prefix).1;
-                self.snapshot
-                    .range::<Vec<u8>, _>(&self.storage.data, (lower, upper.map(|s| s.to_vec())))
+        let iter: Box<dyn Iterator<Item = Result<crate::tables::Row, StorageError>>> = match lower {
+            Some((included, lower)) => {
+                let upper = crate::tables::prefix_end(&full_prefix);
+                let lower = if included {
+                    Bound::Included(lower.as_slice())
+                } else {
+                    Bound::Excluded(lower.as_slice())
+                };
+                let upper = upper.as_deref().map_or(Bound::Unbounded, Bound::Excluded);
+                Box::new(self.snapshot.range(Space::Data, lower, upper))
             }
-            None => self.snapshot.prefix(&self.storage.data, &full_prefix),
+            None => Box::new(self.snapshot.prefix(Space::Data, &full_prefix)),
         };
         let hide_internal = !is_internal_key(prefix);
-        for guard in iter {
+        for row in iter {
             if out.len() >= limit {
                 break;
             }
-            let (key, value) = guard.into_inner()?;
+            let (key, value) = row?;
             if Record::peek_expiry(&value).is_some_and(|at| at <= now_ms)
                 || !in_slots(&key[4..], slots)
                 || (hide_internal && is_internal_key(&key[4..]))
@@ -202,15 +208,14 @@ impl ShardView<'_> {
         slots: Option<(u16, u16)>,
         mut keep: impl FnMut(&[u8]) -> bool,
     ) -> Result<(u64, Vec<(bytes::Bytes, Record)>), StorageError> {
-        use fjall::Readable;
         let mut kept = 0u64;
         let mut out = Vec::new();
         let hide_internal = !is_internal_key(prefix);
-        for guard in self
+        for row in self
             .snapshot
-            .prefix(&self.storage.data, owned_key(self.shard, prefix))
+            .prefix(Space::Data, &owned_key(self.shard, prefix))
         {
-            let (key, value) = guard.into_inner()?;
+            let (key, value) = row?;
             if Record::peek_expiry(&value).is_some_and(|at| at <= now_ms)
                 || !in_slots(&key[4..], slots)
                 || (hide_internal && is_internal_key(&key[4..]))
@@ -240,15 +245,15 @@ impl ShardView<'_> {
         now_ms: u64,
         slots: Option<(u16, u16)>,
     ) -> Result<(u64, u64), StorageError> {
-        use fjall::Readable;
         let start = crate::keys::expiry_key(self.shard, now_ms.saturating_add(1), b"");
         let end = crate::keys::expiry_key(self.shard.saturating_add(1), 0, b"");
         let (mut count, mut ttl_sum) = (0u64, 0u64);
-        for guard in self
-            .snapshot
-            .range::<Vec<u8>, _>(&self.storage.expiry, start..end)
-        {
-            let key = guard.key()?;
+        for row in self.snapshot.range(
+            Space::Expiry,
+            Bound::Included(start.as_slice()),
+            Bound::Excluded(end.as_slice()),
+        ) {
+            let (key, _) = row?;
             if key.get(..4) != Some(&self.shard.to_be_bytes()[..]) {
                 break;
             }
@@ -270,8 +275,8 @@ impl Storage {
     /// the shard's log, however many rows it reads and however long it takes.
     pub fn shard_view(&self, shard: ShardId) -> ShardView<'_> {
         ShardView {
-            storage: self,
-            snapshot: self.db.snapshot(),
+            storage: std::marker::PhantomData,
+            snapshot: self.tables.snapshot(),
             shard: shard.0,
         }
     }

@@ -1,12 +1,12 @@
 //! The node's storage: the Raft logs of every group in one log store ([`crate::raft_log`]),
-//! the rows of every shard in one fjall database, and the operations the raft layer and the
-//! read path need.
+//! the rows of every shard in one LSM tree ([`crate::tables`]), and the operations the raft
+//! layer and the read path need.
 
 use crate::group_commit::GroupCommit;
 use crate::keys::owned_key;
 use crate::raft_log::RaftLogs;
+use crate::tables::{Space, Tables};
 use crate::{StorageError, SyncCallback};
-use fjall::{Database, Keyspace, KeyspaceCreateOptions, PersistMode};
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
@@ -16,14 +16,18 @@ use trireme_types::{GroupId, Record, ShardId, Timed};
 /// How to open the store.
 #[derive(Debug, Clone)]
 pub struct StorageOptions {
-    /// Block cache size, bytes.
+    /// The tables' block cache (blocks of rows, indexes and filters as read from disk), bytes.
     pub cache_bytes: u64,
+    /// The record cache in front of the tables (the newest written or read records, for point
+    /// reads), bytes; 0 turns it off.
+    pub record_cache_bytes: u64,
 }
 
 impl Default for StorageOptions {
     fn default() -> Self {
         Self {
             cache_bytes: 64 * 1024 * 1024,
+            record_cache_bytes: 64 * 1024 * 1024,
         }
     }
 }
@@ -45,92 +49,16 @@ pub struct StorageMetrics {
     pub applies: Timed,
 }
 
-/// Makes everything written to fjall's journal durable without holding fjall's journal lock
-/// during the fdatasync.
-///
-/// `Database::persist(SyncData)` keeps the journal writer locked while the disk syncs, which
-/// stalls every other write (log appends of all groups, applies) for the whole fsync. Instead
-/// we flush fjall's buffer to the OS under its lock (`PersistMode::Buffer`, a memory copy) and
-/// fdatasync the active journal file through our own handle, outside the lock. This relies on
-/// fjall 3.1's journal layout (`<n>.jnl`, the highest `n` active, the old file synced with
-/// `SyncAll` and the folder synced when it rotates), which is why fjall is pinned exactly.
-struct JournalSync {
-    db: Database,
-    folder: PathBuf,
-    active: Option<(u64, std::fs::File)>,
-}
-
-impl JournalSync {
-    fn new(db: Database, folder: PathBuf) -> Self {
-        Self {
-            db,
-            folder,
-            active: None,
-        }
-    }
-
-    /// The highest-numbered journal file in the folder.
-    fn newest_journal(&self) -> std::io::Result<Option<u64>> {
-        let mut newest = None;
-        for entry in std::fs::read_dir(&self.folder)? {
-            let name = entry?.file_name();
-            let id = name
-                .to_str()
-                .and_then(|n| n.strip_suffix(".jnl"))
-                .and_then(|n| n.parse::<u64>().ok());
-            newest = newest.max(id);
-        }
-        Ok(newest)
-    }
-
-    fn journal_path(&self, id: u64) -> PathBuf {
-        self.folder.join(format!("{id}.jnl"))
-    }
-
-    /// Whether fjall may have moved on from journal `id`. A new journal is numbered one above
-    /// the active one, and sealed journals are deleted oldest first; so while `id` is still
-    /// there and `id + 1` is not, `id` is the active journal. Two `stat` calls per sync instead
-    /// of listing the folder (open, getdents, close): under load this runs a thousand times a
-    /// second, on the path every acknowledgement waits for. A `stat` that fails counts as a
-    /// rotation: the folder is listed then, as before.
-    fn may_have_rotated(&self, id: u64) -> bool {
-        let exists = |id: u64| self.journal_path(id).try_exists();
-        exists(id + 1).unwrap_or(true) || !exists(id).unwrap_or(false)
-    }
-
-    fn sync(&mut self) -> Result<(), StorageError> {
-        // 1. Everything written so far reaches the OS, in whichever journal file was active.
-        self.db.persist(PersistMode::Buffer)?;
-        // 2. If fjall rotated since, the old file was synced by the rotation; the data of this
-        //    round is either there or in the newest file, which we sync now.
-        let held = self.active.as_ref().map(|(id, _)| *id);
-        if held.is_none_or(|id| self.may_have_rotated(id)) {
-            let Some(newest) = self.newest_journal()? else {
-                return Err(StorageError::Corrupt("no journal file found".into()));
-            };
-            if held != Some(newest) {
-                let file = std::fs::File::open(self.journal_path(newest))?;
-                self.active = Some((newest, file));
-            }
-        }
-        if let Some((_, file)) = &self.active {
-            file.sync_data()?;
-        }
-        Ok(())
-    }
-}
-
 /// One node's storage. Cheap to share behind an `Arc`.
 pub struct Storage {
-    pub(crate) db: Database,
     /// Every group's Raft log, vote and named values.
     logs: RaftLogs,
     /// Makes log writes durable: one fdatasync of the log store for every group's appends.
     log_commit: GroupCommit,
-    pub(crate) data: Keyspace,
-    pub(crate) data_meta: Keyspace,
-    pub(crate) expiry: Keyspace,
-    /// Makes fjall's journal durable: for snapshots, and before a log is purged.
+    /// Every shard's rows, made durable by flushes rather than a journal.
+    pub(crate) tables: Arc<Tables>,
+    /// Flushes the tables for [`Storage::sync_async`] (before a snapshot lets the log be
+    /// purged): one flush for every caller waiting.
     data_commit: GroupCommit,
     poisoned: Arc<AtomicBool>,
     metrics: Arc<StorageMetrics>,
@@ -166,6 +94,9 @@ pub trait ApplyObserver: Send + Sync {
     fn dropped(&self, shard: ShardId);
 }
 
+/// The tables' folder in the data directory.
+const TABLES_DIR: &str = "tables";
+
 /// Name of the `data_meta` row that holds a shard's slot range once a split has touched it.
 pub(crate) const SLOTS_ROW: &str = "slots";
 
@@ -183,17 +114,13 @@ impl Storage {
     pub fn open(dir: &Path, options: &StorageOptions) -> Result<Arc<Self>, StorageError> {
         std::fs::create_dir_all(dir)?;
         crate::format::check_or_record(dir)?;
-        let db = Database::builder(dir.join("fjall"))
-            .cache_size(options.cache_bytes)
-            // Durability is ours to decide: writes stay in the journal buffer until the
-            // group-commit thread syncs them.
-            .manual_journal_persist(true)
-            .open()?;
-        let keyspace = |name: &str| db.keyspace(name, KeyspaceCreateOptions::default);
-        let data = keyspace("data")?;
-        let data_meta = keyspace("data_meta")?;
-        let expiry = keyspace("expiry")?;
         let poisoned = Arc::new(AtomicBool::new(false));
+        let tables = Arc::new(Tables::open(
+            &dir.join(TABLES_DIR),
+            options.cache_bytes,
+            options.record_cache_bytes,
+            poisoned.clone(),
+        )?);
         let metrics = Arc::new(StorageMetrics::default());
         let logs = RaftLogs::open(&dir.join(crate::raft_log::DIR))?;
         let mut log_file = logs.file_sync();
@@ -203,20 +130,22 @@ impl Storage {
             poisoned.clone(),
             Some(metrics.clone()),
         );
-        let mut journal = JournalSync::new(db.clone(), dir.join("fjall"));
+        // Weak: the tables close (flush, stop their threads) when the storage is dropped, not
+        // whenever this thread notices.
+        let flushed = Arc::downgrade(&tables);
         let data_commit = GroupCommit::start(
             "trireme-data-commit",
-            move || journal.sync(),
+            move || match flushed.upgrade() {
+                Some(tables) => tables.flush(),
+                None => Err(StorageError::Closed),
+            },
             poisoned.clone(),
             None,
         );
         Ok(Arc::new(Self {
-            db,
             logs,
             log_commit,
-            data,
-            data_meta,
-            expiry,
+            tables,
             data_commit,
             poisoned,
             metrics,
@@ -246,21 +175,24 @@ impl Storage {
         &self,
         shard: u32,
     ) -> Result<crate::key_index::ShardKeys, StorageError> {
-        let rows = self.data.prefix(shard.to_be_bytes()).filter_map(|guard| {
-            let (key, value) = match guard.into_inner() {
-                Ok(row) => row,
-                Err(e) => return Some(Err(StorageError::from(e))),
-            };
-            let user_key = key.get(4..).unwrap_or_default();
-            if trireme_types::collection::member_slot(user_key).is_some() {
-                return None;
-            }
-            Some(
-                Record::decode(&value)
-                    .map(|record| (Box::from(user_key), record))
-                    .map_err(StorageError::from),
-            )
-        });
+        let rows = self
+            .tables
+            .prefix(Space::Data, &shard.to_be_bytes())
+            .filter_map(|row| {
+                let (key, value) = match row {
+                    Ok(row) => row,
+                    Err(e) => return Some(Err(e)),
+                };
+                let user_key = key.get(4..).unwrap_or_default();
+                if trireme_types::collection::member_slot(user_key).is_some() {
+                    return None;
+                }
+                Some(
+                    Record::decode(&value)
+                        .map(|record| (Box::from(user_key), record))
+                        .map_err(StorageError::from),
+                )
+            });
         crate::key_index::build(rows)
     }
 
@@ -376,6 +308,11 @@ impl Storage {
         self.logs.disk_bytes()
     }
 
+    /// Bytes the tables holding the rows take on disk.
+    pub fn table_disk_bytes(&self) -> u64 {
+        self.tables.disk_bytes()
+    }
+
     /// Sets a named Raft value of `group` (vote, purge point, the node's identity); durable
     /// once [`Storage::sync_log`] says so.
     pub fn put_raft_meta(
@@ -412,30 +349,31 @@ impl Storage {
         self.key_index.forget(shard);
         let mut deleted = 0u64;
         self.logs.remove_group(group)?;
-        let owners = [
-            (&self.data, shard),
-            (&self.data_meta, shard),
-            (&self.expiry, shard),
-        ];
-        for (keyspace, owner) in owners {
+        for space in [Space::Data, Space::Meta, Space::Expiry] {
             loop {
                 let mut keys = Vec::with_capacity(BATCH_ROWS);
-                for guard in keyspace.prefix(owner.to_be_bytes()).take(BATCH_ROWS) {
-                    keys.push(guard.key()?);
+                for row in self
+                    .tables
+                    .prefix(space, &shard.to_be_bytes())
+                    .take(BATCH_ROWS)
+                {
+                    keys.push(row?.0);
                 }
                 if keys.is_empty() {
                     break;
                 }
-                let mut batch = self.db.batch();
+                let mut batch = self.tables.batch();
                 for key in &keys {
-                    batch.remove(keyspace, key.clone());
+                    batch.remove(space, key);
                 }
                 batch.commit()?;
-                if std::ptr::eq(keyspace, &self.data) {
+                if space == Space::Data {
                     deleted += keys.len() as u64;
                 }
             }
         }
+        // Nothing in the log brings these removals back after a crash: make them durable.
+        self.tables.flush()?;
         self.forget_slot_range(shard);
         self.forget_removal(shard);
         self.watchers.everything_changed();
@@ -452,9 +390,10 @@ impl Storage {
         &self,
         shard: ShardId,
         name: &str,
-    ) -> Result<Option<fjall::Slice>, StorageError> {
+    ) -> Result<Option<lsm_tree::Slice>, StorageError> {
         let shard = shard.0;
-        Ok(self.data_meta.get(owned_key(shard, name.as_bytes()))?)
+        self.tables
+            .get(Space::Meta, &owned_key(shard, name.as_bytes()))
     }
 
     /// The slot range `shard` owns as its replicated state says: `None` until a split has
@@ -669,8 +608,13 @@ impl Storage {
         let mut out = Vec::new();
         let start = crate::keys::expiry_key(shard, 0, b"");
         let end = crate::keys::expiry_key(shard, now_ms.saturating_add(1), b"");
-        for guard in self.expiry.range(start..end).take(limit) {
-            let key = guard.key()?;
+        let rows = self.tables.range(
+            Space::Expiry,
+            std::ops::Bound::Included(start.as_slice()),
+            std::ops::Bound::Excluded(end.as_slice()),
+        );
+        for row in rows.take(limit) {
+            let (key, _) = row?;
             out.push(bytes::Bytes::copy_from_slice(&key[12..]));
         }
         Ok(out)
@@ -689,7 +633,9 @@ impl Storage {
     /// Approximate number of keys stored for `shard` (expired ones included).
     pub fn count_keys(&self, shard: ShardId) -> usize {
         let shard = shard.0;
-        self.data.prefix(shard.to_be_bytes()).count()
+        self.tables
+            .prefix(Space::Data, &shard.to_be_bytes())
+            .count()
     }
 
     /// Rows stored for `shard` (expired ones not yet removed included) and their bytes (keys
@@ -698,8 +644,8 @@ impl Storage {
     pub fn shard_usage(&self, shard: ShardId) -> Result<(u64, u64), StorageError> {
         let shard = shard.0;
         let (mut rows, mut bytes) = (0u64, 0u64);
-        for guard in self.data.prefix(shard.to_be_bytes()) {
-            let (key, value) = guard.into_inner()?;
+        for row in self.tables.prefix(Space::Data, &shard.to_be_bytes()) {
+            let (key, value) = row?;
             rows += 1;
             bytes += (key.len() + value.len()) as u64;
         }
@@ -794,66 +740,6 @@ pub(crate) fn decode_removal(bytes: &[u8]) -> Result<u64, StorageError> {
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn journal_sync_follows_fjall_to_its_newest_journal() {
-        let dir = tempfile::tempdir().unwrap();
-        let db = Database::builder(dir.path().join("fjall"))
-            .manual_journal_persist(true)
-            .open()
-            .unwrap();
-        let keyspace = db.keyspace("k", KeyspaceCreateOptions::default).unwrap();
-        let mut journal = JournalSync::new(db.clone(), dir.path().join("fjall"));
-        let held = |journal: &JournalSync| journal.active.as_ref().map(|(id, _)| *id);
-
-        keyspace.insert("a", "1").unwrap();
-        journal.sync().unwrap();
-        let first = held(&journal).expect("a journal is held after a sync");
-        journal.sync().unwrap();
-        assert_eq!(held(&journal), Some(first), "no rotation, same file");
-
-        // fjall starts a new journal at a flush once the active one passes 64 MB.
-        // Random bytes, so that journal compression cannot shrink them.
-        let mut noise = 0x9e37_79b9_7f4a_7c15_u64;
-        let value: Vec<u8> = (0..1 << 20)
-            .map(|_| {
-                noise ^= noise << 13;
-                noise ^= noise >> 7;
-                noise ^= noise << 17;
-                noise as u8
-            })
-            .collect();
-        for i in 0..66u32 {
-            keyspace.insert(i.to_be_bytes(), value.as_slice()).unwrap();
-        }
-        keyspace.rotate_memtable_and_wait().unwrap();
-        keyspace.insert("b", "1").unwrap();
-        journal.sync().unwrap();
-        assert_eq!(held(&journal), Some(first + 1), "the new journal is synced");
-    }
-
-    #[test]
-    fn a_rotation_is_seen_from_the_successor_or_from_the_missing_journal() {
-        let dir = tempfile::tempdir().unwrap();
-        let db = Database::builder(dir.path().join("fjall")).open().unwrap();
-        let folder = dir.path().join("journals");
-        std::fs::create_dir_all(&folder).unwrap();
-        let journal = JournalSync::new(db, folder.clone());
-        let touch = |id: u64| std::fs::write(folder.join(format!("{id}.jnl")), b"").unwrap();
-        let remove = |id: u64| std::fs::remove_file(folder.join(format!("{id}.jnl"))).unwrap();
-
-        touch(3);
-        assert!(!journal.may_have_rotated(3), "3 is the newest");
-        touch(4);
-        assert!(journal.may_have_rotated(3), "4 follows 3");
-        // 4 and 5 created, 3 and 4 deleted again, all between two syncs.
-        touch(5);
-        remove(3);
-        remove(4);
-        assert!(journal.may_have_rotated(3), "3 is gone");
-        assert!(!journal.may_have_rotated(5));
-        assert_eq!(journal.newest_journal().unwrap(), Some(5));
-    }
 
     #[tokio::test]
     async fn log_survives_reopen_after_sync() {

@@ -108,6 +108,7 @@ pub struct FileConfig {
     raft: Option<RaftSection>,
     cluster: Option<ClusterSection>,
     search: Option<SearchSection>,
+    storage: Option<StorageSection>,
     acl: Option<AclSection>,
     tls: Option<TlsSection>,
     peer_tls: Option<TlsSection>,
@@ -174,6 +175,17 @@ struct SearchSection {
     /// How long a changed document may wait before the index commits it and searches see
     /// it (default 1000; shorter costs write throughput).
     commit_interval_ms: Option<u64>,
+}
+
+/// `[storage]`: cache sizes, in bytes.
+#[derive(Deserialize, Debug, Default)]
+#[serde(deny_unknown_fields)]
+struct StorageSection {
+    /// Blocks of the tables as read from disk (default 64 MiB).
+    cache_bytes: Option<u64>,
+    /// The newest records written or read, in front of the tables, for point reads (default
+    /// 64 MiB; 0 turns it off).
+    record_cache_bytes: Option<u64>,
 }
 
 /// `[raft]`: timing in milliseconds.
@@ -444,6 +456,21 @@ impl ServerArgs {
             }
             node.search_commit_interval = Duration::from_millis(ms);
         }
+        if let Some(storage) = file.storage {
+            const MIB: u64 = 1024 * 1024;
+            if let Some(bytes) = storage.cache_bytes {
+                if !(MIB..=1024 * 1024 * MIB).contains(&bytes) {
+                    bail!("[storage] cache_bytes must be between 1 MiB and 1 TiB, got {bytes}");
+                }
+                node.storage.cache_bytes = bytes;
+            }
+            if let Some(bytes) = storage.record_cache_bytes {
+                if bytes > 1024 * 1024 * MIB {
+                    bail!("[storage] record_cache_bytes must be at most 1 TiB, got {bytes}");
+                }
+                node.storage.record_cache_bytes = bytes;
+            }
+        }
         let join = self.join.or(file.join);
         let initial = self.initial_cluster.or(file.initial_cluster);
         if let (Some(_), Some(_)) = (&join, &initial) {
@@ -707,6 +734,25 @@ mod tests {
         )
         .unwrap_err();
         assert!(format!("{err:#}").contains("missing.pem"), "{err:#}");
+    }
+
+    #[test]
+    fn storage_cache_sizes_are_read_and_bounded() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("trireme.toml");
+        let config = from_file(&path, "").unwrap();
+        assert_eq!(config.node.storage.record_cache_bytes, 64 * 1024 * 1024);
+        let config = from_file(
+            &path,
+            "[storage]\ncache_bytes = 16777216\nrecord_cache_bytes = 0\n",
+        )
+        .unwrap();
+        assert_eq!(config.node.storage.cache_bytes, 16 * 1024 * 1024);
+        assert_eq!(config.node.storage.record_cache_bytes, 0);
+        let err = from_file(&path, "[storage]\ncache_bytes = 5\n").unwrap_err();
+        assert!(err.to_string().contains("cache_bytes"), "{err}");
+        let err = from_file(&path, "[storage]\nblock_cache = 5\n").unwrap_err();
+        assert!(format!("{err:#}").contains("block_cache"), "{err:#}");
     }
 
     #[test]

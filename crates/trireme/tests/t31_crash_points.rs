@@ -1,5 +1,5 @@
 //! Area 31: a crash between any two steps of the write path (the log written, synced, the
-//! entry applied, a snapshot saved, the log purged) loses no acknowledged write and applies
+//! entry applied, the rows flushed, a snapshot saved, the log purged) loses no acknowledged write and applies
 //! no entry twice.
 //!
 //! The server aborts at a crash point armed through `TRIREME_CRASH_AT` while one client
@@ -91,6 +91,11 @@ async fn a_crash_after_the_log_is_synced_before_anyone_hears_of_it() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_crash_after_an_entry_is_applied_before_its_answer() {
     crash_at("applied", 60).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_crash_after_the_rows_are_flushed_before_the_snapshot_is_saved() {
+    crash_at("data-flushed", 3).await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -117,6 +117,11 @@ pub(crate) async fn metrics(
         out,
         "# HELP trireme_storage_log_bytes Bytes of the Raft log store's segment files on disk.\n# TYPE trireme_storage_log_bytes gauge\ntrireme_storage_log_bytes {log_bytes}"
     );
+    let table_bytes = state.node.storage().table_disk_bytes();
+    let _ = writeln!(
+        out,
+        "# HELP trireme_storage_table_bytes Bytes of the tables holding the rows of every shard on disk.\n# TYPE trireme_storage_table_bytes gauge\ntrireme_storage_table_bytes {table_bytes}"
+    );
     let poisoned = u64::from(state.node.storage().is_poisoned());
     let _ = writeln!(
         out,

@@ -5,8 +5,9 @@
 
 use super::rows::{RowSpan, count_stored_rows, stored_rows};
 use super::{Pending, add_decimal, add_integer};
+use crate::StorageError;
 use crate::keys::owned_key;
-use crate::{Storage, StorageError};
+use crate::tables::{Space, TablesSnapshot};
 use bytes::Bytes;
 use trireme_types::collection::{decode_count, encode_count, member_key, member_prefix};
 use trireme_types::{ErrorCode, HashAnswer, HashOp, HashRead, Record, ValueKind};
@@ -39,8 +40,7 @@ pub(super) trait MemberSource {
 /// The stored rows of `shard` under `prefix` after `after`, at most `limit`, as `snapshot`
 /// holds them (see [`stored_rows`]).
 fn stored_members(
-    storage: &Storage,
-    snapshot: &fjall::Snapshot,
+    snapshot: &TablesSnapshot,
     shard: u32,
     prefix: &Bytes,
     after: Option<&[u8]>,
@@ -48,24 +48,22 @@ fn stored_members(
     values: bool,
 ) -> Result<Vec<(Bytes, Bytes)>, StorageError> {
     let span = RowSpan::after(prefix.clone(), after);
-    stored_rows(storage, snapshot, shard, &span, 0, limit, values)
+    stored_rows(snapshot, shard, &span, 0, limit, values)
 }
 
 /// One shard as one snapshot of the store holds it: a read of a collection sees its record
 /// and its members as of one moment, never half of a write.
 pub(super) struct Stored<'s> {
-    pub(super) storage: &'s Storage,
-    pub(super) snapshot: &'s fjall::Snapshot,
+    pub(super) snapshot: &'s TablesSnapshot,
     pub(super) shard: u32,
     pub(super) now: u64,
 }
 
 impl Stored<'_> {
     fn get(&self, key: &[u8]) -> Result<Option<Record>, StorageError> {
-        use fjall::Readable;
         match self
             .snapshot
-            .get(&self.storage.data, owned_key(self.shard, key))?
+            .get(Space::Data, &owned_key(self.shard, key))?
         {
             Some(bytes) => Ok(Some(Record::decode(&bytes)?)),
             None => Ok(None),
@@ -88,15 +86,7 @@ impl MemberSource for Stored<'_> {
         after: Option<&[u8]>,
         limit: u64,
     ) -> Result<Vec<(Bytes, Bytes)>, StorageError> {
-        stored_members(
-            self.storage,
-            self.snapshot,
-            self.shard,
-            prefix,
-            after,
-            limit,
-            true,
-        )
+        stored_members(self.snapshot, self.shard, prefix, after, limit, true)
     }
 
     fn rows(
@@ -105,19 +95,11 @@ impl MemberSource for Stored<'_> {
         skip: u64,
         limit: u64,
     ) -> Result<Vec<(Bytes, Bytes)>, StorageError> {
-        stored_rows(
-            self.storage,
-            self.snapshot,
-            self.shard,
-            span,
-            skip,
-            limit,
-            true,
-        )
+        stored_rows(self.snapshot, self.shard, span, skip, limit, true)
     }
 
     fn count(&mut self, span: &RowSpan) -> Result<u64, StorageError> {
-        count_stored_rows(self.storage, self.snapshot, self.shard, span)
+        count_stored_rows(self.snapshot, self.shard, span)
     }
 }
 
@@ -197,7 +179,6 @@ impl crate::ShardView<'_> {
         now: u64,
     ) -> Result<Result<HashAnswer, ErrorCode>, StorageError> {
         let mut stored = Stored {
-            storage: self.storage(),
             snapshot: self.snapshot(),
             shard: self.shard().0,
             now,

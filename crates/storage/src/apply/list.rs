@@ -155,7 +155,6 @@ impl crate::ShardView<'_> {
         now: u64,
     ) -> Result<Result<ListAnswer, ErrorCode>, StorageError> {
         let mut stored = Stored {
-            storage: self.storage(),
             snapshot: self.snapshot(),
             shard: self.shard().0,
             now,

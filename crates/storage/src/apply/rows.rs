@@ -2,8 +2,9 @@
 //! from a batch being applied (the stored rows with the batch's changes laid over).
 
 use super::Pending;
+use crate::StorageError;
 use crate::keys::owned_key;
-use crate::{Storage, StorageError};
+use crate::tables::{Row, Space, TablesSnapshot};
 use bytes::Bytes;
 use std::collections::BTreeMap;
 use std::ops::Bound;
@@ -76,11 +77,9 @@ impl RowSpan {
             Bound::Excluded(low) => Bound::Excluded(join(low)),
         };
         let upper = match &self.upper {
-            Bound::Unbounded => match fjall::util::prefix_to_range(full).1 {
-                Bound::Included(k) => Bound::Included(k.to_vec()),
-                Bound::Excluded(k) => Bound::Excluded(k.to_vec()),
-                Bound::Unbounded => Bound::Unbounded,
-            },
+            Bound::Unbounded => {
+                crate::tables::prefix_end(full).map_or(Bound::Unbounded, Bound::Excluded)
+            }
             Bound::Included(high) => Bound::Included(join(high)),
             Bound::Excluded(high) => Bound::Excluded(join(high)),
         };
@@ -93,37 +92,35 @@ impl RowSpan {
 /// rows' values, else the remainders only (their values empty), which spares decoding rows
 /// that are only to be counted or removed.
 pub(super) fn stored_rows(
-    storage: &Storage,
-    snapshot: &fjall::Snapshot,
+    snapshot: &TablesSnapshot,
     shard: u32,
     span: &RowSpan,
     skip: u64,
     limit: u64,
     values: bool,
 ) -> Result<Vec<(Bytes, Bytes)>, StorageError> {
-    use fjall::Readable;
     if span.is_empty() {
         return Ok(Vec::new());
     }
     let full = owned_key(shard, &span.prefix);
-    let range = snapshot.range::<Vec<u8>, _>(&storage.data, span.full_bounds(&full));
-    let rows: Box<dyn Iterator<Item = fjall::Guard>> = if span.reverse {
+    let (lower, upper) = span.full_bounds(&full);
+    let range = snapshot.range(Space::Data, as_ref(&lower), as_ref(&upper));
+    let rows: Box<dyn Iterator<Item = Result<Row, StorageError>>> = if span.reverse {
         Box::new(range.rev())
     } else {
         Box::new(range)
     };
     let skip = usize::try_from(skip).unwrap_or(usize::MAX);
     let mut out = Vec::new();
-    for guard in rows.skip(skip) {
+    for row in rows.skip(skip) {
         if out.len() as u64 >= limit {
             break;
         }
+        let (key, value) = row?;
         if values {
-            let (key, value) = guard.into_inner()?;
             let record = Record::decode(&value)?;
             out.push((Bytes::copy_from_slice(&key[full.len()..]), record.value));
         } else {
-            let key = guard.key()?;
             out.push((Bytes::copy_from_slice(&key[full.len()..]), Bytes::new()));
         }
     }
@@ -132,22 +129,29 @@ pub(super) fn stored_rows(
 
 /// How many stored rows of `shard` lie in `span`, counted without keeping them.
 pub(super) fn count_stored_rows(
-    storage: &Storage,
-    snapshot: &fjall::Snapshot,
+    snapshot: &TablesSnapshot,
     shard: u32,
     span: &RowSpan,
 ) -> Result<u64, StorageError> {
-    use fjall::Readable;
     if span.is_empty() {
         return Ok(0);
     }
     let full = owned_key(shard, &span.prefix);
+    let (lower, upper) = span.full_bounds(&full);
     let mut count = 0;
-    for guard in snapshot.range::<Vec<u8>, _>(&storage.data, span.full_bounds(&full)) {
-        guard.key()?;
+    for row in snapshot.range(Space::Data, as_ref(&lower), as_ref(&upper)) {
+        row?;
         count += 1;
     }
     Ok(count)
+}
+
+fn as_ref(bound: &Bound<Vec<u8>>) -> Bound<&[u8]> {
+    match bound {
+        Bound::Included(key) => Bound::Included(key.as_slice()),
+        Bound::Excluded(key) => Bound::Excluded(key.as_slice()),
+        Bound::Unbounded => Bound::Unbounded,
+    }
 }
 
 impl Pending<'_> {
@@ -187,9 +191,8 @@ impl Pending<'_> {
             .collect();
         // Each changed row can hide at most one stored row: that many more are enough,
         // walking from either end.
-        let snapshot = self.storage.db.snapshot();
+        let snapshot = self.storage.tables.snapshot();
         let stored = stored_rows(
-            self.storage,
             &snapshot,
             self.shard,
             span,

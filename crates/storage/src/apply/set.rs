@@ -108,7 +108,6 @@ impl crate::ShardView<'_> {
         now: u64,
     ) -> Result<Result<SetAnswer, ErrorCode>, StorageError> {
         let mut stored = Stored {
-            storage: self.storage(),
             snapshot: self.snapshot(),
             shard: self.shard().0,
             now,
