@@ -1218,12 +1218,10 @@ impl Storage {
             }
         }
         batch.commit()?;
-        // The child's group starts from these rows, and its log goes on from the split: a
-        // crash must not take them back while that log survives, so they are made durable
-        // now rather than re-applied from the parent's log.
-        self.tables.flush()?;
+        // Readers check the cached ranges before they read the rows: forgotten at once.
         self.forget_slot_range(parent);
         self.forget_slot_range(child);
+        drop(removing);
         self.watchers().everything_changed();
         if let Some(observer) = self.observer() {
             observer.replaced(ShardId(parent));
@@ -1231,6 +1229,11 @@ impl Storage {
                 observer.replaced(ShardId(child));
             }
         }
+        // The child's group starts from these rows, and its log goes on from the split: a
+        // crash must not take them back while that log survives, so they are made durable
+        // now rather than re-applied from the parent's log. Last, so that nothing above
+        // (readers, the gate) waits for the disk.
+        self.tables.flush()?;
         Ok(Some(moved))
     }
 

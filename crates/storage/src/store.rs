@@ -372,14 +372,14 @@ impl Storage {
                 }
             }
         }
-        // Nothing in the log brings these removals back after a crash: make them durable.
-        self.tables.flush()?;
         self.forget_slot_range(shard);
         self.forget_removal(shard);
         self.watchers.everything_changed();
         if let Some(observer) = self.observer() {
             observer.dropped(ShardId(shard));
         }
+        // Nothing in the log brings these removals back after a crash: make them durable.
+        self.tables.flush()?;
         Ok(deleted)
     }
 
