@@ -159,27 +159,20 @@ impl ShardView<'_> {
             return Ok(out);
         }
         let lower = match start {
-            Bound::Included(from) if from >= prefix => Some((true, owned_key(self.shard, from))),
+            Bound::Included(from) if from >= prefix => Bound::Included(owned_key(self.shard, from)),
             Bound::Excluded(after) if after >= prefix => {
-                Some((false, owned_key(self.shard, after)))
+                Bound::Excluded(owned_key(self.shard, after))
             }
-            _ => None,
+            _ => Bound::Included(full_prefix.clone()),
         };
-        let iter: Box<dyn Iterator<Item = Result<crate::tables::Row, StorageError>>> = match lower {
-            Some((included, lower)) => {
-                let upper = crate::tables::prefix_end(&full_prefix);
-                let lower = if included {
-                    Bound::Included(lower.as_slice())
-                } else {
-                    Bound::Excluded(lower.as_slice())
-                };
-                let upper = upper.as_deref().map_or(Bound::Unbounded, Bound::Excluded);
-                Box::new(self.snapshot.range(Space::Data, lower, upper))
-            }
-            None => Box::new(self.snapshot.prefix(Space::Data, &full_prefix)),
-        };
+        let upper = crate::tables::prefix_end(&full_prefix);
+        let rows = self.snapshot.range(
+            Space::Data,
+            lower.as_ref().map(Vec::as_slice),
+            upper.as_deref().map_or(Bound::Unbounded, Bound::Excluded),
+        );
         let hide_internal = !is_internal_key(prefix);
-        for row in iter {
+        for row in rows {
             if out.len() >= limit {
                 break;
             }

@@ -104,7 +104,7 @@ pub(super) fn stored_rows(
     }
     let full = owned_key(shard, &span.prefix);
     let (lower, upper) = span.full_bounds(&full);
-    let range = snapshot.range(Space::Data, as_ref(&lower), as_ref(&upper));
+    let range = snapshot.range(Space::Data, as_slices(&lower), as_slices(&upper));
     let rows: Box<dyn Iterator<Item = Result<Row, StorageError>>> = if span.reverse {
         Box::new(range.rev())
     } else {
@@ -139,19 +139,15 @@ pub(super) fn count_stored_rows(
     let full = owned_key(shard, &span.prefix);
     let (lower, upper) = span.full_bounds(&full);
     let mut count = 0;
-    for row in snapshot.range(Space::Data, as_ref(&lower), as_ref(&upper)) {
+    for row in snapshot.range(Space::Data, as_slices(&lower), as_slices(&upper)) {
         row?;
         count += 1;
     }
     Ok(count)
 }
 
-fn as_ref(bound: &Bound<Vec<u8>>) -> Bound<&[u8]> {
-    match bound {
-        Bound::Included(key) => Bound::Included(key.as_slice()),
-        Bound::Excluded(key) => Bound::Excluded(key.as_slice()),
-        Bound::Unbounded => Bound::Unbounded,
-    }
+fn as_slices(bound: &Bound<Vec<u8>>) -> Bound<&[u8]> {
+    bound.as_ref().map(Vec::as_slice)
 }
 
 impl Pending<'_> {
