@@ -222,6 +222,14 @@ impl Node {
                 identity
             }
         };
+        if meta_voters_hint.is_empty() {
+            // A node of the initial cluster beyond the metadata voters reaches the group
+            // through them until it is a learner.
+            meta_voters_hint = meta_voters(&identity.initial_cluster)
+                .keys()
+                .map(|id| id.0)
+                .collect();
+        }
         let map = ShardMap::new(identity.shards).ok_or_else(|| {
             ClusterError::Config(format!(
                 "shard count must be 1..=16384, got {}",
@@ -231,7 +239,17 @@ impl Node {
         // A node removed while it was down is no longer replicated to: its peers refuse its
         // links or tell it so. It stops then, instead of waiting out START_TIMEOUT for a
         // metadata commit that never comes.
-        match unless_told_removed(&transport, meta.wait_recovered(START_TIMEOUT)).await {
+        // A node of the initial cluster beyond the metadata voters (or one that crashed
+        // before it was added as a learner) has no metadata state to recover: it registers
+        // through a voter below, and the leader then adds it as a learner.
+        let recovering = async {
+            if meta.is_initialized().await? {
+                meta.wait_recovered(START_TIMEOUT).await
+            } else {
+                Ok(())
+            }
+        };
+        match unless_told_removed(&transport, recovering).await {
             Some(recovered) => recovered?,
             None => {
                 tracing::error!(node = %config.name, "{}", removed_message(&config));
@@ -858,7 +876,9 @@ impl Node {
     /// Whether this node's replica of `shard` may answer `stale` reads: a voter's may; a
     /// replica a move is still bringing here may hold nothing yet.
     /// A replica of a shard made by a split holds nothing until its first state arrives
-    /// (seeded by its parent, or sent by its leader).
+    /// (seeded by its parent, or sent by its leader). A replica that restarted holds its
+    /// last flushed rows until it has re-applied its log: it may not serve then either, or
+    /// a client reading here could see a value older than one it read before the crash.
     pub(crate) fn serves_stale(&self, shard: ShardId) -> bool {
         if shard == META_SHARD {
             return true;
@@ -866,7 +886,14 @@ impl Node {
         let Some(map) = self.cluster_map() else {
             return false;
         };
-        map.hosts(shard, self.node_id) && self.owned_slots(shard).ok().flatten().is_some()
+        map.hosts(shard, self.node_id)
+            && self
+                .groups
+                .read()
+                .unwrap_or_else(std::sync::PoisonError::into_inner)
+                .get(shard.0 as usize)
+                .is_some_and(|g| g.as_ref().is_some_and(ShardGroup::has_recovered))
+            && self.owned_slots(shard).ok().flatten().is_some()
     }
 
     /// Every shard replica on this node.

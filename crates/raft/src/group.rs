@@ -150,6 +150,11 @@ pub struct ShardGroup {
     >,
     /// Leader changes and elections seen since the group was opened (`/metrics`).
     events: Arc<GroupEvents>,
+    /// Set once the state machine holds everything the group had committed before this
+    /// replica opened. The rows on disk may be older than what it served before a crash
+    /// (applied entries reach the tables at the next flush), so until then a `stale` read
+    /// here could go back in time.
+    recovered: Arc<std::sync::atomic::AtomicBool>,
 }
 
 /// What a group has been through on this node since it was opened, counted by a task that
@@ -162,6 +167,37 @@ pub struct GroupEvents {
     /// Elections held since the group was opened, counted as the terms the group advanced
     /// by (every election, won or not, starts a new term; a term seen skipped still counts).
     pub elections: std::sync::atomic::AtomicU64,
+}
+
+/// Sets `recovered` once the cluster's commit index covers this replica's log as it stood
+/// at open and the state machine has applied up to it (what openraft's `wait_for_recovery`
+/// waits for, watched here without holding the Raft handle, so the task ends with the group).
+fn watch_recovery(
+    mut metrics: openraft::type_config::alias::WatchReceiverOf<
+        TypeConfig,
+        openraft::RaftMetrics<TypeConfig>,
+    >,
+    recovered: Arc<std::sync::atomic::AtomicBool>,
+) {
+    tokio::spawn(async move {
+        let mut target = None;
+        loop {
+            {
+                let m = metrics.borrow_watched();
+                let committed = m.cluster_committed.as_ref().map(|l| l.index);
+                if target.is_none() && committed.is_some() && committed >= m.last_log_index {
+                    target = committed;
+                }
+                if target.is_some() && m.last_applied.as_ref().map(|l| l.index) >= target {
+                    recovered.store(true, std::sync::atomic::Ordering::Release);
+                    return;
+                }
+            }
+            if metrics.changed().await.is_err() {
+                return;
+            }
+        }
+    });
 }
 
 /// Counts leader changes and elections in `metrics` into `events` until the group stops.
@@ -237,6 +273,8 @@ impl ShardGroup {
         let metrics = raft.metrics();
         let events = Arc::new(GroupEvents::default());
         watch_events(raft.metrics(), events.clone());
+        let recovered = Arc::new(std::sync::atomic::AtomicBool::new(false));
+        watch_recovery(raft.metrics(), recovered.clone());
         let proposals = crate::batcher::spawn(raft.clone(), shard, proposal_metrics);
         Ok(Self {
             shard,
@@ -250,7 +288,14 @@ impl ShardGroup {
             lease: timing.election_min,
             metrics,
             events,
+            recovered,
         })
+    }
+
+    /// Whether this replica has applied everything its group committed before it opened:
+    /// until then it must not answer `stale` reads (see [`ShardGroup::open`]'s recovery watch).
+    pub fn has_recovered(&self) -> bool {
+        self.recovered.load(std::sync::atomic::Ordering::Acquire)
     }
 
     /// The shard whose rows this group's state machine holds.
@@ -361,12 +406,7 @@ impl ShardGroup {
         &self,
         members: BTreeMap<NodeId, PeerNode>,
     ) -> Result<(), RaftLayerError> {
-        if self
-            .raft
-            .is_initialized()
-            .await
-            .map_err(|e| RaftLayerError::from_fatal(self.shard, e))?
-        {
+        if self.is_initialized().await? {
             return Ok(());
         }
         let members: BTreeMap<u64, PeerNode> =
@@ -383,6 +423,15 @@ impl ShardGroup {
             }
             Err(e) => Err(RaftLayerError::Setup(e.to_string())),
         }
+    }
+
+    /// Whether this replica knows a membership: it started the group, or a leader has
+    /// replicated to it.
+    pub async fn is_initialized(&self) -> Result<bool, RaftLayerError> {
+        self.raft
+            .is_initialized()
+            .await
+            .map_err(|e| RaftLayerError::from_fatal(self.shard, e))
     }
 
     /// Waits until the state machine has caught up with what was committed before a restart,

@@ -441,3 +441,112 @@ async fn a_leader_killed_with_a_majority_right_after_an_ack_never_serves_the_old
         panic!("the test did not finish within 60 s\n{}", c.logs());
     }
 }
+
+/// How long stale reads are sent through another node while a restarted replica cannot
+/// replay its log (its group has no quorum). The replica opens its groups well within it.
+const NO_QUORUM_WINDOW: Duration = Duration::from_secs(6);
+
+/// Polls a stale read of `key` through node `via` until it answers v2; the last answer
+/// otherwise.
+async fn stale_read_until_v2(c: &TestCluster, via: usize, key: &str) -> Result<(), String> {
+    poll_until(CLUSTER_DEADLINE, Duration::from_millis(20), || async {
+        match c.try_get(via, key, "?stale").await {
+            Ok((Some(e), _)) if e.value == b"v2" => Ok(()),
+            other => Err(format!("{:?}", other.map(|(e, _)| e))),
+        }
+    })
+    .await
+}
+
+/// A replica that restarts after kill -9 holds the rows it last flushed, older than what it
+/// served before; it replays its log only once its group has a quorum again. Until then a
+/// `stale` read forwarded to it by a node that holds no replica of the shard must not be
+/// answered from those rows: such a read would go back in time for a client that read the
+/// newer value through the same node before the crash. Found by chaos seed 31 (a stale read
+/// through one node answered an older index than the one before it).
+///
+/// Six nodes, so that the metadata group (voters n1 to n5) keeps its quorum while all three
+/// replicas of a shard that n6 holds are down, and the restarted replica gets as far as
+/// opening its groups.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_replica_restarted_without_a_quorum_answers_no_stale_read() {
+    let mut c = TestCluster::start(ClusterOptions {
+        nodes: 6,
+        balance_leaders: false,
+        ..ClusterOptions::default().shards(4)
+    })
+    .await;
+    let view = c.view(0).await.expect("n1's shard view");
+    let shard = view
+        .iter()
+        .find(|s| s.replicas.iter().any(|r| r == "n6"))
+        .expect("n6 holds a replica of some shard");
+    let replicas: Vec<usize> = shard
+        .replicas
+        .iter()
+        .map(|r| c.index_of(r).expect("a replica is a node of the cluster"))
+        .collect();
+    let via = (0..6)
+        .find(|i| !replicas.contains(i))
+        .expect("a node without a replica of the shard");
+    let key = c.key_in_shard(shard.shard, "stale-after-restart");
+    c.put(via, &key, "v1").await;
+    c.put(via, &key, "v2").await;
+    // Through `via`, a stale read is forwarded to a replica; once every replica has applied
+    // v2 it is what any of them answers.
+    let seen = stale_read_until_v2(&c, via, &key).await;
+    assert!(
+        seen.is_ok(),
+        "stale read of {key} through {}: {seen:?}",
+        c.name(via)
+    );
+
+    for &r in &replicas {
+        c.kill9(r).await;
+    }
+    let restarted = replicas[0];
+    c.nodes[restarted].restart_in_background();
+    let began = Instant::now();
+    let mut answers = Vec::new();
+    while began.elapsed() < NO_QUORUM_WINDOW {
+        match c.try_get(via, &key, "?stale").await {
+            Ok((entry, _)) => {
+                let value = entry.map(|e| e.value);
+                assert_eq!(
+                    value.as_deref(),
+                    Some(&b"v2"[..]),
+                    "a stale read through {} {:?} after {} restarted (its shard without a quorum) \
+                     answered {}, but it had answered v2 before the crash\n{}",
+                    c.name(via),
+                    began.elapsed(),
+                    c.name(restarted),
+                    text(value.as_deref()),
+                    c.logs()
+                );
+                answers.push("v2".to_string());
+            }
+            Err(e) => answers.push(e),
+        }
+    }
+    eprintln!(
+        "{} stale reads through {} while only {} of shard {} ran: {answers:?}",
+        answers.len(),
+        c.name(via),
+        c.name(restarted),
+        shard.shard
+    );
+
+    // With its quorum back the replica replays its log and answers v2 again.
+    for &r in &replicas[1..] {
+        c.nodes[r].restart_in_background();
+    }
+    for &r in &replicas {
+        c.nodes[r].wait_ready().await;
+    }
+    let seen = stale_read_until_v2(&c, via, &key).await;
+    assert!(
+        seen.is_ok(),
+        "stale read after the restarts: {seen:?}\n{}",
+        c.logs()
+    );
+}

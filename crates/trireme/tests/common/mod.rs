@@ -419,6 +419,17 @@ impl TestNode {
     }
 
     async fn spawn_and_wait(&mut self) {
+        self.spawn_process();
+        self.wait_ready().await;
+    }
+
+    /// Starts a new process on the same data dir without waiting for it: it may need nodes
+    /// that are down to become ready. [`TestNode::wait_ready`] waits for it later.
+    pub fn restart_in_background(&mut self) {
+        self.spawn_process();
+    }
+
+    fn spawn_process(&mut self) {
         assert!(!self.is_running(), "a process is already running");
         self.generation += 1;
         let output = trireme_local::Output::Split {
@@ -431,7 +442,13 @@ impl TestNode {
         ));
         process.spawn().expect("spawn trireme server");
         self.endpoints = None;
-        let endpoints = match process.wait_serving(&self.http, DEADLINE).await {
+    }
+
+    /// Waits until the process started last serves and is healthy.
+    pub async fn wait_ready(&mut self) {
+        let http = self.http.clone();
+        let process = self.running_process();
+        let endpoints = match process.wait_serving(&http, DEADLINE).await {
             Ok(e) => Endpoints::parse(&e).expect("endpoints.json holds socket addresses"),
             Err(e) => panic!("{e}\n--- stderr ---\n{}", self.stderr_log()),
         };
