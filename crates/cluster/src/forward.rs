@@ -76,7 +76,18 @@ impl ShardRequest for Write {
         None
     }
 
-    async fn serve(self, _: &Node, group: &ShardGroup) -> Result<CommandResult, ClusterError> {
+    /// Refused before it is proposed when this node (it leads the shard) keeps too little
+    /// disk free; the metadata group still writes, so that placement changes that free
+    /// space (a shard moving away) go on.
+    async fn serve(self, node: &Node, group: &ShardGroup) -> Result<CommandResult, ClusterError> {
+        if group.shard() != crate::meta::META_SHARD
+            && let Err(full) = node.storage.check_disk_space()
+        {
+            return Err(ClusterError::Request(TriremeError::new(
+                ErrorCode::DiskFull,
+                full.to_string(),
+            )));
+        }
         Ok(group.write(self.0).await?)
     }
 

@@ -30,6 +30,7 @@
 
 mod apply;
 pub mod crash;
+mod disk_space;
 mod error;
 mod format;
 mod group_commit;
@@ -42,6 +43,7 @@ mod tables;
 mod watch;
 
 pub use apply::{APPLIED_INDEX_ROW, ApplyEntry, ShardExport, ShardSplit};
+pub use disk_space::DiskFull;
 pub use error::StorageError;
 pub use format::CURRENT as DATA_FORMAT;
 pub use group_commit::SyncCallback;

@@ -21,6 +21,9 @@ pub struct StorageOptions {
     /// The record cache in front of the tables (the newest written or read records, for point
     /// reads), bytes; 0 turns it off.
     pub record_cache_bytes: u64,
+    /// Free space kept on the data directory's file system: below it, writes are refused
+    /// before they are proposed (see [`Storage::check_disk_space`]); 0 turns it off.
+    pub min_free_bytes: u64,
 }
 
 impl Default for StorageOptions {
@@ -28,6 +31,7 @@ impl Default for StorageOptions {
         Self {
             cache_bytes: 64 * 1024 * 1024,
             record_cache_bytes: 64 * 1024 * 1024,
+            min_free_bytes: 256 * 1024 * 1024,
         }
     }
 }
@@ -63,6 +67,8 @@ pub struct Storage {
     poisoned: Arc<AtomicBool>,
     metrics: Arc<StorageMetrics>,
     dir: PathBuf,
+    /// The free space left for the log and the tables.
+    disk_space: crate::disk_space::DiskSpace,
     /// Each shard's slot range as its `slots` row says (`None`: no row, the shard has never
     /// been split nor was made by a split), read once: every applied batch checks it.
     slot_ranges: std::sync::RwLock<std::collections::HashMap<u32, Option<(u16, u16)>>>,
@@ -150,6 +156,10 @@ impl Storage {
             poisoned,
             metrics,
             dir: dir.to_path_buf(),
+            disk_space: crate::disk_space::DiskSpace::new(
+                dir.to_path_buf(),
+                options.min_free_bytes,
+            ),
             slot_ranges: std::sync::RwLock::default(),
             removals: std::sync::RwLock::default(),
             removal_gates: std::sync::RwLock::default(),
@@ -204,6 +214,18 @@ impl Storage {
     /// The directory the store lives in.
     pub fn dir(&self) -> &Path {
         &self.dir
+    }
+
+    /// `Err` while the data directory's file system has less free space than the node keeps
+    /// (`min_free_bytes`): a new write must then be refused before it is proposed, so that
+    /// no log append or flush meets a full disk. Measured at most every 100 ms.
+    pub fn check_disk_space(&self) -> Result<(), crate::DiskFull> {
+        self.disk_space.check()
+    }
+
+    /// Bytes free on the data directory's file system, as last measured.
+    pub fn free_disk_bytes(&self) -> u64 {
+        self.disk_space.free_bytes()
     }
 
     /// Whether a failed sync has poisoned the store.

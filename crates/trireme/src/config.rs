@@ -177,7 +177,7 @@ struct SearchSection {
     commit_interval_ms: Option<u64>,
 }
 
-/// `[storage]`: cache sizes, in bytes.
+/// `[storage]`: cache sizes and the free space kept, in bytes.
 #[derive(Deserialize, Debug, Default)]
 #[serde(deny_unknown_fields)]
 struct StorageSection {
@@ -186,6 +186,9 @@ struct StorageSection {
     /// The newest records written or read, in front of the tables, for point reads (default
     /// 64 MiB; 0 turns it off).
     record_cache_bytes: Option<u64>,
+    /// Free space kept on the data directory's file system: below it writes are refused
+    /// (default 256 MiB; 0 turns the check off).
+    min_free_bytes: Option<u64>,
 }
 
 /// `[raft]`: timing in milliseconds.
@@ -470,6 +473,9 @@ impl ServerArgs {
                 }
                 node.storage.record_cache_bytes = bytes;
             }
+            if let Some(bytes) = storage.min_free_bytes {
+                node.storage.min_free_bytes = bytes;
+            }
         }
         let join = self.join.or(file.join);
         let initial = self.initial_cluster.or(file.initial_cluster);
@@ -742,13 +748,15 @@ mod tests {
         let path = dir.path().join("trireme.toml");
         let config = from_file(&path, "").unwrap();
         assert_eq!(config.node.storage.record_cache_bytes, 64 * 1024 * 1024);
+        assert_eq!(config.node.storage.min_free_bytes, 256 * 1024 * 1024);
         let config = from_file(
             &path,
-            "[storage]\ncache_bytes = 16777216\nrecord_cache_bytes = 0\n",
+            "[storage]\ncache_bytes = 16777216\nrecord_cache_bytes = 0\nmin_free_bytes = 0\n",
         )
         .unwrap();
         assert_eq!(config.node.storage.cache_bytes, 16 * 1024 * 1024);
         assert_eq!(config.node.storage.record_cache_bytes, 0);
+        assert_eq!(config.node.storage.min_free_bytes, 0);
         let err = from_file(&path, "[storage]\ncache_bytes = 5\n").unwrap_err();
         assert!(err.to_string().contains("cache_bytes"), "{err}");
         let err = from_file(&path, "[storage]\nblock_cache = 5\n").unwrap_err();

@@ -51,6 +51,10 @@ pub enum ErrorCode {
     /// The request's ACL token lacks the right it needs: Consul's 403 "Permission denied",
     /// Redis's `NOPERM`.
     PermissionDenied,
+    /// The node that would write it keeps too little disk free: nothing was written, and
+    /// writes resume once space is freed. HTTP 507; Redis's `MISCONF`, which it answers when
+    /// it cannot write its append-only file.
+    DiskFull,
 }
 
 impl ErrorCode {
@@ -72,6 +76,7 @@ impl ErrorCode {
             ErrorCode::PreconditionFailed => 412,
             ErrorCode::Conflict | ErrorCode::WrongType => 409,
             ErrorCode::AclNotFound | ErrorCode::PermissionDenied => 403,
+            ErrorCode::DiskFull => 507,
         }
     }
 
@@ -87,6 +92,7 @@ impl ErrorCode {
             ErrorCode::StorageFailure => "IOERR",
             ErrorCode::WrongType => "WRONGTYPE",
             ErrorCode::PermissionDenied => "NOPERM",
+            ErrorCode::DiskFull => "MISCONF",
             _ => "ERR",
         }
     }
@@ -113,6 +119,7 @@ impl ErrorCode {
             ErrorCode::WrongType => "wrong_type",
             ErrorCode::AclNotFound => "acl_not_found",
             ErrorCode::PermissionDenied => "permission_denied",
+            ErrorCode::DiskFull => "disk_full",
         }
     }
 }
@@ -157,5 +164,7 @@ mod tests {
         assert_eq!(ErrorCode::Timeout.http_status(), 504);
         assert_eq!(ErrorCode::StorageFailure.resp_prefix(), "IOERR");
         assert_eq!(ErrorCode::InvalidArgument.resp_prefix(), "ERR");
+        assert_eq!(ErrorCode::DiskFull.resp_prefix(), "MISCONF");
+        assert_eq!(ErrorCode::DiskFull.http_status(), 507);
     }
 }

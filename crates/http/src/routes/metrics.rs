@@ -122,6 +122,13 @@ pub(crate) async fn metrics(
         out,
         "# HELP trireme_storage_table_bytes Bytes of the tables holding the rows of every shard on disk.\n# TYPE trireme_storage_table_bytes gauge\ntrireme_storage_table_bytes {table_bytes}"
     );
+    let free = state.node.storage().free_disk_bytes();
+    if free != u64::MAX {
+        let _ = writeln!(
+            out,
+            "# HELP trireme_storage_free_bytes Bytes free on the data directory's file system; writes are refused below [storage] min_free_bytes.\n# TYPE trireme_storage_free_bytes gauge\ntrireme_storage_free_bytes {free}"
+        );
+    }
     let poisoned = u64::from(state.node.storage().is_poisoned());
     let _ = writeln!(
         out,

@@ -198,6 +198,8 @@ pub struct StartOptions {
     /// Environment variables of the server process (run through `env`, which execs it, so
     /// the PID is the server's).
     pub env: Vec<(String, String)>,
+    /// `--data-dir`; `None` is `data` in the node's temp dir.
+    pub data_dir: Option<PathBuf>,
 }
 
 impl Default for StartOptions {
@@ -217,6 +219,7 @@ impl Default for StartOptions {
             ca_pem: None,
             client_pem: None,
             env: Vec::new(),
+            data_dir: None,
         }
     }
 }
@@ -311,7 +314,10 @@ impl TestNode {
 
     /// The directory given as `--data-dir`.
     pub fn data_dir(&self) -> PathBuf {
-        self.dir.path().join("data")
+        self.opts
+            .data_dir
+            .clone()
+            .unwrap_or_else(|| self.dir.path().join("data"))
     }
 
     /// The temp dir that holds the data dir, the config and the logs.
