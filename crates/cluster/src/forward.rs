@@ -58,6 +58,11 @@ pub(crate) trait ShardRequest: Clone + Send + Sync + 'static {
 
     /// Its form on the peer link.
     fn to_wire(&self) -> WireOp;
+
+    /// The applied log index of the replica that served `answer`, for a read.
+    fn applied(_answer: &Self::Answer) -> Option<u64> {
+        None
+    }
 }
 
 /// A write: a command proposed to the shard's group, answered once applied.
@@ -165,9 +170,16 @@ impl<Q: ReadQuery> ShardRequest for Read<Q> {
         let found = node
             .storage
             .read_with_removals(shard, || {
-                read_view(&node.storage, bootstrap, shard, self.slots, &self.query)
+                read_view(
+                    &node.storage,
+                    bootstrap,
+                    shard,
+                    self.slots,
+                    &self.query,
+                    false,
+                )
             })
-            .map(|(found, removed)| (found, freshness(&group, removed)));
+            .map(|((found, _), removed)| (found, freshness(&group, removed, None)));
         Some(found)
     }
 
@@ -178,23 +190,30 @@ impl<Q: ReadQuery> ShardRequest for Read<Q> {
         let query_is_cheap = self.query.is_cheap();
         let storage = node.storage.clone();
         let query = self.query;
+        // A stale read may be answered to another node, which must know how far along the
+        // view was (see `Node::stale_floor_admits`); the published metrics may lag it.
+        let with_index = self.mode == ReadMode::Stale;
         let read = move || {
             storage.read_with_removals(shard, || {
-                read_view(&storage, bootstrap, shard, slots, &query)
+                read_view(&storage, bootstrap, shard, slots, &query, with_index)
             })
         };
-        let (found, removed) = if query_is_cheap {
+        let ((found, index), removed) = if query_is_cheap {
             read()?
         } else {
             tokio::task::spawn_blocking(read)
                 .await
                 .map_err(|e| ClusterError::Internal(format!("shard read task: {e}")))??
         };
-        Ok((found, freshness(group, removed)))
+        Ok((found, freshness(group, removed, index)))
     }
 
     fn to_wire(&self) -> WireOp {
         WireOp::Read(self.mode.into(), self.slots, self.query.to_wire())
+    }
+
+    fn applied(answer: &Self::Answer) -> Option<u64> {
+        Some(answer.1.applied)
     }
 }
 
@@ -389,7 +408,7 @@ impl ShardRequest for SearchShard {
         let ((total, rows), removed) = tokio::task::spawn_blocking(read)
             .await
             .map_err(|e| ClusterError::Internal(format!("search task: {e}")))??;
-        Ok((total, rows, freshness(group, removed)))
+        Ok((total, rows, freshness(group, removed, None)))
     }
 
     fn to_wire(&self) -> WireOp {
@@ -710,7 +729,18 @@ impl Node {
                     other => return other,
                 },
                 Target::Remote(to) => match self.forward(NodeId(to), shard, &op, left).await {
-                    Ok(ForwardReply::Served(answer)) => return Ok(answer),
+                    Ok(ForwardReply::Served(answer)) => {
+                        if !op.any_replica() || self.stale_floor_admits(shard, R::applied(&answer))
+                        {
+                            return Ok(answer);
+                        }
+                        // That replica is behind one that already answered through this
+                        // node: ask another (its leader has everything) rather than let a
+                        // client reading here see the shard go back.
+                        hint = None;
+                        last_error = Some(behind(shard, to));
+                        self.pause(attempt, left, &mut asked).await;
+                    }
                     Ok(ForwardReply::NotLeader(leader)) => {
                         hint = leader.filter(|l| *l != to);
                         last_error = Some(no_leader(shard));
@@ -977,8 +1007,44 @@ fn encode_reply<A: Serialize>(reply: &ForwardReply<A>) -> Vec<u8> {
 /// The freshness of `group`'s replica, read after the rows it served: the removal watermark
 /// then covers every removal the rows reflect (see [`Storage::removal_watermark`]).
 /// How fresh `group`'s replica is; `removed` is its removal watermark, read with the rows.
-fn freshness(group: &ShardGroup, removed: u64) -> Freshness {
-    let (known_leader, applied) = group.leader_and_applied();
+/// A forwarded stale read refused because the replica that served it was behind.
+fn behind(shard: ShardId, node: u64) -> ClusterError {
+    ClusterError::Request(TriremeError::new(
+        ErrorCode::Unavailable,
+        format!(
+            "shard {shard}: node {node:016x} is behind what this node already answered; \
+             no replica reachable from here has caught up"
+        ),
+    ))
+}
+
+impl Node {
+    /// Whether a stale read of `shard` served elsewhere at log index `applied` may be
+    /// answered: not when a replica further along answered through this node before, or
+    /// stale reads through one node could go back in time. Raises the floor otherwise.
+    fn stale_floor_admits(&self, shard: ShardId, applied: Option<u64>) -> bool {
+        let Some(applied) = applied else {
+            return true;
+        };
+        let mut floors = self
+            .stale_floors
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        let floor = floors.entry(shard).or_default();
+        if applied < *floor {
+            return false;
+        }
+        *floor = applied;
+        true
+    }
+}
+
+/// How fresh a read of `group` was; `view_index` is the applied index of the view it read,
+/// when known: exact, where the group's published index may be behind or (an apply
+/// published since the view was taken) ahead of it.
+fn freshness(group: &ShardGroup, removed: u64, view_index: Option<u64>) -> Freshness {
+    let (known_leader, published) = group.leader_and_applied();
+    let applied = view_index.unwrap_or(published);
     Freshness {
         known_leader,
         applied,
@@ -997,9 +1063,17 @@ fn read_view<Q: ReadQuery>(
     shard: ShardId,
     expected: Option<(u16, u16)>,
     query: &Q,
-) -> Result<Q::Found, ClusterError> {
+    with_index: bool,
+) -> Result<(Q::Found, Option<u64>), ClusterError> {
     let only = slots_to_read(storage, bootstrap_shards, shard, expected)?;
-    query.run(&storage.shard_view(shard), crate::now_ms(), only)
+    let view = storage.shard_view(shard);
+    let found = query.run(&view, crate::now_ms(), only)?;
+    let index = if with_index {
+        Some(view.applied_index()?)
+    } else {
+        None
+    };
+    Ok((found, index))
 }
 
 /// Which slots a read of `shard` that expects it to own `expected` must keep to: `None` for

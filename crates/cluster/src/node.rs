@@ -63,6 +63,9 @@ pub struct Node {
     /// The metadata voters a member named when this node joined, to reach the metadata group
     /// until this node's own copy of it arrives.
     meta_voters_hint: Vec<u64>,
+    /// Per shard, the highest applied index of a replica elsewhere that answered a stale
+    /// read through this node: one further behind is not asked to answer another.
+    pub(crate) stale_floors: std::sync::Mutex<std::collections::HashMap<ShardId, u64>>,
     pub(crate) cluster_created_ms: u64,
     started: Instant,
     stopping: AtomicBool,
@@ -267,6 +270,7 @@ impl Node {
             cluster_map: RwLock::new(None),
             directory: RwLock::new(BTreeMap::new()),
             meta_voters_hint,
+            stale_floors: std::sync::Mutex::default(),
             config,
             node_id: node_id.0,
             me,
