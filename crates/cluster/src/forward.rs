@@ -735,8 +735,9 @@ impl Node {
                             return Ok(answer);
                         }
                         // That replica is behind one that already answered through this
-                        // node: ask another (its leader has everything) rather than let a
-                        // client reading here see the shard go back.
+                        // node: try the next replica (after a pause, the same one again,
+                        // caught up by then) rather than let a client reading here see the
+                        // shard go back.
                         hint = None;
                         last_error = Some(behind(shard, to));
                         self.pause(attempt, left, &mut asked).await;
@@ -788,7 +789,7 @@ impl Node {
     ) -> Option<Target> {
         let me = self.node_id;
         if let Some(group) = self.group(shard) {
-            if (op.any_replica() && self.serves_stale(shard)) || group.is_leader() {
+            if self.may_serve(shard, &group, op.any_replica()) {
                 return Some(Target::Local(group));
             }
             let leader = match hint.or_else(|| group.leader().map(|l| l.0)) {
@@ -982,8 +983,7 @@ impl Node {
         let Some(group) = self.group(shard) else {
             return encode_reply(&ForwardReply::<R::Answer>::NotLeader(None));
         };
-        let may_serve = group.is_leader() || (op.any_replica() && self.serves_stale(shard));
-        if !may_serve {
+        if !self.may_serve(shard, &group, op.any_replica()) {
             return encode_reply(&ForwardReply::<R::Answer>::NotLeader(
                 group.leader().map(|l| l.0),
             ));
@@ -1004,9 +1004,6 @@ fn encode_reply<A: Serialize>(reply: &ForwardReply<A>) -> Vec<u8> {
     postcard::to_stdvec(reply).unwrap_or_default()
 }
 
-/// The freshness of `group`'s replica, read after the rows it served: the removal watermark
-/// then covers every removal the rows reflect (see [`Storage::removal_watermark`]).
-/// How fresh `group`'s replica is; `removed` is its removal watermark, read with the rows.
 /// A forwarded stale read refused because the replica that served it was behind.
 fn behind(shard: ShardId, node: u64) -> ClusterError {
     ClusterError::Request(TriremeError::new(
@@ -1039,7 +1036,9 @@ impl Node {
     }
 }
 
-/// How fresh a read of `group` was; `view_index` is the applied index of the view it read,
+/// The freshness of `group`'s replica, read after the rows it served: the removal watermark
+/// `removed` then covers every removal the rows reflect (see
+/// [`Storage::removal_watermark`]). `view_index` is the applied index of the view it read,
 /// when known: exact, where the group's published index may be behind or (an apply
 /// published since the view was taken) ahead of it.
 fn freshness(group: &ShardGroup, removed: u64, view_index: Option<u64>) -> Freshness {

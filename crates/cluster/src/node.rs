@@ -64,7 +64,8 @@ pub struct Node {
     /// until this node's own copy of it arrives.
     meta_voters_hint: Vec<u64>,
     /// Per shard, the highest applied index of a replica elsewhere that answered a stale
-    /// read through this node: one further behind is not asked to answer another.
+    /// read through this node: an answer from one further behind is not passed on. Kept in
+    /// memory only (a restarted node starts without floors).
     pub(crate) stale_floors: std::sync::Mutex<std::collections::HashMap<ShardId, u64>>,
     pub(crate) cluster_created_ms: u64,
     started: Instant,
@@ -227,7 +228,8 @@ impl Node {
         };
         if meta_voters_hint.is_empty() {
             // A node of the initial cluster beyond the metadata voters reaches the group
-            // through them until it is a learner.
+            // through them until it is a learner. (A node that joined stores no initial
+            // cluster: it is a learner from its join on.)
             meta_voters_hint = meta_voters(&identity.initial_cluster)
                 .keys()
                 .map(|id| id.0)
@@ -242,9 +244,9 @@ impl Node {
         // A node removed while it was down is no longer replicated to: its peers refuse its
         // links or tell it so. It stops then, instead of waiting out START_TIMEOUT for a
         // metadata commit that never comes.
-        // A node of the initial cluster beyond the metadata voters (or one that crashed
-        // before it was added as a learner) has no metadata state to recover: it registers
-        // through a voter below, and the leader then adds it as a learner.
+        // A node of the initial cluster beyond the metadata voters has no metadata state to
+        // recover until it is a learner: it registers through a voter below, and the leader
+        // then adds it as one.
         let recovering = async {
             if meta.is_initialized().await? {
                 meta.wait_recovered(START_TIMEOUT).await
@@ -898,6 +900,20 @@ impl Node {
                 .get(shard.0 as usize)
                 .is_some_and(|g| g.as_ref().is_some_and(ShardGroup::has_recovered))
             && self.owned_slots(shard).ok().flatten().is_some()
+    }
+
+    /// Whether this node's replica `group` of `shard` may answer a request: the leader
+    /// always, any replica a stale read ([`Node::serves_stale`]); but no stale read before
+    /// the replica has re-applied what its group committed before it opened, not even as
+    /// the leader (a default read waits for that through its lease or ReadIndex).
+    pub(crate) fn may_serve(&self, shard: ShardId, group: &ShardGroup, any_replica: bool) -> bool {
+        if !any_replica {
+            return group.is_leader();
+        }
+        if shard != META_SHARD && !group.has_recovered() {
+            return false;
+        }
+        group.is_leader() || self.serves_stale(shard)
     }
 
     /// Every shard replica on this node.

@@ -170,13 +170,17 @@ pub struct GroupEvents {
 }
 
 /// Sets `recovered` once the cluster's commit index covers this replica's log as it stood
-/// at open and the state machine has applied up to it (what openraft's `wait_for_recovery`
-/// waits for, watched here without holding the Raft handle, so the task ends with the group).
+/// at open (`opened_with`, its last index; less if a tail is cut meanwhile) and the state
+/// machine has applied up to it. That is what openraft's `wait_for_recovery` waits for,
+/// except that it compares with the log's end as it grows, which under steady writes a
+/// follower's log keeps ahead of the commit index it has heard of. Watched without holding
+/// the Raft handle, so the task ends with the group.
 fn watch_recovery(
     mut metrics: openraft::type_config::alias::WatchReceiverOf<
         TypeConfig,
         openraft::RaftMetrics<TypeConfig>,
     >,
+    opened_with: Option<u64>,
     recovered: Arc<std::sync::atomic::AtomicBool>,
 ) {
     tokio::spawn(async move {
@@ -185,7 +189,9 @@ fn watch_recovery(
             {
                 let m = metrics.borrow_watched();
                 let committed = m.cluster_committed.as_ref().map(|l| l.index);
-                if target.is_none() && committed.is_some() && committed >= m.last_log_index {
+                // A tail cut since (never committed) leaves the log shorter than at open.
+                let must_cover = opened_with.min(m.last_log_index);
+                if target.is_none() && committed.is_some() && committed >= must_cover {
                     target = committed;
                 }
                 if target.is_some() && m.last_applied.as_ref().map(|l| l.index) >= target {
@@ -252,6 +258,7 @@ impl ShardGroup {
         let budget = budget.staggered(crate::compaction::stagger_percent(node_id));
         let budget = Arc::new(budget);
         let budget_seen_by_compaction = Arc::downgrade(&budget);
+        let opened_with = storage.last_log_index(group);
         let raft = Raft::new(
             node_id.0,
             config,
@@ -274,7 +281,7 @@ impl ShardGroup {
         let events = Arc::new(GroupEvents::default());
         watch_events(raft.metrics(), events.clone());
         let recovered = Arc::new(std::sync::atomic::AtomicBool::new(false));
-        watch_recovery(raft.metrics(), recovered.clone());
+        watch_recovery(raft.metrics(), opened_with, recovered.clone());
         let proposals = crate::batcher::spawn(raft.clone(), shard, proposal_metrics);
         Ok(Self {
             shard,

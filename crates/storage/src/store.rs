@@ -299,6 +299,11 @@ impl Storage {
         self.logs.read(group.0, start, end)
     }
 
+    /// The index of the last entry of `group`'s log, if it holds any.
+    pub fn last_log_index(&self, group: GroupId) -> Option<u64> {
+        self.logs.span(group.0).map(|(_, last)| last)
+    }
+
     /// The last entry of `group`'s log, if any.
     pub fn last_log(&self, group: GroupId) -> Result<Option<(u64, Vec<u8>)>, StorageError> {
         let Some((_, last)) = self.logs.span(group.0) else {
