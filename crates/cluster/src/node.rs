@@ -167,7 +167,8 @@ impl Node {
         let transport = PeerTransport::new(node_id, config.cluster_name.clone())
             .with_snapshot_chunk_bytes(config.timing.snapshot_chunk_bytes as usize)
             .with_snapshot_rate(config.timing.snapshot_rate_bytes_per_sec)
-            .with_tls(config.peer_tls.clone());
+            .with_tls(config.peer_tls.clone())
+            .with_intake_gate(intake_gate(&storage));
         for (name, addr) in &initial {
             transport.set_peer_addr(NodeId::from_name(name), addr);
         }
@@ -1118,6 +1119,23 @@ async fn unless_told_removed<T>(
 }
 
 /// Records, durably, that this node was removed: its data directory is refused from then on.
+/// Refuses a shard group's entries and snapshots while this node's disk is below its
+/// reserve, as a write it would lead is refused (see [`Storage::check_disk_space`]): it falls
+/// behind rather than fail on a full disk, and catches up once space is freed. The metadata
+/// group's entries are small and still taken, as its writes are.
+fn intake_gate(storage: &Arc<Storage>) -> trireme_raft::IntakeGate {
+    let storage = Arc::downgrade(storage);
+    Arc::new(move |group| {
+        if group == GroupId::META.0 {
+            return Ok(());
+        }
+        match storage.upgrade() {
+            Some(storage) => storage.check_disk_space().map_err(|full| full.to_string()),
+            None => Ok(()),
+        }
+    })
+}
+
 async fn record_removed(storage: &Storage, config: &NodeConfig) {
     match identity::check(storage, config) {
         Ok(Some(mut identity)) => {

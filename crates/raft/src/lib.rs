@@ -19,8 +19,8 @@ pub use error::RaftLayerError;
 pub use group::{GroupEvents, GroupStatus, RaftTiming, ReadMode, ShardGroup};
 pub use log_store::LogStore;
 pub use peer::{
-    DEFAULT_SNAPSHOT_CHUNK_BYTES, ForwardHandler, JoinHandler, MAX_SNAPSHOT_CHUNK_BYTES, PeerError,
-    PeerTransport,
+    DEFAULT_SNAPSHOT_CHUNK_BYTES, ForwardHandler, IntakeGate, JoinHandler,
+    MAX_SNAPSHOT_CHUNK_BYTES, PeerError, PeerTransport,
 };
 pub use state_machine::ShardStateMachine;
 pub use types::{PeerNode, TypeConfig};

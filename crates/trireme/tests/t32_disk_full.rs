@@ -4,11 +4,16 @@
 //! append-only file), reads go on, and writes resume by themselves once space is freed.
 //! Nothing acknowledged before is lost, across a restart too.
 //!
-//! The data directory sits on a small tmpfs this test mounts (root only, as in CI); a
+//! A follower whose disk fills takes no more entries of the shards it follows (heartbeats
+//! still pass): the group commits with its other replicas, and the follower catches up once
+//! space is freed, instead of failing on a full disk.
+//!
+//! Each data directory sits on a small tmpfs this test mounts (root only, as in CI); a
 //! ballast file takes the space, as another program filling the disk would.
 
 mod common;
 
+use common::cluster::{CLUSTER_DEADLINE, ClusterOptions, TestCluster, poll_until};
 use common::{RawResp, StartOptions, TestNode, http_client};
 use std::path::{Path, PathBuf};
 use std::time::Duration;
@@ -109,7 +114,7 @@ async fn put_until(
     key: &str,
     status: u16,
 ) -> Result<String, (u16, String)> {
-    common::cluster::poll_until(NOTICE, Duration::from_millis(50), || async {
+    poll_until(NOTICE, Duration::from_millis(50), || async {
         let (got, body) = put(http, node, key, "v").await;
         if got == status {
             Ok(body)
@@ -189,4 +194,74 @@ async fn a_full_disk_refuses_writes_keeps_reads_and_recovers_when_space_returns(
     }
     let entry = node.get("after/resp").await.expect("after/resp");
     assert_eq!(entry.value, b"v");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_follower_with_a_full_disk_falls_behind_and_catches_up_when_space_returns() {
+    let disks: Vec<Tmpfs> = (0..3).map(|_| Tmpfs::mount(FS_BYTES)).collect();
+    let c = TestCluster::start(ClusterOptions {
+        balance_leaders: false,
+        extra_toml: format!("[storage]\nmin_free_bytes = {RESERVE}\n"),
+        data_dirs: disks.iter().map(|d| d.path().join("data")).collect(),
+        ..ClusterOptions::default().shards(1)
+    })
+    .await;
+    let leader = c.expect_all_led(CLUSTER_DEADLINE).await[0].node;
+    let follower = (leader + 1) % 3;
+    let key = |i: usize| format!("big/{i}");
+    c.put(leader, &key(0), "before the disk filled").await;
+
+    // Less than a MiB left: the 4 MiB below would not fit.
+    let ballast = fill_leaving(&disks[follower], MIB);
+    let http = http_client();
+    let noticed = poll_until(NOTICE, Duration::from_millis(50), || async {
+        let text = common::metrics_text(&http, &c.node(follower).http_url()).await;
+        match common::metric(&text, "trireme_storage_free_bytes") {
+            Some(free) if free < RESERVE as f64 => Ok(()),
+            other => Err(other),
+        }
+    })
+    .await;
+    assert!(
+        noticed.is_ok(),
+        "free bytes on {}: {noticed:?}",
+        c.name(follower)
+    );
+
+    let value = "x".repeat(64 * 1024);
+    for i in 1..=64 {
+        c.put(leader, &key(i), &value).await;
+    }
+    assert!(c.node(follower).is_running(), "{}", c.logs());
+    let behind = c
+        .try_get(follower, &key(64), "?stale")
+        .await
+        .map(|(entry, _)| entry.is_none());
+    assert_eq!(
+        behind,
+        Ok(true),
+        "{} took entries with its disk full",
+        c.name(follower)
+    );
+
+    std::fs::remove_file(&ballast).expect("remove ballast");
+    let caught_up = poll_until(CLUSTER_DEADLINE, Duration::from_millis(50), || async {
+        match c.try_get(follower, &key(64), "?stale").await {
+            Ok((Some(entry), _)) if entry.value == value.as_bytes() => Ok(()),
+            other => Err(format!(
+                "{:?}",
+                other.map(|(e, _)| e.map(|e| e.value.len()))
+            )),
+        }
+    })
+    .await;
+    assert!(
+        caught_up.is_ok(),
+        "{} did not catch up once space returned: {caught_up:?}\n{}",
+        c.name(follower),
+        c.logs()
+    );
+    let first = c.get(follower, &key(0), "?stale").await.expect("big/0");
+    assert_eq!(first.value, b"before the disk filled");
+    drop(c);
 }

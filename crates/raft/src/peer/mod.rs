@@ -118,6 +118,9 @@ struct Inner {
     forward: OnceLock<Arc<dyn ForwardHandler>>,
     admin: OnceLock<Arc<dyn ForwardHandler>>,
     join: OnceLock<Arc<dyn JoinHandler>>,
+    /// Says, for a group, why this node takes no more of its entries or snapshots right now
+    /// (its disk is nearly full), or nothing.
+    intake: OnceLock<IntakeGate>,
     /// Nodes removed from the cluster: their links are refused, they are not dialled.
     removed: RwLock<HashSet<u64>>,
     /// Set when a peer refused this node's link because this node was removed.
@@ -166,6 +169,7 @@ impl PeerTransport {
                 forward: OnceLock::new(),
                 admin: OnceLock::new(),
                 join: OnceLock::new(),
+                intake: OnceLock::new(),
                 removed: RwLock::new(HashSet::new()),
                 told_removed: AtomicBool::new(false),
                 snapshot_bytes_sent: AtomicU64::new(0),
@@ -177,6 +181,16 @@ impl PeerTransport {
             snapshot_chunk_bytes: DEFAULT_SNAPSHOT_CHUNK_BYTES,
             snapshot_rate: 0,
         }
+    }
+
+    /// Installs `gate`, asked before each append that carries entries and each snapshot
+    /// chunk: an `Err` refuses it with that reason. The leader then tries again later, as
+    /// after a lost message, and the group goes on with its other replicas; heartbeats and
+    /// votes still pass, so the refusing replica neither stands for election nor is
+    /// replaced. What a replica whose disk is nearly full does instead of failing on it.
+    pub fn with_intake_gate(self, gate: IntakeGate) -> Self {
+        let _ = self.inner.intake.set(gate);
+        self
     }
 
     /// Makes every link mutual TLS with `tls`: links are refused both ways with a node whose
@@ -495,7 +509,17 @@ fn write_lock<T>(m: &RwLock<T>) -> std::sync::RwLockWriteGuard<'_, T> {
     m.write().unwrap_or_else(std::sync::PoisonError::into_inner)
 }
 
+/// See [`PeerTransport::with_intake_gate`]: given a group id, `Err(reason)` to refuse.
+pub type IntakeGate = Arc<dyn Fn(u32) -> Result<(), String> + Send + Sync>;
+
 impl Inner {
+    fn intake_allows(&self, group: u32) -> Result<(), String> {
+        match self.intake.get() {
+            Some(gate) => gate(group),
+            None => Ok(()),
+        }
+    }
+
     fn link(&self, peer: u64) -> Option<Arc<Link>> {
         lock(&self.links)
             .get(&peer)
@@ -534,6 +558,11 @@ impl Inbound for Inner {
                     return no_group(group);
                 };
                 *lock(&last_append) = Some(Instant::now());
+                if !rpc.entries.is_empty()
+                    && let Err(reason) = self.intake_allows(group)
+                {
+                    return Response::Failed(reason);
+                }
                 match raft.append_entries(rpc).await {
                     Ok(r) => Response::Append(r),
                     Err(e) => Response::Failed(e.to_string()),
@@ -566,6 +595,9 @@ impl Inbound for Inner {
                 };
                 // A leader sending a snapshot is as alive as one sending entries.
                 *lock(&last_append) = Some(Instant::now());
+                if let Err(reason) = self.intake_allows(group) {
+                    return Response::Failed(reason);
+                }
                 self.snapshot_bytes_received
                     .fetch_add(data.len() as u64, Ordering::Relaxed);
                 let added = lock(&self.uploads).add(peer, group, &meta, offset, total, data);

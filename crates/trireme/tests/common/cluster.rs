@@ -91,6 +91,9 @@ pub struct ClusterOptions {
     pub acl: String,
     /// More tables for the nodes' config (`[peer_tls]` ...), appended as they are.
     pub extra_toml: String,
+    /// Each node's `--data-dir`, by node index, when a test chooses them; empty: each in its
+    /// node's temp dir.
+    pub data_dirs: Vec<std::path::PathBuf>,
 }
 
 impl Default for ClusterOptions {
@@ -107,6 +110,7 @@ impl Default for ClusterOptions {
             limits: String::new(),
             acl: String::new(),
             extra_toml: String::new(),
+            data_dirs: Vec::new(),
         }
     }
 }
@@ -311,6 +315,7 @@ impl TestCluster {
                 resp_addr: Some(format!("127.0.0.1:{}", ports[3 * i + 1])),
                 peer_addr: Some(peer(i)),
                 initial_cluster: Some(initial.clone()),
+                data_dir: opts.data_dirs.get(i).cloned(),
                 ..StartOptions::default()
             })
             .collect();
