@@ -162,7 +162,7 @@ impl<Q: ReadQuery> ShardRequest for Read<Q> {
         }
         let group = node.group(shard)?;
         if !group.can_read_at_once(self.mode)
-            || (self.mode == ReadMode::Stale && !node.serves_stale(shard))
+            || (self.mode == ReadMode::Stale && !node.may_serve(shard, &group, true))
         {
             return None;
         }

@@ -906,12 +906,18 @@ impl Node {
     /// Whether this node's replica `group` of `shard` may answer a request: the leader
     /// always, any replica a stale read ([`Node::serves_stale`]); but no stale read before
     /// the replica has re-applied what its group committed before it opened, not even as
-    /// the leader (a default read waits for that through its lease or ReadIndex).
+    /// the leader (a default read waits for that through its lease or ReadIndex), nor by a
+    /// follower while its disk is nearly full.
     pub(crate) fn may_serve(&self, shard: ShardId, group: &ShardGroup, any_replica: bool) -> bool {
         if !any_replica {
             return group.is_leader();
         }
         if shard != META_SHARD && !group.has_recovered() {
+            return false;
+        }
+        // A follower whose disk is nearly full takes no entries: it falls further behind
+        // than its last contact with the leader says.
+        if shard != META_SHARD && !group.is_leader() && self.storage.check_disk_space().is_err() {
             return false;
         }
         group.is_leader() || self.serves_stale(shard)
@@ -1125,12 +1131,14 @@ async fn unless_told_removed<T>(
 /// group's entries are small and still taken, as its writes are.
 fn intake_gate(storage: &Arc<Storage>) -> trireme_raft::IntakeGate {
     let storage = Arc::downgrade(storage);
-    Arc::new(move |group| {
+    Arc::new(move |group, incoming| {
         if group == GroupId::META.0 {
             return Ok(());
         }
         match storage.upgrade() {
-            Some(storage) => storage.check_disk_space().map_err(|full| full.to_string()),
+            Some(storage) => storage
+                .check_disk_room(incoming)
+                .map_err(|full| full.to_string()),
             None => Ok(()),
         }
     })

@@ -63,11 +63,17 @@ impl DiskSpace {
 
     /// `Err` while less than the reserve is free.
     pub(crate) fn check(&self) -> Result<(), DiskFull> {
+        self.check_room(0)
+    }
+
+    /// `Err` while less than the reserve and `incoming` more bytes is free (with the check
+    /// off, never).
+    pub(crate) fn check_room(&self, incoming: u64) -> Result<(), DiskFull> {
         if self.reserve == 0 {
             return Ok(());
         }
         let free = self.free_bytes();
-        if free < self.reserve {
+        if free < self.reserve.saturating_add(incoming) {
             Err(DiskFull {
                 free_bytes: free,
                 reserve_bytes: self.reserve,

@@ -223,6 +223,12 @@ impl Storage {
         self.disk_space.check()
     }
 
+    /// As [`Storage::check_disk_space`], with room for `incoming` more bytes besides (a
+    /// snapshot about to be installed).
+    pub fn check_disk_room(&self, incoming: u64) -> Result<(), crate::DiskFull> {
+        self.disk_space.check_room(incoming)
+    }
+
     /// Bytes free on the data directory's file system, as last measured.
     pub fn free_disk_bytes(&self) -> u64 {
         self.disk_space.free_bytes()

@@ -183,11 +183,12 @@ impl PeerTransport {
         }
     }
 
-    /// Installs `gate`, asked before each append that carries entries and each snapshot
-    /// chunk: an `Err` refuses it with that reason. The leader then tries again later, as
-    /// after a lost message, and the group goes on with its other replicas; heartbeats and
-    /// votes still pass, so the refusing replica neither stands for election nor is
-    /// replaced. What a replica whose disk is nearly full does instead of failing on it.
+    /// Installs `gate`, asked before each append that carries entries, each snapshot chunk
+    /// and each leadership handed over: an `Err` refuses it with that reason. The leader then
+    /// tries again later, as after a lost message, and the group goes on with its other
+    /// replicas; heartbeats and votes still pass, so the refusing replica neither stands for
+    /// election nor is replaced. What a replica whose disk is nearly full does instead of
+    /// failing on it.
     pub fn with_intake_gate(self, gate: IntakeGate) -> Self {
         let _ = self.inner.intake.set(gate);
         self
@@ -509,13 +510,14 @@ fn write_lock<T>(m: &RwLock<T>) -> std::sync::RwLockWriteGuard<'_, T> {
     m.write().unwrap_or_else(std::sync::PoisonError::into_inner)
 }
 
-/// See [`PeerTransport::with_intake_gate`]: given a group id, `Err(reason)` to refuse.
-pub type IntakeGate = Arc<dyn Fn(u32) -> Result<(), String> + Send + Sync>;
+/// See [`PeerTransport::with_intake_gate`]: given a group id and the bytes about to be
+/// written beyond what the reserve covers (a snapshot's), `Err(reason)` to refuse.
+pub type IntakeGate = Arc<dyn Fn(u32, u64) -> Result<(), String> + Send + Sync>;
 
 impl Inner {
-    fn intake_allows(&self, group: u32) -> Result<(), String> {
+    fn intake_allows(&self, group: u32, incoming: u64) -> Result<(), String> {
         match self.intake.get() {
-            Some(gate) => gate(group),
+            Some(gate) => gate(group, incoming),
             None => Ok(()),
         }
     }
@@ -559,7 +561,7 @@ impl Inbound for Inner {
                 };
                 *lock(&last_append) = Some(Instant::now());
                 if !rpc.entries.is_empty()
-                    && let Err(reason) = self.intake_allows(group)
+                    && let Err(reason) = self.intake_allows(group, 0)
                 {
                     return Response::Failed(reason);
                 }
@@ -595,7 +597,10 @@ impl Inbound for Inner {
                 };
                 // A leader sending a snapshot is as alive as one sending entries.
                 *lock(&last_append) = Some(Instant::now());
-                if let Err(reason) = self.intake_allows(group) {
+                // Installing it writes the rows and then the snapshot file: room for twice
+                // its size is asked before any chunk is kept.
+                if let Err(reason) = self.intake_allows(group, total.saturating_mul(2)) {
+                    lock(&self.uploads).drop_upload(peer, group);
                     return Response::Failed(reason);
                 }
                 self.snapshot_bytes_received
@@ -622,7 +627,11 @@ impl Inbound for Inner {
                     Err(e) => Response::Failed(e.to_string()),
                 }
             }
+            // A node that takes no entries must not lead: it would refuse every write.
             Request::TransferLeader { group, rpc } => match self.group(group) {
+                Some(_) if let Err(reason) = self.intake_allows(group, 0) => {
+                    Response::Failed(reason)
+                }
                 Some((raft, _)) => match raft.handle_transfer_leader(rpc).await {
                     Ok(r) => Response::TransferLeader(r),
                     Err(e) => Response::Failed(e.to_string()),

@@ -39,6 +39,12 @@ pub(crate) struct Uploads {
 }
 
 impl Uploads {
+    /// Drops what `peer` has sent so far of a snapshot of `group` (a chunk was refused: the
+    /// sender starts over from the first).
+    pub(crate) fn drop_upload(&mut self, peer: u64, group: u32) {
+        self.open.remove(&(peer, group));
+    }
+
     /// Adds a chunk from `peer` for `group`. Returns the whole snapshot with the last chunk,
     /// `None` while more are expected, or why the chunk does not fit (the sender then starts
     /// over: openraft retries a failed snapshot from the beginning).
