@@ -883,24 +883,16 @@ impl Node {
     /// Whether this node's replica of `shard` may answer `stale` reads: a voter's may; a
     /// replica a move is still bringing here may hold nothing yet.
     /// A replica of a shard made by a split holds nothing until its first state arrives
-    /// (seeded by its parent, or sent by its leader). A replica that restarted holds its
-    /// last flushed rows until it has re-applied its log: it may not serve then either, or
-    /// a client reading here could see a value older than one it read before the crash.
-    pub(crate) fn serves_stale(&self, shard: ShardId) -> bool {
+    /// (seeded by its parent, or sent by its leader). Asked by [`Node::may_serve`], which
+    /// also keeps a replica that has not re-applied its log since a restart from serving.
+    fn serves_stale(&self, shard: ShardId) -> bool {
         if shard == META_SHARD {
             return true;
         }
         let Some(map) = self.cluster_map() else {
             return false;
         };
-        map.hosts(shard, self.node_id)
-            && self
-                .groups
-                .read()
-                .unwrap_or_else(std::sync::PoisonError::into_inner)
-                .get(shard.0 as usize)
-                .is_some_and(|g| g.as_ref().is_some_and(ShardGroup::has_recovered))
-            && self.owned_slots(shard).ok().flatten().is_some()
+        map.hosts(shard, self.node_id) && self.owned_slots(shard).ok().flatten().is_some()
     }
 
     /// Whether this node's replica `group` of `shard` may answer a request: the leader
