@@ -1,13 +1,13 @@
 //! Applying committed commands to a shard's data, atomically with the applied-state metadata.
 
-use crate::key_index::{KeyMeta, ShardKeys};
+use crate::key_index::{KeyMeta, ShardKeys, member_number};
 use crate::keys::{expiry_key, owned_key};
 use crate::store::{REMOVED_ROW, SLOTS_ROW, decode_removal, encode_removal};
 use crate::tables::{Batch, Space};
 use crate::{Storage, StorageError};
 use bytes::Bytes;
 use std::collections::HashMap;
-use trireme_types::collection::member_slot;
+use trireme_types::collection::{member_slot, split_member_key};
 use trireme_types::session::{SessionState, is_internal_key};
 use trireme_types::{
     Command, CommandResult, ErrorCode, KeyCheck, LockInfo, LockOp, LockOutcome, LogCommand,
@@ -15,6 +15,8 @@ use trireme_types::{
 };
 
 mod hash;
+#[cfg(test)]
+mod indexed;
 mod list;
 mod rows;
 mod set;
@@ -122,7 +124,7 @@ impl<'s> Pending<'s> {
     /// stored expiry and collection kind as [`Pending::raw`] does.
     fn live_meta(&mut self, key: &Bytes, now_ms: u64) -> Result<Option<WriteMeta>, StorageError> {
         if !self.changes.contains_key(key) && member_slot(key).is_none() {
-            match self.keys.get(&key[..]).copied() {
+            match self.keys.get(&key[..]) {
                 None => {
                     self.stored_expiry.entry(key.clone()).or_insert(None);
                     return Ok(None);
@@ -155,6 +157,29 @@ impl<'s> Pending<'s> {
             lock: r.lock,
             kind: r.kind,
         }))
+    }
+
+    /// The number the member index keeps for member row `row` of a collection of `kind` (see
+    /// [`crate::member_index`]) as this batch sees the row, or `None` if there is no such
+    /// row: from the batch's changes, else the index, else the row itself.
+    pub(super) fn member_number(
+        &mut self,
+        row: &Bytes,
+        kind: ValueKind,
+    ) -> Result<Option<u64>, StorageError> {
+        let number = |record: &Record| {
+            member_number(kind, record)
+                .ok_or_else(|| StorageError::Corrupt("a member row of a collection".into()))
+        };
+        if let Some(change) = self.changes.get(row) {
+            return change.as_ref().map(number).transpose();
+        }
+        if let Some((key, member)) = split_member_key(row)
+            && let Some(known) = self.keys.members.lookup(key, member)
+        {
+            return Ok(known);
+        }
+        self.raw(row)?.as_ref().map(number).transpose()
     }
 
     /// Changes `key` to `record` (`None`: removes it). A collection replaced by anything but
@@ -910,6 +935,7 @@ impl Storage {
         }
         let observer = self.observer();
         let mut observed = Vec::new();
+        let mut member_changes = Vec::new();
         for key in pending.order {
             let full = owned_key(shard, &key);
             let record = pending.changes.remove(&key).flatten();
@@ -929,20 +955,43 @@ impl Storage {
                 }
             }
             if member_slot(&key).is_none() {
-                match &record {
-                    Some(record) => {
-                        pending
-                            .keys
-                            .insert(Box::from(&key[..]), KeyMeta::of(record));
-                    }
-                    None => {
-                        pending.keys.remove(&key[..]);
-                    }
+                // A collection gone or replaced took its member rows with it.
+                let before = pending.stored_collections.get(&key).copied();
+                let after = record
+                    .as_ref()
+                    .map(|r| (r.kind, r.create_index))
+                    .filter(|(kind, _)| *kind != ValueKind::String);
+                if before != after {
+                    pending.keys.members.forget(&key);
                 }
+                match &record {
+                    Some(record) => pending.keys.insert(&key, KeyMeta::of(record)),
+                    None => pending.keys.remove(&key),
+                }
+            } else if split_member_key(&key).is_some() {
+                member_changes.push((key.clone(), record.clone()));
             }
             match record {
                 Some(record) => batch.insert(Space::Data, full, record.encode().to_vec()),
                 None => batch.remove(Space::Data, full),
+            }
+        }
+        // After every record of the batch is in the key index: a member's collection kind
+        // is known there.
+        for (row, record) in member_changes {
+            let Some((key, member)) = split_member_key(&row) else {
+                continue;
+            };
+            match record {
+                Some(record) => match pending.keys.get(key).map(|meta| meta.kind) {
+                    // A list's elements are not indexed: no write needs to know them.
+                    Some(ValueKind::List) => {}
+                    kind => match kind.and_then(|kind| member_number(kind, &record)) {
+                        Some(number) => pending.keys.members.insert(key, member, number),
+                        None => pending.keys.members.leave_out(key),
+                    },
+                },
+                None => pending.keys.members.remove(key, member),
             }
         }
         for (name, value) in meta {

@@ -7,9 +7,11 @@
 //! A shard's index is built from its rows the first time a batch is applied to it after the
 //! node starts (or after the shard's rows were replaced wholesale: a snapshot installed, a
 //! split, the replica dropped), and kept by the apply loop from then on, under the shard's
-//! own lock: only the applying thread reads it. Member rows of collections are not in it.
+//! own lock: only the applying thread reads it. Member rows of collections are not in it:
+//! the [`MemberIndex`] beside it says which members a collection holds.
 
 use crate::StorageError;
+use crate::member_index::{MemberBudget, MemberIndex};
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
 use trireme_types::{Record, ValueKind};
@@ -42,16 +44,61 @@ impl KeyMeta {
     }
 }
 
-/// The keys of one shard replica; `None` until built.
-pub(crate) type ShardKeys = HashMap<Box<[u8]>, KeyMeta>;
+/// The keys of one shard replica and the members of its collections.
+#[derive(Debug)]
+pub(crate) struct ShardKeys {
+    keys: HashMap<Box<[u8]>, KeyMeta>,
+    pub(crate) members: MemberIndex,
+}
 
-/// Every shard replica's [`ShardKeys`].
-#[derive(Debug, Default)]
+impl ShardKeys {
+    pub(crate) fn new(budget: Arc<MemberBudget>) -> Self {
+        ShardKeys {
+            keys: HashMap::new(),
+            members: MemberIndex::new(budget),
+        }
+    }
+
+    pub(crate) fn get(&self, key: &[u8]) -> Option<KeyMeta> {
+        self.keys.get(key).copied()
+    }
+
+    pub(crate) fn insert(&mut self, key: &[u8], meta: KeyMeta) {
+        match self.keys.get_mut(key) {
+            Some(old) => *old = meta,
+            None => {
+                self.keys.insert(Box::from(key), meta);
+            }
+        }
+    }
+
+    pub(crate) fn remove(&mut self, key: &[u8]) {
+        self.keys.remove(key);
+    }
+}
+
+/// Every shard replica's [`ShardKeys`] (`None` until built), and the budget their member
+/// indexes share.
+#[derive(Debug)]
 pub(crate) struct KeyIndex {
     shards: Mutex<HashMap<u32, Arc<Mutex<Option<ShardKeys>>>>>,
+    member_budget: Arc<MemberBudget>,
 }
 
 impl KeyIndex {
+    /// An empty index whose member indexes take at most `member_bytes` together.
+    pub(crate) fn new(member_bytes: u64) -> Self {
+        KeyIndex {
+            shards: Mutex::default(),
+            member_budget: MemberBudget::new(member_bytes),
+        }
+    }
+
+    /// The budget every shard's member index draws on.
+    pub(crate) fn member_budget(&self) -> &Arc<MemberBudget> {
+        &self.member_budget
+    }
+
     /// The index of `shard`, to lock for the length of an apply.
     pub(crate) fn shard(&self, shard: u32) -> Arc<Mutex<Option<ShardKeys>>> {
         self.shards
@@ -82,16 +129,71 @@ impl KeyIndex {
     }
 }
 
-/// Builds the index of a shard from its rows, each given as (key, encoded record).
-pub(crate) fn build<'a>(
-    rows: impl Iterator<Item = Result<(Box<[u8]>, Record), StorageError>> + 'a,
+/// One stored row of a shard, as the index build reads it.
+pub(crate) enum IndexedRow {
+    /// A key and its record.
+    Key(Box<[u8]>, Record),
+    /// A member row: its collection's key, the member and the row's record.
+    Member(Box<[u8]>, Box<[u8]>, Record),
+}
+
+/// Builds the index of a shard from its rows (score rows of sorted sets left out).
+pub(crate) fn build(
+    rows: impl Iterator<Item = Result<IndexedRow, StorageError>>,
+    budget: Arc<MemberBudget>,
 ) -> Result<ShardKeys, StorageError> {
-    let mut keys = ShardKeys::new();
+    let mut index = ShardKeys::new(budget);
+    // Member rows sort after most keys but not all: a member whose collection is not seen
+    // yet is held until the keys are known.
+    let mut unsure = Vec::new();
     for row in rows {
-        let (key, record) = row?;
-        keys.insert(key, KeyMeta::of(&record));
+        match row? {
+            IndexedRow::Key(key, record) => {
+                index.keys.insert(key, KeyMeta::of(&record));
+            }
+            IndexedRow::Member(key, member, record) => match index.keys.get(&key) {
+                Some(meta) => index.add_built(&key, &member, &record, meta.kind),
+                None => unsure.push((key, member, record)),
+            },
+        }
     }
-    Ok(keys)
+    for (key, member, record) in unsure {
+        let kind = index.keys.get(&key).map(|m| m.kind);
+        match kind {
+            Some(kind) => index.add_built(&key, &member, &record, kind),
+            // Rows without a record (none should be stored): read them, never trust them.
+            None => index.members.leave_out(&key),
+        }
+    }
+    Ok(index)
+}
+
+impl ShardKeys {
+    fn add_built(&mut self, key: &[u8], member: &[u8], record: &Record, kind: ValueKind) {
+        if kind == ValueKind::List {
+            // No write needs to know a list's elements.
+            return;
+        }
+        match member_number(kind, record) {
+            Some(number) => self.members.insert(key, member, number),
+            None => self.members.leave_out(key),
+        }
+    }
+}
+
+/// The number the member index keeps for a member row of a collection of `kind`: a sorted
+/// set member's score bits, a hash field's or set member's `CreateIndex`; `None` for a list,
+/// whose elements are not indexed.
+pub(crate) fn member_number(kind: ValueKind, record: &Record) -> Option<u64> {
+    match kind {
+        ValueKind::SortedSet => record
+            .value
+            .get(..8)
+            .and_then(|b| b.try_into().ok())
+            .map(u64::from_be_bytes),
+        ValueKind::Hash | ValueKind::Set => Some(record.create_index),
+        _ => None,
+    }
 }
 
 #[cfg(test)]
@@ -111,8 +213,8 @@ mod tests {
 
     #[test]
     fn a_forgotten_shard_starts_empty() {
-        let index = KeyIndex::default();
-        *index.shard(1).lock().unwrap() = Some(ShardKeys::new());
+        let index = KeyIndex::new(0);
+        *index.shard(1).lock().unwrap() = Some(ShardKeys::new(index.member_budget().clone()));
         assert!(index.shard(1).lock().unwrap().is_some());
         index.forget(1);
         assert!(index.shard(1).lock().unwrap().is_none());

@@ -36,6 +36,7 @@ mod format;
 mod group_commit;
 mod key_index;
 mod keys;
+mod member_index;
 mod raft_log;
 mod read;
 mod store;

@@ -24,6 +24,10 @@ pub struct StorageOptions {
     /// Free space kept on the data directory's file system: below it, writes are refused
     /// before they are proposed (see [`Storage::check_disk_space`]); 0 turns it off.
     pub min_free_bytes: u64,
+    /// Memory the in-memory index of collection members may take on this node, bytes:
+    /// writes to the collections beyond it read their member rows instead (see
+    /// [`crate::member_index`]).
+    pub member_index_bytes: u64,
 }
 
 impl Default for StorageOptions {
@@ -32,6 +36,7 @@ impl Default for StorageOptions {
             cache_bytes: 64 * 1024 * 1024,
             record_cache_bytes: 64 * 1024 * 1024,
             min_free_bytes: 256 * 1024 * 1024,
+            member_index_bytes: 256 * 1024 * 1024,
         }
     }
 }
@@ -164,7 +169,7 @@ impl Storage {
             removals: std::sync::RwLock::default(),
             removal_gates: std::sync::RwLock::default(),
             watchers: Arc::default(),
-            key_index: crate::key_index::KeyIndex::default(),
+            key_index: crate::key_index::KeyIndex::new(options.member_index_bytes),
             observer: std::sync::OnceLock::new(),
         }))
     }
@@ -180,11 +185,13 @@ impl Storage {
         &self.key_index
     }
 
-    /// Builds `shard`'s key index from its rows (not the member rows of collections).
+    /// Builds `shard`'s key index from its rows.
     pub(crate) fn build_key_index(
         &self,
         shard: u32,
     ) -> Result<crate::key_index::ShardKeys, StorageError> {
+        use crate::key_index::IndexedRow;
+        use trireme_types::collection::{member_slot, split_member_key};
         let rows = self
             .tables
             .prefix(Space::Data, &shard.to_be_bytes())
@@ -194,16 +201,23 @@ impl Storage {
                     Err(e) => return Some(Err(e)),
                 };
                 let user_key = key.get(4..).unwrap_or_default();
-                if trireme_types::collection::member_slot(user_key).is_some() {
+                let member = split_member_key(user_key);
+                if member.is_none() && member_slot(user_key).is_some() {
+                    // A sorted set's score row: its member row says all the index keeps.
                     return None;
                 }
-                Some(
-                    Record::decode(&value)
-                        .map(|record| (Box::from(user_key), record))
-                        .map_err(StorageError::from),
-                )
+                let record = match Record::decode(&value) {
+                    Ok(record) => record,
+                    Err(e) => return Some(Err(StorageError::from(e))),
+                };
+                Some(Ok(match member {
+                    Some((collection, member)) => {
+                        IndexedRow::Member(Box::from(collection), Box::from(member), record)
+                    }
+                    None => IndexedRow::Key(Box::from(user_key), record),
+                }))
             });
-        crate::key_index::build(rows)
+        crate::key_index::build(rows, self.key_index.member_budget().clone())
     }
 
     /// The observer of applied changes, if one is installed.
@@ -232,6 +246,12 @@ impl Storage {
     /// Bytes free on the data directory's file system, as last measured.
     pub fn free_disk_bytes(&self) -> u64 {
         self.disk_space.free_bytes()
+    }
+
+    /// Memory the member index of every shard replica takes, as it counts against
+    /// [`StorageOptions::member_index_bytes`].
+    pub fn member_index_bytes(&self) -> u64 {
+        self.key_index.member_budget().used()
     }
 
     /// Whether a failed sync has poisoned the store.

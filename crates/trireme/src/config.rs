@@ -189,6 +189,9 @@ struct StorageSection {
     /// Free space kept on the data directory's file system: below it writes are refused
     /// (default 256 MiB; 0 turns the check off).
     min_free_bytes: Option<u64>,
+    /// Memory for the index of hash, set and sorted set members that lets their writes skip
+    /// reading member rows (default 256 MiB; 0 turns it off).
+    member_index_bytes: Option<u64>,
 }
 
 /// `[raft]`: timing in milliseconds.
@@ -476,6 +479,12 @@ impl ServerArgs {
             if let Some(bytes) = storage.min_free_bytes {
                 node.storage.min_free_bytes = bytes;
             }
+            if let Some(bytes) = storage.member_index_bytes {
+                if bytes > 1024 * 1024 * MIB {
+                    bail!("[storage] member_index_bytes must be at most 1 TiB, got {bytes}");
+                }
+                node.storage.member_index_bytes = bytes;
+            }
         }
         let join = self.join.or(file.join);
         let initial = self.initial_cluster.or(file.initial_cluster);
@@ -749,14 +758,16 @@ mod tests {
         let config = from_file(&path, "").unwrap();
         assert_eq!(config.node.storage.record_cache_bytes, 64 * 1024 * 1024);
         assert_eq!(config.node.storage.min_free_bytes, 256 * 1024 * 1024);
+        assert_eq!(config.node.storage.member_index_bytes, 256 * 1024 * 1024);
         let config = from_file(
             &path,
-            "[storage]\ncache_bytes = 16777216\nrecord_cache_bytes = 0\nmin_free_bytes = 0\n",
+            "[storage]\ncache_bytes = 16777216\nrecord_cache_bytes = 0\nmin_free_bytes = 0\nmember_index_bytes = 0\n",
         )
         .unwrap();
         assert_eq!(config.node.storage.cache_bytes, 16 * 1024 * 1024);
         assert_eq!(config.node.storage.record_cache_bytes, 0);
         assert_eq!(config.node.storage.min_free_bytes, 0);
+        assert_eq!(config.node.storage.member_index_bytes, 0);
         let err = from_file(&path, "[storage]\ncache_bytes = 5\n").unwrap_err();
         assert!(err.to_string().contains("cache_bytes"), "{err}");
         let err = from_file(&path, "[storage]\nblock_cache = 5\n").unwrap_err();

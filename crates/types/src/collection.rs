@@ -53,6 +53,18 @@ pub fn member_slot(key: &[u8]) -> Option<u16> {
     Some(u16::from_be_bytes(slot))
 }
 
+/// The collection key and the member a member key names (`None` for a score row or any
+/// other key): the inverse of [`member_key`].
+pub fn split_member_key(row: &[u8]) -> Option<(&[u8], &[u8])> {
+    let rest = row
+        .strip_prefix(INTERNAL_KEY_PREFIX)?
+        .strip_prefix(MEMBERS)?;
+    let len: [u8; 4] = rest.get(2..6)?.try_into().ok()?;
+    let len = u32::from_be_bytes(len) as usize;
+    let key = rest.get(6..6usize.checked_add(len)?)?;
+    Some((key, &rest[6 + len..]))
+}
+
 /// The member a member key names, given its collection's prefix.
 pub fn member_of<'k>(prefix: &[u8], member_key: &'k [u8]) -> Option<&'k [u8]> {
     member_key.strip_prefix(prefix)
@@ -110,6 +122,7 @@ mod tests {
             assert_eq!(member_slot(&row), Some(key_slot(key)));
             assert!(crate::session::is_internal_key(&row));
             assert_eq!(member_of(&member_prefix(key), &row), Some(&b"field"[..]));
+            assert_eq!(split_member_key(&row), Some((key, &b"field"[..])));
         }
         // A key that is a prefix of another does not share its members' range.
         assert!(!member_key(b"ab", b"c").starts_with(&member_prefix(b"a")));
@@ -117,6 +130,11 @@ mod tests {
         let score = crate::sorted::Score::new(1.0).expect("a number");
         let row = crate::sorted::score_key(b"{tag}z", score, b"m");
         assert_eq!(member_slot(&row), Some(key_slot(b"{tag}z")));
+        assert_eq!(split_member_key(&row), None);
+        assert_eq!(split_member_key(b"plain"), None);
+        // A row cut short names no member.
+        let row = member_key(b"long key", b"");
+        assert_eq!(split_member_key(&row[..row.len() - 1]), None);
         assert_eq!(key_slot(&row), key_slot(b"{tag}z"));
         assert_eq!(decode_count(&encode_count(42)), 42);
         assert_eq!(decode_list(&encode_list(3, -7)), (3, -7));

@@ -129,6 +129,11 @@ pub(crate) async fn metrics(
             "# HELP trireme_storage_free_bytes Bytes free on the data directory's file system; writes are refused below [storage] min_free_bytes.\n# TYPE trireme_storage_free_bytes gauge\ntrireme_storage_free_bytes {free}"
         );
     }
+    let member_index = state.node.storage().member_index_bytes();
+    let _ = writeln!(
+        out,
+        "# HELP trireme_member_index_bytes Memory the in-memory index of hash, set and sorted set members takes; bounded by [storage] member_index_bytes.\n# TYPE trireme_member_index_bytes gauge\ntrireme_member_index_bytes {member_index}"
+    );
     let poisoned = u64::from(state.node.storage().is_poisoned());
     let _ = writeln!(
         out,

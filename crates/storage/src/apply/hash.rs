@@ -264,7 +264,7 @@ impl Pending<'_> {
                 // nothing.
                 let mut new_fields = std::collections::HashSet::new();
                 for (field, _) in pairs {
-                    if hash.field(self, field)?.is_none() {
+                    if hash.created(self, field)?.is_none() {
                         new_fields.insert(field);
                     }
                 }
@@ -274,18 +274,18 @@ impl Pending<'_> {
                 }
                 count += added;
                 for (field, value) in pairs {
-                    let old = hash.field(self, field)?;
-                    if old.is_some() && *only_new && !new_fields.contains(field) {
+                    let created = hash.created(self, field)?;
+                    if created.is_some() && *only_new && !new_fields.contains(field) {
                         continue;
                     }
-                    hash.write(self, field, value.clone(), old)?;
+                    hash.write(self, field, value.clone(), created)?;
                 }
                 HashAnswer::Count(added)
             }
             HashOp::Delete { fields } => {
                 let mut removed = 0u64;
                 for field in fields {
-                    if hash.field(self, field)?.is_some() {
+                    if hash.created(self, field)?.is_some() {
                         self.set(member_key(key, field), None)?;
                         hash.wrote = true;
                         removed += 1;
@@ -309,7 +309,8 @@ impl Pending<'_> {
                 {
                     return Ok(Err(code));
                 }
-                hash.write(self, field, Bytes::from(next.to_string()), old)?;
+                let created = old.map(|r| r.create_index);
+                hash.write(self, field, Bytes::from(next.to_string()), created)?;
                 HashAnswer::Int(next)
             }
             HashOp::IncrByFloat {
@@ -327,7 +328,7 @@ impl Pending<'_> {
                 {
                     return Ok(Err(code));
                 }
-                hash.write(self, field, printed.clone(), old)?;
+                hash.write(self, field, printed.clone(), old.map(|r| r.create_index))?;
                 HashAnswer::Float(printed)
             }
         };
@@ -390,12 +391,26 @@ impl HashEdit<'_> {
         pending.raw(&member_key(self.key, field))
     }
 
+    /// The `CreateIndex` of a field's row as the batch sees it, `None` if the hash has no such
+    /// field: without reading the row when the member index can say.
+    fn created(
+        &self,
+        pending: &mut Pending<'_>,
+        field: &[u8],
+    ) -> Result<Option<u64>, StorageError> {
+        if !self.exists {
+            return Ok(None);
+        }
+        pending.member_number(&member_key(self.key, field), ValueKind::Hash)
+    }
+
+    /// Writes a field; `created` is the `CreateIndex` of the row it replaces.
     fn write(
         &mut self,
         pending: &mut Pending<'_>,
         field: &[u8],
         value: Bytes,
-        old: Option<Record>,
+        created: Option<u64>,
     ) -> Result<(), StorageError> {
         if !self.exists {
             // The first write of a new hash: whatever an expired one left goes first.
@@ -406,8 +421,8 @@ impl HashEdit<'_> {
         }
         self.wrote = true;
         let mut record = Record::string(value, self.index);
-        if let Some(old) = old {
-            record.create_index = old.create_index;
+        if let Some(created) = created {
+            record.create_index = created;
         }
         pending.set(member_key(self.key, field), Some(record))
     }

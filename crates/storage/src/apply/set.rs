@@ -174,7 +174,7 @@ impl Pending<'_> {
         let mut new = BTreeSet::new();
         for member in members {
             let row = member_key(key, member);
-            if before.is_none() || self.raw(&row)?.is_none() {
+            if before.is_none() || self.member_number(&row, ValueKind::Set)?.is_none() {
                 new.insert(member);
             }
         }
@@ -212,7 +212,7 @@ impl Pending<'_> {
         let mut removed = 0u64;
         for member in members {
             let row = member_key(key, member);
-            if self.raw(&row)?.is_some() {
+            if self.member_number(&row, ValueKind::Set)?.is_some() {
                 self.set(row, None)?;
                 removed += 1;
             }
@@ -289,7 +289,10 @@ impl Pending<'_> {
                     Ok(target) => target,
                     Err(code) => return Ok(Err(code)),
                 };
-                let here = before.is_some() && self.raw(&member_key(key, member))?.is_some();
+                let here = before.is_some()
+                    && self
+                        .member_number(&member_key(key, member), ValueKind::Set)?
+                        .is_some();
                 if !here {
                     return Ok(Ok(SetAnswer::Count(0)));
                 }

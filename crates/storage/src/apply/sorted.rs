@@ -286,8 +286,8 @@ impl Pending<'_> {
         key: &Bytes,
         member: &Bytes,
     ) -> Result<Option<Score>, StorageError> {
-        match self.raw(&member_key(key, member))? {
-            Some(row) => Ok(Some(decode_score(&row.value)?)),
+        match self.member_number(&member_key(key, member), ValueKind::SortedSet)? {
+            Some(bits) => Ok(Some(decode_score(&bits.to_be_bytes())?)),
             None => Ok(None),
         }
     }
