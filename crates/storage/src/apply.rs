@@ -955,13 +955,14 @@ impl Storage {
                 }
             }
             if member_slot(&key).is_none() {
-                // A collection gone or replaced took its member rows with it.
+                // A collection gone or replaced took its member rows with it (a new one
+                // leaves alone rows it did not purge: left out, they stay so).
                 let before = pending.stored_collections.get(&key).copied();
                 let after = record
                     .as_ref()
                     .map(|r| (r.kind, r.create_index))
                     .filter(|(kind, _)| *kind != ValueKind::String);
-                if before != after {
+                if before.is_some() && before != after {
                     pending.keys.members.forget(&key);
                 }
                 match &record {
@@ -988,6 +989,8 @@ impl Storage {
                     Some(ValueKind::List) => {}
                     kind => match kind.and_then(|kind| member_number(kind, &record)) {
                         Some(number) => pending.keys.members.insert(key, member, number),
+                        // A member row without its collection's record (none is written
+                        // so), or without a number: never trusted, read.
                         None => pending.keys.members.leave_out(key),
                     },
                 },
@@ -1030,7 +1033,9 @@ impl Storage {
     pub fn import_shard(&self, shard: ShardId, export: &ShardExport) -> Result<(), StorageError> {
         let shard = shard.0;
         self.check_writable()?;
-        // Rows replaced outside the apply loop; applies to the shard wait for this call.
+        // Rows replaced outside the apply loop. The raft layer never applies to a shard while
+        // it installs one (one state machine call at a time); the index is dropped again once
+        // the rows are in, so the next apply builds it from them.
         self.key_index().forget(shard);
         // A key must not be both removed and inserted in one batch, so only stale keys go.
         let incoming: std::collections::HashSet<&[u8]> =
@@ -1057,6 +1062,7 @@ impl Storage {
             batch.insert(Space::Data, owned_key(shard, key), value.clone());
         }
         batch.commit()?;
+        self.key_index().forget(shard);
         self.forget_slot_range(shard);
         self.watchers().everything_changed();
         if let Some(observer) = self.observer() {
@@ -1122,6 +1128,7 @@ impl Storage {
             batch.insert(Space::Data, owned_key(shard, key), value.to_vec());
         }
         batch.commit()?;
+        self.key_index().forget(shard);
         Ok(())
     }
 
@@ -1140,6 +1147,7 @@ impl Storage {
         let mut removing = gate.enter();
         removing.raises_to(self.raise_removal_from(shard, meta)?);
         batch.commit()?;
+        self.key_index().forget(shard);
         self.forget_slot_range(shard);
         self.watchers().everything_changed();
         if let Some(observer) = self.observer() {

@@ -133,8 +133,39 @@ impl KeyIndex {
 pub(crate) enum IndexedRow {
     /// A key and its record.
     Key(Box<[u8]>, Record),
-    /// A member row: its collection's key, the member and the row's record.
-    Member(Box<[u8]>, Box<[u8]>, Record),
+    /// A member row: its collection's key, the member, and what the index may keep of it
+    /// (`None`: its record did not decode).
+    Member(Box<[u8]>, Box<[u8]>, Option<MemberRow>),
+}
+
+/// What the index may keep of a member row, before its collection's kind is known.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct MemberRow {
+    create_index: u64,
+    /// The first eight bytes of the value: a sorted set member's score.
+    leading: Option<u64>,
+}
+
+impl MemberRow {
+    pub(crate) fn of(record: &Record) -> Self {
+        MemberRow {
+            create_index: record.create_index,
+            leading: record
+                .value
+                .get(..8)
+                .and_then(|b| b.try_into().ok())
+                .map(u64::from_be_bytes),
+        }
+    }
+
+    /// The number the member index keeps for the row in a collection of `kind`.
+    fn number(self, kind: ValueKind) -> Option<u64> {
+        match kind {
+            ValueKind::SortedSet => self.leading,
+            ValueKind::Hash | ValueKind::Set => Some(self.create_index),
+            _ => None,
+        }
+    }
 }
 
 /// Builds the index of a shard from its rows (score rows of sorted sets left out).
@@ -144,38 +175,44 @@ pub(crate) fn build(
 ) -> Result<ShardKeys, StorageError> {
     let mut index = ShardKeys::new(budget);
     // Member rows sort after most keys but not all: a member whose collection is not seen
-    // yet is held until the keys are known.
+    // yet is held (without its value) until the keys are known.
     let mut unsure = Vec::new();
     for row in rows {
         match row? {
             IndexedRow::Key(key, record) => {
                 index.keys.insert(key, KeyMeta::of(&record));
             }
-            IndexedRow::Member(key, member, record) => match index.keys.get(&key) {
-                Some(meta) => index.add_built(&key, &member, &record, meta.kind),
-                None => unsure.push((key, member, record)),
+            IndexedRow::Member(key, member, row) => match index.keys.get(&key) {
+                Some(meta) => index.add_built(&key, &member, row, Some(meta.kind)),
+                None => unsure.push((key, member, row)),
             },
         }
     }
-    for (key, member, record) in unsure {
+    for (key, member, row) in unsure {
         let kind = index.keys.get(&key).map(|m| m.kind);
-        match kind {
-            Some(kind) => index.add_built(&key, &member, &record, kind),
-            // Rows without a record (none should be stored): read them, never trust them.
-            None => index.members.leave_out(&key),
-        }
+        index.add_built(&key, &member, row, kind);
     }
     Ok(index)
 }
 
 impl ShardKeys {
-    fn add_built(&mut self, key: &[u8], member: &[u8], record: &Record, kind: ValueKind) {
-        if kind == ValueKind::List {
+    /// Indexes a member row the build found, of a collection of `kind` (`None`: the row has
+    /// no collection record).
+    fn add_built(
+        &mut self,
+        key: &[u8],
+        member: &[u8],
+        row: Option<MemberRow>,
+        kind: Option<ValueKind>,
+    ) {
+        if kind == Some(ValueKind::List) {
             // No write needs to know a list's elements.
             return;
         }
-        match member_number(kind, record) {
+        match kind.zip(row).and_then(|(kind, row)| row.number(kind)) {
             Some(number) => self.members.insert(key, member, number),
+            // Rows without a record (none should be stored) or that do not decode: read
+            // them, never trust them.
             None => self.members.leave_out(key),
         }
     }
@@ -185,15 +222,7 @@ impl ShardKeys {
 /// set member's score bits, a hash field's or set member's `CreateIndex`; `None` for a list,
 /// whose elements are not indexed.
 pub(crate) fn member_number(kind: ValueKind, record: &Record) -> Option<u64> {
-    match kind {
-        ValueKind::SortedSet => record
-            .value
-            .get(..8)
-            .and_then(|b| b.try_into().ok())
-            .map(u64::from_be_bytes),
-        ValueKind::Hash | ValueKind::Set => Some(record.create_index),
-        _ => None,
-    }
+    MemberRow::of(record).number(kind)
 }
 
 #[cfg(test)]

@@ -7,7 +7,9 @@
 //! The index holds whole collections or none of a collection. Memory is bounded node-wide by
 //! `[storage] member_index_bytes`: a collection that would take the total past it is *left
 //! out*, and writes to it read its member rows as before, until the shard's index is next
-//! built. Lists are not indexed: no list write asks whether an element exists.
+//! built. The keys of left-out collections are remembered and counted too (they may take the
+//! total a little past the bound). A bound of 0 turns the index off. Lists are not indexed:
+//! no list write asks whether an element exists.
 //!
 //! The one rule the lookups rest on: a collection neither indexed nor left out has no member
 //! rows. The build puts every collection with rows in one of the two; the apply loop adds a
@@ -38,6 +40,16 @@ impl MemberBudget {
         self.used.load(Ordering::Relaxed)
     }
 
+    /// Whether there is an index at all (a bound of 0 turns it off).
+    pub(crate) fn enabled(&self) -> bool {
+        self.limit > 0
+    }
+
+    /// Counts `bytes` that must be kept whatever the limit.
+    fn charge(&self, bytes: u64) {
+        self.used.fetch_add(bytes, Ordering::Relaxed);
+    }
+
     /// Takes `bytes` if they fit under the limit.
     fn take(&self, bytes: u64) -> bool {
         self.used
@@ -64,6 +76,8 @@ const _: () = assert!(MEMBER_BYTES == 73);
 /// What one indexed collection takes besides its key and members.
 const COLLECTION_BYTES: u64 =
     ((std::mem::size_of::<(Box<[u8]>, Members)>() as u64 + 1) * 16 / 7) + 16;
+/// What one left-out collection takes besides its key.
+const LEFT_OUT_BYTES: u64 = ((std::mem::size_of::<Box<[u8]>>() as u64 + 1) * 16 / 7) + 16;
 
 /// One indexed collection: member → its number.
 #[derive(Debug, Default)]
@@ -84,9 +98,14 @@ pub(crate) struct MemberIndex {
 
 impl Drop for MemberIndex {
     fn drop(&mut self) {
-        let bytes = self.collections.values().map(|c| c.bytes).sum();
-        self.budget.give_back(bytes);
+        let indexed: u64 = self.collections.values().map(|c| c.bytes).sum();
+        let left_out: u64 = self.left_out.iter().map(|k| left_out_bytes(k)).sum();
+        self.budget.give_back(indexed + left_out);
     }
+}
+
+fn left_out_bytes(key: &[u8]) -> u64 {
+    LEFT_OUT_BYTES + key.len() as u64
 }
 
 impl MemberIndex {
@@ -101,6 +120,9 @@ impl MemberIndex {
     /// What the index says of `member` of the collection at `key`: `Some(None)` absent,
     /// `Some(Some(number))` present, `None` not known (left out: read the row).
     pub(crate) fn lookup(&self, key: &[u8], member: &[u8]) -> Option<Option<u64>> {
+        if !self.budget.enabled() {
+            return None;
+        }
         match self.collections.get(key) {
             Some(members) => Some(members.rows.get(member).copied()),
             None if self.left_out.contains(key) => None,
@@ -119,15 +141,21 @@ impl MemberIndex {
         if let Some(members) = self.collections.remove(key) {
             self.budget.give_back(members.bytes);
         }
-        self.left_out.remove(key);
+        if self.left_out.remove(key) {
+            self.budget.give_back(left_out_bytes(key));
+        }
     }
 
     /// Marks the collection at `key` (which has rows, or is about to) as not indexed.
     pub(crate) fn leave_out(&mut self, key: &[u8]) {
+        if !self.budget.enabled() {
+            return;
+        }
         if let Some(members) = self.collections.remove(key) {
             self.budget.give_back(members.bytes);
         }
         if !self.left_out.contains(key) {
+            self.budget.charge(left_out_bytes(key));
             self.left_out.insert(Box::from(key));
         }
     }
@@ -136,7 +164,7 @@ impl MemberIndex {
     /// for the first time (it has no other rows) is indexed while the budget allows; one the
     /// budget cannot take any more is left out.
     pub(crate) fn insert(&mut self, key: &[u8], member: &[u8], number: u64) {
-        if self.left_out.contains(key) {
+        if !self.budget.enabled() || self.left_out.contains(key) {
             return;
         }
         let members = match self.collections.get_mut(key) {
@@ -144,7 +172,7 @@ impl MemberIndex {
             None => {
                 let bytes = COLLECTION_BYTES + key.len() as u64;
                 if !self.budget.take(bytes) {
-                    self.left_out.insert(Box::from(key));
+                    self.leave_out(key);
                     return;
                 }
                 self.collections.entry(Box::from(key)).or_insert(Members {
@@ -203,9 +231,25 @@ mod tests {
         // The last member removed takes the collection with it.
         index.remove(b"h", b"f");
         assert!(!index.holds(b"h"));
-        assert_eq!(budget.used(), 0);
+        assert_eq!(
+            budget.used(),
+            LEFT_OUT_BYTES + 1,
+            "the left-out key is counted"
+        );
         index.forget(b"l");
         assert_eq!(index.lookup(b"l", b"x"), Some(None));
+        assert_eq!(budget.used(), 0);
+    }
+
+    #[test]
+    fn a_bound_of_zero_knows_nothing_and_keeps_nothing() {
+        let budget = MemberBudget::new(0);
+        let mut index = MemberIndex::new(budget.clone());
+        index.insert(b"h", b"f", 1);
+        index.leave_out(b"l");
+        assert_eq!(index.lookup(b"h", b"f"), None);
+        assert_eq!(index.lookup(b"x", b"y"), None);
+        assert_eq!(budget.used(), 0);
     }
 
     #[test]
@@ -215,16 +259,20 @@ mod tests {
         let mut index = MemberIndex::new(budget.clone());
         index.insert(b"a", b"m1", 0);
         assert_eq!(budget.used(), one);
-        // `b` is taken in, but its first member does not fit: it is left out whole.
+        // `b` is taken in, but its first member does not fit: it is left out whole, and its
+        // key is counted.
         index.insert(b"b", b"m1", 0);
         assert_eq!(index.lookup(b"b", b"m1"), None);
-        assert_eq!(budget.used(), one);
+        assert_eq!(budget.used(), one + LEFT_OUT_BYTES + 1);
         // Another index on the same node shares the budget.
         let mut other = MemberIndex::new(budget.clone());
         other.insert(b"c", b"m", 0);
         assert_eq!(other.lookup(b"c", b"m"), None);
         drop(index);
+        assert_eq!(budget.used(), LEFT_OUT_BYTES + 1);
+        other.forget(b"c");
         assert_eq!(budget.used(), 0);
+        other.leave_out(b"d");
         drop(other);
         assert_eq!(budget.used(), 0);
     }

@@ -190,8 +190,9 @@ impl Storage {
         &self,
         shard: u32,
     ) -> Result<crate::key_index::ShardKeys, StorageError> {
-        use crate::key_index::IndexedRow;
+        use crate::key_index::{IndexedRow, MemberRow};
         use trireme_types::collection::{member_slot, split_member_key};
+        let members = self.key_index.member_budget().enabled();
         let rows = self
             .tables
             .prefix(Space::Data, &shard.to_be_bytes())
@@ -201,21 +202,26 @@ impl Storage {
                     Err(e) => return Some(Err(e)),
                 };
                 let user_key = key.get(4..).unwrap_or_default();
-                let member = split_member_key(user_key);
-                if member.is_none() && member_slot(user_key).is_some() {
+                if let Some((collection, member)) = split_member_key(user_key) {
+                    if !members {
+                        return None;
+                    }
+                    let row = Record::decode(&value).ok().map(|r| MemberRow::of(&r));
+                    return Some(Ok(IndexedRow::Member(
+                        Box::from(collection),
+                        Box::from(member),
+                        row,
+                    )));
+                }
+                if member_slot(user_key).is_some() {
                     // A sorted set's score row: its member row says all the index keeps.
                     return None;
                 }
-                let record = match Record::decode(&value) {
-                    Ok(record) => record,
-                    Err(e) => return Some(Err(StorageError::from(e))),
-                };
-                Some(Ok(match member {
-                    Some((collection, member)) => {
-                        IndexedRow::Member(Box::from(collection), Box::from(member), record)
-                    }
-                    None => IndexedRow::Key(Box::from(user_key), record),
-                }))
+                Some(
+                    Record::decode(&value)
+                        .map(|record| IndexedRow::Key(Box::from(user_key), record))
+                        .map_err(StorageError::from),
+                )
             });
         crate::key_index::build(rows, self.key_index.member_budget().clone())
     }

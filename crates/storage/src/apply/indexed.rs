@@ -264,3 +264,33 @@ fn the_index_takes_what_it_counts_and_gives_it_back() {
     );
     assert_eq!(storage.member_index_bytes(), 0);
 }
+
+/// Rows the index cannot vouch for (a member row without its collection's record, which no
+/// command writes) stay read from the rows even after a collection is created over them.
+#[test]
+fn member_rows_without_a_record_are_read_not_trusted() {
+    let orphan = trireme_types::collection::member_key(b"k", b"g");
+    let row = trireme_types::Record::string(b("old"), 1).encode();
+    let hset = |field: &str| Command::Hash {
+        key: b("k"),
+        op: HashOp::Set {
+            pairs: vec![(b(field), b("v"))],
+            only_new: false,
+            max_fields: 100,
+        },
+    };
+    let mut answers = Vec::new();
+    for budget in [u64::MAX, 0] {
+        let dir = tempfile::tempdir().unwrap();
+        let storage = open(dir.path(), budget);
+        storage
+            .import_rows(ShardId(0), &[(&orphan[..], &row[..])])
+            .unwrap();
+        // One batch each: the index changes between batches.
+        for (index, field) in [(2, "f"), (3, "g"), (4, "g")] {
+            answers.push(super::testing::run(&storage, index, vec![hset(field)]));
+        }
+    }
+    let (indexed, read) = answers.split_at(3);
+    assert_eq!(indexed, read);
+}
