@@ -131,13 +131,13 @@ where
 
 /// The stored document.
 #[derive(Debug, Clone, Default, Serialize, Deserialize)]
-struct AclStore {
+pub(crate) struct AclStore {
     /// Bumped by every change; the create and modify indexes of entries.
-    revision: u64,
+    pub revision: u64,
     /// Whether the one-time bootstrap (or an initial management token) has happened.
-    bootstrapped: bool,
-    policies: BTreeMap<String, AclPolicy>,
-    tokens: BTreeMap<String, AclToken>,
+    pub bootstrapped: bool,
+    pub policies: BTreeMap<String, AclPolicy>,
+    pub tokens: BTreeMap<String, AclToken>,
 }
 
 /// What one node resolves tokens with: built from the store whenever its row changes.

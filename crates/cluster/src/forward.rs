@@ -656,15 +656,15 @@ impl From<WireTarget> for WatchTarget {
 }
 
 #[derive(Debug, Serialize, Deserialize)]
-struct ForwardRequest {
-    shard: u32,
-    op: WireOp,
+pub(crate) struct ForwardRequest {
+    pub shard: u32,
+    pub op: WireOp,
 }
 
 /// The answer to a forwarded request. The sender knows `A` from the request it sent; the
 /// other variants encode the same whatever `A` is.
 #[derive(Debug, Serialize, Deserialize)]
-enum ForwardReply<A> {
+pub(crate) enum ForwardReply<A> {
     Served(A),
     /// This node cannot serve it; the leader it knows of.
     NotLeader(Option<u64>),

@@ -32,10 +32,10 @@ const JOIN_ATTEMPTS: u32 = 10;
 const NOT_NOW: &str = "the cluster cannot admit nodes right now";
 
 #[derive(Debug, Serialize, Deserialize)]
-struct JoinRequest {
-    info: NodeInfo,
+pub(crate) struct JoinRequest {
+    pub info: NodeInfo,
     /// Only ask whether the cluster exists and what state this name has; register nothing.
-    probe: bool,
+    pub probe: bool,
 }
 
 /// What a member tells a node it admitted (or probed).

@@ -18,6 +18,8 @@ mod config;
 mod error;
 mod expiry;
 mod forward;
+#[cfg(test)]
+mod golden_samples;
 mod identity;
 mod join;
 mod membership;

@@ -39,9 +39,9 @@ pub(crate) enum MembershipOp {
 }
 
 #[derive(Debug, Serialize, Deserialize)]
-struct Request {
-    shard: u32,
-    op: MembershipOp,
+pub(crate) struct Request {
+    pub shard: u32,
+    pub op: MembershipOp,
 }
 
 /// The shard leader's answer.

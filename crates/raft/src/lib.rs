@@ -8,6 +8,8 @@
 mod batcher;
 mod compaction;
 mod error;
+#[cfg(test)]
+mod golden_samples;
 mod group;
 mod log_store;
 mod peer;

@@ -14,6 +14,10 @@ pub mod cluster_status;
 pub mod collection;
 pub mod command;
 pub mod error;
+#[cfg(any(test, feature = "golden"))]
+pub mod golden;
+#[cfg(test)]
+mod golden_samples;
 pub mod histogram;
 pub mod ids;
 pub mod int;

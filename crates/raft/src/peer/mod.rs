@@ -13,7 +13,7 @@
 mod link;
 mod snapshot;
 mod stream;
-mod wire;
+pub(crate) mod wire;
 
 use stream::PeerStream;
 
