@@ -990,6 +990,12 @@ impl Node {
         id.0 == self.node_id || self.transport.is_linked(id)
     }
 
+    /// The build and protocol node `id` announced when it linked with this node (this
+    /// node's own for itself); `None` while there is no link.
+    pub fn node_version(&self, id: NodeId) -> Option<trireme_types::version::Version> {
+        self.transport.peer_version(id)
+    }
+
     /// Every shard as this node sees it.
     pub fn shards(&self) -> Vec<ShardInfo> {
         let routing = self.shard_map();

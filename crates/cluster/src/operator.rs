@@ -72,6 +72,7 @@ impl Node {
                 preferred_leaders: map.as_ref().map_or(0, |m| m.preferred_count(id)) as u32,
                 meta: role.to_string(),
                 linked: self.is_linked(NodeId(id)),
+                version: self.node_version(NodeId(id)),
                 drain,
             });
         }

@@ -795,6 +795,7 @@ mod tests {
             http: format!("{name}:1"),
             resp: format!("{name}:2"),
             peer: format!("{name}:3"),
+            version: None,
         };
         let report = StatusReport {
             target: "http://n1:1".into(),

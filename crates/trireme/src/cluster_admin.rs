@@ -169,19 +169,25 @@ pub fn render_membership(status: &ClusterStatus) -> String {
     );
     let _ = writeln!(
         out,
-        "{:<10} {:<9} {:>8} {:>10} {:<8} {:<6} PEER",
-        "NODE", "STATE", "REPLICAS", "PREFERRED", "META", "LINKED"
+        "{:<10} {:<9} {:>8} {:>10} {:<8} {:<6} {:<14} PEER",
+        "NODE", "STATE", "REPLICAS", "PREFERRED", "META", "LINKED", "VERSION"
     );
     for node in &status.nodes {
+        // The build and, after a slash, the protocol it speaks.
+        let version = node.version.as_ref().map_or_else(
+            || "-".to_string(),
+            |v| format!("{}/{}", v.build, v.protocol),
+        );
         let _ = writeln!(
             out,
-            "{:<10} {:<9} {:>8} {:>10} {:<8} {:<6} {}",
+            "{:<10} {:<9} {:>8} {:>10} {:<8} {:<6} {:<14} {}",
             node.name,
             node.state,
             node.replicas,
             node.preferred_leaders,
             node.meta,
             if node.linked { "yes" } else { "no" },
+            version,
             node.peer
         );
     }
@@ -254,9 +260,14 @@ mod tests {
             preferred_leaders: 1,
             meta: "voter".into(),
             linked: true,
+            version: Some(trireme_types::version::Version {
+                protocol: 1,
+                build: "0.1.0".into(),
+            }),
             drain: None,
         };
         let mut draining = node("n4", "draining");
+        draining.version = None;
         draining.drain = Some(trireme_types::cluster_status::DrainProgress {
             replicas_left: 3,
             moving: 1,
@@ -294,6 +305,8 @@ mod tests {
             "{text}"
         );
         assert!(text.contains("n4         draining"), "{text}");
+        assert!(text.contains(" yes    0.1.0/1        n1:7702"), "{text}");
+        assert!(text.contains(" yes    -              n4:7702"), "{text}");
         assert!(
             text.contains(
                 "draining n4: 3 replica(s) left to move (1 moving now); metadata vote handed over"

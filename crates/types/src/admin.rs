@@ -23,6 +23,10 @@ pub struct NodeAddrs {
     pub http: String,
     /// The RESP address, `host:port`.
     pub resp: String,
+    /// The build and protocol the node announced when it linked with the answering node
+    /// (the answering node's own for itself); absent without a link.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub version: Option<crate::version::Version>,
 }
 
 /// `GET /v1/cluster/shards`: the shard map as the answering node sees it.
@@ -165,6 +169,7 @@ mod tests {
             peer: format!("{name}:1"),
             http: format!("{name}:2"),
             resp: format!("{name}:3"),
+            version: None,
         }
     }
 

@@ -72,6 +72,10 @@ pub struct NodeStatus {
     pub meta: String,
     /// Whether the answering node has a link to it (itself counts).
     pub linked: bool,
+    /// The build and protocol it announced when it linked with the answering node (the
+    /// answering node's own for itself); absent without a link.
+    #[serde(default)]
+    pub version: Option<crate::version::Version>,
     /// How far its drain has come, while it is `draining`.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub drain: Option<DrainProgress>,
@@ -168,6 +172,7 @@ mod tests {
             preferred_leaders: 0,
             meta: "voter".into(),
             linked: true,
+            version: None,
             drain: None,
         }
     }

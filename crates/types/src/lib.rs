@@ -27,6 +27,7 @@ pub mod session;
 pub mod slot;
 pub mod sorted;
 pub mod timed;
+pub mod version;
 
 pub use command::{
     Command, CommandResult, End, HashAnswer, HashOp, HashRead, KeyCheck, ListAnswer, ListOp,

@@ -74,6 +74,7 @@ pub(crate) async fn shards(State(state): State<AppState>) -> Json<ShardsDoc> {
         peer: n.peer_addr.clone(),
         http: n.http_addr.clone(),
         resp: n.resp_addr.clone(),
+        version: node.node_version(trireme_types::NodeId::from_name(&n.name)),
     };
     let shards = node
         .shards()

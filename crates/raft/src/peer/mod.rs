@@ -41,6 +41,7 @@ use tokio::net::TcpListener;
 use tokio::sync::Notify;
 use tokio_util::codec::{FramedRead, LengthDelimitedCodec};
 use trireme_types::NodeId;
+use trireme_types::version::Version;
 
 /// How long a dialer waits for a connection and for the answer to its `Hello`.
 const HANDSHAKE_TIMEOUT: Duration = Duration::from_secs(2);
@@ -133,6 +134,10 @@ struct Inner {
     stopped: AtomicBool,
     /// Mutual TLS on every link, when the cluster has `[peer_tls]`.
     tls: OnceLock<Arc<trireme_tls::PeerTls>>,
+    /// What this node announces at each handshake.
+    version: Version,
+    /// What each linked peer announced at its last handshake.
+    peer_versions: Mutex<HashMap<u64, Version>>,
 }
 
 /// The node's peer transport; cheap to clone.
@@ -177,6 +182,8 @@ impl PeerTransport {
                 uploads: Mutex::default(),
                 stopped: AtomicBool::new(false),
                 tls: OnceLock::new(),
+                version: Version::current(),
+                peer_versions: Mutex::default(),
             }),
             snapshot_chunk_bytes: DEFAULT_SNAPSHOT_CHUNK_BYTES,
             snapshot_rate: 0,
@@ -279,9 +286,9 @@ impl PeerTransport {
             )
             .await?;
             match read_frame(&mut stream, 1 << 20, timeout).await? {
-                wire::Frame::Joined { payload } => Ok(payload),
-                wire::Frame::Refused { reason } => Err(format!("{addr} refused: {reason}")),
-                other => Err(format!("unexpected answer from {addr}: {other:?}")),
+                (wire::Frame::Joined { payload }, _) => Ok(payload),
+                (wire::Frame::Refused { reason }, _) => Err(format!("{addr} refused: {reason}")),
+                (other, _) => Err(format!("unexpected answer from {addr}: {other:?}")),
             }
         };
         tokio::time::timeout(timeout, attempt)
@@ -342,6 +349,16 @@ impl PeerTransport {
     /// Whether a link to `id` is up.
     pub fn is_linked(&self, id: NodeId) -> bool {
         self.inner.link(id.0).is_some()
+    }
+
+    /// What node `id` announced at the handshake of its live link (this node's own version
+    /// for itself); `None` without a link.
+    pub fn peer_version(&self, id: NodeId) -> Option<Version> {
+        if id.0 == self.inner.me {
+            return Some(self.inner.version.clone());
+        }
+        self.inner.link(id.0)?;
+        lock(&self.inner.peer_versions).get(&id.0).cloned()
     }
 
     /// Registers a group's Raft so RPCs for `group` reach it; returns the cell the transport
@@ -537,14 +554,15 @@ impl Inner {
             .map(|g| (g.raft.clone(), g.last_append.clone()))
     }
 
-    fn install(self: &Arc<Self>, peer: u64, stream: PeerStream) -> Arc<Link> {
+    fn install(self: &Arc<Self>, peer: u64, stream: PeerStream, version: Version) -> Arc<Link> {
+        tracing::info!(peer = %format_args!("{peer:016x}"), %version, "peer link up");
+        lock(&self.peer_versions).insert(peer, version);
         let serial = self.next_serial.fetch_add(1, Ordering::Relaxed);
         let link = Link::start(stream, peer, serial, self.clone());
         if let Some(old) = lock(&self.links).insert(peer, link.clone()) {
             old.close();
         }
         self.link_up.notify_waiters();
-        tracing::info!(peer = %format_args!("{peer:016x}"), "peer link up");
         link
     }
 }
@@ -661,17 +679,18 @@ impl Inbound for Inner {
     }
 }
 
-/// Reads one handshake frame from a fresh connection.
-async fn read_handshake(stream: &mut PeerStream) -> Result<wire::Frame, String> {
+/// Reads one handshake frame from a fresh connection, with the version its sender announced.
+async fn read_handshake(stream: &mut PeerStream) -> Result<(wire::Frame, Version), String> {
     read_frame(stream, 64 * 1024, HANDSHAKE_TIMEOUT).await
 }
 
-/// Reads one frame of at most `max` bytes, before anything else is sent on the connection.
+/// Reads one frame of at most `max` bytes, before anything else is sent on the connection,
+/// and the version after it, if any (see [`wire::decode_handshake`]).
 async fn read_frame(
     stream: &mut PeerStream,
     max: usize,
     timeout: Duration,
-) -> Result<wire::Frame, String> {
+) -> Result<(wire::Frame, Version), String> {
     let mut frames = FramedRead::new(
         stream,
         LengthDelimitedCodec::builder()
@@ -687,7 +706,19 @@ async fn read_frame(
         // Nothing may follow the handshake before it is answered.
         return Err("data after the handshake frame".into());
     }
-    wire::decode(&body).map_err(|e| format!("undecodable handshake: {e}"))
+    wire::decode_handshake(&body).map_err(|e| format!("undecodable handshake: {e}"))
+}
+
+/// Sends a handshake frame with this node's version after it.
+async fn send_handshake(
+    stream: &mut PeerStream,
+    frame: &wire::Frame,
+    version: &Version,
+) -> Result<(), String> {
+    let mut buf = BytesMut::new();
+    wire::encode_handshake(frame, version, &mut buf).map_err(|e| e.to_string())?;
+    stream.write_all(&buf).await.map_err(|e| e.to_string())?;
+    stream.flush().await.map_err(|e| e.to_string())
 }
 
 async fn send_frame(stream: &mut PeerStream, frame: &wire::Frame) -> Result<(), String> {
@@ -699,7 +730,7 @@ async fn send_frame(stream: &mut PeerStream, frame: &wire::Frame) -> Result<(), 
 
 /// The accepting side of a handshake.
 async fn accept(inner: Arc<Inner>, mut stream: PeerStream) -> Result<(), String> {
-    let hello = read_handshake(&mut stream).await?;
+    let (hello, version) = read_handshake(&mut stream).await?;
     if let wire::Frame::Join { cluster, payload } = hello {
         return answer_join(&inner, stream, cluster, payload).await;
     }
@@ -751,8 +782,11 @@ async fn accept(inner: Arc<Inner>, mut stream: PeerStream) -> Result<(), String>
         )
         .await;
     }
-    send_frame(&mut stream, &wire::Frame::Welcome).await?;
-    inner.install(from, stream);
+    if let Err(reason) = inner.version.admits(&version) {
+        return refuse(stream, format!("node {from:016x}: {reason}")).await;
+    }
+    send_handshake(&mut stream, &wire::Frame::Welcome, &inner.version).await?;
+    inner.install(from, stream, version);
     Ok(())
 }
 
@@ -865,28 +899,34 @@ async fn dial(inner: &Arc<Inner>, peer: u64) -> Result<(), String> {
     let mut stream = tokio::time::timeout(HANDSHAKE_TIMEOUT, stream::dial(&addr, tls))
         .await
         .map_err(|_| format!("connect to {addr} timed out"))??;
-    send_frame(
+    send_handshake(
         &mut stream,
         &wire::Frame::Hello {
             cluster: inner.cluster.clone(),
             from: inner.me,
             to: peer,
         },
+        &inner.version,
     )
     .await?;
     match read_handshake(&mut stream).await? {
-        wire::Frame::Welcome => {
-            inner.install(peer, stream);
+        (wire::Frame::Welcome, version) => {
+            // A build from before versions admits anyone: the check is this side's to make.
+            if let Err(reason) = inner.version.admits(&version) {
+                tracing::warn!(peer = %format_args!("{peer:016x}"), %addr, %reason, "refused the link a peer welcomed");
+                return Err(reason);
+            }
+            inner.install(peer, stream, version);
             Ok(())
         }
-        wire::Frame::Refused { reason } => {
+        (wire::Frame::Refused { reason }, _) => {
             if reason.ends_with(REMOVED_REASON) && reason.contains(&format!("{:016x}", inner.me)) {
                 inner.told_removed.store(true, Ordering::Release);
             }
             tracing::warn!(peer = %format_args!("{peer:016x}"), %addr, %reason, "peer refused the link");
             Err(reason)
         }
-        other => Err(format!("unexpected handshake answer {other:?}")),
+        (other, _) => Err(format!("unexpected handshake answer {other:?}")),
     }
 }
 

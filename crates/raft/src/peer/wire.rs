@@ -1,5 +1,11 @@
 //! What travels on a peer link: postcard-encoded [`Frame`]s, each behind a 4-byte big-endian
 //! length (tokio-util's length-delimited framing).
+//!
+//! The two frames of a link's handshake, `Hello` and its `Welcome`, carry the sender's
+//! [`Version`] after the frame, inside the same length-delimited body ([`encode_handshake`]):
+//! a build from before versions decodes the frame and never looks past it, and a handshake
+//! without anything after the frame comes from such a build (protocol 0). So nodes of the
+//! first versioned build and of the one before it still link.
 
 use crate::TypeConfig;
 use bytes::{BufMut, BytesMut};
@@ -9,6 +15,7 @@ use openraft::raft::{
 };
 use openraft::type_config::alias::{SnapshotMetaOf, VoteOf};
 use serde::{Deserialize, Serialize};
+use trireme_types::version::Version;
 
 /// The largest frame a node accepts. Snapshots travel in chunks well below it (`snapshot.rs`);
 /// what comes near it is an AppendEntries carrying many large batched entries.
@@ -189,6 +196,31 @@ pub(crate) fn decode(body: &[u8]) -> Result<Frame, postcard::Error> {
     postcard::from_bytes(body)
 }
 
+/// Appends a handshake `frame` followed by `version` to `out`, under one length prefix.
+/// (Two small values once per link: built in a vector first.)
+pub(crate) fn encode_handshake(
+    frame: &Frame,
+    version: &Version,
+    out: &mut BytesMut,
+) -> Result<(), postcard::Error> {
+    let mut body = postcard::to_stdvec(frame)?;
+    body.extend_from_slice(&postcard::to_stdvec(version)?);
+    out.put_u32(body.len() as u32);
+    out.put_slice(&body);
+    Ok(())
+}
+
+/// Decodes a handshake body: the frame, and the version after it (a build from before
+/// versions sends none: [`Version::unversioned`]).
+pub(crate) fn decode_handshake(body: &[u8]) -> Result<(Frame, Version), postcard::Error> {
+    let (frame, rest) = postcard::take_from_bytes(body)?;
+    let version = match rest {
+        [] => Version::unversioned(),
+        rest => postcard::from_bytes(rest)?,
+    };
+    Ok((frame, version))
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -212,6 +244,39 @@ mod tests {
             } => assert_eq!(payload, b"hello"),
             other => panic!("decoded {other:?}"),
         }
+    }
+
+    #[test]
+    fn a_handshake_carries_the_version_and_an_older_build_reads_only_the_frame() {
+        let hello = Frame::Hello {
+            cluster: "c".into(),
+            from: 1,
+            to: 2,
+        };
+        let version = Version {
+            protocol: 7,
+            build: "9.9.9".into(),
+        };
+        let mut buf = BytesMut::new();
+        encode_handshake(&hello, &version, &mut buf).unwrap();
+        let len = u32::from_be_bytes(buf[..4].try_into().unwrap()) as usize;
+        assert_eq!(len, buf.len() - 4);
+        let (frame, got) = decode_handshake(&buf[4..]).unwrap();
+        assert!(matches!(frame, Frame::Hello { from: 1, to: 2, .. }));
+        assert_eq!(got, version);
+        // What a build before versions does with it: `decode` ignores what follows.
+        assert!(matches!(
+            decode(&buf[4..]).unwrap(),
+            Frame::Hello { from: 1, .. }
+        ));
+        // And what such a build sends: the frame alone.
+        let mut old = BytesMut::new();
+        encode(&Frame::Welcome, &mut old).unwrap();
+        let (frame, got) = decode_handshake(&old[4..]).unwrap();
+        assert!(matches!(frame, Frame::Welcome));
+        assert_eq!(got, Version::unversioned());
+        // Garbage after the frame is an error, not protocol 0.
+        assert!(decode_handshake(&[old[4], 0xff]).is_err());
     }
 
     #[test]

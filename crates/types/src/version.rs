@@ -1,0 +1,91 @@
+//! Which build a node runs and which protocol it speaks, as nodes tell each other when they
+//! link. During a rolling upgrade nodes of adjacent protocols (N and N+1) serve together;
+//! a node further apart is refused at the handshake, with both versions in the message.
+//!
+//! The protocol number covers everything another node reads: peer frames, forwarded requests
+//! and replies, log entries, snapshots. Raise it with any change to them, and keep the golden
+//! encodings (`golden/` in each crate) decoding.
+
+use serde::{Deserialize, Serialize};
+use std::fmt;
+
+/// The protocol this build speaks. Builds from before versions were announced count as 0.
+pub const PROTOCOL: u32 = 1;
+
+/// The environment variable that makes a node announce another protocol number than
+/// [`PROTOCOL`]: for tests of mixed-version clusters only, never in production (the node still
+/// speaks its own protocol).
+pub const ANNOUNCE_PROTOCOL_ENV: &str = "TRIREME_TEST_ANNOUNCE_PROTOCOL";
+
+/// A node's build and protocol.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Version {
+    /// The protocol it speaks (see [`PROTOCOL`]).
+    pub protocol: u32,
+    /// Its release, as Cargo knows it (`0.1.0`).
+    pub build: String,
+}
+
+impl Version {
+    /// This build's version, with the protocol a test may have asked it to announce.
+    pub fn current() -> Version {
+        let protocol = std::env::var(ANNOUNCE_PROTOCOL_ENV)
+            .ok()
+            .and_then(|v| v.parse().ok())
+            .unwrap_or(PROTOCOL);
+        Version {
+            protocol,
+            build: env!("CARGO_PKG_VERSION").to_string(),
+        }
+    }
+
+    /// A node of a build from before versions were announced.
+    pub fn unversioned() -> Version {
+        Version {
+            protocol: 0,
+            build: "unknown (before protocol 1)".into(),
+        }
+    }
+
+    /// Whether a node of this version may link with one of `peer`'s: their protocols are at
+    /// most one apart. `Err` says why not, naming both.
+    pub fn admits(&self, peer: &Version) -> Result<(), String> {
+        if self.protocol.abs_diff(peer.protocol) <= 1 {
+            return Ok(());
+        }
+        Err(format!(
+            "the peer runs {peer}, this node {self}: nodes more than one protocol apart cannot serve together; upgrade one version at a time"
+        ))
+    }
+}
+
+impl fmt::Display for Version {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "build {} (protocol {})", self.build, self.protocol)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn at(protocol: u32) -> Version {
+        Version {
+            protocol,
+            build: format!("0.{protocol}.0"),
+        }
+    }
+
+    #[test]
+    fn adjacent_protocols_link_and_farther_ones_are_refused_by_both_sides() {
+        assert!(at(3).admits(&at(3)).is_ok());
+        assert!(at(3).admits(&at(4)).is_ok());
+        assert!(at(4).admits(&at(3)).is_ok());
+        let refused = at(3).admits(&at(5)).expect_err("two apart");
+        assert!(refused.contains("build 0.5.0 (protocol 5)"), "{refused}");
+        assert!(refused.contains("build 0.3.0 (protocol 3)"), "{refused}");
+        assert!(at(5).admits(&at(3)).is_err());
+        assert!(at(1).admits(&Version::unversioned()).is_ok());
+        assert!(at(2).admits(&Version::unversioned()).is_err());
+    }
+}
