@@ -28,14 +28,15 @@ stop_nodes() {
 cleanup() { stop_nodes; rm -rf "$work"; }
 trap cleanup EXIT
 
-# A CA and one certificate for every node (they all listen on 127.0.0.1).
+# A CA and one certificate for every node (they all listen on 127.0.0.1), naming each node
+# as peers require (DNS:node-<node id>.trireme).
 tls="$work/tls"
 mkdir -p "$tls"
 openssl req -x509 -newkey ec -pkeyopt ec_paramgen_curve:P-256 -nodes -days 2 \
   -subj /CN=overhead-ca -keyout "$tls/ca-key.pem" -out "$tls/ca.pem" 2>/dev/null
 openssl req -newkey ec -pkeyopt ec_paramgen_curve:P-256 -nodes -subj /CN=node \
   -keyout "$tls/node-key.pem" -out "$tls/node.csr" 2>/dev/null
-printf 'subjectAltName=IP:127.0.0.1,DNS:localhost\nextendedKeyUsage=serverAuth,clientAuth\n' \
+printf 'subjectAltName=IP:127.0.0.1,DNS:localhost,DNS:node-n1.trireme,DNS:node-n2.trireme,DNS:node-n3.trireme\nextendedKeyUsage=serverAuth,clientAuth\n' \
   >"$tls/ext.cnf"
 openssl x509 -req -in "$tls/node.csr" -CA "$tls/ca.pem" -CAkey "$tls/ca-key.pem" \
   -CAcreateserial -days 2 -extfile "$tls/ext.cnf" -out "$tls/node.pem" 2>/dev/null

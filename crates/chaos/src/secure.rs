@@ -1,7 +1,7 @@
 //! `trireme chaos --secure`: the same run with ACLs (default deny) and TLS on every port, so
 //! that faults are shown not to break a secure cluster. A CA, one certificate for every node
-//! (naming all the lab's addresses) and a management token are made in the run's directory;
-//! the clients send the token and trust the CA.
+//! (naming all the lab's addresses and nodes) and a management token are made in the run's
+//! directory; the clients send the token and trust the CA.
 
 use crate::ChaosError;
 use crate::lab::LabNode;
@@ -53,9 +53,12 @@ fn make(dir: &std::path::Path, nodes: &[LabNode]) -> Result<Security, ChaosError
     let tls_error = |e: trireme_tls::TlsError| ChaosError::Config(e.to_string());
     let ca = trireme_tls::LocalCa::generate().map_err(tls_error)?;
     let ca_file = ca.write(&tls).map_err(tls_error)?;
-    let ips: Vec<String> = nodes.iter().map(|n| n.ip.to_string()).collect();
-    let mut names: Vec<&str> = ips.iter().map(String::as_str).collect();
-    names.push("localhost");
+    // The lab's addresses, and every node's name, which peers check (the lab shares one
+    // certificate among its nodes: what it tests is faults, not impostors).
+    let mut names: Vec<String> = nodes.iter().map(|n| n.ip.to_string()).collect();
+    names.extend(nodes.iter().map(|n| trireme_tls::node_dns_name(&n.name)));
+    names.push("localhost".into());
+    let names: Vec<&str> = names.iter().map(String::as_str).collect();
     let (cert, key) = ca.issue("chaos-node", &names).map_err(tls_error)?;
     let (cert_file, key_file) = (tls.join("node.pem"), tls.join("node-key.pem"));
     std::fs::write(&cert_file, &cert).map_err(|e| ChaosError::io(cert_file.display(), e))?;

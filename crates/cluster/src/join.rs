@@ -250,12 +250,19 @@ impl JoinHandler for JoinRequests {
     fn handle(
         &self,
         payload: Vec<u8>,
+        identity: trireme_tls::PeerIdentity,
     ) -> futures::future::BoxFuture<'static, Result<Vec<u8>, String>> {
         let node = self.0.upgrade();
         Box::pin(async move {
             let node = node.ok_or_else(|| "this node is stopping".to_string())?;
             let request: JoinRequest = postcard::from_bytes(&payload)
                 .map_err(|e| format!("undecodable join request: {e}"))?;
+            // With `[peer_tls]`, a certificate lets its holder join only as the node it names.
+            identity
+                .check_is_node(&request.info.node.name)
+                .map_err(|reason| {
+                    format!("node {:?} cannot join: {reason}", request.info.node.name)
+                })?;
             let answer = node.admit(request).await?;
             postcard::to_stdvec(&answer).map_err(|e| e.to_string())
         })

@@ -164,7 +164,7 @@ impl Node {
             None => initial_cluster(&config)?,
         };
 
-        let transport = PeerTransport::new(node_id, config.cluster_name.clone())
+        let transport = PeerTransport::new(&config.name, config.cluster_name.clone())
             .with_snapshot_chunk_bytes(config.timing.snapshot_chunk_bytes as usize)
             .with_snapshot_rate(config.timing.snapshot_rate_bytes_per_sec)
             .with_tls(config.peer_tls.clone())

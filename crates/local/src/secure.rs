@@ -80,7 +80,10 @@ pub fn prepare_node(dir: &Path, name: &str) -> Result<PathBuf> {
     };
     let cert = tls.join(format!("{name}.pem"));
     let key = tls.join(format!("{name}-key.pem"));
-    if !cert.exists() || !key.exists() {
+    // A certificate from before peers checked node names does not name its node: issued again.
+    let names_node = cert.exists()
+        && trireme_tls::certificate_file_names_node(&cert, name).map_err(tls_error)?;
+    if !names_node || !key.exists() {
         ca.write_node(&tls, name).map_err(tls_error)?;
     }
     let token = management_token(dir)?;

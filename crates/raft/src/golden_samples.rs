@@ -263,5 +263,27 @@ fn logs_markers_and_peer_frames_keep_their_encoding() {
     for frame in frames() {
         golden.postcard_debug(frame_name(&frame), &frame);
     }
+    // A handshake body: the frame, then the sender's version and name (see `wire.rs`).
+    let hello = frames().swap_remove(0);
+    let version = trireme_types::version::Version {
+        protocol: 1,
+        build: "0.1.0".into(),
+    };
+    golden.check(
+        "handshake.hello",
+        &format!("{hello:?} {version:?} n1"),
+        |_| {
+            let mut out = bytes::BytesMut::new();
+            crate::peer::wire::encode_handshake(&hello, &version, "n1", &mut out)
+                .map_err(|e| e.to_string())?;
+            Ok(out[4..].to_vec())
+        },
+        |body| {
+            let (frame, announced) =
+                crate::peer::wire::decode_handshake(body).map_err(|e| e.to_string())?;
+            let name = announced.name.unwrap_or_default();
+            Ok(format!("{frame:?} {:?} {name}", announced.version))
+        },
+    );
     golden.finish();
 }

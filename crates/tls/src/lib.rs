@@ -18,7 +18,7 @@ mod local_ca;
 mod stream;
 
 pub use local_ca::{IssueParams, LocalCa, date_time_ymd, write_private};
-pub use stream::MaybeTls;
+pub use stream::{MaybeTls, PeerIdentity};
 
 use rustls::server::WebPkiClientVerifier;
 use rustls::{ClientConfig, RootCertStore, ServerConfig};
@@ -93,6 +93,32 @@ fn certificates(path: &Path) -> Result<Vec<CertificateDer<'static>>, TlsError> {
         return Err(file_error(path, "no PEM certificate in the file"));
     }
     Ok(certs)
+}
+
+/// The DNS name a node's peer certificate must carry besides its addresses:
+/// `node-<name>.trireme`, `<name>` being its `--node-id`. It binds the certificate to the node
+/// id a peer claims when it links.
+pub fn node_dns_name(name: &str) -> String {
+    format!("node-{name}.trireme")
+}
+
+/// Whether `certificate` names node `name` (see [`node_dns_name`]); `Err` says why not.
+fn check_names_node(certificate: &CertificateDer<'_>, name: &str) -> Result<(), String> {
+    let certificate = webpki::EndEntityCert::try_from(certificate)
+        .map_err(|e| format!("the certificate does not parse: {e}"))?;
+    let expected = node_dns_name(name);
+    let subject = rustls_pki_types::ServerName::try_from(expected.as_str())
+        .map_err(|e| format!("node name {name:?} cannot be a DNS name: {e}"))?;
+    certificate
+        .verify_is_valid_for_subject_name(&subject)
+        .map_err(|_| format!("its certificate does not name node {name} ({expected})"))
+}
+
+/// Whether the first certificate in the PEM file at `path` names node `name`: a certificate
+/// made before nodes were named in them must be issued again.
+pub fn certificate_file_names_node(path: &Path, name: &str) -> Result<bool, TlsError> {
+    let certificates = certificates(path)?;
+    Ok(check_names_node(&certificates[0], name).is_ok())
 }
 
 fn private_key(path: &Path) -> Result<PrivateKeyDer<'static>, TlsError> {

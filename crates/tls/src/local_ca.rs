@@ -139,10 +139,12 @@ impl LocalCa {
         Ok((cert.pem(), key.serialize_pem()))
     }
 
-    /// Issues a certificate for `localhost` and `127.0.0.1` and writes it to
-    /// `<dir>/<name>.pem` and `<dir>/<name>-key.pem`; their paths.
+    /// Issues node `name`'s certificate, for `localhost`, `127.0.0.1` and the node's own name
+    /// ([`crate::node_dns_name`], which peers check), and writes it to `<dir>/<name>.pem` and
+    /// `<dir>/<name>-key.pem`; their paths.
     pub fn write_node(&self, dir: &Path, name: &str) -> Result<(PathBuf, PathBuf), TlsError> {
-        let (cert, key) = self.issue(name, &["localhost", "127.0.0.1"])?;
+        let node = crate::node_dns_name(name);
+        let (cert, key) = self.issue(name, &["localhost", "127.0.0.1", &node])?;
         let cert_file = dir.join(format!("{name}.pem"));
         let key_file = dir.join(format!("{name}-key.pem"));
         write(&cert_file, &cert)?;
@@ -184,6 +186,23 @@ mod tests {
             &[],
         )
         .unwrap();
+    }
+
+    #[test]
+    fn a_node_certificate_names_its_node_and_no_other() {
+        let dir = tempfile::tempdir().unwrap();
+        let ca = LocalCa::generate().unwrap();
+        let (n1, _) = ca.write_node(dir.path(), "n1").unwrap();
+        let (odd, _) = ca.write_node(dir.path(), "node_7.east").unwrap();
+        assert!(crate::certificate_file_names_node(&n1, "n1").unwrap());
+        assert!(!crate::certificate_file_names_node(&n1, "n2").unwrap());
+        assert!(!crate::certificate_file_names_node(&n1, "n").unwrap());
+        assert!(crate::certificate_file_names_node(&odd, "node_7.east").unwrap());
+        // A certificate for addresses only, as they were issued before nodes were named.
+        let (cert, _) = ca.issue("n1", &["localhost", "127.0.0.1"]).unwrap();
+        let old = dir.path().join("old.pem");
+        std::fs::write(&old, cert).unwrap();
+        assert!(!crate::certificate_file_names_node(&old, "n1").unwrap());
     }
 
     #[test]

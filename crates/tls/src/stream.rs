@@ -63,3 +63,43 @@ impl AsyncWrite for MaybeTls {
         }
     }
 }
+
+impl MaybeTls {
+    /// What the other end proved about itself: its certificate, on a TLS connection.
+    pub fn peer_identity(&self) -> PeerIdentity {
+        let certificates = match self {
+            MaybeTls::Plain(_) => return PeerIdentity::Plain,
+            MaybeTls::Accepted(s) => s.get_ref().1.peer_certificates(),
+            MaybeTls::Dialed(s) => s.get_ref().1.peer_certificates(),
+        };
+        PeerIdentity::Certified(
+            certificates
+                .and_then(|c| c.first())
+                .map(|c| c.clone().into_owned()),
+        )
+    }
+}
+
+/// What the other end of a connection proved about itself, kept after the connection moves
+/// on.
+#[derive(Debug, Clone)]
+pub enum PeerIdentity {
+    /// A plain connection: nothing to check.
+    Plain,
+    /// A TLS connection and the certificate the peer showed (none: it showed none).
+    Certified(Option<rustls_pki_types::CertificateDer<'static>>),
+}
+
+impl PeerIdentity {
+    /// Whether the peer is node `name`: its certificate names it (see
+    /// [`crate::node_dns_name`]). A plain connection passes: there is nothing to check.
+    pub fn check_is_node(&self, name: &str) -> Result<(), String> {
+        match self {
+            PeerIdentity::Plain => Ok(()),
+            PeerIdentity::Certified(None) => Err("the peer showed no certificate".into()),
+            PeerIdentity::Certified(Some(certificate)) => {
+                crate::check_names_node(certificate, name)
+            }
+        }
+    }
+}

@@ -8,7 +8,7 @@
 mod common;
 
 use common::cluster::{ClusterOptions, TestCluster, bounded, peer_addr};
-use common::{StartOptions, TestNode, run_program_async, wait_until};
+use common::{StartOptions, TestNode, run_program_async, varint, wait_until};
 use rustls_pki_types::pem::PemObject;
 use rustls_pki_types::{CertificateDer, ServerName};
 use std::net::SocketAddr;
@@ -25,7 +25,8 @@ const TOOL_LIMIT: Duration = Duration::from_secs(20);
 /// How long a log line or a reloaded certificate may take to show.
 const SHOW_LIMIT: Duration = Duration::from_secs(10);
 
-/// A CA and one node certificate (SANs localhost, 127.0.0.1), as files in a temp dir.
+/// A CA and one node certificate (SANs localhost, 127.0.0.1, and the names of nodes n1–n4,
+/// which peers check), as files in a temp dir.
 struct Pki {
     dir: tempfile::TempDir,
     ca: LocalCa,
@@ -42,14 +43,22 @@ impl Pki {
             .expect("temp dir");
         let ca = LocalCa::generate().expect("generate a CA");
         let ca_file = ca.write(dir.path()).expect("write the CA");
-        let (cert_file, key_file) = ca.write_node(dir.path(), "node").expect("node cert");
-        Pki {
+        let names = ["localhost", "127.0.0.1"]
+            .map(String::from)
+            .into_iter()
+            .chain((1..=4).map(|i| trireme_tls::node_dns_name(&format!("n{i}"))))
+            .collect::<Vec<_>>();
+        let names: Vec<&str> = names.iter().map(String::as_str).collect();
+        let pair = ca.issue("node", &names).expect("node cert");
+        let mut pki = Pki {
             dir,
             ca,
             ca_file,
-            cert_file,
-            key_file,
-        }
+            cert_file: PathBuf::new(),
+            key_file: PathBuf::new(),
+        };
+        (pki.cert_file, pki.key_file) = pki.write_pair("node", &pair);
+        pki
     }
 
     fn ca_pem(&self) -> String {
@@ -588,14 +597,20 @@ async fn join_expecting_failure(
     (status, std::fs::read_to_string(&stderr).unwrap_or_default())
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
-async fn peer_links_need_a_certificate_of_the_cluster_ca() {
+/// A 3-node cluster whose peer links are mutual TLS with the certificate of `Pki::new`.
+async fn cluster_over_peer_tls() -> (Pki, TestCluster) {
     let pki = Pki::new();
     let c = TestCluster::start(ClusterOptions {
         extra_toml: peer_tls_toml(&pki.cert_file, &pki.key_file, &pki.ca_file),
         ..ClusterOptions::default()
     })
     .await;
+    (pki, c)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn peer_links_need_a_certificate_of_the_cluster_ca() {
+    let (pki, c) = cluster_over_peer_tls().await;
     bounded(Duration::from_secs(240), async {
         // The cluster works over its TLS links: a write through one node reads back,
         // linearizably, through another.
@@ -693,6 +708,126 @@ async fn peer_links_need_a_certificate_of_the_cluster_ca() {
                 c.name(i)
             );
         }
+    })
+    .await;
+}
+
+/// The body of a `Hello` as a node of this build sends it: the frame (postcard: variant 0,
+/// cluster name, dialer id, target id), then the dialer's version and its node name.
+fn hello_claiming(cluster: &str, name: &str, to: u64) -> Vec<u8> {
+    fn text(t: &str, out: &mut Vec<u8>) {
+        varint(t.len() as u64, out);
+        out.extend_from_slice(t.as_bytes());
+    }
+    let mut body = vec![0];
+    text(cluster, &mut body);
+    varint(trireme_types::NodeId::from_name(name).0, &mut body);
+    varint(to, &mut body);
+    let version = trireme_types::version::Version::current();
+    varint(u64::from(version.protocol), &mut body);
+    text(&version.build, &mut body);
+    text(name, &mut body);
+    let mut framed = u32::try_from(body.len())
+        .expect("small")
+        .to_be_bytes()
+        .to_vec();
+    framed.extend(body);
+    framed
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_certificate_for_another_node_neither_links_nor_joins() {
+    let (pki, c) = cluster_over_peer_tls().await;
+    bounded(Duration::from_secs(240), async {
+        // A certificate the cluster CA signed, for a node n9 that is no member.
+        let (other_cert, other_key) = pki.ca.write_node(pki.dir.path(), "n9").expect("n9 cert");
+
+        // It opens a link claiming to be the member with the lowest id, to the one with the
+        // highest (the lower id dials), with a handshake as this build sends it.
+        let mut members: Vec<(u64, usize)> = (0..3)
+            .map(|i| (trireme_types::NodeId::from_name(&c.name(i)).0, i))
+            .collect();
+        members.sort();
+        let (claimed, target) = (c.name(members[0].1), members[2].1);
+        let tls = trireme_tls::PeerTls::load(trireme_tls::TlsFiles {
+            cert_file: other_cert.clone(),
+            key_file: other_key.clone(),
+            ca_file: Some(pki.ca_file.clone()),
+            verify_incoming: true,
+        })
+        .expect("n9's TLS");
+        let addr = peer_addr(c.node(target));
+        let from = c.node(target).stderr_log().len();
+        let tcp = TcpStream::connect(addr).await.expect("reach the peer port");
+        let mut link = tls
+            .connect(&addr.to_string(), tcp)
+            .await
+            .expect("the certificate chains to the cluster CA: TLS itself succeeds");
+        link.write_all(&hello_claiming("trireme", &claimed, members[2].0))
+            .await
+            .expect("send the hello");
+        let mut answer = Vec::new();
+        let read = tokio::time::timeout(SHOW_LIMIT, link.read_to_end(&mut answer)).await;
+        assert!(read.is_ok(), "the node kept the forged link open");
+        let answer = String::from_utf8_lossy(&answer);
+        let expected = format!("does not name node {claimed}");
+        assert!(
+            answer.contains(&expected),
+            "the refusal says why: {answer:?}"
+        );
+        let line = log_line_after(c.node(target), from, &["refused a peer link", &expected]).await;
+        assert!(line.is_some(), "no refusal logged\n{}", c.logs());
+
+        // A node joining under a name its certificate does not carry is refused too.
+        let config = ClusterOptions {
+            extra_toml: peer_tls_toml(&other_cert, &other_key, &pki.ca_file),
+            ..c.opts.clone()
+        }
+        .config_toml();
+        let (status, stderr) = join_expecting_failure(
+            pki.dir.path(),
+            "n4",
+            peer_addr(c.node(0)),
+            &config,
+            &c.opts.log,
+            Duration::from_secs(90),
+        )
+        .await;
+        let status = status.unwrap_or_else(|| panic!("n4 neither joined nor gave up\n{stderr}"));
+        assert!(
+            !status.success(),
+            "n4 joined with n9's certificate\n{stderr}"
+        );
+        assert!(
+            stderr.contains("does not name node n4"),
+            "n4 should say why it cannot join:\n{stderr}"
+        );
+
+        // The members still serve one another, and none registered n4.
+        c.put(0, "identity/k", "after the impostors").await;
+        let entry = c.get(2, "identity/k", "?consistent").await;
+        assert_eq!(
+            entry.map(|e| e.value),
+            Some(b"after the impostors".to_vec())
+        );
+        let url = format!("{}/v1/cluster/status", c.node(0).http_url());
+        let status: trireme_types::cluster_status::ClusterStatus = c
+            .http
+            .get(&url)
+            .send()
+            .await
+            .expect("status")
+            .json()
+            .await
+            .expect("status JSON");
+        assert!(
+            status
+                .nodes
+                .iter()
+                .all(|n| n.name != "n4" && n.name != "n9"),
+            "{:?}",
+            status.nodes
+        );
     })
     .await;
 }

@@ -9,7 +9,7 @@ mod common;
 use common::cluster::{
     CLUSTER_DEADLINE, ClusterOptions, TestCluster, bounded, peer_addr, write_every_shard,
 };
-use common::wait_until;
+use common::{varint, wait_until};
 use std::net::SocketAddr;
 use std::time::{Duration, Instant};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
@@ -18,18 +18,6 @@ use tokio::net::TcpStream;
 // ---------------------------------------------------------------------------------------
 // 7. bad peers
 // ---------------------------------------------------------------------------------------
-
-fn varint(mut v: u64, out: &mut Vec<u8>) {
-    loop {
-        let byte = (v & 0x7f) as u8;
-        v >>= 7;
-        if v == 0 {
-            out.push(byte);
-            return;
-        }
-        out.push(byte | 0x80);
-    }
-}
 
 /// A length-prefixed frame around `body`.
 fn frame(body: &[u8]) -> Vec<u8> {

@@ -70,8 +70,13 @@ pub trait ForwardHandler: Send + Sync + 'static {
 /// Answers a node that asks to join the cluster (the cluster layer implements it): its
 /// encoded answer, or why it is refused.
 pub trait JoinHandler: Send + Sync + 'static {
-    /// Answers the encoded join request `payload`.
-    fn handle(&self, payload: Vec<u8>) -> BoxFuture<'static, Result<Vec<u8>, String>>;
+    /// Answers the encoded join request `payload` from a peer that proved `identity` (with
+    /// `[peer_tls]`, its certificate must name the node the request names).
+    fn handle(
+        &self,
+        payload: Vec<u8>,
+        identity: trireme_tls::PeerIdentity,
+    ) -> BoxFuture<'static, Result<Vec<u8>, String>>;
 }
 
 /// The reason a node gives when it refuses a link from a removed node; the refused node
@@ -106,6 +111,8 @@ struct GroupEntry {
 /// public methods take and give [`NodeId`].
 struct Inner {
     me: u64,
+    /// This node's `--node-id`, which its certificate names (see [`check_identity`]).
+    name: String,
     cluster: String,
     groups: RwLock<HashMap<u32, GroupEntry>>,
     links: Mutex<HashMap<u64, Arc<Link>>>,
@@ -157,12 +164,13 @@ pub const DEFAULT_SNAPSHOT_CHUNK_BYTES: usize = 4 << 20;
 pub const MAX_SNAPSHOT_CHUNK_BYTES: usize = wire::MAX_FRAME / 2;
 
 impl PeerTransport {
-    /// A transport for node `me` of `cluster`. Nothing is dialled or served until
+    /// A transport for node `name` of `cluster`. Nothing is dialled or served until
     /// [`PeerTransport::serve`] and [`PeerTransport::set_peer_addr`] are called.
-    pub fn new(me: NodeId, cluster: impl Into<String>) -> Self {
+    pub fn new(name: &str, cluster: impl Into<String>) -> Self {
         Self {
             inner: Arc::new(Inner {
-                me: me.0,
+                me: NodeId::from_name(name).0,
+                name: name.to_string(),
                 cluster: cluster.into(),
                 groups: RwLock::new(HashMap::new()),
                 links: Mutex::new(HashMap::new()),
@@ -679,18 +687,18 @@ impl Inbound for Inner {
     }
 }
 
-/// Reads one handshake frame from a fresh connection, with the version its sender announced.
-async fn read_handshake(stream: &mut PeerStream) -> Result<(wire::Frame, Version), String> {
+/// Reads one handshake frame from a fresh connection, with what its sender announced.
+async fn read_handshake(stream: &mut PeerStream) -> Result<(wire::Frame, wire::Announced), String> {
     read_frame(stream, 64 * 1024, HANDSHAKE_TIMEOUT).await
 }
 
 /// Reads one frame of at most `max` bytes, before anything else is sent on the connection,
-/// and the version after it, if any (see [`wire::decode_handshake`]).
+/// and what its sender announced after it, if anything (see [`wire::decode_handshake`]).
 async fn read_frame(
     stream: &mut PeerStream,
     max: usize,
     timeout: Duration,
-) -> Result<(wire::Frame, Version), String> {
+) -> Result<(wire::Frame, wire::Announced), String> {
     let mut frames = FramedRead::new(
         stream,
         LengthDelimitedCodec::builder()
@@ -709,14 +717,15 @@ async fn read_frame(
     wire::decode_handshake(&body).map_err(|e| format!("undecodable handshake: {e}"))
 }
 
-/// Sends a handshake frame with this node's version after it.
+/// Sends a handshake frame with this node's version and name after it.
 async fn send_handshake(
     stream: &mut PeerStream,
     frame: &wire::Frame,
-    version: &Version,
+    inner: &Inner,
 ) -> Result<(), String> {
     let mut buf = BytesMut::new();
-    wire::encode_handshake(frame, version, &mut buf).map_err(|e| e.to_string())?;
+    wire::encode_handshake(frame, &inner.version, &inner.name, &mut buf)
+        .map_err(|e| e.to_string())?;
     stream.write_all(&buf).await.map_err(|e| e.to_string())?;
     stream.flush().await.map_err(|e| e.to_string())
 }
@@ -730,7 +739,7 @@ async fn send_frame(stream: &mut PeerStream, frame: &wire::Frame) -> Result<(), 
 
 /// The accepting side of a handshake.
 async fn accept(inner: Arc<Inner>, mut stream: PeerStream) -> Result<(), String> {
-    let (hello, version) = read_handshake(&mut stream).await?;
+    let (hello, announced) = read_handshake(&mut stream).await?;
     if let wire::Frame::Join { cluster, payload } = hello {
         return answer_join(&inner, stream, cluster, payload).await;
     }
@@ -782,12 +791,40 @@ async fn accept(inner: Arc<Inner>, mut stream: PeerStream) -> Result<(), String>
         )
         .await;
     }
-    if let Err(reason) = inner.version.admits(&version) {
+    if let Err(reason) = inner.version.admits(&announced.version) {
         return refuse(stream, format!("node {from:016x}: {reason}")).await;
     }
-    send_handshake(&mut stream, &wire::Frame::Welcome, &inner.version).await?;
-    inner.install(from, stream, version);
+    if let Err(reason) = check_identity(&inner, &stream, from, &announced) {
+        return refuse(stream, format!("node {from:016x}: {reason}")).await;
+    }
+    send_handshake(&mut stream, &wire::Frame::Welcome, &inner).await?;
+    inner.install(from, stream, announced.version);
     Ok(())
+}
+
+/// With `[peer_tls]`, whether the other end of `stream` is node `id`: the name it announced
+/// must be the one `id` was derived from, and its certificate must name that node (see
+/// [`trireme_tls::node_dns_name`]). A certificate the cluster CA signed for another node, or
+/// for addresses only, does not let its holder speak as this one.
+fn check_identity(
+    inner: &Inner,
+    stream: &PeerStream,
+    id: u64,
+    announced: &wire::Announced,
+) -> Result<(), String> {
+    if inner.tls.get().is_none() {
+        return Ok(());
+    }
+    let Some(name) = &announced.name else {
+        return Err("it announced no node name for its certificate to match (a build from before protocol 1)".into());
+    };
+    if NodeId::from_name(name).0 != id {
+        return Err(format!(
+            "it calls itself {name:?}, which is node {:016x}",
+            NodeId::from_name(name).0
+        ));
+    }
+    stream.peer_identity().check_is_node(name)
 }
 
 /// Answers a node asking to join, through the cluster layer's handler.
@@ -811,7 +848,7 @@ async fn answer_join(
         let _ = refuse(stream, "this node is still starting".into()).await;
         return Ok(());
     };
-    match handler.handle(payload).await {
+    match handler.handle(payload, stream.peer_identity()).await {
         Ok(payload) => send_frame(&mut stream, &wire::Frame::Joined { payload }).await,
         Err(reason) => {
             tracing::info!(%reason, "refused a join request");
@@ -906,17 +943,21 @@ async fn dial(inner: &Arc<Inner>, peer: u64) -> Result<(), String> {
             from: inner.me,
             to: peer,
         },
-        &inner.version,
+        inner,
     )
     .await?;
     match read_handshake(&mut stream).await? {
-        (wire::Frame::Welcome, version) => {
+        (wire::Frame::Welcome, announced) => {
             // A build from before versions admits anyone: the check is this side's to make.
-            if let Err(reason) = inner.version.admits(&version) {
+            let checked = inner
+                .version
+                .admits(&announced.version)
+                .and_then(|()| check_identity(inner, &stream, peer, &announced));
+            if let Err(reason) = checked {
                 tracing::warn!(peer = %format_args!("{peer:016x}"), %addr, %reason, "refused the link a peer welcomed");
                 return Err(reason);
             }
-            inner.install(peer, stream, version);
+            inner.install(peer, stream, announced.version);
             Ok(())
         }
         (wire::Frame::Refused { reason }, _) => {

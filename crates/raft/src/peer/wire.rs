@@ -2,10 +2,11 @@
 //! length (tokio-util's length-delimited framing).
 //!
 //! The two frames of a link's handshake, `Hello` and its `Welcome`, carry the sender's
-//! [`Version`] after the frame, inside the same length-delimited body ([`encode_handshake`]):
-//! a build from before versions decodes the frame and never looks past it, and a handshake
-//! without anything after the frame comes from such a build (protocol 0). So nodes of the
-//! first versioned build and of the one before it still link.
+//! [`Version`] and node name after the frame, inside the same length-delimited body
+//! ([`encode_handshake`]): a build from before versions decodes the frame and never looks
+//! past it, and a handshake without anything after the frame comes from such a build
+//! (protocol 0). So nodes of the first versioned build and of the one before it still link.
+//! The name is what a peer's certificate must name, with `[peer_tls]`.
 
 use crate::TypeConfig;
 use bytes::{BufMut, BytesMut};
@@ -196,29 +197,50 @@ pub(crate) fn decode(body: &[u8]) -> Result<Frame, postcard::Error> {
     postcard::from_bytes(body)
 }
 
-/// Appends a handshake `frame` followed by `version` to `out`, under one length prefix.
-/// (Two small values once per link: built in a vector first.)
+/// What a node says of itself after its handshake frame.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) struct Announced {
+    pub(crate) version: Version,
+    /// Its `--node-id`; `None` from a build from before versions.
+    pub(crate) name: Option<String>,
+}
+
+/// Appends a handshake `frame` followed by `version` and `name` to `out`, under one length
+/// prefix. (Small values once per link: built in a vector first.)
 pub(crate) fn encode_handshake(
     frame: &Frame,
     version: &Version,
+    name: &str,
     out: &mut BytesMut,
 ) -> Result<(), postcard::Error> {
     let mut body = postcard::to_stdvec(frame)?;
     body.extend_from_slice(&postcard::to_stdvec(version)?);
+    body.extend_from_slice(&postcard::to_stdvec(name)?);
     out.put_u32(body.len() as u32);
     out.put_slice(&body);
     Ok(())
 }
 
-/// Decodes a handshake body: the frame, and the version after it (a build from before
-/// versions sends none: [`Version::unversioned`]).
-pub(crate) fn decode_handshake(body: &[u8]) -> Result<(Frame, Version), postcard::Error> {
+/// Decodes a handshake body: the frame, and what its sender announced after it (a build
+/// from before versions sends nothing: [`Version::unversioned`], no name).
+pub(crate) fn decode_handshake(body: &[u8]) -> Result<(Frame, Announced), postcard::Error> {
     let (frame, rest) = postcard::take_from_bytes(body)?;
-    let version = match rest {
-        [] => Version::unversioned(),
-        rest => postcard::from_bytes(rest)?,
-    };
-    Ok((frame, version))
+    if rest.is_empty() {
+        let announced = Announced {
+            version: Version::unversioned(),
+            name: None,
+        };
+        return Ok((frame, announced));
+    }
+    let (version, rest) = postcard::take_from_bytes(rest)?;
+    let name = postcard::from_bytes(rest)?;
+    Ok((
+        frame,
+        Announced {
+            version,
+            name: Some(name),
+        },
+    ))
 }
 
 #[cfg(test)]
@@ -258,12 +280,13 @@ mod tests {
             build: "9.9.9".into(),
         };
         let mut buf = BytesMut::new();
-        encode_handshake(&hello, &version, &mut buf).unwrap();
+        encode_handshake(&hello, &version, "n1", &mut buf).unwrap();
         let len = u32::from_be_bytes(buf[..4].try_into().unwrap()) as usize;
         assert_eq!(len, buf.len() - 4);
         let (frame, got) = decode_handshake(&buf[4..]).unwrap();
         assert!(matches!(frame, Frame::Hello { from: 1, to: 2, .. }));
-        assert_eq!(got, version);
+        assert_eq!(got.version, version);
+        assert_eq!(got.name.as_deref(), Some("n1"));
         // What a build before versions does with it: `decode` ignores what follows.
         assert!(matches!(
             decode(&buf[4..]).unwrap(),
@@ -274,7 +297,8 @@ mod tests {
         encode(&Frame::Welcome, &mut old).unwrap();
         let (frame, got) = decode_handshake(&old[4..]).unwrap();
         assert!(matches!(frame, Frame::Welcome));
-        assert_eq!(got, Version::unversioned());
+        assert_eq!(got.version, Version::unversioned());
+        assert_eq!(got.name, None);
         // Garbage after the frame is an error, not protocol 0.
         assert!(decode_handshake(&[old[4], 0xff]).is_err());
     }

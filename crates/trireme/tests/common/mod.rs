@@ -925,3 +925,16 @@ pub async fn until_blocking_queries(node: &TestNode, n: u64) {
     .await;
     assert!(reached, "never {n} blocking queries waiting");
 }
+
+/// Appends `v` as a postcard varint (LEB128): how tests hand-make peer frames.
+pub fn varint(mut v: u64, out: &mut Vec<u8>) {
+    loop {
+        let byte = (v & 0x7f) as u8;
+        v >>= 7;
+        if v == 0 {
+            out.push(byte);
+            return;
+        }
+        out.push(byte | 0x80);
+    }
+}
