@@ -102,13 +102,29 @@ pub fn node_dns_name(name: &str) -> String {
     format!("node-{name}.trireme")
 }
 
+/// Whether node `name` can be named in a certificate: [`node_dns_name`] must be a DNS name,
+/// and in lower case, because certificates compare names ignoring case while node ids do
+/// not (`N1` and `n1` are two nodes; one certificate would name both).
+pub fn check_node_name(name: &str) -> Result<rustls_pki_types::ServerName<'static>, String> {
+    if name.chars().any(|c| c.is_ascii_uppercase()) {
+        return Err(format!(
+            "node name {name:?} has capitals: with [peer_tls], node names are lower case (certificates do not tell n1 from N1)"
+        ));
+    }
+    rustls_pki_types::ServerName::try_from(node_dns_name(name)).map_err(|e| {
+        format!(
+            "node name {name:?} cannot be named in a certificate ({}): {e}",
+            node_dns_name(name)
+        )
+    })
+}
+
 /// Whether `certificate` names node `name` (see [`node_dns_name`]); `Err` says why not.
 fn check_names_node(certificate: &CertificateDer<'_>, name: &str) -> Result<(), String> {
     let certificate = webpki::EndEntityCert::try_from(certificate)
         .map_err(|e| format!("the certificate does not parse: {e}"))?;
     let expected = node_dns_name(name);
-    let subject = rustls_pki_types::ServerName::try_from(expected.as_str())
-        .map_err(|e| format!("node name {name:?} cannot be a DNS name: {e}"))?;
+    let subject = check_node_name(name)?;
     certificate
         .verify_is_valid_for_subject_name(&subject)
         .map_err(|_| format!("its certificate does not name node {name} ({expected})"))
@@ -262,6 +278,20 @@ fn peer_client_config(files: &TlsFiles) -> Result<ClientConfig, TlsError> {
 }
 
 impl PeerTls {
+    /// Whether this node's own certificate names node `name`, as its peers will require: a
+    /// node whose certificate does not is refused by every peer, so it should not start.
+    pub fn check_names_node(&self, name: &str) -> Result<(), TlsError> {
+        let path = &self.server.files().cert_file;
+        let certificates = certificates(path)?;
+        check_names_node(&certificates[0], name).map_err(|reason| {
+            TlsError::Config(format!(
+                "{}: {reason}; peers refuse a certificate that does not name the node (issue it again with {})",
+                path.display(),
+                node_dns_name(name)
+            ))
+        })
+    }
+
     /// Reads `files` (all three needed; client certificates are always required).
     pub fn load(files: TlsFiles) -> Result<Arc<Self>, TlsError> {
         let files = TlsFiles {

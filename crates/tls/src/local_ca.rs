@@ -198,6 +198,16 @@ mod tests {
         assert!(!crate::certificate_file_names_node(&n1, "n2").unwrap());
         assert!(!crate::certificate_file_names_node(&n1, "n").unwrap());
         assert!(crate::certificate_file_names_node(&odd, "node_7.east").unwrap());
+        // Certificates compare names ignoring case; node ids do not: capitals are refused.
+        assert!(!crate::certificate_file_names_node(&n1, "N1").unwrap());
+        assert!(
+            crate::check_node_name("N1")
+                .unwrap_err()
+                .contains("lower case")
+        );
+        for unusable in ["n1-", "a..b", ".x", &"x".repeat(60)] {
+            assert!(crate::check_node_name(unusable).is_err(), "{unusable}");
+        }
         // A certificate for addresses only, as they were issued before nodes were named.
         let (cert, _) = ca.issue("n1", &["localhost", "127.0.0.1"]).unwrap();
         let old = dir.path().join("old.pem");

@@ -549,7 +549,15 @@ impl ServerArgs {
             if files.ca_file.is_none() {
                 bail!("[peer_tls] needs ca_file: peers are checked against the cluster CA");
             }
-            node.peer_tls = Some(trireme_tls::PeerTls::load(files).context("[peer_tls]")?);
+            let peer_tls = trireme_tls::PeerTls::load(files).context("[peer_tls]")?;
+            // Peers check that this node's certificate names it: refused by all, it would
+            // never serve.
+            trireme_tls::check_node_name(&node.name)
+                .map_err(|reason| anyhow::anyhow!("--node-id: {reason}"))?;
+            peer_tls
+                .check_names_node(&node.name)
+                .context("[peer_tls]")?;
+            node.peer_tls = Some(peer_tls);
         }
         node.rack = self.rack.or(file.rack);
         node.zone = self.zone.or(file.zone);
@@ -749,6 +757,24 @@ mod tests {
         )
         .unwrap_err();
         assert!(format!("{err:#}").contains("missing.pem"), "{err:#}");
+        // A peer certificate that names another node: every peer would refuse this one.
+        ca.write_node(dir.path(), "n2").unwrap();
+        let peer_tls =
+            "[peer_tls]\ncert_file = \"n2.pem\"\nkey_file = \"n2-key.pem\"\nca_file = \"ca.pem\"\n";
+        let err = from_file(&path, peer_tls).unwrap_err();
+        assert!(
+            format!("{err:#}").contains("does not name node n1 (node-n1.trireme)"),
+            "{err:#}"
+        );
+        // A name a certificate cannot tell from another.
+        let err = ServerArgs {
+            config: Some(path.clone()),
+            node_id: Some("N2".into()),
+            ..Default::default()
+        }
+        .resolve()
+        .unwrap_err();
+        assert!(format!("{err:#}").contains("lower case"), "{err:#}");
     }
 
     #[test]

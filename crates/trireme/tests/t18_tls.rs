@@ -623,23 +623,28 @@ async fn peer_links_need_a_certificate_of_the_cluster_ca() {
             c.logs()
         );
 
-        // A foreign CA, and its certificate for 127.0.0.1.
+        // A foreign CA, and its certificates for 127.0.0.1 and each intruder (which starts
+        // only with a certificate naming it).
         let foreign = LocalCa::generate().expect("foreign CA");
         let foreign_dir = tempfile::tempdir().expect("temp dir");
         let foreign_ca = foreign.write(foreign_dir.path()).expect("foreign CA file");
-        let (foreign_cert, foreign_key) = foreign
-            .write_node(foreign_dir.path(), "intruder")
-            .expect("foreign node cert");
+        let foreign_cert = |name: &str| {
+            foreign
+                .write_node(foreign_dir.path(), name)
+                .expect("foreign node cert")
+        };
+        let (cert_a, key_a) = foreign_cert("intruder-a");
+        let (cert_b, key_b) = foreign_cert("intruder-b");
         let cases = [
             (
                 "intruder-a",
                 "a foreign certificate and the foreign CA",
-                peer_tls_toml(&foreign_cert, &foreign_key, &foreign_ca),
+                peer_tls_toml(&cert_a, &key_a, &foreign_ca),
             ),
             (
                 "intruder-b",
                 "a foreign certificate and the cluster's CA",
-                peer_tls_toml(&foreign_cert, &foreign_key, &pki.ca_file),
+                peer_tls_toml(&cert_b, &key_b, &pki.ca_file),
             ),
         ];
         let via = peer_addr(c.node(0));
@@ -778,7 +783,48 @@ async fn a_certificate_for_another_node_neither_links_nor_joins() {
         let line = log_line_after(c.node(target), from, &["refused a peer link", &expected]).await;
         assert!(line.is_some(), "no refusal logged\n{}", c.logs());
 
-        // A node joining under a name its certificate does not carry is refused too.
+        // A join request for n4 (a probe, as a starting node sends first: the golden
+        // encoding of one) over that certificate is refused.
+        let golden = std::fs::read_to_string(concat!(
+            env!("CARGO_MANIFEST_DIR"),
+            "/../cluster/golden/cluster.golden"
+        ))
+        .expect("the cluster's golden encodings");
+        let probe_n4 = golden
+            .lines()
+            .find_map(|l| l.strip_prefix("join.request "))
+            .map(|hex| {
+                (0..hex.len())
+                    .step_by(2)
+                    .map(|i| u8::from_str_radix(&hex[i..i + 2], 16).expect("hex"))
+                    .collect::<Vec<u8>>()
+            })
+            .expect("a recorded join request");
+        let mut body = vec![5]; // Frame::Join
+        varint(7, &mut body);
+        body.extend_from_slice(b"trireme");
+        varint(probe_n4.len() as u64, &mut body);
+        body.extend(probe_n4);
+        let mut join = u32::try_from(body.len())
+            .expect("small")
+            .to_be_bytes()
+            .to_vec();
+        join.extend(body);
+        let addr = peer_addr(c.node(0));
+        let tcp = TcpStream::connect(addr).await.expect("reach the peer port");
+        let mut link = tls.connect(&addr.to_string(), tcp).await.expect("TLS");
+        link.write_all(&join).await.expect("send the join request");
+        let mut answer = Vec::new();
+        let read = tokio::time::timeout(SHOW_LIMIT, link.read_to_end(&mut answer)).await;
+        assert!(read.is_ok(), "the node kept the forged join open");
+        let answer = String::from_utf8_lossy(&answer);
+        assert!(
+            answer.contains("cannot join") && answer.contains("does not name node n4"),
+            "the refusal says why: {answer:?}"
+        );
+
+        // A node started with a certificate that does not name it refuses to start at all:
+        // every peer would refuse it.
         let config = ClusterOptions {
             extra_toml: peer_tls_toml(&other_cert, &other_key, &pki.ca_file),
             ..c.opts.clone()
@@ -799,8 +845,8 @@ async fn a_certificate_for_another_node_neither_links_nor_joins() {
             "n4 joined with n9's certificate\n{stderr}"
         );
         assert!(
-            stderr.contains("does not name node n4"),
-            "n4 should say why it cannot join:\n{stderr}"
+            stderr.contains("does not name node n4 (node-n4.trireme)"),
+            "n4 should say why it cannot start:\n{stderr}"
         );
 
         // The members still serve one another, and none registered n4.

@@ -190,7 +190,7 @@ impl PeerTransport {
                 uploads: Mutex::default(),
                 stopped: AtomicBool::new(false),
                 tls: OnceLock::new(),
-                version: Version::current(),
+                version: announced_version(),
                 peer_versions: Mutex::default(),
             }),
             snapshot_chunk_bytes: DEFAULT_SNAPSHOT_CHUNK_BYTES,
@@ -687,6 +687,21 @@ impl Inbound for Inner {
     }
 }
 
+/// This build's version, as it announces it; a test may make it announce another protocol,
+/// which is said loudly.
+fn announced_version() -> Version {
+    let version = Version::current();
+    if version.protocol != trireme_types::version::PROTOCOL {
+        tracing::warn!(
+            announced = version.protocol,
+            speaks = trireme_types::version::PROTOCOL,
+            "announcing another protocol than this build speaks: {} is set, which is for tests only",
+            trireme_types::version::ANNOUNCE_PROTOCOL_ENV
+        );
+    }
+    version
+}
+
 /// Reads one handshake frame from a fresh connection, with what its sender announced.
 async fn read_handshake(stream: &mut PeerStream) -> Result<(wire::Frame, wire::Announced), String> {
     read_frame(stream, 64 * 1024, HANDSHAKE_TIMEOUT).await
@@ -745,6 +760,18 @@ async fn accept(inner: Arc<Inner>, mut stream: PeerStream) -> Result<(), String>
     }
     if let wire::Frame::Refused { reason } = &hello {
         if reason.ends_with(REMOVED_REASON) && reason.contains(&format!("{:016x}", inner.me)) {
+            // With `[peer_tls]`, only a node this one knows, proving it is that node, can
+            // tell it to stop.
+            let sender = announced.name.as_deref().map(|n| NodeId::from_name(n).0);
+            let known = sender.is_some_and(|id| lock(&inner.addrs).contains_key(&id));
+            let proven =
+                sender.is_some_and(|id| check_identity(&inner, &stream, id, &announced).is_ok());
+            if inner.tls.get().is_some() && !(known && proven) {
+                return Err(format!(
+                    "ignored a removal notice from a peer that did not prove it is a member ({:?})",
+                    announced.name
+                ));
+            }
             tracing::warn!(%reason, "a peer says this node was removed from the cluster");
             inner.told_removed.store(true, Ordering::Release);
         }
@@ -818,6 +845,7 @@ fn check_identity(
     let Some(name) = &announced.name else {
         return Err("it announced no node name for its certificate to match (a build from before protocol 1)".into());
     };
+    trireme_tls::check_node_name(name)?;
     if NodeId::from_name(name).0 != id {
         return Err(format!(
             "it calls itself {name:?}, which is node {:016x}",
@@ -925,7 +953,7 @@ async fn tell_removed(inner: &Arc<Inner>, peer: u64) {
         return;
     };
     let reason = format!("node {peer:016x} {REMOVED_REASON}");
-    let _ = send_frame(&mut stream, &wire::Frame::Refused { reason }).await;
+    let _ = send_handshake(&mut stream, &wire::Frame::Refused { reason }, inner).await;
 }
 
 async fn dial(inner: &Arc<Inner>, peer: u64) -> Result<(), String> {

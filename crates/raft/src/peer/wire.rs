@@ -233,14 +233,12 @@ pub(crate) fn decode_handshake(body: &[u8]) -> Result<(Frame, Announced), postca
         return Ok((frame, announced));
     }
     let (version, rest) = postcard::take_from_bytes(rest)?;
-    let name = postcard::from_bytes(rest)?;
-    Ok((
-        frame,
-        Announced {
-            version,
-            name: Some(name),
-        },
-    ))
+    // What a later build may add after the name is not this build's to read.
+    let name = match rest {
+        [] => None,
+        rest => Some(postcard::take_from_bytes::<String>(rest)?.0),
+    };
+    Ok((frame, Announced { version, name }))
 }
 
 #[cfg(test)]
@@ -299,7 +297,13 @@ mod tests {
         assert!(matches!(frame, Frame::Welcome));
         assert_eq!(got.version, Version::unversioned());
         assert_eq!(got.name, None);
-        // Garbage after the frame is an error, not protocol 0.
+        // A version without a name after it (what an earlier build of this protocol sent).
+        let mut unnamed = BytesMut::new();
+        encode(&Frame::Welcome, &mut unnamed).unwrap();
+        unnamed.extend_from_slice(&postcard::to_stdvec(&version).unwrap());
+        let (_, got) = decode_handshake(&unnamed[4..]).unwrap();
+        assert_eq!((got.version, got.name), (version.clone(), None));
+        // Bad bytes where the version belongs are an error, not protocol 0.
         assert!(decode_handshake(&[old[4], 0xff]).is_err());
     }
 
