@@ -53,10 +53,12 @@ fn make(dir: &std::path::Path, nodes: &[LabNode]) -> Result<Security, ChaosError
     let tls_error = |e: trireme_tls::TlsError| ChaosError::Config(e.to_string());
     let ca = trireme_tls::LocalCa::generate().map_err(tls_error)?;
     let ca_file = ca.write(&tls).map_err(tls_error)?;
-    // The lab's addresses, and every node's name, which peers check (the lab shares one
-    // certificate among its nodes: what it tests is faults, not impostors).
+    // The lab's addresses, and the name of every node that may run, which peers check: the
+    // lab's, and those that replace a node removed by force (named after the lab's, see
+    // `elastic.rs`). The lab shares one certificate among its nodes: what it tests is
+    // faults, not impostors.
     let mut names: Vec<String> = nodes.iter().map(|n| n.ip.to_string()).collect();
-    names.extend(nodes.iter().map(|n| trireme_tls::node_dns_name(&n.name)));
+    names.extend((1..=2 * nodes.len()).map(|i| trireme_tls::node_dns_name(&format!("n{i}"))));
     names.push("localhost".into());
     let names: Vec<&str> = names.iter().map(String::as_str).collect();
     let (cert, key) = ca.issue("chaos-node", &names).map_err(tls_error)?;
