@@ -1,6 +1,6 @@
 //! Applying committed commands to a shard's data, atomically with the applied-state metadata.
 
-use crate::key_index::{KeyMeta, ShardKeys, member_number};
+use crate::key_index::{KeyMeta, MemberRow, ShardKeys, member_number};
 use crate::keys::{expiry_key, owned_key};
 use crate::store::{REMOVED_ROW, SLOTS_ROW, decode_removal, encode_removal};
 use crate::tables::{Batch, Space};
@@ -970,7 +970,7 @@ impl Storage {
                     None => pending.keys.remove(&key),
                 }
             } else if split_member_key(&key).is_some() {
-                member_changes.push((key.clone(), record.clone()));
+                member_changes.push((key.clone(), record.as_ref().map(MemberRow::of)));
             }
             match record {
                 Some(record) => batch.insert(Space::Data, full, record.encode().to_vec()),
@@ -979,15 +979,15 @@ impl Storage {
         }
         // After every record of the batch is in the key index: a member's collection kind
         // is known there.
-        for (row, record) in member_changes {
-            let Some((key, member)) = split_member_key(&row) else {
+        for (changed, row) in member_changes {
+            let Some((key, member)) = split_member_key(&changed) else {
                 continue;
             };
-            match record {
-                Some(record) => match pending.keys.get(key).map(|meta| meta.kind) {
+            match row {
+                Some(row) => match pending.keys.get(key).map(|meta| meta.kind) {
                     // A list's elements are not indexed: no write needs to know them.
                     Some(ValueKind::List) => {}
-                    kind => match kind.and_then(|kind| member_number(kind, &record)) {
+                    kind => match kind.and_then(|kind| row.number(kind)) {
                         Some(number) => pending.keys.members.insert(key, member, number),
                         // A member row without its collection's record (none is written
                         // so), or without a number: never trusted, read.

@@ -159,7 +159,7 @@ impl MemberRow {
     }
 
     /// The number the member index keeps for the row in a collection of `kind`.
-    fn number(self, kind: ValueKind) -> Option<u64> {
+    pub(crate) fn number(self, kind: ValueKind) -> Option<u64> {
         match kind {
             ValueKind::SortedSet => self.leading,
             ValueKind::Hash | ValueKind::Set => Some(self.create_index),

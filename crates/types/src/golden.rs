@@ -193,6 +193,16 @@ fn from_hex(text: &str) -> Option<Vec<u8>> {
 mod tests {
     use super::*;
 
+    /// What `golden.finish()` fails with; it must fail.
+    fn failure_of(golden: Golden) -> String {
+        let failure = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| golden.finish()))
+            .expect_err("fails");
+        failure
+            .downcast_ref::<String>()
+            .cloned()
+            .unwrap_or_default()
+    }
+
     #[test]
     fn a_changed_encoding_a_lost_sample_and_a_new_one_fail() {
         let dir = std::env::temp_dir().join(format!("golden-{}", std::process::id()));
@@ -203,12 +213,7 @@ mod tests {
         golden.add = false;
         golden.postcard("seven", &7u32);
         golden.postcard("eight", &8u32);
-        let failure = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| golden.finish()))
-            .expect_err("fails");
-        let text = failure
-            .downcast_ref::<String>()
-            .cloned()
-            .unwrap_or_default();
+        let text = failure_of(golden);
         assert!(text.contains("gone: recorded but no sample"), "{text}");
         assert!(
             text.contains("without a recorded encoding: eight"),
@@ -220,12 +225,7 @@ mod tests {
         golden.add = false;
         golden.postcard("seven", &7u64);
         golden.postcard("gone", &300u32);
-        let failure = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| golden.finish()))
-            .expect_err("fails");
-        let text = failure
-            .downcast_ref::<String>()
-            .cloned()
-            .unwrap_or_default();
+        let text = failure_of(golden);
         assert!(
             text.contains("gone: the recorded bytes now decode to 1"),
             "{text}"
