@@ -190,13 +190,20 @@ pub async fn wait_converged(
     let deadline = Instant::now() + timeout;
     let mut previous: Option<BTreeMap<u32, u64>> = None;
     loop {
-        let mut applied: BTreeMap<u32, Vec<u64>> = BTreeMap::new();
+        let mut replicas: BTreeMap<u32, Vec<ReplicaView>> = BTreeMap::new();
         let mut all_answered = true;
         for node in nodes {
             match shards_of(client, node).await {
                 Some(view) => {
                     for s in view.shards.into_iter().filter(|s| s.is_local()) {
-                        applied.entry(s.shard.0).or_default().push(s.applied_index);
+                        replicas.entry(s.shard.0).or_default().push(ReplicaView {
+                            node: node.name.clone(),
+                            role: s.local_role.unwrap_or_default(),
+                            leader: s.leader.map(|l| l.name),
+                            term: s.term,
+                            committed: s.committed_index,
+                            applied: s.applied_index,
+                        });
                     }
                 }
                 None => all_answered = false,
@@ -204,11 +211,14 @@ pub async fn wait_converged(
         }
         let agreed: Option<BTreeMap<u32, u64>> = all_answered
             .then(|| {
-                applied
+                replicas
                     .iter()
-                    .map(|(shard, idx)| {
-                        let first = *idx.first()?;
-                        idx.iter().all(|i| *i == first).then_some((*shard, first))
+                    .map(|(shard, views)| {
+                        let first = views.first()?.applied;
+                        views
+                            .iter()
+                            .all(|v| v.applied == first)
+                            .then_some((*shard, first))
                     })
                     .collect()
             })
@@ -218,11 +228,59 @@ pub async fn wait_converged(
         }
         if Instant::now() > deadline {
             return Err(ChaosError::Cluster(format!(
-                "replicas did not converge within {timeout:?}: {applied:?}"
+                "replicas did not converge within {timeout:?}{}: {}",
+                if all_answered {
+                    ""
+                } else {
+                    " (a node did not answer)"
+                },
+                describe_lagging(&replicas)
             )));
         }
         previous = agreed;
         tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+}
+
+/// One replica of a shard as its node reports it, for telling why replicas did not converge.
+#[derive(Debug)]
+struct ReplicaView {
+    node: String,
+    role: String,
+    leader: Option<String>,
+    term: u64,
+    committed: u64,
+    applied: u64,
+}
+
+/// The shards whose replicas disagree, each replica with its role, leader, term, committed and
+/// applied index: enough to tell a stalled follower from a deposed leader from a stuck apply.
+fn describe_lagging(replicas: &BTreeMap<u32, Vec<ReplicaView>>) -> String {
+    let lagging: Vec<String> = replicas
+        .iter()
+        .filter(|(_, views)| views.windows(2).any(|w| w[0].applied != w[1].applied))
+        .map(|(shard, views)| {
+            let each: Vec<String> = views
+                .iter()
+                .map(|v| {
+                    format!(
+                        "{} {} (leader {}) term {} committed {} applied {}",
+                        v.node,
+                        v.role,
+                        v.leader.as_deref().unwrap_or("unknown"),
+                        v.term,
+                        v.committed,
+                        v.applied
+                    )
+                })
+                .collect();
+            format!("shard {shard}: {}", each.join("; "))
+        })
+        .collect();
+    if lagging.is_empty() {
+        "every replica that answered agrees".into()
+    } else {
+        lagging.join(" | ")
     }
 }
 

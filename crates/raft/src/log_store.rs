@@ -187,6 +187,19 @@ impl RaftLogReader<TypeConfig> for LogStore {
             .storage
             .read_log(self.group, start, end)
             .map_err(io::Error::other)?;
+        if end != u64::MAX && (rows.len() as u64) < end - start {
+            // openraft asks only for entries it knows are in the log; a short answer (an
+            // entry it counts on is missing) shows up here before it shows up as a replica
+            // that stops applying.
+            tracing::warn!(
+                group = self.group.0,
+                start,
+                end,
+                got = rows.len(),
+                first = rows.first().map(|(i, _)| *i),
+                "a log read returned fewer entries than asked"
+            );
+        }
         rows.iter().map(|(_, bytes)| decode(bytes)).collect()
     }
 

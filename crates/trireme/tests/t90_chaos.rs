@@ -46,8 +46,55 @@ fn chaos(out: &Path, args: &[&str]) -> Output {
 
 fn summary(out: &Path, seed: u64) -> serde_json::Value {
     let path = out.join(format!("seed-{seed}/summary.json"));
-    let text = std::fs::read_to_string(&path).unwrap_or_else(|e| panic!("{}: {e}", path.display()));
+    let text = std::fs::read_to_string(&path).unwrap_or_else(|e| {
+        // The run stopped before its verdict: the nodes' logs are the only evidence left,
+        // and the temporary directory goes with the test.
+        print_node_logs(&out.join(format!("seed-{seed}")));
+        panic!("{}: {e}", path.display())
+    });
     serde_json::from_str(&text).expect("summary.json is JSON")
+}
+
+/// The first errors and panics, then the last lines, of every node's log in `seed_dir`, on
+/// stderr: a replica's group that stopped logs why once, and then only its consequences.
+fn print_node_logs(seed_dir: &Path) {
+    let Ok(entries) = std::fs::read_dir(seed_dir) else {
+        return;
+    };
+    let mut logs: Vec<_> = entries
+        .filter_map(Result::ok)
+        .map(|e| e.path())
+        .filter(|p| p.extension().is_some_and(|x| x == "log"))
+        .collect();
+    logs.sort();
+    for log in logs {
+        let text = std::fs::read_to_string(&log).unwrap_or_default();
+        let lines: Vec<&str> = text.lines().collect();
+        // A panic's message is on the line after it.
+        let first_errors: Vec<&str> = lines
+            .iter()
+            .enumerate()
+            .filter(|(_, l)| l.contains(" ERROR ") || l.contains("panicked"))
+            .take(20)
+            .flat_map(|(i, l)| {
+                let message = lines.get(i + 1).filter(|_| l.contains("panicked"));
+                std::iter::once(*l).chain(message.copied())
+            })
+            .collect();
+        eprintln!(
+            "--- first {} errors of {} ---",
+            first_errors.len(),
+            log.display()
+        );
+        for line in first_errors {
+            eprintln!("{line}");
+        }
+        let tail = &lines[lines.len().saturating_sub(40)..];
+        eprintln!("--- last {} lines of {} ---", tail.len(), log.display());
+        for line in tail {
+            eprintln!("{line}");
+        }
+    }
 }
 
 /// What every passing seed must show: a real workload, faults injected, nothing lost.
