@@ -16,3 +16,8 @@ for target in resp_decode stored_values peer_frames http_query search_query acl_
   cargo +nightly fuzz run "$target" "target/corpus/$target" "corpus/$target" -- \
     -max_total_time="$SECONDS_EACH" -max_len=4096 -print_final_stats=1 2>&1 | tail -n 12
 done
+# CI keeps the corpus it grew but not the sanitizer builds: they are gigabytes of disk the
+# workspace's own build needs next.
+if [ "${FUZZ_DROP_BUILDS:-0}" = 1 ]; then
+  find target -mindepth 1 -maxdepth 1 ! -name corpus -exec rm -rf {} +
+fi

@@ -57,19 +57,21 @@ impl FromApplied for Restored {
     }
 }
 
-/// Walks the members of the collection at `key` in `view` and hands `emit` its frames, each
+/// Walks the members of version `version` (its record's `CreateIndex`) of the collection at
+/// `key` in `view` and hands `emit` its frames, each
 /// made by `frame` from the items `item` makes of members (with their sizes), cut at
 /// [`HASH_ENTRY_BYTES`] so that each fits a restore request.
 fn collection_frames<T>(
     view: &trireme_storage::ShardView<'_>,
     key: &[u8],
+    version: u64,
     item: impl Fn(&[u8], &[u8]) -> (T, usize),
     frame: impl Fn(Vec<T>) -> Frame,
     emit: &mut impl FnMut(Frame),
 ) -> Result<(), trireme_storage::StorageError> {
     let mut part = Vec::new();
     let mut bytes = 0;
-    view.for_each_member(&member_prefix(key), |member, value| {
+    view.for_each_member(&member_prefix(key, version), |member, value| {
         let (one, size) = item(member, value);
         // Each item costs its framing too: a list of empty strings is not free.
         let size = size + 16;
@@ -187,6 +189,7 @@ impl Node {
                     ValueKind::Hash => collection_frames(
                         &view,
                         key,
+                        record.create_index,
                         |field, value| {
                             let size = field.len() + value.len();
                             let pair =
@@ -205,6 +208,7 @@ impl Node {
                     ValueKind::Set => collection_frames(
                         &view,
                         key,
+                        record.create_index,
                         |member, _| (Bytes::copy_from_slice(member), member.len()),
                         |members| {
                             Frame::Set(SetEntry {
@@ -218,6 +222,7 @@ impl Node {
                     ValueKind::SortedSet => collection_frames(
                         &view,
                         key,
+                        record.create_index,
                         |member, score| {
                             let pair = (
                                 Bytes::copy_from_slice(member),
@@ -240,6 +245,7 @@ impl Node {
                         collection_frames(
                             &view,
                             key,
+                            record.create_index,
                             |_, element| (Bytes::copy_from_slice(element), element.len()),
                             |elements| {
                                 let first = from.get();

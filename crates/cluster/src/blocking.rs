@@ -14,6 +14,7 @@ use crate::ClusterError;
 use crate::ListOutcome;
 use crate::Node;
 use crate::ReadMeta;
+use crate::SortedSetOutcome;
 use crate::router::ShardIndex;
 use bytes::Bytes;
 use futures::FutureExt;
@@ -22,7 +23,7 @@ use std::time::Duration;
 use tokio::time::Instant;
 use trireme_raft::ReadMode;
 use trireme_storage::{Watch, WatchTarget};
-use trireme_types::{ListAnswer, ListOp, NodeId, Record, ShardId};
+use trireme_types::{ListAnswer, ListOp, NodeId, Record, ShardId, SortedSetAnswer, SortedSetOp};
 
 /// Longest wait a node asks of another at once (a request whose client hung up cancels its
 /// wait on the other node; should the cancel be lost, the waiter lingers at most this long).
@@ -246,65 +247,208 @@ impl Node {
     }
 }
 
+/// How often a blocking pop queued behind others looks whether it heads a queue now,
+/// besides being told.
+const TURN_RECHECK: Duration = Duration::from_millis(500);
+
 /// How long a Redis blocking command waits at once before looking again (one that waits
 /// without a limit waits in rounds of this).
 const LIST_ROUND: Duration = Duration::from_secs(600);
 
 impl Node {
+    /// Redis blocking pops waiting on this node (`INFO clients`' `blocked_clients`).
+    pub fn blocking_pops_waiting(&self) -> usize {
+        self.pop_queues.waiting()
+    }
+
+    /// Blocking queries waiting here: on this node's replicas (its own clients' and other
+    /// nodes'), and blocking pops queued behind others, which wait for their turn instead.
+    pub fn blocking_queries_waiting(&self) -> usize {
+        self.storage.watchers().len() + self.pop_queues.waiting_for_a_turn()
+    }
+
     /// A Redis blocking list command (`BLPOP`, `BRPOP` as [`ListOp::PopFirst`], `BLMOVE` as
     /// [`ListOp::Move`]): runs `op`, and while it finds every list empty, waits until one of
     /// them may have an element and runs it again, for at most `wait` (`None`: without a
     /// limit). Answers what the last run answered: an empty answer once the wait is over.
     ///
-    /// Each run is a write through the log, so two clients waiting on one list never both
-    /// take its element. The waiting is a blocking query on each list's key: a registry
-    /// entry woken by the apply of a change, no polling.
-    ///
-    /// Once `hung_up` turns true (the client is gone) it stops waiting and answers empty; a
-    /// run already on its way finishes first.
+    /// Served in turn with the other waiters on this node (see [`crate::pop_queue`]); once
+    /// `hung_up` turns true (the client is gone) it stops waiting and answers empty; a run
+    /// already on its way finishes first.
     pub async fn list_command_blocking(
         &self,
         key: Bytes,
         op: ListOp,
         wait: Option<Duration>,
-        mut hung_up: tokio::sync::watch::Receiver<bool>,
+        hung_up: tokio::sync::watch::Receiver<bool>,
     ) -> Result<ListOutcome, ClusterError> {
-        let mut watched = vec![key.clone()];
+        let mut keys = vec![key];
         if let ListOp::PopFirst { others, .. } = &op {
-            watched.extend(others.iter().cloned());
+            keys.extend(others.iter().cloned());
         }
-        let deadline = wait.map(|w| Instant::now() + w);
-        let mut pause = MIN_REREAD_PAUSE;
-        loop {
-            let outcome = self.list_command(key.clone(), op.clone()).await?;
-            let empty = match &outcome.0 {
-                Ok(ListAnswer::Popped(None)) => true,
-                Ok(ListAnswer::Elements(elements)) => elements.is_empty(),
-                _ => false,
+        let run = |mut first_in: Vec<Bytes>| {
+            let key = first_in.remove(0);
+            let op = match &op {
+                ListOp::PopFirst { end, .. } => ListOp::PopFirst {
+                    end: *end,
+                    others: first_in,
+                },
+                other => other.clone(),
             };
+            self.list_command(key, op)
+        };
+        let found_none = |outcome: &ListOutcome| match &outcome.0 {
+            Ok(ListAnswer::Popped(None)) => true,
+            Ok(ListAnswer::Elements(elements)) => elements.is_empty(),
+            _ => false,
+        };
+        let nothing = ListOutcome(Ok(match &op {
+            ListOp::PopFirst { .. } => ListAnswer::Popped(None),
+            _ => ListAnswer::Elements(Vec::new()),
+        }));
+        self.pop_in_turn(keys, wait, hung_up, run, found_none, nothing)
+            .await
+    }
+
+    /// `BZPOPMIN`, `BZPOPMAX`: pops the member with the lowest score (with `highest`, the
+    /// highest) of the first of `keys` that has one, waiting as
+    /// [`Node::list_command_blocking`] does. Of more than one key, needs cluster version
+    /// [`trireme_types::version::since::SORTED_SET_POP_FIRST`].
+    pub async fn sorted_set_pop_blocking(
+        &self,
+        keys: Vec<Bytes>,
+        highest: bool,
+        wait: Option<Duration>,
+        hung_up: tokio::sync::watch::Receiver<bool>,
+    ) -> Result<SortedSetOutcome, ClusterError> {
+        let several = keys.len() > 1;
+        if several {
+            self.require_cluster_version(
+                trireme_types::version::since::SORTED_SET_POP_FIRST,
+                "BZPOPMIN or BZPOPMAX of more than one key",
+            )?;
+        }
+        let run = |mut first_in: Vec<Bytes>| async move {
+            let key = first_in.remove(0);
+            if several {
+                let op = SortedSetOp::PopFirst {
+                    highest,
+                    others: first_in,
+                };
+                return self.sorted_set(key, op).await;
+            }
+            // One key: the plain pop, which any cluster version has.
+            let op = SortedSetOp::Pop { count: 1, highest };
+            let outcome = self.sorted_set(key.clone(), op).await?;
+            Ok(SortedSetOutcome(outcome.0.map(|answer| {
+                match answer {
+                    SortedSetAnswer::Pairs(pairs) => SortedSetAnswer::Popped(
+                        pairs
+                            .into_iter()
+                            .next()
+                            .map(|(member, score)| (key.clone(), member, score)),
+                    ),
+                    other => other,
+                }
+            })))
+        };
+        let found_none =
+            |outcome: &SortedSetOutcome| matches!(&outcome.0, Ok(SortedSetAnswer::Popped(None)));
+        let nothing = SortedSetOutcome(Ok(SortedSetAnswer::Popped(None)));
+        self.pop_in_turn(keys, wait, hung_up, run, found_none, nothing)
+            .await
+    }
+
+    /// The loop of every blocking pop: waits for this waiter's turn at some of `keys` (see
+    /// [`crate::pop_queue`]), `run`s the pop on the keys it heads, and while that finds
+    /// nothing, waits until one of them may have an element, for at most `wait`. A waiter
+    /// whose wait ends before its turn came answers `nothing`.
+    ///
+    /// Each run is a write through the log, so two clients waiting on one key never both
+    /// take its element; the waiting is a blocking query on each key, a registry entry woken
+    /// by the apply of a change, no polling.
+    async fn pop_in_turn<T, F, Fut>(
+        &self,
+        keys: Vec<Bytes>,
+        wait: Option<Duration>,
+        mut hung_up: tokio::sync::watch::Receiver<bool>,
+        mut run: F,
+        found_none: impl Fn(&T) -> bool,
+        nothing: T,
+    ) -> Result<T, ClusterError>
+    where
+        F: FnMut(Vec<Bytes>) -> Fut,
+        Fut: std::future::Future<Output = Result<T, ClusterError>>,
+    {
+        let deadline = wait.map(|w| Instant::now() + w);
+        let ticket = self.pop_queues.join(&keys);
+        let mut pause = MIN_REREAD_PAUSE;
+        let mut last = None;
+        // The first run pops at once (the key may have an element already); after a run
+        // that found nothing, or a turn that came, a read tells first whether there is
+        // anything to pop, so a waiter that lost the element to another node's (or found its
+        // turn on an empty key) costs a read, not a log write.
+        let mut look_first = false;
+        // Whether the last run found nothing (and not a turn came since).
+        let mut ran_empty = false;
+        loop {
+            let first_in = ticket.first_in();
+            if first_in.is_empty() {
+                // Behind other waiters on every key: wait until one of them leaves.
+                tokio::select! {
+                    () = ticket.next_turn() => {
+                        look_first = true;
+                        ran_empty = false;
+                        continue;
+                    }
+                    // A look at the queues now and then (no I/O): a turn is never missed
+                    // for longer than this, whatever happens to its notification.
+                    () = tokio::time::sleep(TURN_RECHECK) => {
+                        look_first = true;
+                        continue;
+                    }
+                    () = until(deadline) => {}
+                    // A dropped sender is a connection gone too.
+                    _ = hung_up.changed() => {}
+                }
+                return Ok(last.unwrap_or(nothing));
+            }
+            if look_first {
+                let started = Instant::now();
+                tokio::select! {
+                    waited = self.wait_for_an_element(&first_in, deadline) => waited?,
+                    // Heads another queue now: look at it too.
+                    () = ticket.next_turn() => {
+                        ran_empty = false;
+                        continue;
+                    }
+                    _ = hung_up.changed() => return Ok(last.unwrap_or(nothing)),
+                }
+                if deadline.is_some_and(|d| Instant::now() >= d) {
+                    return Ok(last.unwrap_or(nothing));
+                }
+                // A key that looks present to the read but empty to the pop (an expired
+                // one the reaper has not removed, seen through two clocks) must not spin.
+                if ran_empty && started.elapsed() < MIN_REREAD_PAUSE {
+                    tokio::time::sleep(pause).await;
+                    pause = (pause * 2).min(MAX_REREAD_PAUSE);
+                } else {
+                    pause = MIN_REREAD_PAUSE;
+                }
+            }
+            let outcome = run(first_in).await?;
             let over = deadline.is_some_and(|d| Instant::now() >= d) || *hung_up.borrow();
-            if !empty || over {
+            if !found_none(&outcome) || over {
                 return Ok(outcome);
             }
-            let started = Instant::now();
-            tokio::select! {
-                waited = self.wait_for_an_element(&watched, deadline) => waited?,
-                // A dropped sender is a connection gone too.
-                _ = hung_up.changed() => return Ok(outcome),
-            }
-            // A list that looks present to the read but empty to the pop (an expired one
-            // the reaper has not removed, seen through two clocks) must not spin.
-            if started.elapsed() < MIN_REREAD_PAUSE {
-                tokio::time::sleep(pause).await;
-                pause = (pause * 2).min(MAX_REREAD_PAUSE);
-            } else {
-                pause = MIN_REREAD_PAUSE;
-            }
+            last = Some(outcome);
+            look_first = true;
+            ran_empty = true;
         }
     }
 
-    /// Waits until one of the lists at `keys` exists (a list with no element does not), or
-    /// until `deadline`.
+    /// Waits until one of the collections at `keys` exists (one with no element does not),
+    /// or until `deadline`.
     async fn wait_for_an_element(
         &self,
         keys: &[Bytes],
@@ -335,5 +479,13 @@ impl Node {
             );
         }
         futures::future::select_all(waits).await.0
+    }
+}
+
+/// Resolves at `deadline`, or never without one.
+async fn until(deadline: Option<Instant>) {
+    match deadline {
+        Some(d) => tokio::time::sleep_until(d).await,
+        None => std::future::pending().await,
     }
 }

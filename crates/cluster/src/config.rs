@@ -40,6 +40,10 @@ pub struct NodeConfig {
     pub split_writes_per_sec: u64,
     /// No automatic split makes more shards than this.
     pub max_shards: u32,
+    /// Whether the metadata leader raises the cluster version by itself once every member
+    /// runs a newer protocol. Off, it waits for `trireme cluster finalize-upgrade`, and until
+    /// then the old build can still be put back on any node (a rollback).
+    pub auto_finalize_upgrade: bool,
     /// Whether leaders hand shards to their preferred replicas (see `balance.rs`).
     pub balance_leaders: bool,
     /// Rack label, for placing replicas apart.
@@ -81,6 +85,7 @@ impl NodeConfig {
             split_bytes: 256 << 20,
             split_writes_per_sec: 0,
             max_shards: 256,
+            auto_finalize_upgrade: true,
             balance_leaders: true,
             rack: None,
             zone: None,

@@ -22,7 +22,7 @@ use crate::forward::{
 use crate::identity::Identity;
 use crate::join::{JoinAnswer, JoinRequest};
 use crate::membership::{MembershipOp, MembershipReply, Request as MembershipRequest};
-use crate::meta::{ClusterMap, Move, MovePhase, NodeInfo, NodeState, PendingSplit};
+use crate::meta::{ClusterMap, Move, MovePhase, NodeInfo, NodeRow, NodeState, PendingSplit};
 use crate::{AclPolicy, AclToken, PeerNode, PolicyLink};
 use bytes::Bytes;
 use serde::Serialize;
@@ -133,6 +133,7 @@ fn cluster_map() -> ClusterMap {
         slots: vec![(0, 8_191), (8_192, 16_383)],
         splits: [(1, pending_split())].into_iter().collect(),
         origins: [(4, (0, 4_096))].into_iter().collect(),
+        cluster_version: 0,
     }
 }
 
@@ -521,6 +522,7 @@ fn membership_ops() -> Vec<MembershipOp> {
             range: (8_192, 16_383),
         },
         MembershipOp::Usage,
+        MembershipOp::SplitPoint { range: (0, 8_191) },
     ]
 }
 
@@ -532,6 +534,7 @@ fn membership_op_name(op: &MembershipOp) -> &'static str {
         MembershipOp::RemoveLearner { .. } => "membership.request.remove_learner",
         MembershipOp::Split { .. } => "membership.request.split",
         MembershipOp::Usage => "membership.request.usage",
+        MembershipOp::SplitPoint { .. } => "membership.request.split_point",
     }
 }
 
@@ -550,6 +553,7 @@ fn membership_replies() -> Vec<MembershipReply> {
             applied: 905,
         },
         MembershipReply::Failed("no such group".into()),
+        MembershipReply::SplitPoint(Some(3_000)),
     ]
 }
 
@@ -562,6 +566,7 @@ fn membership_reply_name(reply: &MembershipReply) -> &'static str {
         MembershipReply::Refused(_) => "membership.reply.refused",
         MembershipReply::Usage { .. } => "membership.reply.usage",
         MembershipReply::Failed(_) => "membership.reply.failed",
+        MembershipReply::SplitPoint(_) => "membership.reply.split_point",
     }
 }
 
@@ -574,6 +579,17 @@ fn metadata_and_forwarded_requests_keep_their_encoding() {
 
     // Stored, as JSON: the metadata group's rows and the identity.
     json(&mut golden, "stored.node_info", &node_info());
+    json(
+        &mut golden,
+        "stored.node_row",
+        &NodeRow {
+            info: node_info(),
+            version: Some(trireme_types::version::Version {
+                protocol: 2,
+                build: "0.1.0".into(),
+            }),
+        },
+    );
     for (name, state) in node_states() {
         json(&mut golden, &format!("stored.node_state.{name}"), &state);
     }
@@ -583,6 +599,14 @@ fn metadata_and_forwarded_requests_keep_their_encoding() {
     json(&mut golden, "stored.move", &a_move());
     json(&mut golden, "stored.pending_split", &pending_split());
     json(&mut golden, "stored.cluster_map", &cluster_map());
+    json(
+        &mut golden,
+        "stored.cluster_map.versioned",
+        &ClusterMap {
+            cluster_version: 2,
+            ..cluster_map()
+        },
+    );
     json(&mut golden, "stored.acl_policy", &acl_policy());
     json(&mut golden, "stored.policy_link", &policy_link());
     json(&mut golden, "stored.acl_token", &acl_token());

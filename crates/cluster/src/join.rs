@@ -69,6 +69,7 @@ pub(crate) async fn ask(
         attempt += 1;
         match PeerTransport::ask_to_join(
             member,
+            &config.name,
             &config.cluster_name,
             payload.clone(),
             JOIN_TIMEOUT,
@@ -122,6 +123,7 @@ pub(crate) async fn refuse_if_cluster_exists(
     for (name, addr) in initial.iter().filter(|(n, _)| *n != config.name) {
         let Ok(bytes) = PeerTransport::ask_to_join(
             addr,
+            &config.name,
             &config.cluster_name,
             payload.clone(),
             PROBE_TIMEOUT,

@@ -12,6 +12,10 @@ use std::time::Duration;
 use trireme_raft::{ForwardHandler, PeerNode};
 use trireme_types::{Command, ErrorCode, LogCommand, NodeId, ShardId, TriremeError};
 
+/// How a node answers a request it cannot decode: one of a newer build's operations, when
+/// the node runs an older one (every build so far words it so).
+pub(crate) const UNDECODABLE_REQUEST: &str = "undecodable request";
+
 /// How long one operation may take on the shard leader (a membership change commits twice).
 const OP_TIMEOUT: Duration = Duration::from_secs(10);
 
@@ -36,6 +40,9 @@ pub(crate) enum MembershipOp {
     },
     /// How big the shard is and how far its log has come (for automatic splits).
     Usage,
+    /// Where to split the shard, whose slots are `range`, so that each side holds about
+    /// half its bytes (an automatic split by size). Builds before it answer `Failed`.
+    SplitPoint { range: (u16, u16) },
 }
 
 #[derive(Debug, Serialize, Deserialize)]
@@ -64,6 +71,9 @@ pub(crate) enum MembershipReply {
     Usage { bytes: u64, applied: u64 },
     /// It failed, and why.
     Failed(String),
+    /// The slot to split the shard at, `None` when no slot divides its bytes usefully (one
+    /// slot, that is one key or one hash tag, holds most of them).
+    SplitPoint(Option<u16>),
 }
 
 impl Node {
@@ -111,7 +121,11 @@ impl Node {
                     if let Some(leader) = hint.filter(|l| !asked.contains(l)) {
                         candidates.insert(next, leader);
                     }
-                    last = MembershipReply::NotLeader(hint);
+                    // A failure says more than a pointer back to the node that failed (an
+                    // older build's leader that could not decode the request, say).
+                    if !matches!(last, MembershipReply::Failed(_)) {
+                        last = MembershipReply::NotLeader(hint);
+                    }
                 }
                 MembershipReply::Failed(reason) => last = MembershipReply::Failed(reason),
                 done => return Ok(done),
@@ -177,6 +191,7 @@ impl Node {
                         applied: group.leader_and_applied().1,
                     };
                 }
+                MembershipOp::SplitPoint { range } => return self.split_point(shard, range).await,
                 MembershipOp::Split {
                     at_slot,
                     child,
@@ -237,10 +252,80 @@ impl ForwardHandler for MembershipRequests {
                         .await
                 }
                 (None, _) => MembershipReply::Failed("this node is stopping".into()),
-                (_, Err(e)) => MembershipReply::Failed(format!("undecodable request: {e}")),
+                (_, Err(e)) => MembershipReply::Failed(format!("{UNDECODABLE_REQUEST}: {e}")),
             };
             postcard::to_stdvec(&reply).unwrap_or_default()
         })
+    }
+}
+
+/// How long a shard's counted split point answers again: a caller that gave up waiting for
+/// the count (it reads every row) asks again in the next round and gets it.
+const SPLIT_POINT_KEPT: Duration = Duration::from_secs(60);
+
+/// A count of a shard's bytes by slot for its split point: running, or done with its answer.
+#[derive(Debug, Clone)]
+pub(crate) enum SplitCount {
+    Running,
+    Done {
+        at: std::time::Instant,
+        range: (u16, u16),
+        slot: Option<u16>,
+    },
+}
+
+impl Node {
+    /// Where to split `shard`, whose slots are `range`: one count at a time per shard, its
+    /// answer kept for [`SPLIT_POINT_KEPT`].
+    async fn split_point(&self, shard: ShardId, range: (u16, u16)) -> MembershipReply {
+        {
+            let mut counts = self
+                .split_counts
+                .lock()
+                .unwrap_or_else(std::sync::PoisonError::into_inner);
+            match counts.get(&shard.0) {
+                Some(SplitCount::Running) => {
+                    return MembershipReply::Failed(format!(
+                        "still counting the bytes of shard {shard}; ask again"
+                    ));
+                }
+                Some(SplitCount::Done { at, range: r, slot })
+                    if *r == range && at.elapsed() < SPLIT_POINT_KEPT =>
+                {
+                    return MembershipReply::SplitPoint(*slot);
+                }
+                _ => {}
+            }
+            counts.insert(shard.0, SplitCount::Running);
+        }
+        let storage = self.storage.clone();
+        let counted = tokio::task::spawn_blocking(move || storage.slot_bytes(shard)).await;
+        let slot = match counted {
+            Ok(Ok(bytes)) => Ok(crate::rebalance::balanced_split_slot(&bytes, range)),
+            Ok(Err(e)) => Err(e.to_string()),
+            Err(e) => Err(e.to_string()),
+        };
+        let mut counts = self
+            .split_counts
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        match slot {
+            Ok(slot) => {
+                counts.insert(
+                    shard.0,
+                    SplitCount::Done {
+                        at: std::time::Instant::now(),
+                        range,
+                        slot,
+                    },
+                );
+                MembershipReply::SplitPoint(slot)
+            }
+            Err(reason) => {
+                counts.remove(&shard.0);
+                MembershipReply::Failed(reason)
+            }
+        }
     }
 }
 

@@ -14,6 +14,7 @@
 use serde::{Deserialize, Serialize};
 use std::collections::{BTreeMap, BTreeSet};
 use trireme_raft::PeerNode;
+use trireme_types::version::Version;
 use trireme_types::{NodeId, ShardId};
 
 /// The storage shard id of the metadata group's rows (data shards count up from 0).
@@ -39,6 +40,21 @@ pub struct NodeInfo {
     pub rack: Option<String>,
     /// Zone label; replicas of a shard avoid sharing one before racks are considered.
     pub zone: Option<String>,
+}
+
+/// A node's row in the metadata group: its [`NodeInfo`] and the build it runs. A separate
+/// type because a [`NodeInfo`] also travels in postcard (a join request), where a new field
+/// would shift what follows it; in the row's JSON a build that does not know `version`
+/// skips it.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub(crate) struct NodeRow {
+    /// Name, addresses, labels.
+    #[serde(flatten)]
+    pub info: NodeInfo,
+    /// The build and protocol it runs, as it last registered (none: a build from before
+    /// protocol 2, which did not record it). What the cluster version waits for.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub version: Option<Version>,
 }
 
 impl NodeInfo {
@@ -149,6 +165,12 @@ pub(crate) struct ClusterMap {
     /// Where each shard made by a split came from: its parent and the first slot it took.
     #[serde(default)]
     pub origins: BTreeMap<u32, (u32, u16)>,
+    /// The lowest protocol every member runs, as far as the cluster has agreed: features it
+    /// brought may be used, and nodes of an older one are refused. It only rises (see
+    /// [`next_cluster_version`]). A map written before it was recorded reads 0, and 0 is
+    /// left out, so such a map is written as it was.
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub cluster_version: u32,
 }
 
 impl ClusterMap {
@@ -347,7 +369,61 @@ pub(crate) fn place(nodes: &[NodeInfo], shards: u32, factor: usize) -> ClusterMa
         slots: Vec::new(),
         splits: BTreeMap::new(),
         origins: BTreeMap::new(),
+        cluster_version: 0,
     }
+}
+
+fn is_zero(version: &u32) -> bool {
+    *version == 0
+}
+
+/// Why the cluster version cannot rise to what this build speaks: the members that run an
+/// older protocol, by name, with what they run.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) struct OlderMembers(pub Vec<(String, Option<Version>)>);
+
+impl std::fmt::Display for OlderMembers {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let named: Vec<String> = self
+            .0
+            .iter()
+            .map(|(name, version)| match version {
+                Some(v) => format!("{name} runs {v}"),
+                None => format!("{name} runs a build from before protocol 2"),
+            })
+            .collect();
+        f.write_str(&named.join(", "))
+    }
+}
+
+/// The cluster version `map` may move to: the lowest protocol among its members that are not
+/// removed, as `version_of` tells each one's (a live link's announcement, else its row), and
+/// never below the current one. `Err` names the members below `wanted` (this build's
+/// protocol, for an operator's finalize).
+pub(crate) fn next_cluster_version(
+    map: &ClusterMap,
+    wanted: u32,
+    version_of: impl Fn(u64) -> (String, Option<Version>),
+) -> Result<u32, OlderMembers> {
+    let mut lowest = u32::MAX;
+    let mut older = Vec::new();
+    let mut ids: BTreeSet<u64> = map.members.keys().copied().collect();
+    ids.extend(map.states.keys().copied());
+    for id in ids {
+        if map.state(id) == Some(NodeState::Removed) {
+            continue;
+        }
+        let (name, version) = version_of(id);
+        let protocol = version.as_ref().map_or(0, |v| v.protocol);
+        lowest = lowest.min(protocol);
+        if protocol < wanted {
+            older.push((name, version));
+        }
+    }
+    if !older.is_empty() {
+        return Err(OlderMembers(older));
+    }
+    Ok(lowest.max(map.cluster_version))
 }
 
 #[cfg(test)]
@@ -431,5 +507,57 @@ mod tests {
         let m = a.membership(ShardId(0));
         assert_eq!(m.len(), 2);
         assert!(m.values().all(|n| n.http_addr.is_empty()));
+    }
+
+    #[test]
+    fn the_cluster_version_waits_for_every_member_not_removed_and_never_falls() {
+        let nodes: Vec<NodeInfo> = ["a", "b", "c", "d"]
+            .iter()
+            .map(|n| node(n, None, None))
+            .collect();
+        let mut map = place(&nodes[..3], 4, 3);
+        map.cluster_version = 1;
+        let id = |name: &str| nodes.iter().find(|n| n.node.name == name).unwrap().id();
+        let runs = |protocols: [(&'static str, Option<u32>); 4]| {
+            move |which: u64| {
+                let (name, protocol) = protocols
+                    .iter()
+                    .find(|(n, _)| NodeId::from_name(n).0 == which)
+                    .copied()
+                    .unwrap_or(("?", None));
+                let version = protocol.map(|p| Version {
+                    protocol: p,
+                    build: format!("0.{p}.0"),
+                });
+                (name.to_string(), version)
+            }
+        };
+        // c still runs protocol 1: the version stays, and a finalize to 2 names c alone.
+        let mixed = runs([("a", Some(2)), ("b", Some(2)), ("c", Some(1)), ("d", None)]);
+        assert_eq!(next_cluster_version(&map, 0, mixed), Ok(1));
+        let older = next_cluster_version(&map, 2, mixed).unwrap_err();
+        assert_eq!(older.0.len(), 1, "{older}");
+        assert!(
+            older
+                .to_string()
+                .contains("c runs build 0.1.0 (protocol 1)"),
+            "{older}"
+        );
+
+        // Every member upgraded: it rises. `d` (not a member) does not count.
+        let upgraded = runs([("a", Some(2)), ("b", Some(2)), ("c", Some(2)), ("d", None)]);
+        assert_eq!(next_cluster_version(&map, 2, upgraded), Ok(2));
+
+        // A member of a build that did not record its version holds it back...
+        let unrecorded = runs([("a", Some(2)), ("b", Some(2)), ("c", None), ("d", None)]);
+        let older = next_cluster_version(&map, 2, unrecorded).unwrap_err();
+        assert!(older.to_string().contains("before protocol 2"), "{older}");
+        // ...until it is removed.
+        map.states.insert(id("c"), NodeState::Removed);
+        assert_eq!(next_cluster_version(&map, 2, unrecorded), Ok(2));
+
+        // Never lower than it is.
+        map.cluster_version = 3;
+        assert_eq!(next_cluster_version(&map, 0, upgraded), Ok(3));
     }
 }

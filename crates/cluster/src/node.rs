@@ -19,7 +19,7 @@
 //! when a replica has moved away it stops the group and deletes its data.
 
 use crate::identity::{self, Identity};
-use crate::meta::{self, ClusterMap, META_SHARD, NodeInfo, NodeState};
+use crate::meta::{self, ClusterMap, META_SHARD, NodeInfo, NodeRow, NodeState};
 use crate::request::PutOutcome;
 use crate::{ClusterError, NodeConfig};
 use bytes::Bytes;
@@ -30,6 +30,7 @@ use std::time::{Duration, Instant};
 use tokio::net::TcpListener;
 use trireme_raft::{PeerNode, PeerTransport, ProposalMetrics, ShardGroup};
 use trireme_storage::Storage;
+use trireme_types::version::Version;
 use trireme_types::{Command, GroupId, NodeId, PutCondition, ShardId, ShardMap, TtlUpdate};
 
 /// How long a node waits at start for its peers, the placement, and every shard's leader.
@@ -60,6 +61,11 @@ pub struct Node {
     cluster_map: RwLock<Option<Arc<ClusterMap>>>,
     /// Every registered node, by id, as read from the metadata group.
     directory: RwLock<BTreeMap<u64, NodeInfo>>,
+    /// What each registered node runs, as its row says (builds from before protocol 2 did
+    /// not record it).
+    registered_versions: RwLock<BTreeMap<u64, Version>>,
+    /// Redis blocking pops waiting on this node, in their order per key.
+    pub(crate) pop_queues: crate::pop_queue::PopQueues,
     /// The metadata voters a member named when this node joined, to reach the metadata group
     /// until this node's own copy of it arrives.
     meta_voters_hint: Vec<u64>,
@@ -79,6 +85,10 @@ pub struct Node {
     reconciling: tokio::sync::Mutex<()>,
     /// The metadata leader's memory between rounds (see `rebalance.rs`).
     pub(crate) rebalance: std::sync::Mutex<crate::rebalance::LeaderMemory>,
+    /// Counts of shard bytes by slot for split points, as a shard leader (see
+    /// `membership.rs`).
+    pub(crate) split_counts:
+        std::sync::Mutex<std::collections::HashMap<u32, crate::membership::SplitCount>>,
     /// Counters of moves and splits, for `/metrics`.
     pub(crate) elastic_metrics: crate::rebalance::ElasticMetrics,
     /// Where published messages go on this node (the RESP front end's subscribers).
@@ -272,6 +282,8 @@ impl Node {
             bootstrap_shards: identity.shards,
             cluster_map: RwLock::new(None),
             directory: RwLock::new(BTreeMap::new()),
+            registered_versions: RwLock::new(BTreeMap::new()),
+            pop_queues: crate::pop_queue::PopQueues::default(),
             meta_voters_hint,
             stale_floors: std::sync::Mutex::default(),
             config,
@@ -288,6 +300,7 @@ impl Node {
             map_changed: tokio::sync::watch::channel(0).0,
             reconciling: tokio::sync::Mutex::new(()),
             rebalance: std::sync::Mutex::default(),
+            split_counts: std::sync::Mutex::default(),
             elastic_metrics: crate::rebalance::ElasticMetrics::default(),
             message_sink: RwLock::new(None),
             acl,
@@ -332,14 +345,18 @@ impl Node {
         Ok(node)
     }
 
-    /// Writes this node's row in the metadata group (addresses change across restarts).
+    /// Writes this node's row in the metadata group (addresses change across restarts, and
+    /// the build with an upgrade).
     async fn register(&self) -> Result<(), ClusterError> {
-        let info = NodeInfo {
-            node: self.me.clone(),
-            rack: self.config.rack.clone(),
-            zone: self.config.zone.clone(),
+        let row = NodeRow {
+            info: NodeInfo {
+                node: self.me.clone(),
+                rack: self.config.rack.clone(),
+                zone: self.config.zone.clone(),
+            },
+            version: Some(self.transport.own_version()),
         };
-        let value = serde_json::to_vec(&info).map_err(|e| ClusterError::Config(e.to_string()))?;
+        let value = serde_json::to_vec(&row).map_err(|e| ClusterError::Config(e.to_string()))?;
         let put = Command::Put {
             key: Bytes::from(meta::node_key(&self.me.name)),
             value: Bytes::from(value),
@@ -446,6 +463,16 @@ impl Node {
         }
         self.transport
             .set_removed(map.nodes_in(NodeState::Removed).into_iter().map(NodeId));
+        self.transport.set_cluster_version(map.cluster_version);
+        let own = self.transport.own_version();
+        if own.protocol < map.cluster_version {
+            tracing::error!(
+                cluster_version = map.cluster_version,
+                "this node runs {own}, older than the cluster version {}: its peers refuse it; start it with a build of protocol {} or later",
+                map.cluster_version,
+                map.cluster_version
+            );
+        }
         match map.shard_map() {
             Some(routing) => {
                 *self
@@ -490,6 +517,50 @@ impl Node {
             .read()
             .unwrap_or_else(std::sync::PoisonError::into_inner)
             .clone()
+    }
+
+    /// The cluster version as this node's map has it (0 before it has one): the replicated
+    /// features of protocols up to it may be used (see [`trireme_types::version::since`]).
+    pub fn cluster_version(&self) -> u32 {
+        self.cluster_map().map_or(0, |m| m.cluster_version)
+    }
+
+    /// Refuses a feature that needs cluster version `needed` while the cluster is below it,
+    /// naming `what` and both versions.
+    pub fn require_cluster_version(&self, needed: u32, what: &str) -> Result<(), ClusterError> {
+        let current = self.cluster_version();
+        if current >= needed {
+            return Ok(());
+        }
+        Err(crate::membership::refused(
+            trireme_types::ErrorCode::Conflict,
+            format!(
+                "{what} needs cluster version {needed}; this cluster is at {current} until every node runs a build of protocol {needed} or later and the upgrade is finalized (see trireme cluster status)"
+            ),
+        ))
+    }
+
+    /// What node `id` runs, and its name: its live link's announcement, else its row's.
+    pub(crate) fn version_of(&self, id: u64) -> (String, Option<Version>) {
+        let name = self
+            .directory
+            .read()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .get(&id)
+            .map(|info| info.node.name.clone())
+            .or_else(|| {
+                self.cluster_map()
+                    .and_then(|m| m.members.get(&id).map(|n| n.name.clone()))
+            })
+            .unwrap_or_else(|| format!("{id:016x}"));
+        let version = self.transport.peer_version(NodeId(id)).or_else(|| {
+            self.registered_versions
+                .read()
+                .unwrap_or_else(std::sync::PoisonError::into_inner)
+                .get(&id)
+                .cloned()
+        });
+        (name, version)
     }
 
     /// The version of the cluster map this node follows (0 before it has one); clients
@@ -800,11 +871,15 @@ impl Node {
             }
         };
         let mut directory = BTreeMap::new();
+        let mut versions = BTreeMap::new();
         for (key, record) in rows {
-            match serde_json::from_slice::<NodeInfo>(&record.value) {
-                Ok(info) => {
+            match serde_json::from_slice::<NodeRow>(&record.value) {
+                Ok(NodeRow { info, version }) => {
                     self.transport
                         .set_peer_addr(NodeId(info.id()), &info.node.peer_addr);
+                    if let Some(version) = version {
+                        versions.insert(info.id(), version);
+                    }
                     directory.insert(info.id(), info);
                 }
                 Err(e) => tracing::warn!(key = ?key, error = %e, "unreadable node row"),
@@ -814,6 +889,10 @@ impl Node {
             .directory
             .write()
             .unwrap_or_else(std::sync::PoisonError::into_inner) = directory;
+        *self
+            .registered_versions
+            .write()
+            .unwrap_or_else(std::sync::PoisonError::into_inner) = versions;
     }
 
     /// This node's configuration.

@@ -10,7 +10,8 @@ use crate::{ClusterError, Node};
 use std::collections::BTreeSet;
 use std::time::{Duration, Instant};
 use trireme_types::cluster_status::{
-    ClusterStatus, DrainProgress, MoveStatus, NodeStatus, RemoveResult, ShardPlacement, SplitResult,
+    ClusterStatus, DrainProgress, FinalizeResult, MoveStatus, NodeStatus, RemoveResult,
+    ShardPlacement, SplitResult,
 };
 use trireme_types::{ErrorCode, NodeId, ShardId};
 
@@ -152,6 +153,7 @@ impl Node {
             shards,
             moves,
             splits,
+            cluster_version: map.as_ref().map_or(0, |m| m.cluster_version),
         }
     }
 
@@ -282,6 +284,53 @@ fn check_cancel_drain(map: &ClusterMap, id: u64, name: &str) -> Result<RemoveRes
         lost_quorum: Vec::new(),
         message,
     })
+}
+
+impl Node {
+    /// Raises the cluster version to the protocol this build speaks, once every member that
+    /// is not removed runs it: features that change what is replicated turn on, and nodes of
+    /// older builds are refused from then on (so the upgrade cannot be rolled back). Refused,
+    /// naming them, while some member runs an older build. With `[cluster]
+    /// auto_finalize_upgrade` (the default) the metadata leader does this by itself.
+    pub async fn finalize_upgrade(&self) -> Result<FinalizeResult, ClusterError> {
+        with_meta_leader(|| self.finalize_upgrade_once()).await
+    }
+
+    async fn finalize_upgrade_once(&self) -> Result<FinalizeResult, ClusterError> {
+        let wanted = self.transport.own_version().protocol;
+        let mut answer = None;
+        crate::rebalance::update_map(self, |map| {
+            let previous = map.cluster_version;
+            let next = crate::meta::next_cluster_version(map, wanted, |id| self.version_of(id))
+                .map_err(|older| {
+                    refused(
+                        ErrorCode::Conflict,
+                        format!(
+                            "cannot finalize the upgrade to protocol {wanted}: {older}; upgrade those nodes (or remove them) first"
+                        ),
+                    )
+                })?;
+            let message = if next > previous {
+                format!(
+                    "the cluster version is {next} (was {previous}): its features are on, and nodes of older builds are refused from now on"
+                )
+            } else {
+                format!("the cluster version is {previous} already; nothing changed")
+            };
+            answer = Some(FinalizeResult {
+                previous,
+                cluster_version: next.max(previous),
+                message,
+            });
+            if next <= previous {
+                return Ok(None);
+            }
+            map.cluster_version = next;
+            Ok(Some(()))
+        })
+        .await?;
+        answer.ok_or_else(|| refused(ErrorCode::Internal, "the finalize was not decided"))
+    }
 }
 
 impl Node {

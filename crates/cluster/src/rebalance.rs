@@ -9,7 +9,7 @@
 //! a learner that has not caught up is added again or given up, a voter change is made again
 //! (openraft's change is idempotent once the voters match), and the map records the result.
 
-use crate::membership::{MembershipOp, MembershipReply};
+use crate::membership::{MembershipOp, MembershipReply, UNDECODABLE_REQUEST};
 use crate::meta::{self, ClusterMap, META_SHARD, Move, MovePhase, NodeInfo, NodeState};
 use crate::plan::{Planner, spread_preferred};
 use crate::{ClusterError, Node};
@@ -45,6 +45,10 @@ pub(crate) struct LeaderMemory {
     usage_read: Option<Instant>,
     /// Each shard's size as last read (its leader's last snapshot), for balancing by bytes.
     shard_bytes: BTreeMap<u32, u64>,
+    /// Shards past the split size that no slot divides usefully, their size then and when:
+    /// not looked at again for a size split until they grow by a quarter, or for
+    /// [`UNSPLITTABLE_KEPT`] (the big key may have gone).
+    unsplittable: HashMap<u32, (u64, Instant)>,
 }
 
 /// Counters of the elastic cluster's work on this node, for `/metrics`.
@@ -60,6 +64,9 @@ pub struct ElasticMetrics {
     pub splits_completed: AtomicU64,
     /// Automatic splits it decided.
     pub splits_automatic: AtomicU64,
+    /// Automatic splits by size it declined: most of the shard's bytes were in one slot (one
+    /// key or hash tag), which no split can divide.
+    pub splits_declined: AtomicU64,
 }
 
 /// Starts the metadata leader's jobs on `node` (idle while it does not lead).
@@ -78,8 +85,9 @@ pub(crate) async fn lead(node: &Arc<Node>) {
         write_first_map(node).await;
         return;
     };
-    let steps: [(&str, Result<(), ClusterError>); 6] = [
+    let steps: [(&str, Result<(), ClusterError>); 7] = [
         ("admitting nodes", admit_joined(node, &map).await),
+        ("cluster version", raise_cluster_version(node, &map).await),
         ("metadata voters", keep_meta_voters(node, &map).await),
         ("splitting shards", drive_splits(node, &map).await),
         ("moving replicas", drive_moves(node, &map).await),
@@ -112,7 +120,14 @@ async fn write_first_map(node: &Node) {
             "replication factor exceeds the node count; each shard gets one replica per node"
         );
     }
-    let map = meta::place(&infos, node.bootstrap_shards, factor);
+    let mut map = meta::place(&infos, node.bootstrap_shards, factor);
+    // A new cluster starts at the lowest protocol its nodes run (all the same, but in a test
+    // of mixed versions).
+    map.cluster_version = infos
+        .iter()
+        .map(|info| node.version_of(info.id()).1.map_or(0, |v| v.protocol))
+        .min()
+        .unwrap_or(0);
     match write_map(node, &map, PutCondition::IfAbsent).await {
         Ok(()) => tracing::info!(shards = node.bootstrap_shards, "placed every shard"),
         Err(e) => tracing::info!(error = %e, "placement not written yet"),
@@ -160,6 +175,36 @@ pub(crate) async fn update_map<T>(
     map.epoch += 1;
     write_map(node, &map, PutCondition::IfModifyIndex(index)).await?;
     Ok(Some((map, outcome)))
+}
+
+/// With `[cluster] auto_finalize_upgrade`, raises the cluster version once every member
+/// runs a newer protocol than it (see [`Node::finalize_upgrade`]); never lowers it.
+async fn raise_cluster_version(node: &Node, map: &ClusterMap) -> Result<(), ClusterError> {
+    if !node.config.auto_finalize_upgrade {
+        return Ok(());
+    }
+    let Ok(next) = meta::next_cluster_version(map, 0, |id| node.version_of(id)) else {
+        return Ok(());
+    };
+    if next <= map.cluster_version {
+        return Ok(());
+    }
+    update_map(node, |map| {
+        let next = meta::next_cluster_version(map, 0, |id| node.version_of(id))
+            .unwrap_or(map.cluster_version);
+        if next <= map.cluster_version {
+            return Ok(None);
+        }
+        tracing::info!(
+            from = map.cluster_version,
+            to = next,
+            "every node runs a newer protocol: the cluster version rises"
+        );
+        map.cluster_version = next;
+        Ok(Some(()))
+    })
+    .await
+    .map(drop)
 }
 
 /// Registered nodes that are not in the map yet: added to the metadata group as learners,
@@ -344,6 +389,8 @@ async fn drive_splits(node: &Node, map: &ClusterMap) -> Result<(), ClusterError>
 
 /// How often shard sizes and loads are read for automatic splits.
 const USAGE_INTERVAL: Duration = Duration::from_secs(10);
+/// How long a shard found unsplittable by size is left alone unless it grows.
+const UNSPLITTABLE_KEPT: Duration = Duration::from_secs(600);
 /// How long a shard's write rate is averaged over before it can trigger a split.
 const LOAD_WINDOW: Duration = Duration::from_secs(60);
 
@@ -388,8 +435,14 @@ async fn split_when_due(node: &Node, map: &ClusterMap) -> Result<(), ClusterErro
                 None
             }
         };
-        node.leader_memory().shard_bytes.insert(shard.0, bytes);
-        let by_size = config.split_bytes > 0 && bytes > config.split_bytes;
+        let unsplittable = {
+            let mut memory = node.leader_memory();
+            memory.shard_bytes.insert(shard.0, bytes);
+            memory.unsplittable.get(&shard.0).is_some_and(|(at, when)| {
+                bytes < at.saturating_add(at / 4) && when.elapsed() < UNSPLITTABLE_KEPT
+            })
+        };
+        let by_size = config.split_bytes > 0 && bytes > config.split_bytes && !unsplittable;
         let by_load = config.split_writes_per_sec > 0
             && rate.is_some_and(|r| r > config.split_writes_per_sec);
         if (by_size || by_load) && due.is_none_or(|(b, _, _)| bytes > b) {
@@ -401,7 +454,43 @@ async fn split_when_due(node: &Node, map: &ClusterMap) -> Result<(), ClusterErro
     else {
         return Ok(());
     };
-    match crate::operator::plan_split(node, shard, None).await {
+    // A split by size cuts where it halves the shard's bytes, and not at all when one slot
+    // holds most of them: the half holding that slot would pass the size again, split again,
+    // and each split's snapshots and moves would carry the big key around for nothing.
+    let at_slot = if why == "size" {
+        let range = map.slot_ranges()[shard.0 as usize];
+        match node
+            .on_shard_leader(shard, MembershipOp::SplitPoint { range })
+            .await?
+        {
+            MembershipReply::SplitPoint(Some(slot)) => Some(slot),
+            MembershipReply::SplitPoint(None) => {
+                node.leader_memory()
+                    .unsplittable
+                    .insert(shard.0, (bytes, Instant::now()));
+                node.elastic_metrics
+                    .splits_declined
+                    .fetch_add(1, Ordering::Relaxed);
+                tracing::info!(
+                    shard = shard.0,
+                    bytes,
+                    "not splitting a shard past the split size: one slot holds most of its bytes (one big key or hash tag)"
+                );
+                return Ok(());
+            }
+            // A leader on a build from before split points: the middle of the range.
+            MembershipReply::Failed(reason) if reason.starts_with(UNDECODABLE_REQUEST) => None,
+            // No leader, or its count of the bytes did not finish in time: the middle of
+            // the range might cut through a big key, so the split waits for the next round.
+            other => {
+                tracing::info!(shard = shard.0, answer = ?other, "no split point for an automatic split; trying again later");
+                return Ok(());
+            }
+        }
+    } else {
+        None
+    };
+    match crate::operator::plan_split(node, shard, at_slot).await {
         Ok(started) => {
             node.elastic_metrics
                 .splits_automatic
@@ -418,6 +507,45 @@ async fn split_when_due(node: &Node, map: &ClusterMap) -> Result<(), ClusterErro
         Err(e) => tracing::info!(shard = shard.0, error = %e, "automatic split not started"),
     }
     Ok(())
+}
+
+/// The largest share of a shard's bytes one side of an automatic split may keep: a cut that
+/// cannot do better leaves the shard whole.
+const MAX_SPLIT_SHARE: f64 = 0.75;
+
+/// The slot that splits a shard whose slots are `range` (first, last) and which holds
+/// `slot_bytes` (bytes per slot) into two parts of about equal bytes: the first slot of the
+/// upper part. `None` when even the best cut leaves one part more than [`MAX_SPLIT_SHARE`]
+/// of the bytes, or the range has one slot.
+pub(crate) fn balanced_split_slot(
+    slot_bytes: &BTreeMap<u16, u64>,
+    (first, last): (u16, u16),
+) -> Option<u16> {
+    let within = || slot_bytes.range(first..=last);
+    let total: u64 = within().map(|(_, b)| *b).sum();
+    if first >= last || total == 0 {
+        return None;
+    }
+    // Cutting just before slot `s` leaves `below` bytes in the lower part. Cuts between two
+    // stored slots are all alike; of those the last is taken, just before the upper part's
+    // first stored slot.
+    let mut below = 0u64;
+    let mut best: Option<(u64, u16)> = None;
+    for (&slot, &bytes) in within() {
+        for cut in [slot, slot.saturating_add(1)] {
+            if cut <= first || cut > last {
+                continue;
+            }
+            let lower = if cut == slot { below } else { below + bytes };
+            let larger = lower.max(total - lower);
+            if best.is_none_or(|(b, _)| larger <= b) {
+                best = Some((larger, cut));
+            }
+        }
+        below += bytes;
+    }
+    best.filter(|(larger, _)| (*larger as f64) <= MAX_SPLIT_SHARE * total as f64)
+        .map(|(_, cut)| cut)
 }
 
 /// Takes the next step of every move in progress.
@@ -648,4 +776,38 @@ async fn plan(node: &Node, map: &ClusterMap) -> Result<(), ClusterError> {
         }
     }
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn bytes(rows: &[(u16, u64)]) -> BTreeMap<u16, u64> {
+        rows.iter().copied().collect()
+    }
+
+    #[test]
+    fn a_split_point_halves_the_bytes_rather_than_the_range() {
+        // Most bytes in the low slots: the cut falls among them, not at the range's middle.
+        let rows = bytes(&[(10, 100), (20, 100), (30, 100), (40, 100), (9_000, 10)]);
+        assert_eq!(balanced_split_slot(&rows, (0, 16_383)), Some(30));
+        // Only the shard's own range counts.
+        assert_eq!(balanced_split_slot(&rows, (25, 16_383)), Some(40));
+        // Evenly spread: the cut lands past the first half.
+        let even: Vec<(u16, u64)> = (0..100).map(|s| (s * 100, 7)).collect();
+        assert_eq!(balanced_split_slot(&bytes(&even), (0, 16_383)), Some(5_000));
+    }
+
+    #[test]
+    fn no_split_point_when_one_slot_holds_most_bytes() {
+        // One big key: whichever side holds its slot keeps 90% of the bytes.
+        let rows = bytes(&[(5, 10), (700, 900), (9_000, 90)]);
+        assert_eq!(balanced_split_slot(&rows, (0, 16_383)), None);
+        // Three quarters on one side is still a split worth making.
+        let rows = bytes(&[(5, 250), (700, 750)]);
+        assert_eq!(balanced_split_slot(&rows, (0, 16_383)), Some(700));
+        // Nothing stored, or a single slot, cannot be split.
+        assert_eq!(balanced_split_slot(&BTreeMap::new(), (0, 100)), None);
+        assert_eq!(balanced_split_slot(&bytes(&[(7, 5)]), (7, 7)), None);
+    }
 }

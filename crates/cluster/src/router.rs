@@ -13,6 +13,7 @@ use crate::forward::{
     CountExpiring, CountRows, Freshness, GetKeys, Read, ReadHash, ReadList, ReadSet, ReadSortedSet,
     ScanRows, SearchShard, Write,
 };
+use crate::read_limit::{Whole, bound_read, too_many_to_combine, too_many_to_read};
 use crate::request::{
     DeleteRequest, Deleted, Done, EditOutcome, FromApplied, HashOutcome, IncrOutcome, ListOutcome,
     PutOutcome, PutRequest, SetOutcome, SortedSetOutcome, TransactionOutcome, TransactionRequest,
@@ -29,9 +30,9 @@ use std::time::Duration;
 use tokio::time::Instant;
 use trireme_raft::ReadMode;
 use trireme_types::{
-    Command, CommandResult, ErrorCode, HashOp, HashRead, ListOp, ListRead, LogCommand, Record,
-    SetOp, SetRead, ShardId, ShardMap, SortedSetOp, SortedSetRead, StringEdit, TriremeError,
-    TtlUpdate,
+    Command, CommandResult, ErrorCode, HashAnswer, HashOp, HashRead, ListAnswer, ListOp, ListRead,
+    LogCommand, Record, SetAnswer, SetCombine, SetOp, SetRead, ShardId, ShardMap, SortedSetAnswer,
+    SortedSetOp, SortedSetRead, StringEdit, TriremeError, TtlUpdate,
 };
 
 /// Most bytes of keys and values one write may carry into a log entry (a transaction, an
@@ -638,13 +639,21 @@ impl Node {
     ) -> Result<HashOutcome, ClusterError> {
         self.check_key(key)?;
         let key = Bytes::copy_from_slice(key);
+        let mut read = read;
+        let max = self.config.limits.max_collection_read;
+        let bounded = match &mut read {
+            HashRead::Fields { limit, .. } => bound_read(limit, max, Whole::Unlimited),
+            _ => false,
+        };
         let query = ReadHash {
             key: key.clone(),
             read,
         };
-        self.read_collection(&key, query, mode)
-            .await
-            .map(HashOutcome)
+        let found = self.read_collection(&key, query, mode).await?;
+        if bounded && matches!(&found, Ok(HashAnswer::Pairs(pairs)) if pairs.len() as u64 > max) {
+            return Err(too_many_to_read("hash", max, "HSCAN"));
+        }
+        Ok(HashOutcome(found))
     }
 
     /// Runs `query` of the collection at `key` on its shard; a key of another type is
@@ -698,13 +707,49 @@ impl Node {
             key: key.clone(),
             op: SetOp::Read(read.clone()),
         })?;
+        let mut read = read;
+        let max = self.config.limits.max_collection_read;
+        let bounded = match &mut read {
+            SetRead::Members { limit, .. } => bound_read(limit, max, Whole::Unlimited),
+            SetRead::Combine { combine, others } => {
+                // The combination has no limit to give: the sets are measured first (each
+                // keeps its size in its record), and the answer checked after, as they may
+                // have grown in between.
+                let mut sizes = Vec::with_capacity(others.len() + 1);
+                for set in std::iter::once(&key).chain(others.iter()) {
+                    sizes.push(self.set_size(set, mode).await?);
+                }
+                if combined_size_bound(*combine, &sizes) > max {
+                    return Err(too_many_to_combine(max));
+                }
+                true
+            }
+            _ => false,
+        };
         let query = ReadSet {
             key: key.clone(),
             read,
         };
-        self.read_collection(&key, query, mode)
-            .await
-            .map(SetOutcome)
+        let found = self.read_collection(&key, query, mode).await?;
+        if bounded
+            && matches!(&found, Ok(SetAnswer::Members(members)) if members.len() as u64 > max)
+        {
+            return Err(too_many_to_read("set", max, "SSCAN"));
+        }
+        Ok(SetOutcome(found))
+    }
+
+    /// How many members the set at `key` has (0 when it is missing; a key of another type is
+    /// `WRONGTYPE` at once).
+    async fn set_size(&self, key: &Bytes, mode: ReadMode) -> Result<u64, ClusterError> {
+        let query = ReadSet {
+            key: key.clone(),
+            read: SetRead::Len,
+        };
+        Ok(match self.read_collection(key, query, mode).await? {
+            Ok(SetAnswer::Count(n)) => n,
+            _ => 0,
+        })
     }
 
     /// A Redis list command on `key` (`LPUSH`, `LPOP`, `LSET`, `LMOVE`, ...). Every key it
@@ -733,13 +778,34 @@ impl Node {
     ) -> Result<ListOutcome, ClusterError> {
         self.check_key(key)?;
         let key = Bytes::copy_from_slice(key);
+        let max = self.config.limits.max_collection_read;
+        let range = matches!(read, ListRead::Range { .. });
+        if let ListRead::Range { start, stop } = read {
+            // A range that may be long is measured first (a list keeps its length in its
+            // record): the read itself has no limit to give.
+            let short = start >= 0 && stop >= start && ((stop - start) as u64) < max;
+            if !short {
+                let query = ReadList {
+                    key: key.clone(),
+                    read: ListRead::Len,
+                };
+                if let Ok(ListAnswer::Count(len)) = self.read_collection(&key, query, mode).await?
+                    && range_length(start, stop, len) > max
+                {
+                    return Err(too_many_to_read("list", max, "LRANGE over a shorter range"));
+                }
+            }
+        }
         let query = ReadList {
             key: key.clone(),
             read,
         };
-        self.read_collection(&key, query, mode)
-            .await
-            .map(ListOutcome)
+        let found = self.read_collection(&key, query, mode).await?;
+        // The list may have grown since it was measured.
+        if range && matches!(&found, Ok(ListAnswer::Elements(all)) if all.len() as u64 > max) {
+            return Err(too_many_to_read("list", max, "LRANGE over a shorter range"));
+        }
+        Ok(ListOutcome(found))
     }
 
     /// A Redis sorted set command on `key` (`ZADD`, `ZREM`, `ZPOPMIN`, ...).
@@ -768,13 +834,28 @@ impl Node {
     ) -> Result<SortedSetOutcome, ClusterError> {
         self.check_key(key)?;
         let key = Bytes::copy_from_slice(key);
+        let mut read = read;
+        let max = self.config.limits.max_collection_read;
+        let bounded = match &mut read {
+            SortedSetRead::Range { limit, .. } => bound_read(limit, max, Whole::PastMax),
+            SortedSetRead::Members { limit, .. } => bound_read(limit, max, Whole::Unlimited),
+            _ => false,
+        };
         let query = ReadSortedSet {
             key: key.clone(),
             read,
         };
-        self.read_collection(&key, query, mode)
-            .await
-            .map(SortedSetOutcome)
+        let found = self.read_collection(&key, query, mode).await?;
+        if bounded
+            && matches!(&found, Ok(SortedSetAnswer::Pairs(pairs)) if pairs.len() as u64 > max)
+        {
+            return Err(too_many_to_read(
+                "sorted set",
+                max,
+                "ZRANGE with LIMIT, or ZSCAN",
+            ));
+        }
+        Ok(SortedSetOutcome(found))
     }
 
     /// Checks a sorted set command's members against the limits and gives it the member
@@ -801,6 +882,10 @@ impl Node {
                     bytes += member.len();
                 }
             }
+            SortedSetOp::PopFirst { .. } => self.require_cluster_version(
+                trireme_types::version::since::SORTED_SET_POP_FIRST,
+                "a pop across several sorted sets (BZPOPMIN or BZPOPMAX of more than one key)",
+            )?,
             SortedSetOp::Pop { .. } | SortedSetOp::RemoveRange { .. } | SortedSetOp::Read(_) => {}
         }
         Ok(bytes)
@@ -1130,4 +1215,19 @@ fn read_meta(parts: impl IntoIterator<Item = (Freshness, u64)>) -> ReadMeta {
         meta.index += index;
     }
     meta
+}
+
+/// The most members `SINTER`, `SUNION` or `SDIFF` can answer over sets of `sizes` (the
+/// first is the command's own key).
+fn combined_size_bound(combine: SetCombine, sizes: &[u64]) -> u64 {
+    match combine {
+        SetCombine::Intersection => sizes.iter().copied().min().unwrap_or(0),
+        SetCombine::Union => sizes.iter().fold(0, |sum, n| sum.saturating_add(*n)),
+        SetCombine::Difference => sizes.first().copied().unwrap_or(0),
+    }
+}
+
+/// How many elements `LRANGE start stop` takes from a list of `len`.
+fn range_length(start: i64, stop: i64, len: u64) -> u64 {
+    trireme_types::collection::list_range(start, stop, len).map_or(0, |(from, to)| to - from + 1)
 }

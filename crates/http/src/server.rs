@@ -98,6 +98,10 @@ pub fn router(state: AppState) -> Router {
             "/v1/cluster/nodes/{name}/cancel-drain",
             post(admin::cancel_drain),
         )
+        .route(
+            "/v1/cluster/finalize-upgrade",
+            post(admin::finalize_upgrade),
+        )
         .route("/v1/cluster/shards/{shard}/split", post(admin::split_shard))
         .route("/v1/backup/shard/{shard}", get(backup::export))
         .route("/v1/backup/restore", post(backup::restore))

@@ -150,32 +150,43 @@ fn install_by_pieces(
         .map_err(io::Error::other)?;
     let truncated = || io::Error::new(io::ErrorKind::InvalidData, "truncated snapshot data");
     let count = take_varint(&mut rest).ok_or_else(truncated)?;
+    let rows_start = rest;
     let mut piece: Vec<(&[u8], &[u8])> = Vec::new();
     let (mut piece_bytes, mut pieces) = (0usize, 0usize);
-    for _ in 0..count {
-        let key = take_bytes(&mut rest).ok_or_else(truncated)?;
-        let value = take_bytes(&mut rest).ok_or_else(truncated)?;
-        piece_bytes += key.len() + value.len();
-        piece.push((key, value));
-        if piece_bytes >= INSTALL_PIECE_BYTES {
-            storage
-                .import_rows(shard, &piece)
-                .map_err(io::Error::other)?;
-            piece.clear();
-            piece_bytes = 0;
-            pieces += 1;
-            std::thread::sleep(INSTALL_PIECE_PAUSE);
+    // Two walks over the rows: records first, then the collection rows, which are stored
+    // under the versions their records hold.
+    for collection_rows in [false, true] {
+        rest = rows_start;
+        for _ in 0..count {
+            let key = take_bytes(&mut rest).ok_or_else(truncated)?;
+            let value = take_bytes(&mut rest).ok_or_else(truncated)?;
+            if trireme_storage::is_unversioned_row(key) != collection_rows {
+                continue;
+            }
+            piece_bytes += key.len() + value.len();
+            piece.push((key, value));
+            if piece_bytes >= INSTALL_PIECE_BYTES {
+                storage
+                    .import_rows(shard, &piece)
+                    .map_err(io::Error::other)?;
+                piece.clear();
+                piece_bytes = 0;
+                pieces += 1;
+                std::thread::sleep(INSTALL_PIECE_PAUSE);
+            }
         }
+        if !rest.is_empty() {
+            return Err(io::Error::new(
+                io::ErrorKind::InvalidData,
+                "bytes after the last row of the snapshot data",
+            ));
+        }
+        storage
+            .import_rows(shard, &piece)
+            .map_err(io::Error::other)?;
+        piece.clear();
+        piece_bytes = 0;
     }
-    if !rest.is_empty() {
-        return Err(io::Error::new(
-            io::ErrorKind::InvalidData,
-            "bytes after the last row of the snapshot data",
-        ));
-    }
-    storage
-        .import_rows(shard, &piece)
-        .map_err(io::Error::other)?;
     storage
         .replace_shard_meta(shard, &meta)
         .map_err(io::Error::other)?;
@@ -226,7 +237,7 @@ fn encode_records(
     let room = head.len();
     data.resize(room + COUNT_ROOM, 0);
     let mut rows = 0u64;
-    view.for_each_record(|key, value| {
+    view.for_each_snapshot_row(|key, value| {
         put_varint(&mut data, key.len() as u64);
         data.extend_from_slice(key);
         put_varint(&mut data, value.len() as u64);

@@ -2,12 +2,13 @@
 
 use crate::key_index::{KeyMeta, MemberRow, ShardKeys, member_number};
 use crate::keys::{expiry_key, owned_key};
+use crate::purge::DeadVersion;
 use crate::store::{REMOVED_ROW, SLOTS_ROW, decode_removal, encode_removal};
 use crate::tables::{Batch, Space};
 use crate::{Storage, StorageError};
 use bytes::Bytes;
 use std::collections::HashMap;
-use trireme_types::collection::{member_slot, split_member_key};
+use trireme_types::collection::{member_slot, row_parts, split_member_key, versioned_row};
 use trireme_types::session::{SessionState, is_internal_key};
 use trireme_types::{
     Command, CommandResult, ErrorCode, KeyCheck, LockInfo, LockOp, LockOutcome, LogCommand,
@@ -23,6 +24,8 @@ mod set;
 mod sorted;
 #[cfg(test)]
 mod testing;
+#[cfg(test)]
+mod versions;
 
 /// One committed log entry to apply: its index, and the command if it carries one (blank and
 /// membership entries carry none but still advance the applied state).
@@ -42,6 +45,27 @@ pub struct ShardExport {
     pub meta: Vec<(String, Vec<u8>)>,
     /// Every stored key with its encoded record.
     pub records: Vec<(Vec<u8>, Vec<u8>)>,
+}
+
+/// Whether `key` is a collection row of the unversioned layout, which a snapshot carries
+/// and which is stored under its record's version: install it after its record.
+pub fn is_unversioned_row(key: &[u8]) -> bool {
+    row_parts(key).is_some_and(|parts| parts.version.is_none())
+}
+
+/// The key a row of a snapshot is stored under: a collection row of the unversioned layout
+/// under the version its record holds (`version_of` its collection key); any other row as
+/// it is. `None`: an unversioned row whose collection has no record, which nothing reads.
+fn stored_row_key(
+    key: &[u8],
+    mut version_of: impl FnMut(&[u8]) -> Result<Option<u64>, StorageError>,
+) -> Result<Option<Bytes>, StorageError> {
+    match row_parts(key) {
+        Some(parts) if parts.version.is_none() => {
+            Ok(version_of(parts.key)?.and_then(|version| versioned_row(key, version)))
+        }
+        _ => Ok(Some(Bytes::copy_from_slice(key))),
+    }
 }
 
 /// What a plain write carries over from the record it replaces.
@@ -65,8 +89,8 @@ struct Pending<'s> {
     order: Vec<Bytes>,
     /// Expiry of each touched key as stored before this batch, to keep the expiry index right.
     stored_expiry: HashMap<Bytes, Option<u64>>,
-    /// Kind and `CreateIndex` of each touched collection as stored before this batch: when
-    /// its record goes or is replaced, its member rows go too.
+    /// Kind and `CreateIndex` (its version) of each touched collection as stored before this
+    /// batch: when its record goes or is replaced, that version's rows are dead.
     stored_collections: HashMap<Bytes, (ValueKind, u64)>,
     /// The member rows among `changes`, in order, so that a collection's changed rows are a
     /// range, not a walk over every change of the batch.
@@ -174,7 +198,13 @@ impl<'s> Pending<'s> {
         if let Some(change) = self.changes.get(row) {
             return change.as_ref().map(number).transpose();
         }
-        if let Some((key, member)) = split_member_key(row)
+        // The index holds the stored version's members: a row of another version (a
+        // collection created again in this batch) is read.
+        if let Some((key, version, member)) = split_member_key(row)
+            && self
+                .keys
+                .get(key)
+                .is_some_and(|meta| meta.create_index == version)
             && let Some(known) = self.keys.members.lookup(key, member)
         {
             return Ok(known);
@@ -183,7 +213,7 @@ impl<'s> Pending<'s> {
     }
 
     /// Changes `key` to `record` (`None`: removes it). A collection replaced by anything but
-    /// itself takes its member rows with it.
+    /// itself leaves its version's rows dead (see [`crate::purge`]).
     fn set(&mut self, key: Bytes, record: Option<Record>) -> Result<(), StorageError> {
         if member_slot(&key).is_some() {
             // A member row has no expiry, is no collection and no row a Consul query lists:
@@ -207,7 +237,9 @@ impl<'s> Pending<'s> {
                     .as_ref()
                     .is_none_or(|r| r.kind != kind || r.create_index != created)
             {
-                self.purge_members(&key, kind)?;
+                // The old version's stored rows are dead now, and purged in the background
+                // once the batch is written; what this batch wrote under it goes here.
+                self.drop_changed_rows(&key, created)?;
             }
             if record.is_none() {
                 self.removed_at = Some(self.index);
@@ -936,6 +968,7 @@ impl Storage {
         let observer = self.observer();
         let mut observed = Vec::new();
         let mut member_changes = Vec::new();
+        let mut dead = Vec::new();
         for key in pending.order {
             let full = owned_key(shard, &key);
             let record = pending.changes.remove(&key).flatten();
@@ -955,15 +988,22 @@ impl Storage {
                 }
             }
             if member_slot(&key).is_none() {
-                // A collection gone or replaced took its member rows with it (a new one
-                // leaves alone rows it did not purge: left out, they stay so).
+                // A collection gone or replaced leaves its stored version dead: its rows
+                // are queued for the purge once the batch is written.
                 let before = pending.stored_collections.get(&key).copied();
                 let after = record
                     .as_ref()
                     .map(|r| (r.kind, r.create_index))
                     .filter(|(kind, _)| *kind != ValueKind::String);
-                if before.is_some() && before != after {
+                if let Some((_, version)) = before
+                    && before != after
+                {
                     pending.keys.members.forget(&key);
+                    dead.push(DeadVersion {
+                        shard,
+                        key: key.clone(),
+                        version,
+                    });
                 }
                 match &record {
                     Some(record) => pending.keys.insert(&key, KeyMeta::of(record)),
@@ -980,9 +1020,17 @@ impl Storage {
         // After every record of the batch is in the key index: a member's collection kind
         // is known there.
         for (changed, row) in member_changes {
-            let Some((key, member)) = split_member_key(&changed) else {
+            let Some((key, version, member)) = split_member_key(&changed) else {
                 continue;
             };
+            if pending
+                .keys
+                .get(key)
+                .is_none_or(|meta| meta.create_index != version)
+            {
+                // A row of a version that died in this batch (the index holds the live one).
+                continue;
+            }
             match row {
                 Some(row) => match pending.keys.get(key).map(|meta| meta.kind) {
                     // A list's elements are not indexed: no write needs to know them.
@@ -1017,6 +1065,7 @@ impl Storage {
             return Err(e);
         }
         crate::crash::point("applied");
+        self.purger.queue(dead);
         drop(removing);
         if let (Some(observer), Some(last)) = (observer, entries.last())
             && !observed.is_empty()
@@ -1037,9 +1086,25 @@ impl Storage {
         // it installs one (one state machine call at a time); the index is dropped again once
         // the rows are in, so the next apply builds it from them.
         self.key_index().forget(shard);
+        // Collection rows come in the unversioned layout: stored under their records'
+        // versions.
+        let versions: HashMap<&[u8], u64> = export
+            .records
+            .iter()
+            .filter(|(key, value)| {
+                row_parts(key).is_none() && Record::peek_kind(value) != ValueKind::String
+            })
+            .map(|(key, value)| Ok((key.as_slice(), Record::decode(value)?.create_index)))
+            .collect::<Result<_, StorageError>>()?;
+        let mut records = Vec::with_capacity(export.records.len());
+        for (key, value) in &export.records {
+            if let Some(stored) = stored_row_key(key, |key| Ok(versions.get(key).copied()))? {
+                records.push((stored, value));
+            }
+        }
         // A key must not be both removed and inserted in one batch, so only stale keys go.
         let incoming: std::collections::HashSet<&[u8]> =
-            export.records.iter().map(|(k, _)| k.as_slice()).collect();
+            records.iter().map(|(k, _)| &k[..]).collect();
         let mut batch = self.tables.batch();
         for row in self.tables.prefix(Space::Data, &shard.to_be_bytes()) {
             let (key, _) = row?;
@@ -1054,12 +1119,11 @@ impl Storage {
         for row in self.tables.prefix(Space::Expiry, &shard.to_be_bytes()) {
             batch.remove(Space::Expiry, row?.0);
         }
-        for (key, value) in &export.records {
-            let record = Record::decode(value)?;
-            if let Some(at) = record.expires_at_ms {
+        for (key, value) in &records {
+            if let Some(at) = Record::peek_expiry(value) {
                 batch.insert(Space::Expiry, expiry_key(shard, at, key), b"".to_vec());
             }
-            batch.insert(Space::Data, owned_key(shard, key), value.clone());
+            batch.insert(Space::Data, owned_key(shard, key), value.to_vec());
         }
         batch.commit()?;
         self.key_index().forget(shard);
@@ -1115,17 +1179,37 @@ impl Storage {
     /// Writes `rows` (stored key without the shard prefix, encoded record) into `shard`, with
     /// their expiry entries, in one batch: a piece of a snapshot being installed into a
     /// replica that holds nothing yet ([`Storage::import_shard`] does it in one batch when
-    /// the replica has state to replace).
+    /// the replica has state to replace). Collection rows of the unversioned layout (what
+    /// snapshots carry) go under the version their record holds: that record must be in
+    /// this piece or an earlier one (see [`is_unversioned_row`]).
     pub fn import_rows(&self, shard: ShardId, rows: &[(&[u8], &[u8])]) -> Result<(), StorageError> {
         let shard = shard.0;
         self.check_writable()?;
         self.key_index().forget(shard);
+        let mut piece_versions: HashMap<&[u8], u64> = HashMap::new();
+        for (key, value) in rows {
+            if row_parts(key).is_none() && Record::peek_kind(value) != ValueKind::String {
+                piece_versions.insert(key, Record::decode(value)?.create_index);
+            }
+        }
+        // Records of earlier pieces are committed: one snapshot sees them all.
+        let snapshot = self.tables.snapshot();
+        let mut stored_versions = crate::purge::CollectionVersions::new(&snapshot, shard);
+        let mut version_of = |key: &[u8]| -> Result<Option<u64>, StorageError> {
+            match piece_versions.get(key) {
+                Some(version) => Ok(Some(*version)),
+                None => stored_versions.version_of(shard, key),
+            }
+        };
         let mut batch = self.tables.batch();
         for (key, value) in rows {
+            let Some(stored) = stored_row_key(key, &mut version_of)? else {
+                continue;
+            };
             if let Some(at) = Record::peek_expiry(value) {
-                batch.insert(Space::Expiry, expiry_key(shard, at, key), b"".to_vec());
+                batch.insert(Space::Expiry, expiry_key(shard, at, &stored), b"".to_vec());
             }
-            batch.insert(Space::Data, owned_key(shard, key), value.to_vec());
+            batch.insert(Space::Data, owned_key(shard, &stored), value.to_vec());
         }
         batch.commit()?;
         self.key_index().forget(shard);
@@ -1216,10 +1300,21 @@ impl Storage {
             encode_removal(index),
         );
         let mut moved = 0u64;
+        // Rows of dead collection versions leave the parent but the child never gets them.
+        let snapshot = self.tables.snapshot();
+        let mut live = crate::purge::CollectionVersions::new(&snapshot, parent);
         for row in self.tables.prefix(Space::Data, &parent.to_be_bytes()) {
             let (key, value) = row?;
             let user_key = &key[4..];
             if !crate::store::in_slots(user_key, Some(upper)) {
+                continue;
+            }
+            if let Some(parts) = row_parts(user_key)
+                && !parts
+                    .version
+                    .map_or(Ok(false), |version| live.is_live(parts.key, version))?
+            {
+                batch.remove(Space::Data, key.clone());
                 continue;
             }
             moved += 1;

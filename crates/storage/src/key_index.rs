@@ -133,9 +133,17 @@ impl KeyIndex {
 pub(crate) enum IndexedRow {
     /// A key and its record.
     Key(Box<[u8]>, Record),
-    /// A member row: its collection's key, the member, and what the index may keep of it
-    /// (`None`: its record did not decode).
-    Member(Box<[u8]>, Box<[u8]>, Option<MemberRow>),
+    /// A member row of version `version` of the collection at `key`; with `indexed`, the
+    /// member and what the index may keep of it (`None`: its record did not decode).
+    /// `after_record`: the row sorts after where the collection's record is (every key but
+    /// one starting with a byte past the internal prefix's), so the record was met first if
+    /// there is one.
+    Member {
+        key: Box<[u8]>,
+        version: u64,
+        indexed: Option<(Box<[u8]>, Option<MemberRow>)>,
+        after_record: bool,
+    },
 }
 
 /// What the index may keep of a member row, before its collection's kind is known.
@@ -168,51 +176,79 @@ impl MemberRow {
     }
 }
 
-/// Builds the index of a shard from its rows (score rows of sorted sets left out).
+/// The key and version of a collection whose rows the build found dead.
+pub(crate) type DeadRows = (Box<[u8]>, u64);
+
+/// Builds the index of a shard from its rows (score rows of sorted sets left out), and
+/// finds the collection versions whose rows are dead (their record is gone or holds another
+/// version): each once, in row order.
 pub(crate) fn build(
     rows: impl Iterator<Item = Result<IndexedRow, StorageError>>,
     budget: Arc<MemberBudget>,
-) -> Result<ShardKeys, StorageError> {
+) -> Result<(ShardKeys, Vec<DeadRows>), StorageError> {
     let mut index = ShardKeys::new(budget);
-    // Member rows sort after most keys but not all: a member whose collection is not seen
-    // yet is held (without its value) until the keys are known.
+    let mut dead: Vec<DeadRows> = Vec::new();
+    // Member rows sort after most keys but not all: a member of a collection whose key sorts
+    // after it is held (without its value) until the keys are known.
     let mut unsure = Vec::new();
     for row in rows {
         match row? {
             IndexedRow::Key(key, record) => {
                 index.keys.insert(key, KeyMeta::of(&record));
             }
-            IndexedRow::Member(key, member, row) => match index.keys.get(&key) {
-                Some(meta) => index.add_built(&key, &member, row, Some(meta.kind)),
-                None => unsure.push((key, member, row)),
+            IndexedRow::Member {
+                key,
+                version,
+                indexed,
+                after_record,
+            } => match index.keys.get(&key) {
+                Some(meta) => index.add_built(&key, version, indexed, Some(*meta), &mut dead),
+                // No record before the row: none at all. A big collection deleted just
+                // before a restart is all dead rows, never held here.
+                None if after_record => index.add_built(&key, version, None, None, &mut dead),
+                None => unsure.push((key, version, indexed)),
             },
         }
     }
-    for (key, member, row) in unsure {
-        let kind = index.keys.get(&key).map(|m| m.kind);
-        index.add_built(&key, &member, row, kind);
+    for (key, version, indexed) in unsure {
+        let meta = index.keys.get(&key).copied();
+        index.add_built(&key, version, indexed, meta, &mut dead);
     }
-    Ok(index)
+    Ok((index, dead))
 }
 
 impl ShardKeys {
-    /// Indexes a member row the build found, of a collection of `kind` (`None`: the row has
-    /// no collection record).
+    /// Indexes a member row the build found, of version `version` of a collection whose
+    /// record is `meta` (`None`: the row has no collection record); a row of another
+    /// version is dead, and its version is added to `dead` (once per run of its rows).
     fn add_built(
         &mut self,
         key: &[u8],
-        member: &[u8],
-        row: Option<MemberRow>,
-        kind: Option<ValueKind>,
+        version: u64,
+        indexed: Option<(Box<[u8]>, Option<MemberRow>)>,
+        meta: Option<KeyMeta>,
+        dead: &mut Vec<DeadRows>,
     ) {
-        if kind == Some(ValueKind::List) {
+        let live = meta.filter(|m| m.kind != ValueKind::String && m.create_index == version);
+        let Some(meta) = live else {
+            if dead
+                .last()
+                .is_none_or(|(k, v)| **k != *key || *v != version)
+            {
+                dead.push((Box::from(key), version));
+            }
+            return;
+        };
+        let Some((member, row)) = indexed else {
+            return;
+        };
+        if meta.kind == ValueKind::List {
             // No write needs to know a list's elements.
             return;
         }
-        match kind.zip(row).and_then(|(kind, row)| row.number(kind)) {
-            Some(number) => self.members.insert(key, member, number),
-            // Rows without a record (none should be stored) or that do not decode: read
-            // them, never trust them.
+        match row.and_then(|row| row.number(meta.kind)) {
+            Some(number) => self.members.insert(key, &member, number),
+            // Rows that do not decode: read them, never trust them.
             None => self.members.leave_out(key),
         }
     }

@@ -37,13 +37,14 @@ mod group_commit;
 mod key_index;
 mod keys;
 mod member_index;
+mod purge;
 mod raft_log;
 mod read;
 mod store;
 mod tables;
 mod watch;
 
-pub use apply::{APPLIED_INDEX_ROW, ApplyEntry, ShardExport, ShardSplit};
+pub use apply::{APPLIED_INDEX_ROW, ApplyEntry, ShardExport, ShardSplit, is_unversioned_row};
 pub use disk_space::DiskFull;
 pub use error::StorageError;
 pub use format::CURRENT as DATA_FORMAT;

@@ -12,9 +12,10 @@
 //! no list write asks whether an element exists.
 //!
 //! The one rule the lookups rest on: a collection neither indexed nor left out has no member
-//! rows. The build puts every collection with rows in one of the two; the apply loop adds a
-//! collection when its first rows are written and forgets one when its record goes or is
-//! replaced (its rows go with it, see [`crate::apply`]).
+//! rows under the version its record holds. The build puts every collection with live rows
+//! in one of the two; the apply loop adds a collection when its first rows are written and
+//! forgets one when its record goes or is replaced (that version's rows are dead then, see
+//! [`crate::purge`]). Lookups are made for rows of the stored version only.
 
 use std::collections::{HashMap, HashSet};
 use std::sync::Arc;

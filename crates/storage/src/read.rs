@@ -1,10 +1,12 @@
 //! Reading a shard: [`ShardView`], one consistent point of the shard's applied log.
 
 use crate::keys::owned_key;
+use crate::purge::CollectionVersions;
 use crate::store::{SLOTS_ROW, in_slots};
 use crate::tables::{Space, TablesSnapshot};
 use crate::{Storage, StorageError};
 use std::ops::Bound;
+use trireme_types::collection::{row_parts, unversioned_row};
 use trireme_types::session::is_internal_key;
 use trireme_types::{Record, ShardId};
 
@@ -53,6 +55,35 @@ impl ShardView<'_> {
             let (key, value) = row?;
             if !visit(&key[4..], &value) {
                 break;
+            }
+        }
+        Ok(())
+    }
+
+    /// Calls `visit` with each row a snapshot of the shard carries: every record, and the
+    /// rows of live collection versions in the unversioned layout (see
+    /// [`trireme_types::collection`]), which any build reads; rows of dead versions are left
+    /// out. Rows come in the order of the stored keys, so some records (keys starting with a
+    /// byte past the internal prefix's) come after collection rows: an install puts records
+    /// first.
+    pub fn for_each_snapshot_row(
+        &self,
+        mut visit: impl FnMut(&[u8], &[u8]),
+    ) -> Result<(), StorageError> {
+        let mut live = CollectionVersions::new(&self.snapshot, self.shard);
+        for row in self.snapshot.prefix(Space::Data, &self.shard.to_be_bytes()) {
+            let (key, value) = row?;
+            let user_key = &key[4..];
+            let Some(parts) = row_parts(user_key) else {
+                visit(user_key, &value);
+                continue;
+            };
+            // An unversioned row is never stored; one that was would be read by nothing.
+            if let Some(version) = parts.version
+                && live.is_live(parts.key, version)?
+                && let Some(plain) = unversioned_row(user_key)
+            {
+                visit(&plain, &value);
             }
         }
         Ok(())

@@ -7,6 +7,7 @@ use crate::keys::owned_key;
 use crate::raft_log::RaftLogs;
 use crate::tables::{Space, Tables};
 use crate::{StorageError, SyncCallback};
+use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
@@ -28,6 +29,9 @@ pub struct StorageOptions {
     /// writes to the collections beyond it read their member rows instead (see
     /// [`crate::member_index`]).
     pub member_index_bytes: u64,
+    /// Rows of dead collection versions the background purge removes per second at most
+    /// (see [`crate::purge`]); 0 removes them as fast as one thread can.
+    pub purge_rows_per_sec: u64,
 }
 
 impl Default for StorageOptions {
@@ -37,6 +41,7 @@ impl Default for StorageOptions {
             record_cache_bytes: 64 * 1024 * 1024,
             min_free_bytes: 256 * 1024 * 1024,
             member_index_bytes: 256 * 1024 * 1024,
+            purge_rows_per_sec: 50_000,
         }
     }
 }
@@ -73,7 +78,7 @@ pub struct Storage {
     metrics: Arc<StorageMetrics>,
     dir: PathBuf,
     /// The free space left for the log and the tables.
-    disk_space: crate::disk_space::DiskSpace,
+    disk_space: Arc<crate::disk_space::DiskSpace>,
     /// Each shard's slot range as its `slots` row says (`None`: no row, the shard has never
     /// been split nor was made by a split), read once: every applied batch checks it.
     slot_ranges: std::sync::RwLock<std::collections::HashMap<u32, Option<(u16, u16)>>>,
@@ -87,6 +92,8 @@ pub struct Storage {
     key_index: crate::key_index::KeyIndex,
     /// Told of every applied change (document search keeps its indexes by it); set once.
     observer: std::sync::OnceLock<Arc<dyn ApplyObserver>>,
+    /// Removes the rows of dead collection versions in the background.
+    pub(crate) purger: crate::purge::Purger,
 }
 
 /// What wants to follow the rows of every shard as they change here, after each change is
@@ -124,7 +131,7 @@ impl Storage {
     /// Opens (or creates) the store under `dir`.
     pub fn open(dir: &Path, options: &StorageOptions) -> Result<Arc<Self>, StorageError> {
         std::fs::create_dir_all(dir)?;
-        crate::format::check_or_record(dir)?;
+        let found = crate::format::check_or_record(dir)?;
         let poisoned = Arc::new(AtomicBool::new(false));
         let tables = Arc::new(Tables::open(
             &dir.join(TABLES_DIR),
@@ -132,6 +139,19 @@ impl Storage {
             options.record_cache_bytes,
             poisoned.clone(),
         )?);
+        if let crate::format::Found::Upgradable(from) = found {
+            tracing::info!(
+                dir = %dir.display(),
+                from,
+                to = crate::format::CURRENT,
+                "upgrading the data directory's format"
+            );
+            crate::format::begin_upgrade(dir, from)?;
+            let rows = crate::format::upgrade_collection_rows(&tables)?;
+            tables.flush()?;
+            crate::format::finish_upgrade(dir)?;
+            tracing::info!(rows, "upgraded the data directory's format");
+        }
         let metrics = Arc::new(StorageMetrics::default());
         let logs = RaftLogs::open(&dir.join(crate::raft_log::DIR))?;
         let mut log_file = logs.file_sync();
@@ -153,6 +173,18 @@ impl Storage {
             poisoned.clone(),
             None,
         );
+        let disk_space = Arc::new(crate::disk_space::DiskSpace::new(
+            dir.to_path_buf(),
+            options.min_free_bytes,
+        ));
+        let purger = crate::purge::Purger::start(
+            tables.clone(),
+            crate::purge::WriteGuard {
+                poisoned: poisoned.clone(),
+                disk_space: disk_space.clone(),
+            },
+            options.purge_rows_per_sec,
+        );
         Ok(Arc::new(Self {
             logs,
             log_commit,
@@ -161,16 +193,14 @@ impl Storage {
             poisoned,
             metrics,
             dir: dir.to_path_buf(),
-            disk_space: crate::disk_space::DiskSpace::new(
-                dir.to_path_buf(),
-                options.min_free_bytes,
-            ),
+            disk_space,
             slot_ranges: std::sync::RwLock::default(),
             removals: std::sync::RwLock::default(),
             removal_gates: std::sync::RwLock::default(),
             watchers: Arc::default(),
             key_index: crate::key_index::KeyIndex::new(options.member_index_bytes),
             observer: std::sync::OnceLock::new(),
+            purger,
         }))
     }
 
@@ -185,13 +215,14 @@ impl Storage {
         &self.key_index
     }
 
-    /// Builds `shard`'s key index from its rows.
+    /// Builds `shard`'s key index from its rows, and queues the dead collection versions it
+    /// finds for their purge (a crash lost the queue that named them).
     pub(crate) fn build_key_index(
         &self,
         shard: u32,
     ) -> Result<crate::key_index::ShardKeys, StorageError> {
         use crate::key_index::{IndexedRow, MemberRow};
-        use trireme_types::collection::{member_slot, split_member_key};
+        use trireme_types::collection::{RowTable, row_parts};
         let members = self.key_index.member_budget().enabled();
         let rows = self
             .tables
@@ -202,20 +233,19 @@ impl Storage {
                     Err(e) => return Some(Err(e)),
                 };
                 let user_key = key.get(4..).unwrap_or_default();
-                if let Some((collection, member)) = split_member_key(user_key) {
-                    if !members {
-                        return None;
-                    }
-                    let row = Record::decode(&value).ok().map(|r| MemberRow::of(&r));
-                    return Some(Ok(IndexedRow::Member(
-                        Box::from(collection),
-                        Box::from(member),
-                        row,
-                    )));
-                }
-                if member_slot(user_key).is_some() {
+                if let Some(parts) = row_parts(user_key) {
                     // A sorted set's score row: its member row says all the index keeps.
-                    return None;
+                    let version = parts.version.filter(|_| parts.table == RowTable::Members)?;
+                    let indexed = members.then(|| {
+                        let row = Record::decode(&value).ok().map(|r| MemberRow::of(&r));
+                        (Box::from(parts.rest), row)
+                    });
+                    return Some(Ok(IndexedRow::Member {
+                        key: Box::from(parts.key),
+                        version,
+                        indexed,
+                        after_record: parts.key < user_key,
+                    }));
                 }
                 Some(
                     Record::decode(&value)
@@ -223,7 +253,40 @@ impl Storage {
                         .map_err(StorageError::from),
                 )
             });
-        crate::key_index::build(rows, self.key_index.member_budget().clone())
+        let (keys, dead) = crate::key_index::build(rows, self.key_index.member_budget().clone())?;
+        if !dead.is_empty() {
+            tracing::info!(
+                shard,
+                versions = dead.len(),
+                "found dead collection rows to purge"
+            );
+        }
+        self.purger.queue(
+            dead.into_iter()
+                .map(|(key, version)| crate::purge::DeadVersion {
+                    shard,
+                    key: bytes::Bytes::from(Vec::from(key)),
+                    version,
+                }),
+        );
+        Ok(keys)
+    }
+
+    /// Dead collection versions whose rows wait for their background purge (or are being
+    /// purged now).
+    pub fn purges_pending(&self) -> usize {
+        self.purger.pending()
+    }
+
+    /// Rows of dead collection versions purged since the store opened.
+    pub fn purged_rows(&self) -> u64 {
+        self.purger.removed_rows()
+    }
+
+    /// Waits until no dead collection rows wait for their purge, at most `timeout`; whether
+    /// none do.
+    pub fn wait_for_purges(&self, timeout: std::time::Duration) -> bool {
+        self.purger.wait_idle(timeout)
     }
 
     /// The observer of applied changes, if one is installed.
@@ -709,6 +772,19 @@ impl Storage {
             bytes += (key.len() + value.len()) as u64;
         }
         Ok((rows, bytes))
+    }
+
+    /// The bytes `shard` stores for each slot that holds any (keys and encoded records, a
+    /// collection's member rows counted under its key's slot, rows of dead collection
+    /// versions left out, as a snapshot leaves them), for choosing where to split it. Reads
+    /// every row of the shard, as [`Storage::shard_usage`] does.
+    pub fn slot_bytes(&self, shard: ShardId) -> Result<BTreeMap<u16, u64>, StorageError> {
+        let mut bytes: BTreeMap<u16, u64> = BTreeMap::new();
+        self.shard_view(shard).for_each_snapshot_row(|key, value| {
+            *bytes.entry(trireme_types::key_slot(key)).or_default() +=
+                (key.len() + value.len()) as u64;
+        })?;
+        Ok(bytes)
     }
 }
 

@@ -71,6 +71,14 @@ enum ClusterCommand {
     ///
     /// Exits non-zero when the node is unknown or was removed already (its drain finished).
     CancelDrain(crate::cluster_admin::CancelDrainArgs),
+    /// Finish a rolling upgrade: raise the cluster version to the protocol of the build the
+    /// nodes run now, turning on its features that change what is replicated. Nodes of older
+    /// builds are refused from then on, so the upgrade can no longer be rolled back.
+    ///
+    /// Needed only with `[cluster] auto_finalize_upgrade = false`; otherwise the cluster does
+    /// it once every node runs the new build. Exits non-zero, naming them, while some node
+    /// runs an older build.
+    FinalizeUpgrade(crate::cluster_admin::FinalizeArgs),
     /// Split a shard in two: the new shard takes the upper part of its slots (from --at, by
     /// default the middle), starting on the same replicas; the rebalancer then spreads it.
     ///
@@ -151,6 +159,9 @@ pub fn run(args: ClusterArgs) -> anyhow::Result<()> {
             runtime.block_on(crate::cluster_admin::cancel_drain(args))
         }
         ClusterCommand::Split(args) => runtime.block_on(crate::cluster_admin::split(args)),
+        ClusterCommand::FinalizeUpgrade(args) => {
+            runtime.block_on(crate::cluster_admin::finalize_upgrade(args))
+        }
     }
 }
 

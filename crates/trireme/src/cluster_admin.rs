@@ -6,7 +6,7 @@ use anyhow::{anyhow, bail};
 use clap::Args;
 use std::fmt::Write as _;
 use std::time::Duration;
-use trireme_types::cluster_status::{ClusterStatus, RemoveResult, SplitResult};
+use trireme_types::cluster_status::{ClusterStatus, FinalizeResult, RemoveResult, SplitResult};
 
 /// Flags of `trireme cluster remove`.
 #[derive(Args, Debug)]
@@ -58,6 +58,23 @@ pub async fn cancel_drain(args: CancelDrainArgs) -> anyhow::Result<()> {
     let target = normalize_target(&args.target)?;
     let url = format!("{target}/v1/cluster/nodes/{}/cancel-drain", args.node);
     let result: RemoveResult = post(&url).await?;
+    println!("{}", result.message);
+    Ok(())
+}
+
+/// Flags of `trireme cluster finalize-upgrade`.
+#[derive(Args, Debug)]
+pub struct FinalizeArgs {
+    /// Any node's HTTP URL (one running the new build).
+    #[arg(long, default_value = "http://127.0.0.1:7700")]
+    target: String,
+}
+
+/// Asks the cluster to raise its version to the target node's protocol and prints what
+/// happened.
+pub async fn finalize_upgrade(args: FinalizeArgs) -> anyhow::Result<()> {
+    let target = normalize_target(&args.target)?;
+    let result: FinalizeResult = post(&format!("{target}/v1/cluster/finalize-upgrade")).await?;
     println!("{}", result.message);
     Ok(())
 }
@@ -162,10 +179,11 @@ pub fn render_membership(status: &ClusterStatus) -> String {
     let mut out = String::new();
     let _ = writeln!(
         out,
-        "cluster map epoch {}, metadata leader {}, replication factor {}",
+        "cluster map epoch {}, metadata leader {}, replication factor {}, cluster version {}",
         status.epoch,
         status.meta_leader.as_deref().unwrap_or("(none)"),
-        status.replication_factor
+        status.replication_factor,
+        status.cluster_version
     );
     let _ = writeln!(
         out,
@@ -297,9 +315,11 @@ mod tests {
                 started_ms: 0,
                 epoch: 0,
             }],
+            cluster_version: 2,
         };
         let text = render_membership(&status);
         assert!(text.contains("epoch 7"), "{text}");
+        assert!(text.contains("cluster version 2"), "{text}");
         assert!(
             text.contains("splitting shard 2 at slot 3072: shard 16 takes slots 3072..=4095"),
             "{text}"

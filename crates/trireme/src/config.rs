@@ -166,6 +166,9 @@ struct ClusterSection {
     split_writes_per_sec: Option<u64>,
     /// No automatic split makes more shards than this (default 256).
     max_shards: Option<u32>,
+    /// Raise the cluster version as soon as every node runs the new build (default true);
+    /// false waits for `trireme cluster finalize-upgrade`, keeping a rollback possible.
+    auto_finalize_upgrade: Option<bool>,
 }
 
 /// `[search]`: the document search index.
@@ -192,6 +195,9 @@ struct StorageSection {
     /// Memory for the index of hash, set and sorted set members that lets their writes skip
     /// reading member rows (default 256 MiB; 0 turns it off).
     member_index_bytes: Option<u64>,
+    /// Rows of deleted collections the background purge removes per second at most
+    /// (default 50,000; 0: unpaced).
+    purge_rows_per_sec: Option<u64>,
 }
 
 /// `[raft]`: timing in milliseconds.
@@ -456,6 +462,9 @@ impl ServerArgs {
             }
             node.max_shards = max_shards;
         }
+        if let Some(auto) = cluster.auto_finalize_upgrade {
+            node.auto_finalize_upgrade = auto;
+        }
         if let Some(ms) = file.search.and_then(|s| s.commit_interval_ms) {
             if !(10..=60_000).contains(&ms) {
                 bail!("[search] commit_interval_ms must be between 10 and 60000, got {ms}");
@@ -484,6 +493,9 @@ impl ServerArgs {
                     bail!("[storage] member_index_bytes must be at most 1 TiB, got {bytes}");
                 }
                 node.storage.member_index_bytes = bytes;
+            }
+            if let Some(rows) = storage.purge_rows_per_sec {
+                node.storage.purge_rows_per_sec = rows;
             }
         }
         let join = self.join.or(file.join);
@@ -785,11 +797,13 @@ mod tests {
         assert_eq!(config.node.storage.record_cache_bytes, 64 * 1024 * 1024);
         assert_eq!(config.node.storage.min_free_bytes, 256 * 1024 * 1024);
         assert_eq!(config.node.storage.member_index_bytes, 256 * 1024 * 1024);
+        assert_eq!(config.node.storage.purge_rows_per_sec, 50_000);
         let config = from_file(
             &path,
-            "[storage]\ncache_bytes = 16777216\nrecord_cache_bytes = 0\nmin_free_bytes = 0\nmember_index_bytes = 0\n",
+            "[storage]\ncache_bytes = 16777216\nrecord_cache_bytes = 0\nmin_free_bytes = 0\nmember_index_bytes = 0\npurge_rows_per_sec = 0\n",
         )
         .unwrap();
+        assert_eq!(config.node.storage.purge_rows_per_sec, 0);
         assert_eq!(config.node.storage.cache_bytes, 16 * 1024 * 1024);
         assert_eq!(config.node.storage.record_cache_bytes, 0);
         assert_eq!(config.node.storage.min_free_bytes, 0);

@@ -161,6 +161,10 @@ async fn serve(mut config: ServerConfig) -> anyhow::Result<()> {
         () = node.wait_removed() => true,
     };
     tracing::info!("stopping");
+    if !removed {
+        // Clients of this node are still served meanwhile, through the new leaders.
+        node.hand_over_leaderships(HANDOVER_LIMIT).await;
+    }
     let _ = stop_tx.send(true);
     let _ = tokio::join!(http_task, resp_task);
     node.shutdown().await;
@@ -243,6 +247,10 @@ async fn write_endpoints(node: &Node, bound: &Bound, node_tls: bool) -> anyhow::
     tokio::fs::rename(&tmp, &path).await?;
     Ok(())
 }
+
+/// How long a node stopping cleanly spends handing its leaderships over before it stops
+/// anyway: a few election round trips, well inside a supervisor's stop timeout.
+const HANDOVER_LIMIT: std::time::Duration = std::time::Duration::from_secs(3);
 
 /// Resolves on SIGINT or SIGTERM. The handlers are installed when this is called, before the
 /// future is first polled, so a signal that arrives early is not lost.

@@ -805,6 +805,13 @@ async fn a_certificate_for_another_node_neither_links_nor_joins() {
         body.extend_from_slice(b"trireme");
         varint(probe_n4.len() as u64, &mut body);
         body.extend(probe_n4);
+        // What a build of this protocol sends after the frame: its version and its name.
+        let own = trireme_types::version::Version::current();
+        varint(u64::from(own.protocol), &mut body);
+        varint(own.build.len() as u64, &mut body);
+        body.extend_from_slice(own.build.as_bytes());
+        varint(2, &mut body);
+        body.extend_from_slice(b"n4");
         let mut join = u32::try_from(body.len())
             .expect("small")
             .to_be_bytes()

@@ -594,30 +594,85 @@ async fn a_shard_past_the_size_threshold_splits_by_itself() {
             .iter()
             .map(|s| (s.shard.0, s.slots))
             .collect();
-        assert_eq!(slots[&0], [0, 4095], "{settled:#?}");
-        assert_eq!(slots[&2], [4096, 8191], "{settled:#?}");
-        let mut automatic = 0.0;
-        for i in 0..3 {
-            let metrics = c
-                .http
-                .get(format!("{}/metrics", c.node(i).http_url()))
-                .send()
-                .await
-                .expect("metrics")
-                .text()
-                .await
-                .expect("metrics body");
-            automatic += metrics
-                .lines()
-                .find_map(|l| l.strip_prefix("trireme_splits_automatic_total "))
-                .and_then(|v| v.trim().parse::<f64>().ok())
-                .unwrap_or(0.0);
-        }
+        // Cut where the bytes halve: the new shard takes the upper part of shard 0's range,
+        // and each part holds a fair share of the keys written (all of one size).
+        let cut = slots[&2][0];
+        assert_eq!(slots[&0], [0, cut - 1], "{settled:#?}");
+        assert_eq!(slots[&2], [cut, 8191], "{settled:#?}");
+        let lower = written
+            .iter()
+            .filter(|k| trireme_types::key_slot(k.as_bytes()) < cut)
+            .count();
+        assert!(
+            (63..=187).contains(&lower),
+            "{lower} of 250 keys below the cut at slot {cut}"
+        );
+        let automatic = metric_sum(&c, "trireme_splits_automatic_total").await;
         assert!(automatic >= 1.0, "no automatic split counted");
         for key in &written {
             let entry = c.get(2, key, "").await.expect("the key reads back");
             assert_eq!(entry.value.len(), value.len());
         }
+    })
+    .await;
+}
+
+/// The sum of `name` over every node's `/metrics`.
+async fn metric_sum(c: &TestCluster, name: &str) -> f64 {
+    let mut sum = 0.0;
+    for i in 0..3 {
+        let metrics = c
+            .http
+            .get(format!("{}/metrics", c.node(i).http_url()))
+            .send()
+            .await
+            .expect("metrics")
+            .text()
+            .await
+            .expect("metrics body");
+        sum += metrics
+            .lines()
+            .find_map(|l| l.strip_prefix(name)?.strip_prefix(' '))
+            .and_then(|v| v.trim().parse::<f64>().ok())
+            .unwrap_or(0.0);
+    }
+    sum
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_shard_grown_by_one_big_key_is_not_split() {
+    let c = TestCluster::start(ClusterOptions {
+        timing: common::cluster::RaftTiming {
+            snapshot_every: Some(100),
+            ..Default::default()
+        },
+        cluster: "split_bytes = 1048576\nmax_shards = 3".into(),
+        ..ClusterOptions::default().shards(2)
+    })
+    .await;
+    bounded(SETTLE, async {
+        // About 2.5 MB into one key of shard 0: a split would leave all of it on one side.
+        let key = (0..)
+            .map(|n| format!("big{n}"))
+            .find(|k| c.shard_of(k) == 0)
+            .expect("a key of shard 0");
+        let mut redis = common::RawResp::connect(c.node(0).resp_addr()).await;
+        let value = "v".repeat(10_000);
+        for n in 0..250 {
+            let field = format!("f{n}");
+            let added = redis
+                .cmd(&[b"HSET", key.as_bytes(), field.as_bytes(), value.as_bytes()])
+                .await;
+            assert_eq!(added, b":1\r\n");
+        }
+        let declined = wait_until(SETTLE, Duration::from_millis(200), || async {
+            metric_sum(&c, "trireme_splits_declined_total").await >= 1.0
+        })
+        .await;
+        assert!(declined, "no automatic split was declined");
+        let after = status(&c, 0).await.expect("status");
+        assert_eq!(after.shards.len(), 2, "{after:#?}");
+        assert_eq!(metric_sum(&c, "trireme_splits_automatic_total").await, 0.0);
     })
     .await;
 }

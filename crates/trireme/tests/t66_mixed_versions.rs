@@ -1,7 +1,10 @@
 //! Area 66: nodes of different protocol versions in one cluster. Each node announces its build
 //! and protocol when it links; nodes one protocol apart serve together (a rolling upgrade),
 //! nodes two apart are refused with both versions named, and the cluster status shows what
-//! each node runs.
+//! each node runs. The cluster version waits for the last node: a feature that changes what
+//! is replicated (a pop across several sorted sets) is refused until then, turns on when the
+//! upgrade is finalized (by the operator, or by the cluster itself), and from then on a node
+//! of the older build is refused.
 //!
 //! One real binary plays every version: a node started with `TRIREME_TEST_ANNOUNCE_PROTOCOL`
 //! announces that protocol instead of its own (it still speaks its own). Building an older
@@ -13,9 +16,13 @@
 
 mod common;
 
+use common::RawResp;
 use common::cluster::{
-    CLUSTER_DEADLINE, ClusterOptions, TestCluster, bounded, poll_until, write_every_shard,
+    CLUSTER_DEADLINE, ClusterOptions, TestCluster, assert_acked_readable, bounded, poll_until,
+    spawn_steady_writer, wait_for_acks, write_every_shard,
 };
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 use trireme_types::cluster_status::ClusterStatus;
 use trireme_types::version::{ANNOUNCE_PROTOCOL_ENV, PROTOCOL, Version};
@@ -160,6 +167,195 @@ async fn adjacent_protocols_serve_together_and_farther_ones_are_refused() {
         })
         .await;
         value.unwrap_or_else(|e| panic!("{e}\n{}", c.logs_tail(30)));
+    })
+    .await;
+}
+
+/// A cluster whose node n3 announces the protocol before this build's.
+fn one_node_behind(cluster: &str) -> ClusterOptions {
+    ClusterOptions {
+        cluster: cluster.to_string(),
+        node_env: vec![
+            Vec::new(),
+            Vec::new(),
+            vec![(
+                ANNOUNCE_PROTOCOL_ENV.to_string(),
+                (PROTOCOL - 1).to_string(),
+            )],
+        ],
+        ..ClusterOptions::default()
+    }
+}
+
+/// Waits until node `via` reports the cluster version `wanted`.
+async fn until_cluster_version(c: &TestCluster, via: usize, wanted: u32) {
+    poll_until(CLUSTER_DEADLINE, Duration::from_millis(100), || async {
+        match status(c, via).await?.cluster_version {
+            v if v == wanted => Ok(()),
+            v => Err(format!("n{} reports cluster version {v}", via + 1)),
+        }
+    })
+    .await
+    .unwrap_or_else(|e| panic!("{e}\n{}", c.logs_tail(30)));
+}
+
+/// `POST /v1/cluster/finalize-upgrade` through node `via`: the status and the body.
+async fn finalize(c: &TestCluster, via: usize) -> (u16, serde_json::Value) {
+    let url = format!("{}/v1/cluster/finalize-upgrade", c.node(via).http_url());
+    let response = c.http.post(&url).send().await.expect("finalize answers");
+    let status = response.status().as_u16();
+    (status, response.json().await.expect("a JSON answer"))
+}
+
+/// `BZPOPMIN` of two sorted sets of one slot, through node `via`.
+async fn pop_of_two(c: &TestCluster, via: usize) -> Vec<u8> {
+    let mut conn = RawResp::connect(c.node(via).resp_addr()).await;
+    conn.cmd(&[b"BZPOPMIN", b"{z}empty", b"{z}full", b"1"])
+        .await
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn an_upgrade_finalized_by_the_operator_turns_on_its_features_and_shuts_out_older_builds() {
+    bounded(Duration::from_secs(300), async {
+        let mut c = TestCluster::start(one_node_behind("auto_finalize_upgrade = false")).await;
+        // A new cluster starts at the lowest protocol its nodes run.
+        until_cluster_version(&c, 0, PROTOCOL - 1).await;
+        let stop = Arc::new(AtomicBool::new(false));
+        // Through the nodes that stay up (a refused node's clients wait out their timeout);
+        // n3 holds a replica of every shard, so it is written to throughout.
+        let (count, writer) = spawn_steady_writer(&c, &[0, 1], "upgrade/", stop.clone());
+        wait_for_acks(&count, 20).await;
+
+        // A replicated feature of the new protocol is refused, naming both versions.
+        let mut client = RawResp::connect(c.node(1).resp_addr()).await;
+        client.cmd(&[b"ZADD", b"{z}full", b"1.5", b"m"]).await;
+        let refused = String::from_utf8_lossy(&pop_of_two(&c, 0).await).into_owned();
+        assert!(
+            refused.starts_with("-ERR")
+                && refused.contains(&format!("needs cluster version {PROTOCOL}"))
+                && refused.contains(&format!("at {}", PROTOCOL - 1)),
+            "{refused}"
+        );
+        // One key needs nothing new, and works.
+        let one = client.cmd(&[b"BZPOPMIN", b"{z}full", b"1"]).await;
+        assert_eq!(one, b"*3\r\n$7\r\n{z}full\r\n$1\r\nm\r\n$3\r\n1.5\r\n");
+
+        // The operator cannot finalize while n3 runs the older build: 409, naming it.
+        let (code, body) = finalize(&c, 1).await;
+        assert_eq!(code, 409, "{body}");
+        let message = body.to_string();
+        assert!(
+            message.contains(&format!("n3 runs build {} (protocol {})", Version::current().build, PROTOCOL - 1)),
+            "{message}"
+        );
+
+        // n3 upgraded: still nothing changes by itself (auto_finalize_upgrade = false).
+        restart_announcing(&mut c, 2, None).await;
+        wait_for_acks(&count, count.load(Ordering::SeqCst) + 20).await;
+        let (code, body) = poll_until(CLUSTER_DEADLINE, Duration::from_millis(200), || async {
+            match finalize(&c, 1).await {
+                (200, body) => Ok((200, body)),
+                (code, body) => Err(format!("finalize answered {code}: {body}")),
+            }
+        })
+        .await
+        .unwrap_or_else(|e| panic!("{e}\n{}", c.logs_tail(30)));
+        assert_eq!(code, 200);
+        assert_eq!(body["previous"], PROTOCOL - 1, "{body}");
+        assert_eq!(body["cluster_version"], PROTOCOL, "{body}");
+        for via in 0..3 {
+            until_cluster_version(&c, via, PROTOCOL).await;
+        }
+        // A second finalize changes nothing.
+        let (code, body) = finalize(&c, 2).await;
+        assert_eq!((code, &body["cluster_version"]), (200, &serde_json::json!(PROTOCOL)));
+
+        // The feature is on.
+        client.cmd(&[b"ZADD", b"{z}full", b"2", b"n"]).await;
+        assert_eq!(
+            pop_of_two(&c, 0).await,
+            b"*3\r\n$7\r\n{z}full\r\n$1\r\nn\r\n$1\r\n2\r\n"
+        );
+
+        // The older build is refused now, naming the cluster version; the rest serve.
+        c.nodes[2].terminate().await;
+        c.nodes[2].options_mut().env = vec![(
+            ANNOUNCE_PROTOCOL_ENV.to_string(),
+            (PROTOCOL - 1).to_string(),
+        )];
+        c.nodes[2].restart_in_background();
+        let wanted = format!("older than the cluster version {PROTOCOL}");
+        poll_until(CLUSTER_DEADLINE, Duration::from_millis(100), || async {
+            let log = c.nodes[0].stderr_log() + &c.nodes[1].stderr_log();
+            if log.lines().any(|l| l.contains(&wanted)) {
+                Ok(())
+            } else {
+                Err("no refusal of the older build logged by n1 or n2".to_string())
+            }
+        })
+        .await
+        .unwrap_or_else(|e| panic!("{e}\n{}", c.logs_tail(30)));
+        let before = count.load(Ordering::SeqCst);
+        wait_for_acks(&count, before + 20).await;
+
+        // Back on this build, n3 rejoins; no acknowledged write was lost.
+        restart_announcing(&mut c, 2, None).await;
+        wait_for_acks(&count, count.load(Ordering::SeqCst) + 20).await;
+        stop.store(true, Ordering::SeqCst);
+        let steady = writer.await.expect("writer");
+        assert_acked_readable(&c, 0, "upgrade/", &steady).await;
+        eprintln!(
+            "{} writes acknowledged, {} failed during the upgrade (through a refused node or a restarting one)",
+            steady.acked.len(),
+            steady.failures.len()
+        );
+    })
+    .await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn the_cluster_version_rises_by_itself_once_the_last_node_is_upgraded() {
+    bounded(Duration::from_secs(180), async {
+        let mut c = TestCluster::start(one_node_behind("")).await;
+        until_cluster_version(&c, 0, PROTOCOL - 1).await;
+        let refused = String::from_utf8_lossy(&pop_of_two(&c, 1).await).into_owned();
+        assert!(refused.contains("needs cluster version"), "{refused}");
+        restart_announcing(&mut c, 2, None).await;
+        for via in 0..3 {
+            until_cluster_version(&c, via, PROTOCOL).await;
+        }
+        let mut client = RawResp::connect(c.node(1).resp_addr()).await;
+        client.cmd(&[b"ZADD", b"{z}full", b"3", b"x"]).await;
+        assert_eq!(
+            pop_of_two(&c, 2).await,
+            b"*3\r\n$7\r\n{z}full\r\n$1\r\nx\r\n$1\r\n3\r\n"
+        );
+
+        // A new node of the older build asking to join is refused, and says why.
+        let dir = tempfile::tempdir().expect("a temp dir");
+        let ports = common::cluster::free_ports(3);
+        let joined = tokio::process::Command::new(common::binary())
+            .args(["server", "--node-id", "n4", "--join"])
+            .arg(common::cluster::peer_addr(c.node(0)).to_string())
+            .arg("--data-dir")
+            .arg(dir.path().join("data"))
+            .args(["--http", &format!("127.0.0.1:{}", ports[0])])
+            .args(["--resp", &format!("127.0.0.1:{}", ports[1])])
+            .args(["--peer", &format!("127.0.0.1:{}", ports[2])])
+            .env(ANNOUNCE_PROTOCOL_ENV, (PROTOCOL - 1).to_string())
+            .kill_on_drop(true)
+            .output();
+        let output = tokio::time::timeout(CLUSTER_DEADLINE, joined)
+            .await
+            .expect("the refused node exits")
+            .expect("the node ran");
+        let stderr = String::from_utf8_lossy(&output.stderr);
+        assert!(!output.status.success(), "{stderr}");
+        assert!(
+            stderr.contains("cannot join")
+                && stderr.contains(&format!("older than the cluster version {PROTOCOL}")),
+            "{stderr}"
+        );
     })
     .await;
 }

@@ -27,6 +27,11 @@ pub struct ClusterStatus {
     /// The split in progress, if any.
     #[serde(default)]
     pub splits: Vec<SplitResult>,
+    /// The cluster version: the lowest protocol the cluster agreed every member runs.
+    /// Replicated features of later protocols wait for it (0 from a node of a build from
+    /// before it was recorded).
+    #[serde(default)]
+    pub cluster_version: u32,
 }
 
 impl ClusterStatus {
@@ -138,6 +143,17 @@ pub struct RemoveResult {
     pub message: String,
 }
 
+/// The answer to `POST /v1/cluster/finalize-upgrade`.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct FinalizeResult {
+    /// The cluster version before.
+    pub previous: u32,
+    /// The cluster version now.
+    pub cluster_version: u32,
+    /// What changed, in words.
+    pub message: String,
+}
+
 /// A shard split: the answer to `POST /v1/cluster/shards/{id}/split`, and a split in progress
 /// in [`ClusterStatus`].
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
@@ -194,6 +210,7 @@ mod tests {
             meta_leader: None,
             replication_factor: 3,
             max_moves: 2,
+            cluster_version: 2,
             nodes: vec![
                 node("a", "active"),
                 node("b", "active"),

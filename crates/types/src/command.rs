@@ -707,8 +707,14 @@ impl Command {
             | Command::Lock { key, .. }
             | Command::Session { key, .. }
             | Command::Hash { key, .. }
-            | Command::SortedSet { key, .. }
             | Command::Check { key, .. } => vec![key],
+            Command::SortedSet { key, op } => {
+                let mut keys = vec![key];
+                if let crate::SortedSetOp::PopFirst { others, .. } = op {
+                    keys.extend(others);
+                }
+                keys
+            }
             Command::PutMany { pairs } => pairs.iter().map(|(k, _)| k).collect(),
             Command::Delete { keys, .. } | Command::Reap { keys } | Command::Read { keys } => {
                 keys.iter().collect()

@@ -872,6 +872,7 @@ names! {
         SortedSetOp::Pop { .. } => "sorted_set_op.pop",
         SortedSetOp::RemoveRange { .. } => "sorted_set_op.remove_range",
         SortedSetOp::Read(_) => "sorted_set_op.read",
+        SortedSetOp::PopFirst { .. } => "sorted_set_op.pop_first",
     }
 }
 
@@ -895,6 +896,10 @@ fn sorted_set_ops() -> Vec<SortedSetOp> {
             range: ZRange::Rank { start: 0, stop: 9 },
         },
         SortedSetOp::Read(SortedSetRead::Len),
+        SortedSetOp::PopFirst {
+            highest: false,
+            others: vec![b("{tag}other"), b("{tag}third")],
+        },
     ]
 }
 
@@ -1083,6 +1088,7 @@ names! {
         SortedSetAnswer::Scores(_) => "sorted_set_answer.scores",
         SortedSetAnswer::Rank(_) => "sorted_set_answer.rank",
         SortedSetAnswer::Pairs(_) => "sorted_set_answer.pairs",
+        SortedSetAnswer::Popped(_) => "sorted_set_answer.popped",
     }
 }
 
@@ -1097,6 +1103,7 @@ fn sorted_set_answers() -> Vec<SortedSetAnswer> {
         SortedSetAnswer::Scores(vec![Some(score(1.5)), None]),
         SortedSetAnswer::Rank(Some(4)),
         SortedSetAnswer::Pairs(vec![(b("alice"), score(1.5)), (b("bob"), score(1e300))]),
+        SortedSetAnswer::Popped(Some((b("{tag}other"), b("alice"), score(-0.5)))),
     ]
 }
 

@@ -25,6 +25,10 @@ pub struct Limits {
     pub session_ttl_min_ms: u64,
     /// Most members one Redis collection (a hash's fields) may hold.
     pub max_collection_members: u64,
+    /// Most members one read of a whole collection (`HGETALL`, `SMEMBERS`, `LRANGE 0 -1`,
+    /// `ZRANGE 0 -1`) answers: past it the read is refused with an error that names the
+    /// paging command, instead of building a reply the node may not have the memory for.
+    pub max_collection_read: u64,
 }
 
 impl Default for Limits {
@@ -38,6 +42,7 @@ impl Default for Limits {
             max_txn_ops: 128,
             session_ttl_min_ms: 10_000,
             max_collection_members: 10_000_000,
+            max_collection_read: 1_000_000,
         }
     }
 }

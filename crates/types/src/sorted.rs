@@ -87,9 +87,9 @@ impl Score {
     }
 }
 
-/// The first bytes of every score row of the sorted set at `key`.
-pub fn score_prefix(key: &[u8]) -> Bytes {
-    internal_rows_prefix(SCORES, key)
+/// The first bytes of every score row of version `version` of the sorted set at `key`.
+pub fn score_prefix(key: &[u8], version: u64) -> Bytes {
+    internal_rows_prefix(SCORES, key, version)
 }
 
 /// The part of a score row after [`score_prefix`]: the score, then the member.
@@ -100,9 +100,9 @@ pub fn score_suffix(score: Score, member: &[u8]) -> Vec<u8> {
     out
 }
 
-/// The score row of `member` at `score` in the sorted set at `key`.
-pub fn score_key(key: &[u8], score: Score, member: &[u8]) -> Bytes {
-    let mut out = score_prefix(key).to_vec();
+/// The score row of `member` at `score` in version `version` of the sorted set at `key`.
+pub fn score_key(key: &[u8], version: u64, score: Score, member: &[u8]) -> Bytes {
+    let mut out = score_prefix(key, version).to_vec();
     out.extend_from_slice(&score_suffix(score, member));
     Bytes::from(out)
 }
@@ -230,6 +230,16 @@ pub enum SortedSetOp {
     },
     /// A read at this point of a transaction (`ZSCORE` after `MULTI`).
     Read(SortedSetRead),
+    /// Remove and answer the member with the lowest score, or with `highest` the highest,
+    /// of the first non-empty sorted set of this key and `others` (`BZPOPMIN`, `BZPOPMAX`
+    /// once one has a member): [`SortedSetAnswer::Popped`]. Needs cluster version
+    /// [`crate::version::since::SORTED_SET_POP_FIRST`].
+    PopFirst {
+        /// From the top.
+        highest: bool,
+        /// The other sorted sets, in the same slot, in order.
+        others: Vec<Bytes>,
+    },
 }
 
 /// A read of one sorted set.
@@ -299,6 +309,9 @@ pub enum SortedSetAnswer {
     Rank(Option<u64>),
     /// Members and their scores, in order.
     Pairs(Vec<(Bytes, Score)>),
+    /// The key a member was popped from, the member and its score; none when every set
+    /// was empty.
+    Popped(Option<(Bytes, Bytes, Score)>),
 }
 
 #[cfg(test)]

@@ -7,7 +7,7 @@ use crate::{ApiError, AppState};
 use axum::Json;
 use axum::extract::{Path, Query, State};
 use serde::Deserialize;
-use trireme_types::cluster_status::{ClusterStatus, RemoveResult, SplitResult};
+use trireme_types::cluster_status::{ClusterStatus, FinalizeResult, RemoveResult, SplitResult};
 
 /// `GET /v1/cluster/status`.
 pub(crate) async fn status(
@@ -59,6 +59,17 @@ pub(crate) async fn cancel_drain(
 ) -> Result<Json<RemoveResult>, ApiError> {
     access.operator_write()?;
     Ok(Json(state.node.cancel_drain(&name).await?))
+}
+
+/// `POST /v1/cluster/finalize-upgrade`: raises the cluster version to this node's protocol
+/// once every member runs it, turning on the features that change what is replicated. 409,
+/// naming them, while some node runs an older build.
+pub(crate) async fn finalize_upgrade(
+    State(state): State<AppState>,
+    access: Access,
+) -> Result<Json<FinalizeResult>, ApiError> {
+    access.operator_write()?;
+    Ok(Json(state.node.finalize_upgrade().await?))
 }
 
 /// Query of `POST /v1/cluster/shards/{id}/split`.

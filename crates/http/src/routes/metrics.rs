@@ -107,10 +107,16 @@ pub(crate) async fn metrics(
         counter(&mut out, count, count_help, timed.count().to_string());
         counter(&mut out, time, time_help, seconds(timed.micros()));
     }
-    let waiting = state.node.storage().watchers().len();
+    let waiting = state.node.blocking_queries_waiting();
     let _ = writeln!(
         out,
         "# HELP trireme_blocking_queries_waiting Blocking queries (Consul ?index=, Redis BLPOP and the like) waiting on this node's replicas, its own clients' and other nodes'.\n# TYPE trireme_blocking_queries_waiting gauge\ntrireme_blocking_queries_waiting {waiting}"
+    );
+    let storage_now = state.node.storage();
+    let (pending, purged) = (storage_now.purges_pending(), storage_now.purged_rows());
+    let _ = writeln!(
+        out,
+        "# HELP trireme_collection_purges_pending Deleted or replaced collections whose member rows wait for their background purge on this node.\n# TYPE trireme_collection_purges_pending gauge\ntrireme_collection_purges_pending {pending}\n# HELP trireme_collection_purged_rows_total Member rows of deleted or replaced collections purged on this node.\n# TYPE trireme_collection_purged_rows_total counter\ntrireme_collection_purged_rows_total {purged}"
     );
     let log_bytes = state.node.storage().log_disk_bytes();
     let _ = writeln!(
@@ -427,6 +433,11 @@ fn elastic(out: &mut String, state: &AppState) {
                 "trireme_splits_automatic_total",
                 "Shard splits this node decided by itself as metadata leader (size or load).",
                 &e.splits_automatic,
+            ),
+            (
+                "trireme_splits_declined_total",
+                "Automatic splits by size this node declined as metadata leader: one slot (one big key or hash tag) held most of the shard's bytes.",
+                &e.splits_declined,
             ),
         ],
     );

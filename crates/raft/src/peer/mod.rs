@@ -33,7 +33,7 @@ use openraft::{AnyError, Raft, RaftNetworkFactory};
 use openraft_multi::{GroupNetworkAdapter, GroupNetworkFactory, GroupRouter};
 use std::collections::{HashMap, HashSet};
 use std::io::Cursor;
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, OnceLock, RwLock};
 use std::time::{Duration, Instant};
 use tokio::io::AsyncWriteExt;
@@ -145,6 +145,11 @@ struct Inner {
     version: Version,
     /// What each linked peer announced at its last handshake.
     peer_versions: Mutex<HashMap<u64, Version>>,
+    /// The cluster version as this node last read it from the metadata group: peers that
+    /// announce an older protocol are refused.
+    cluster_version: AtomicU32,
+    /// Set when the node is about to stop: leadership handed to it is refused.
+    refusing_leadership: AtomicBool,
 }
 
 /// The node's peer transport; cheap to clone.
@@ -192,6 +197,8 @@ impl PeerTransport {
                 tls: OnceLock::new(),
                 version: announced_version(),
                 peer_versions: Mutex::default(),
+                cluster_version: AtomicU32::new(0),
+                refusing_leadership: AtomicBool::new(false),
             }),
             snapshot_chunk_bytes: DEFAULT_SNAPSHOT_CHUNK_BYTES,
             snapshot_rate: 0,
@@ -259,6 +266,26 @@ impl PeerTransport {
         *write_lock(&self.inner.removed) = ids.into_iter().map(|id| id.0).collect();
     }
 
+    /// Refuses leadership handed over by other nodes from now on (this node is stopping).
+    pub fn refuse_leadership(&self) {
+        self.inner
+            .refusing_leadership
+            .store(true, Ordering::Release);
+    }
+
+    /// What this node announces: its build and protocol.
+    pub fn own_version(&self) -> Version {
+        self.inner.version.clone()
+    }
+
+    /// Records the cluster version read from the metadata group: from then on, links with
+    /// nodes that announce an older protocol are refused both ways. It only rises.
+    pub fn set_cluster_version(&self, version: u32) {
+        self.inner
+            .cluster_version
+            .fetch_max(version, Ordering::AcqRel);
+    }
+
     /// Whether a peer refused this node's link because this node was removed from the
     /// cluster.
     pub fn told_removed(&self) -> bool {
@@ -278,6 +305,7 @@ impl PeerTransport {
     /// it refused or could not be asked.
     pub async fn ask_to_join(
         addr: &str,
+        name: &str,
         cluster: &str,
         payload: Vec<u8>,
         timeout: Duration,
@@ -285,14 +313,16 @@ impl PeerTransport {
     ) -> Result<Vec<u8>, String> {
         let attempt = async {
             let mut stream = stream::dial(addr, tls).await?;
-            send_frame(
-                &mut stream,
-                &wire::Frame::Join {
-                    cluster: cluster.to_string(),
-                    payload,
-                },
-            )
-            .await?;
+            // With this build's version after it, so a cluster past it can refuse at once.
+            let mut buf = BytesMut::new();
+            let join = wire::Frame::Join {
+                cluster: cluster.to_string(),
+                payload,
+            };
+            wire::encode_handshake(&join, &announced_version(), name, &mut buf)
+                .map_err(|e| e.to_string())?;
+            stream.write_all(&buf).await.map_err(|e| e.to_string())?;
+            stream.flush().await.map_err(|e| e.to_string())?;
             match read_frame(&mut stream, 1 << 20, timeout).await? {
                 (wire::Frame::Joined { payload }, _) => Ok(payload),
                 (wire::Frame::Refused { reason }, _) => Err(format!("{addr} refused: {reason}")),
@@ -562,6 +592,12 @@ impl Inner {
             .map(|g| (g.raft.clone(), g.last_append.clone()))
     }
 
+    /// Whether a peer that announced `peer` may link with this node (see [`Version::admits`]).
+    fn admits(&self, peer: &Version) -> Result<(), String> {
+        self.version
+            .admits(peer, self.cluster_version.load(Ordering::Acquire))
+    }
+
     fn install(self: &Arc<Self>, peer: u64, stream: PeerStream, version: Version) -> Arc<Link> {
         tracing::info!(peer = %format_args!("{peer:016x}"), %version, "peer link up");
         lock(&self.peer_versions).insert(peer, version);
@@ -657,6 +693,9 @@ impl Inbound for Inner {
             Request::TransferLeader { group, rpc } => match self.group(group) {
                 Some(_) if let Err(reason) = self.intake_allows(group, 0) => {
                     Response::Failed(reason)
+                }
+                Some(_) if self.refusing_leadership.load(Ordering::Acquire) => {
+                    Response::Failed("this node is stopping".into())
                 }
                 Some((raft, _)) => match raft.handle_transfer_leader(rpc).await {
                     Ok(r) => Response::TransferLeader(r),
@@ -756,6 +795,21 @@ async fn send_frame(stream: &mut PeerStream, frame: &wire::Frame) -> Result<(), 
 async fn accept(inner: Arc<Inner>, mut stream: PeerStream) -> Result<(), String> {
     let (hello, announced) = read_handshake(&mut stream).await?;
     if let wire::Frame::Join { cluster, payload } = hello {
+        // Builds before protocol 2 announce nothing with a join (they count as protocol 0
+        // here, though they may speak 1): only the cluster version can refuse them.
+        let cluster_version = inner.cluster_version.load(Ordering::Acquire);
+        let checked = if announced.name.is_some() {
+            inner.admits(&announced.version)
+        } else if cluster_version >= 2 {
+            Err(format!(
+                "it runs a build from before protocol 2, older than the cluster version {cluster_version}; start it with a build of protocol {cluster_version} or later"
+            ))
+        } else {
+            Ok(())
+        };
+        if let Err(reason) = checked {
+            return refuse(stream, format!("a node asking to join: {reason}")).await;
+        }
         return answer_join(&inner, stream, cluster, payload).await;
     }
     if let wire::Frame::Refused { reason } = &hello {
@@ -818,7 +872,7 @@ async fn accept(inner: Arc<Inner>, mut stream: PeerStream) -> Result<(), String>
         )
         .await;
     }
-    if let Err(reason) = inner.version.admits(&announced.version) {
+    if let Err(reason) = inner.admits(&announced.version) {
         return refuse(stream, format!("node {from:016x}: {reason}")).await;
     }
     if let Err(reason) = check_identity(&inner, &stream, from, &announced) {
@@ -978,7 +1032,6 @@ async fn dial(inner: &Arc<Inner>, peer: u64) -> Result<(), String> {
         (wire::Frame::Welcome, announced) => {
             // A build from before versions admits anyone: the check is this side's to make.
             let checked = inner
-                .version
                 .admits(&announced.version)
                 .and_then(|()| check_identity(inner, &stream, peer, &announced));
             if let Err(reason) = checked {

@@ -79,6 +79,23 @@ fn end_of(args: &mut Args) -> Result<End, CmdError> {
 }
 
 /// A blocking command's timeout in seconds, as Redis reads it (0: wait without a limit).
+/// The rest of a blocking pop of several keys (`BLPOP`, `BZPOPMIN`): the keys after `key`,
+/// all in its slot (`CROSSSLOT` otherwise), and the timeout that comes last.
+pub(crate) fn other_keys_and_timeout(
+    args: &mut Args,
+    key: &Bytes,
+) -> Result<(Vec<Bytes>, Option<Duration>), CmdError> {
+    let mut others = args.rest();
+    let Some(last) = others.pop() else {
+        return Err(args.wrong_arity().into());
+    };
+    let wait = timeout(&mut Args::new(vec![Bytes::from_static(b"t"), last]))?;
+    if others.iter().any(|k| key_slot(k) != key_slot(key)) {
+        return Err(CmdError::Reply(CROSSSLOT.into()));
+    }
+    Ok((others, wait))
+}
+
 fn timeout(args: &mut Args) -> Result<Option<Duration>, CmdError> {
     let text = args.next_bytes()?;
     let seconds = trireme_types::int::parse_f64(&text)
@@ -248,15 +265,8 @@ pub(crate) fn parse(args: &mut Args) -> Result<ListCommand, CmdError> {
             (op, Shape::One)
         }
         "blpop" | "brpop" => {
-            // The key was taken above; the others follow it, the timeout comes last.
-            let mut rest = args.rest();
-            let Some(last) = rest.pop() else {
-                return Err(args.wrong_arity().into());
-            };
-            block = Some(timeout(&mut Args::new(vec![
-                Bytes::from_static(b"t"),
-                last,
-            ]))?);
+            let (rest, wait) = other_keys_and_timeout(args, &key)?;
+            block = Some(wait);
             let end = if name == "blpop" {
                 End::Left
             } else {
@@ -354,12 +364,19 @@ pub(crate) async fn run(ctx: &mut Ctx<'_>, args: &mut Args) -> CmdResult {
     reply(shape, outcome)
 }
 
-/// Whether a request is a blocking list command (the connection watches for its client
-/// hanging up meanwhile).
+/// Whether a request is a blocking pop (the connection watches for its client hanging up
+/// meanwhile).
 pub(crate) fn is_blocking(request: &[Bytes]) -> bool {
     request.first().is_some_and(|name| {
-        [&b"blpop"[..], b"brpop", b"blmove", b"brpoplpush"]
-            .iter()
-            .any(|b| name.eq_ignore_ascii_case(b))
+        [
+            &b"blpop"[..],
+            b"brpop",
+            b"blmove",
+            b"brpoplpush",
+            b"bzpopmin",
+            b"bzpopmax",
+        ]
+        .iter()
+        .any(|b| name.eq_ignore_ascii_case(b))
     })
 }

@@ -51,6 +51,9 @@ impl ScanPage {
                 return Err(ArgError::Syntax.into());
             }
         }
+        // A page is never more than one read answers: a shorter answer would end the scan.
+        let most = ctx.shared.node.config().limits.max_collection_read.max(1);
+        page.count = page.count.min(most);
         if cursor != 0 {
             match ctx.shared.cursor(cursor) {
                 Some((_, after)) => page.after = after,

@@ -149,6 +149,8 @@ const COMMANDS: &[CommandEntry] = &[
     ("zrangebylex", -4, &["readonly"], 1, 1, 1),
     ("zrevrangebylex", -4, &["readonly"], 1, 1, 1),
     ("zpopmin", -2, &["write", "fast"], 1, 1, 1),
+    ("bzpopmin", -3, &["write", "noscript", "fast"], 1, -2, 1),
+    ("bzpopmax", -3, &["write", "noscript", "fast"], 1, -2, 1),
     ("zpopmax", -2, &["write", "fast"], 1, 1, 1),
     ("zremrangebyscore", 4, &["write"], 1, 1, 1),
     ("zremrangebyrank", 4, &["write"], 1, 1, 1),
@@ -401,8 +403,10 @@ pub(crate) async fn info(ctx: &mut Ctx<'_>, args: &mut Args) -> CmdResult {
             m.open_connections.load(Relaxed),
             m.connections.load(Relaxed),
         );
+        // Redis counts the clients a blocking command holds; here, those of this node.
+        let blocked = node.blocking_pops_waiting();
         text.push_str(&format!(
-            "# Clients\r\nconnected_clients:{open}\r\ntotal_connections_received:{total}\r\n\r\n"
+            "# Clients\r\nconnected_clients:{open}\r\nblocked_clients:{blocked}\r\ntotal_connections_received:{total}\r\n\r\n"
         ));
     }
     if want("memory") {

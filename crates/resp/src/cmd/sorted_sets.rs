@@ -1,6 +1,7 @@
 //! ZADD, ZINCRBY, ZREM, ZSCORE, ZMSCORE, ZCARD, ZCOUNT, ZLEXCOUNT, ZRANK, ZREVRANK, ZRANGE,
 //! ZREVRANGE, ZRANGEBYSCORE, ZREVRANGEBYSCORE, ZRANGEBYLEX, ZREVRANGEBYLEX, ZPOPMIN, ZPOPMAX,
-//! ZREMRANGEBYSCORE, ZREMRANGEBYRANK, ZREMRANGEBYLEX, ZSCAN.
+//! ZREMRANGEBYSCORE, ZREMRANGEBYRANK, ZREMRANGEBYLEX, ZSCAN, and the blocking BZPOPMIN and
+//! BZPOPMAX.
 //!
 //! Each member has a row by member and a row by score in the key's shard, so ranges by rank
 //! or score walk neighbouring rows. Scores are parsed and printed as Redis 7.0 does
@@ -40,6 +41,8 @@ pub(crate) const NAMES: &[&str] = &[
     "zremrangebyscore",
     "zremrangebyrank",
     "zremrangebylex",
+    "bzpopmin",
+    "bzpopmax",
 ];
 
 /// How a sorted set command's answer becomes its reply.
@@ -65,6 +68,8 @@ pub(crate) enum Shape {
     },
     /// One member and its score, or an empty array (`ZPOPMIN key`).
     PoppedOne,
+    /// The key, the member and its score, or a null array (`BZPOPMIN`).
+    KeyMemberScore,
 }
 
 /// A sorted set command parsed: its key, what it does, and how it answers.
@@ -73,6 +78,8 @@ pub(crate) struct SortedSetCommand {
     pub(crate) key: Bytes,
     pub(crate) op: SortedSetOp,
     pub(crate) shape: Shape,
+    /// For a blocking pop, how long to wait (`None`: without a limit).
+    pub(crate) block: Option<Option<std::time::Duration>>,
 }
 
 fn not_a_float() -> CmdError {
@@ -312,7 +319,20 @@ pub(crate) fn parse(args: &mut Args) -> Result<SortedSetCommand, CmdError> {
         n if n.ends_with("bylex") || n == "zlexcount" => By::Lex,
         _ => By::Rank,
     };
+    let mut block = None;
     let (op, shape) = match name.as_str() {
+        "bzpopmin" | "bzpopmax" => {
+            let (others, wait) = super::lists::other_keys_and_timeout(args, &key)?;
+            block = Some(wait);
+            let highest = name == "bzpopmax";
+            // One key: the plain pop, which every cluster version knows.
+            let op = if others.is_empty() {
+                SortedSetOp::Pop { count: 1, highest }
+            } else {
+                SortedSetOp::PopFirst { highest, others }
+            };
+            (op, Shape::KeyMemberScore)
+        }
         "zadd" => zadd(args)?,
         "zincrby" => {
             let by = parse_score(&args.next_bytes()?).ok_or_else(not_a_float)?;
@@ -391,11 +411,16 @@ pub(crate) fn parse(args: &mut Args) -> Result<SortedSetCommand, CmdError> {
         name if name.starts_with("zrange") || name.starts_with("zrevrange") => zrange(name, args)?,
         _ => return Err(ArgError::Syntax.into()),
     };
-    Ok(SortedSetCommand { key, op, shape })
+    Ok(SortedSetCommand {
+        key,
+        op,
+        shape,
+        block,
+    })
 }
 
-/// The reply to a sorted set command of `shape` that answered `outcome`.
-pub(crate) fn reply(shape: Shape, outcome: SortedSetOutcome) -> CmdResult {
+/// The reply to a sorted set command on `key` of `shape` that answered `outcome`.
+pub(crate) fn reply(shape: Shape, key: &Bytes, outcome: SortedSetOutcome) -> CmdResult {
     let answer = outcome.0.map_err(|code| {
         CmdError::Reply(match code {
             ErrorCode::ValueTooLarge => {
@@ -435,6 +460,23 @@ pub(crate) fn reply(shape: Shape, outcome: SortedSetOutcome) -> CmdResult {
                 .flat_map(|(m, s)| [Reply::Bulk(m), Reply::Double(s.get())])
                 .collect(),
         ),
+        (Shape::KeyMemberScore, SortedSetAnswer::Popped(popped)) => match popped {
+            Some((key, member, s)) => Reply::array(vec![
+                Reply::Bulk(key),
+                Reply::Bulk(member),
+                Reply::Double(s.get()),
+            ]),
+            None => Reply::NullArray,
+        },
+        // A pop of one key (not blocking: in a `MULTI`).
+        (Shape::KeyMemberScore, SortedSetAnswer::Pairs(pairs)) => match pairs.into_iter().next() {
+            Some((member, s)) => Reply::array(vec![
+                Reply::Bulk(key.clone()),
+                Reply::Bulk(member),
+                Reply::Double(s.get()),
+            ]),
+            None => Reply::NullArray,
+        },
         (shape, other) => Reply::error(format!(
             "ERR internal: {shape:?} cannot answer with {other:?}"
         )),
@@ -442,19 +484,38 @@ pub(crate) fn reply(shape: Shape, outcome: SortedSetOutcome) -> CmdResult {
 }
 
 /// Runs a sorted set command parsed by [`parse`]: a read of a replica (the way this
-/// connection reads), or a write through the log.
+/// connection reads), a write through the log, or a blocking pop that waits for a member.
 pub(crate) async fn run(ctx: &mut Ctx<'_>, args: &mut Args) -> CmdResult {
-    let SortedSetCommand { key, op, shape } = parse(args)?;
-    let outcome = match op {
-        SortedSetOp::Read(read) => {
-            ctx.shared
-                .node
-                .sorted_set_read(&key, read, ctx.client.read_mode)
+    let SortedSetCommand {
+        key,
+        op,
+        shape,
+        block,
+    } = parse(args)?;
+    let node = &ctx.shared.node;
+    let outcome = match (op, block) {
+        (SortedSetOp::Read(read), _) => {
+            node.sorted_set_read(&key, read, ctx.client.read_mode)
                 .await?
         }
-        op => ctx.shared.node.sorted_set(key, op).await?,
+        (op, Some(wait)) => {
+            let highest = match &op {
+                SortedSetOp::Pop { highest, .. } | SortedSetOp::PopFirst { highest, .. } => {
+                    *highest
+                }
+                _ => false,
+            };
+            let mut keys = vec![key.clone()];
+            if let SortedSetOp::PopFirst { others, .. } = op {
+                keys.extend(others);
+            }
+            let hung_up = ctx.client.hung_up.clone();
+            node.sorted_set_pop_blocking(keys, highest, wait, hung_up)
+                .await?
+        }
+        (op, None) => node.sorted_set(key.clone(), op).await?,
     };
-    reply(shape, outcome)
+    reply(shape, &key, outcome)
 }
 
 /// `ZSCAN key cursor [MATCH pattern] [COUNT n]`: members in member order, each followed by
@@ -475,7 +536,7 @@ pub(crate) async fn zscan(ctx: &mut Ctx<'_>, args: &mut Args) -> CmdResult {
         .await?;
     let page = match outcome.0 {
         Ok(SortedSetAnswer::Pairs(pairs)) => pairs,
-        other => return reply(Shape::Count, SortedSetOutcome(other)),
+        other => return reply(Shape::Count, &key, SortedSetOutcome(other)),
     };
     let (read, last) = (page.len(), page.last().map(|(m, _)| m.clone()));
     let items = page

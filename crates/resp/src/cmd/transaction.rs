@@ -10,10 +10,13 @@
 use super::{CmdError, CmdResult, Ctx, hashes, keys, lists, no_more, sets, sorted_sets, strings};
 use crate::{ArgError, Args, Reply};
 use bytes::Bytes;
+use trireme_cluster::read_limit::{Whole, bound_read, too_many_to_combine, too_many_to_read};
 use trireme_cluster::{
-    Command, CommandResult, Deleted, Done, EditOutcome, FromApplied, HashOutcome, IncrOutcome,
-    KeyCheck, ListOutcome, PutCondition, PutOutcome, PutRequest, ReadMode, Records, SetOutcome,
-    SortedSetOutcome, StringEdit, TransactionRequest, TtlChanged, TtlUpdate,
+    Command, CommandResult, Deleted, Done, EditOutcome, FromApplied, HashAnswer, HashOp,
+    HashOutcome, HashRead, IncrOutcome, KeyCheck, ListAnswer, ListOp, ListOutcome, ListRead,
+    PutCondition, PutOutcome, PutRequest, ReadMode, Records, SetAnswer, SetOp, SetOutcome, SetRead,
+    SortedSetAnswer, SortedSetOp, SortedSetOutcome, SortedSetRead, StringEdit, TransactionRequest,
+    TtlChanged, TtlUpdate,
 };
 use trireme_types::key_slot;
 
@@ -200,13 +203,14 @@ pub(crate) async fn exec(ctx: &mut Ctx<'_>, args: &mut Args) -> CmdResult {
     {
         return Err(CmdError::Reply(CROSSSLOT.into()));
     }
-    let max_value = ctx.shared.node.config().limits.max_value_bytes as u64;
+    let limits = &ctx.shared.node.config().limits;
+    let (max_value, max_read) = (limits.max_value_bytes as u64, limits.max_collection_read);
     // Each queued command becomes a log command and a way to read its result; one whose
     // arguments do not parse answers its error in its place, as Redis answers it at EXEC.
     let mut steps: Vec<Result<Step, CmdError>> = Vec::with_capacity(multi.queued.len());
     let mut commands = Vec::new();
     for request in multi.queued {
-        let step = plan(&mut Args::new(request), max_value);
+        let step = plan(&mut Args::new(request), max_value, max_read);
         if let Ok(Step {
             command: Some(command),
             ..
@@ -265,7 +269,8 @@ pub(crate) async fn run_together(
     ctx: &mut Ctx<'_>,
     requests: Vec<Vec<Bytes>>,
 ) -> Option<Vec<Reply>> {
-    let max_value = ctx.shared.node.config().limits.max_value_bytes as u64;
+    let limits = &ctx.shared.node.config().limits;
+    let (max_value, max_read) = (limits.max_value_bytes as u64, limits.max_collection_read);
     let mut steps = Vec::with_capacity(requests.len());
     let mut commands = Vec::with_capacity(requests.len());
     for request in requests {
@@ -277,7 +282,7 @@ pub(crate) async fn run_together(
         if !queueable || super::server::arity_ok(&request) != Some(true) {
             return None;
         }
-        let step = plan(&mut Args::new(request), max_value).ok()?;
+        let step = plan(&mut Args::new(request), max_value, max_read).ok()?;
         if let Some(command) = &step.command {
             // Cheap: keys and values are shared buffers.
             commands.push(command.clone());
@@ -361,8 +366,9 @@ fn edit(key: Bytes, edit: StringEdit, length: bool) -> Step {
 }
 
 /// Parses one queued request into its log command and reply, as the command's own handler
-/// would parse it.
-fn plan(args: &mut Args, max_value: u64) -> Result<Step, CmdError> {
+/// would parse it; `max_value` and `max_read` are `[limits] max_value_bytes` and
+/// `max_collection_read`.
+fn plan(args: &mut Args, max_value: u64, max_read: u64) -> Result<Step, CmdError> {
     let name = args.command_name();
     Ok(match name.as_str() {
         "get" => {
@@ -524,29 +530,95 @@ fn plan(args: &mut Args, max_value: u64) -> Result<Step, CmdError> {
                 Ok(Reply::Bulk(strings::substring(&value, start, end)))
             })
         }
+        // Whole reads are bounded by `[limits] max_collection_read` as they are alone (see
+        // `trireme_cluster::read_limit`); those without a limit to give (a list range, a set
+        // combination) are checked once answered.
         name if hashes::NAMES.contains(&name) => {
-            let hashes::HashCommand { key, op, shape } = hashes::parse(args)?;
+            let hashes::HashCommand { key, mut op, shape } = hashes::parse(args)?;
+            let bounded = match &mut op {
+                HashOp::Read(HashRead::Fields { limit, .. }) => {
+                    bound_read(limit, max_read, Whole::Unlimited)
+                }
+                _ => false,
+            };
             step(Command::Hash { key, op }, move |r| {
-                hashes::reply(shape, read::<HashOutcome>(r)?)
+                let outcome = read::<HashOutcome>(r)?;
+                if bounded
+                    && matches!(&outcome.0, Ok(HashAnswer::Pairs(p)) if p.len() as u64 > max_read)
+                {
+                    return Err(too_many_to_read("hash", max_read, "HSCAN").into());
+                }
+                hashes::reply(shape, outcome)
             })
         }
         name if sets::NAMES.contains(&name) => {
-            let sets::SetCommand { key, op, shape } = sets::parse(args)?;
+            let sets::SetCommand { key, mut op, shape } = sets::parse(args)?;
+            let combine = matches!(op, SetOp::Read(SetRead::Combine { .. }));
+            let bounded = match &mut op {
+                SetOp::Read(SetRead::Members { limit, .. }) => {
+                    bound_read(limit, max_read, Whole::Unlimited)
+                }
+                _ => combine,
+            };
             step(Command::SetMembers { key, op }, move |r| {
-                sets::reply(shape, read::<SetOutcome>(r)?)
+                let outcome = read::<SetOutcome>(r)?;
+                if bounded
+                    && matches!(&outcome.0, Ok(SetAnswer::Members(m)) if m.len() as u64 > max_read)
+                {
+                    return Err(if combine {
+                        too_many_to_combine(max_read)
+                    } else {
+                        too_many_to_read("set", max_read, "SSCAN")
+                    }
+                    .into());
+                }
+                sets::reply(shape, outcome)
             })
         }
         name if lists::NAMES.contains(&name) => {
             // Inside a transaction a blocking command does not block, as in Redis.
             let lists::ListCommand { key, op, shape, .. } = lists::parse(args)?;
+            let range = matches!(op, ListOp::Read(ListRead::Range { .. }));
             step(Command::List { key, op }, move |r| {
-                lists::reply(shape, read::<ListOutcome>(r)?)
+                let outcome = read::<ListOutcome>(r)?;
+                if range
+                    && matches!(&outcome.0, Ok(ListAnswer::Elements(e)) if e.len() as u64 > max_read)
+                {
+                    return Err(
+                        too_many_to_read("list", max_read, "LRANGE over a shorter range").into(),
+                    );
+                }
+                lists::reply(shape, outcome)
             })
         }
         name if sorted_sets::NAMES.contains(&name) => {
-            let sorted_sets::SortedSetCommand { key, op, shape } = sorted_sets::parse(args)?;
+            // Inside a transaction a blocking pop does not block, as in Redis.
+            let sorted_sets::SortedSetCommand {
+                key, mut op, shape, ..
+            } = sorted_sets::parse(args)?;
+            let bounded = match &mut op {
+                SortedSetOp::Read(SortedSetRead::Range { limit, .. }) => {
+                    bound_read(limit, max_read, Whole::PastMax)
+                }
+                SortedSetOp::Read(SortedSetRead::Members { limit, .. }) => {
+                    bound_read(limit, max_read, Whole::Unlimited)
+                }
+                _ => false,
+            };
+            let popped_from = key.clone();
             step(Command::SortedSet { key, op }, move |r| {
-                sorted_sets::reply(shape, read::<SortedSetOutcome>(r)?)
+                let outcome = read::<SortedSetOutcome>(r)?;
+                if bounded
+                    && matches!(&outcome.0, Ok(SortedSetAnswer::Pairs(p)) if p.len() as u64 > max_read)
+                {
+                    return Err(too_many_to_read(
+                        "sorted set",
+                        max_read,
+                        "ZRANGE with LIMIT, or ZSCAN",
+                    )
+                    .into());
+                }
+                sorted_sets::reply(shape, &popped_from, outcome)
             })
         }
         "ping" | "unwatch" => {

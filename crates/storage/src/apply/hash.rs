@@ -9,7 +9,7 @@ use crate::StorageError;
 use crate::keys::owned_key;
 use crate::tables::{Space, TablesSnapshot};
 use bytes::Bytes;
-use trireme_types::collection::{decode_count, encode_count, member_key, member_prefix};
+use trireme_types::collection::{RowTable, decode_count, encode_count, member_key, member_prefix};
 use trireme_types::{ErrorCode, HashAnswer, HashOp, HashRead, Record, ValueKind};
 
 /// Where a read of a collection finds it: the store as it is, or a batch being applied.
@@ -156,15 +156,19 @@ fn read(
         HashRead::Get { fields } => {
             let mut values = Vec::with_capacity(fields.len());
             for field in fields {
-                values.push(match head {
-                    Some(_) => source.member(&member_key(key, field))?,
+                values.push(match &head {
+                    Some(head) => source.member(&member_key(key, head.create_index, field))?,
                     None => None,
                 });
             }
             HashAnswer::Values(values)
         }
-        HashRead::Fields { after, limit } => HashAnswer::Pairs(match head {
-            Some(_) => source.members(&member_prefix(key), after.as_deref(), *limit)?,
+        HashRead::Fields { after, limit } => HashAnswer::Pairs(match &head {
+            Some(head) => source.members(
+                &member_prefix(key, head.create_index),
+                after.as_deref(),
+                *limit,
+            )?,
             None => Vec::new(),
         }),
     }))
@@ -210,22 +214,28 @@ impl Pending<'_> {
         self.member_rows(prefix, after, limit, true)
     }
 
-    /// Removes every member row of the collection at `key` (its record is going or being
-    /// replaced by another value). O(members), as Redis's `DEL` of a collection is.
-    pub(super) fn purge_members(
+    /// Undoes what this batch wrote under version `version` of the collection at `key`
+    /// (its record is going or being replaced): O(the batch's own rows), never a walk over
+    /// the stored ones, which are dead with their version and purged in the background.
+    pub(super) fn drop_changed_rows(
         &mut self,
         key: &Bytes,
-        kind: ValueKind,
+        version: u64,
     ) -> Result<(), StorageError> {
-        let mut prefixes = vec![member_prefix(key)];
-        if kind == ValueKind::SortedSet {
-            prefixes.push(trireme_types::sorted::score_prefix(key));
-        }
-        for prefix in prefixes {
-            for (member, _) in self.member_rows(&prefix, None, u64::MAX, false)? {
-                let mut row = prefix.to_vec();
-                row.extend_from_slice(&member);
-                self.set(Bytes::from(row), None)?;
+        for table in [RowTable::Members, RowTable::Scores] {
+            let prefix = table.prefix(key, version);
+            let written: Vec<Bytes> = self
+                .changed_members
+                .range::<Bytes, _>((
+                    std::ops::Bound::Included(prefix.clone()),
+                    std::ops::Bound::Unbounded,
+                ))
+                .take_while(|row| row.starts_with(&prefix[..]))
+                .filter(|row| matches!(self.changes.get(*row), Some(Some(_))))
+                .cloned()
+                .collect();
+            for row in written {
+                self.set(row, None)?;
             }
         }
         Ok(())
@@ -250,6 +260,7 @@ impl Pending<'_> {
         let mut hash = HashEdit {
             key,
             exists: head.is_some(),
+            version: head.as_ref().map_or(index, |h| h.create_index),
             index,
             wrote: false,
         };
@@ -286,7 +297,7 @@ impl Pending<'_> {
                 let mut removed = 0u64;
                 for field in fields {
                     if hash.created(self, field)?.is_some() {
-                        self.set(member_key(key, field), None)?;
+                        self.set(member_key(key, hash.version, field), None)?;
                         hash.wrote = true;
                         removed += 1;
                     }
@@ -372,6 +383,8 @@ struct HashEdit<'k> {
     key: &'k Bytes,
     /// Whether the hash existed (live) before the command.
     exists: bool,
+    /// The hash's version: its record's `CreateIndex`, or this entry's index for a new one.
+    version: u64,
     index: u64,
     /// Whether the command changed a field.
     wrote: bool,
@@ -388,7 +401,7 @@ impl HashEdit<'_> {
         if !self.exists {
             return Ok(None);
         }
-        pending.raw(&member_key(self.key, field))
+        pending.raw(&member_key(self.key, self.version, field))
     }
 
     /// The `CreateIndex` of a field's row as the batch sees it, `None` if the hash has no such
@@ -401,7 +414,7 @@ impl HashEdit<'_> {
         if !self.exists {
             return Ok(None);
         }
-        pending.member_number(&member_key(self.key, field), ValueKind::Hash)
+        pending.member_number(&member_key(self.key, self.version, field), ValueKind::Hash)
     }
 
     /// Writes a field; `created` is the `CreateIndex` of the row it replaces.
@@ -424,14 +437,14 @@ impl HashEdit<'_> {
         if let Some(created) = created {
             record.create_index = created;
         }
-        pending.set(member_key(self.key, field), Some(record))
+        pending.set(member_key(self.key, self.version, field), Some(record))
     }
 }
 
 #[cfg(test)]
 mod tests {
     use super::super::testing::*;
-    use crate::{ShardSplit, Storage, StorageOptions};
+    use crate::{Storage, StorageOptions};
     use trireme_types::collection::member_key;
     use trireme_types::{
         Command, CommandResult, ErrorCode, HashAnswer, HashOp, HashRead, KeyCheck, PutCondition,
@@ -569,6 +582,8 @@ mod tests {
                 return_previous: false,
             }],
         );
+        // The fields are dead with the hash, and purged in the background.
+        assert!(storage.wait_for_purges(std::time::Duration::from_secs(10)));
         assert_eq!(stored_rows(&storage), 1);
         assert_eq!(
             storage
@@ -629,18 +644,8 @@ mod tests {
             ],
         );
         assert_eq!(pairs(&storage, "h"), vec![("new".into(), "2".into())]);
-        assert_eq!(
-            storage
-                .get_raw(ShardId(0), &member_key(b"h", b"old"))
-                .unwrap(),
-            None
-        );
-        assert_eq!(
-            storage
-                .get_raw(ShardId(0), &member_key(b"e", b"x"))
-                .unwrap(),
-            None
-        );
+        // The old versions' rows go in the background: the new hash's record and field stay.
+        assert!(storage.wait_for_purges(std::time::Duration::from_secs(10)));
         assert_eq!(stored_rows(&storage), 2);
         // The new hash has no expiry of the old one's.
         let head = storage.get(ShardId(0), b"h", 200).unwrap().unwrap();
@@ -689,6 +694,7 @@ mod tests {
         );
         assert!(matches!(results[1], CommandResult::Transaction(Err(1))));
         assert_eq!(pairs(&storage, "h"), vec![("c".into(), "3".into())]);
+        assert!(storage.wait_for_purges(std::time::Duration::from_secs(10)));
         assert_eq!(stored_rows(&storage), 2);
     }
 
@@ -702,16 +708,7 @@ mod tests {
             .map(|k| hset(k, &[("f1", "1"), ("f2", "2")]))
             .collect();
         run_at(&storage, 1, 1, writes);
-        let split = ShardSplit {
-            parent: ShardId(0),
-            child: ShardId(1),
-            at_slot: 8192,
-            range: (0, 16383),
-        };
-        storage
-            .split_shard(&split, 100, &[], Some(&[]))
-            .unwrap()
-            .expect("applied");
+        split_in_half(&storage);
         for key in &keys {
             let upper = trireme_types::key_slot(key.as_bytes()) >= 8192;
             let (here, there) = if upper { (1, 0) } else { (0, 1) };
@@ -723,7 +720,12 @@ mod tests {
             };
             assert_eq!(fields(here), Ok(HashAnswer::Count(2)), "{key}");
             assert_eq!(fields(there), Ok(HashAnswer::Count(0)), "{key}");
-            let row = member_key(key.as_bytes(), b"f2");
+            let version = storage
+                .get_raw(ShardId(here), key.as_bytes())
+                .unwrap()
+                .expect("the hash")
+                .create_index;
+            let row = member_key(key.as_bytes(), version, b"f2");
             assert!(storage.get_raw(ShardId(here), &row).unwrap().is_some());
             assert!(storage.get_raw(ShardId(there), &row).unwrap().is_none());
         }

@@ -8,7 +8,7 @@ use super::hash::{InBatch, MemberSource, Stored};
 use crate::StorageError;
 use bytes::Bytes;
 use trireme_types::collection::{
-    decode_list, encode_list, list_position, member_key, member_prefix,
+    decode_list, encode_list, list_position, list_range, member_key, member_prefix,
 };
 use trireme_types::{End, ErrorCode, ListAnswer, ListOp, ListRead, Record, ValueKind};
 
@@ -35,9 +35,16 @@ fn head(
     })
 }
 
-/// The row of the element at `position`.
-fn row(key: &[u8], position: i64) -> Bytes {
-    member_key(key, &list_position(position))
+/// The row of the element at `position` of version `version` of the list at `key`.
+fn row(key: &[u8], version: u64, position: i64) -> Bytes {
+    member_key(key, version, &list_position(position))
+}
+
+impl Head {
+    /// The row of this list's element at `position`.
+    fn row(&self, key: &[u8], position: i64) -> Bytes {
+        row(key, self.record.create_index, position)
+    }
 }
 
 /// Index `index` (negative from the tail) of a list of `len`, if it is in it.
@@ -45,23 +52,6 @@ fn index_in(index: i64, len: u64) -> Option<u64> {
     let len = i64::try_from(len).ok()?;
     let i = if index < 0 { index + len } else { index };
     (0..len).contains(&i).then_some(i as u64)
-}
-
-/// The indexes from `start` to `stop` of a list of `len`, as Redis reads them (negative from
-/// the tail, clamped to the list); `None` when the range is empty.
-fn range_in(start: i64, stop: i64, len: u64) -> Option<(u64, u64)> {
-    let len = i64::try_from(len).ok()?;
-    let start = if start < 0 {
-        (start + len).max(0)
-    } else {
-        start
-    };
-    let stop = if stop < 0 {
-        stop + len
-    } else {
-        stop.min(len - 1)
-    };
-    (start <= stop && start < len).then_some((start as u64, stop as u64))
 }
 
 /// The elements with indexes `from..=to` of the list `head` at `key`.
@@ -74,7 +64,8 @@ fn elements(
 ) -> Result<Vec<Bytes>, StorageError> {
     let start = head.first + from as i64;
     let after = list_position(start.saturating_sub(1));
-    let rows = source.members(&member_prefix(key), Some(&after[..]), to - from + 1)?;
+    let prefix = member_prefix(key, head.record.create_index);
+    let rows = source.members(&prefix, Some(&after[..]), to - from + 1)?;
     Ok(rows.into_iter().map(|(_, value)| value).collect())
 }
 
@@ -97,14 +88,14 @@ fn read(
     };
     Ok(Ok(match read {
         ListRead::Len => ListAnswer::Count(head.len),
-        ListRead::Range { start, stop } => match range_in(*start, *stop, head.len) {
+        ListRead::Range { start, stop } => match list_range(*start, *stop, head.len) {
             Some((from, to)) => ListAnswer::Elements(elements(source, key, &head, from, to)?),
             None => ListAnswer::Elements(Vec::new()),
         },
         ListRead::Index(index) => match index_in(*index, head.len) {
             Some(i) => ListAnswer::Elements(
                 source
-                    .member(&row(key, head.first + i as i64))?
+                    .member(&head.row(key, head.first + i as i64))?
                     .into_iter()
                     .collect(),
             ),
@@ -219,6 +210,7 @@ impl Pending<'_> {
             // Whatever an expired key of this name left goes first.
             self.set(key.clone(), None)?;
         }
+        let version = before.map_or(index, |h| h.record.create_index);
         for element in elements {
             let position = match end {
                 End::Left => {
@@ -228,7 +220,7 @@ impl Pending<'_> {
                 End::Right => first + len as i64,
             };
             self.set(
-                row(key, position),
+                row(key, version, position),
                 Some(Record::string(element.clone(), index)),
             )?;
             len += 1;
@@ -257,7 +249,7 @@ impl Pending<'_> {
                 End::Left => head.first + i as i64,
                 End::Right => head.first + (head.len - 1 - i) as i64,
             };
-            let at = row(key, position);
+            let at = head.row(key, position);
             if let Some(record) = self.raw(&at)? {
                 popped.push(record.value);
             }
@@ -280,12 +272,12 @@ impl Pending<'_> {
         index: u64,
     ) -> Result<(), StorageError> {
         for i in 0..head.len {
-            self.set(row(key, head.first + i as i64), None)?;
+            self.set(head.row(key, head.first + i as i64), None)?;
         }
         let len = elements.len() as u64;
         for (i, element) in elements.into_iter().enumerate() {
             self.set(
-                row(key, head.first + i as i64),
+                head.row(key, head.first + i as i64),
                 Some(Record::string(element, index)),
             )?;
         }
@@ -384,7 +376,7 @@ impl Pending<'_> {
                 };
                 let position = head.first + i as i64;
                 self.set(
-                    row(key, position),
+                    head.row(key, position),
                     Some(Record::string(element.clone(), index)),
                 )?;
                 self.write_list_head(key, Some(head), head.len, head.first, index)?;
@@ -394,12 +386,12 @@ impl Pending<'_> {
                 let Some(head) = &before else {
                     return Ok(Ok(ListAnswer::Done));
                 };
-                let (keep_from, keep_to) = match range_in(*start, *stop, head.len) {
+                let (keep_from, keep_to) = match list_range(*start, *stop, head.len) {
                     Some(range) => range,
                     None => (head.len, head.len),
                 };
                 for i in (0..keep_from).chain(keep_to.saturating_add(1).min(head.len)..head.len) {
-                    self.set(row(key, head.first + i as i64), None)?;
+                    self.set(head.row(key, head.first + i as i64), None)?;
                 }
                 let kept = if keep_from >= head.len {
                     0
@@ -502,9 +494,10 @@ impl Pending<'_> {
 #[cfg(test)]
 mod tests {
     use super::super::testing::*;
-    use super::{index_in, range_in};
+    use super::index_in;
     use crate::{Storage, StorageOptions};
     use bytes::Bytes;
+    use trireme_types::collection::list_range;
     use trireme_types::{
         Command, CommandResult, End, ErrorCode, ListAnswer, ListOp, ListRead, ShardId,
     };
@@ -578,12 +571,12 @@ mod tests {
 
     #[test]
     fn bounds_are_read_as_redis_reads_them() {
-        assert_eq!(range_in(0, -1, 3), Some((0, 2)));
-        assert_eq!(range_in(-100, 100, 3), Some((0, 2)));
-        assert_eq!(range_in(2, 1, 3), None);
-        assert_eq!(range_in(5, 10, 3), None);
-        assert_eq!(range_in(-2, -1, 3), Some((1, 2)));
-        assert_eq!(range_in(0, -4, 3), None);
+        assert_eq!(list_range(0, -1, 3), Some((0, 2)));
+        assert_eq!(list_range(-100, 100, 3), Some((0, 2)));
+        assert_eq!(list_range(2, 1, 3), None);
+        assert_eq!(list_range(5, 10, 3), None);
+        assert_eq!(list_range(-2, -1, 3), Some((1, 2)));
+        assert_eq!(list_range(0, -4, 3), None);
         assert_eq!(index_in(-1, 3), Some(2));
         assert_eq!(index_in(3, 3), None);
         assert_eq!(index_in(-4, 3), None);

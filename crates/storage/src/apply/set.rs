@@ -28,8 +28,8 @@ fn all_members(
     Ok(match head(source, key)? {
         Err(code) => Err(code),
         Ok(None) => Ok(BTreeSet::new()),
-        Ok(Some(_)) => Ok(source
-            .members(&member_prefix(key), None, u64::MAX)?
+        Ok(Some(head)) => Ok(source
+            .members(&member_prefix(key, head.create_index), None, u64::MAX)?
             .into_iter()
             .map(|(member, _)| member)
             .collect()),
@@ -83,13 +83,22 @@ fn read(
         SetRead::Contains { members } => {
             let mut flags = Vec::with_capacity(members.len());
             for member in members {
-                flags.push(head.is_some() && source.member(&member_key(key, member))?.is_some());
+                flags.push(match &head {
+                    Some(head) => source
+                        .member(&member_key(key, head.create_index, member))?
+                        .is_some(),
+                    None => false,
+                });
             }
             SetAnswer::Flags(flags)
         }
-        SetRead::Members { after, limit } => SetAnswer::Members(match head {
-            Some(_) => source
-                .members(&member_prefix(key), after.as_deref(), *limit)?
+        SetRead::Members { after, limit } => SetAnswer::Members(match &head {
+            Some(head) => source
+                .members(
+                    &member_prefix(key, head.create_index),
+                    after.as_deref(),
+                    *limit,
+                )?
                 .into_iter()
                 .map(|(member, _)| member)
                 .collect(),
@@ -171,9 +180,10 @@ impl Pending<'_> {
         index: u64,
     ) -> Result<Result<u64, ErrorCode>, StorageError> {
         let count = before.map_or(0, |h| decode_count(&h.value));
+        let version = before.map_or(index, |h| h.create_index);
         let mut new = BTreeSet::new();
         for member in members {
-            let row = member_key(key, member);
+            let row = member_key(key, version, member);
             if before.is_none() || self.member_number(&row, ValueKind::Set)?.is_none() {
                 new.insert(member);
             }
@@ -191,7 +201,7 @@ impl Pending<'_> {
         }
         for member in new {
             self.set(
-                member_key(key, member),
+                member_key(key, version, member),
                 Some(Record::string(Bytes::new(), index)),
             )?;
         }
@@ -211,7 +221,7 @@ impl Pending<'_> {
         let count = decode_count(&head.value);
         let mut removed = 0u64;
         for member in members {
-            let row = member_key(key, member);
+            let row = member_key(key, head.create_index, member);
             if self.member_number(&row, ValueKind::Set)?.is_some() {
                 self.set(row, None)?;
                 removed += 1;
@@ -259,11 +269,16 @@ impl Pending<'_> {
                 SetAnswer::Count(self.remove_members(key, before.as_ref(), members, index)?)
             }
             SetOp::Pop { count, seed } => {
-                let Some(_) = &before else {
+                let Some(head) = &before else {
                     return Ok(Ok(SetAnswer::Members(Vec::new())));
                 };
                 let mut all: Vec<Bytes> = self
-                    .member_rows(&member_prefix(key), None, u64::MAX, false)?
+                    .member_rows(
+                        &member_prefix(key, head.create_index),
+                        None,
+                        u64::MAX,
+                        false,
+                    )?
                     .into_iter()
                     .map(|(m, _)| m)
                     .collect();
@@ -289,10 +304,12 @@ impl Pending<'_> {
                     Ok(target) => target,
                     Err(code) => return Ok(Err(code)),
                 };
-                let here = before.is_some()
-                    && self
-                        .member_number(&member_key(key, member), ValueKind::Set)?
-                        .is_some();
+                let here = match &before {
+                    Some(head) => self
+                        .member_number(&member_key(key, head.create_index, member), ValueKind::Set)?
+                        .is_some(),
+                    None => false,
+                };
                 if !here {
                     return Ok(Ok(SetAnswer::Count(0)));
                 }

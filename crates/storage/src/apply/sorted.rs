@@ -35,9 +35,15 @@ fn after_score(score: Score) -> Vec<u8> {
 }
 
 /// The score rows of the sorted set at `key` from `min` to `max`.
-fn score_span(key: &[u8], min: ScoreBound, max: ScoreBound, reverse: bool) -> RowSpan {
+fn score_span(
+    key: &[u8],
+    version: u64,
+    min: ScoreBound,
+    max: ScoreBound,
+    reverse: bool,
+) -> RowSpan {
     RowSpan {
-        prefix: score_prefix(key),
+        prefix: score_prefix(key, version),
         lower: if min.exclusive {
             Bound::Included(after_score(min.score))
         } else {
@@ -54,9 +60,15 @@ fn score_span(key: &[u8], min: ScoreBound, max: ScoreBound, reverse: bool) -> Ro
 
 /// The member rows of the sorted set at `key` from `min` to `max`; `None` when the range
 /// takes nothing whatever the set holds (`+` as its low end, `-` as its high end).
-fn lex_span(key: &[u8], min: &LexBound, max: &LexBound, reverse: bool) -> Option<RowSpan> {
+fn lex_span(
+    key: &[u8],
+    version: u64,
+    min: &LexBound,
+    max: &LexBound,
+    reverse: bool,
+) -> Option<RowSpan> {
     Some(RowSpan {
-        prefix: member_prefix(key),
+        prefix: member_prefix(key, version),
         lower: match min {
             LexBound::Lowest => Bound::Unbounded,
             LexBound::Highest => return None,
@@ -126,18 +138,18 @@ fn range(
             };
             let span = RowSpan {
                 reverse,
-                ..RowSpan::all(score_prefix(key))
+                ..RowSpan::all(score_prefix(key, head.create_index))
             };
             let skip = skip.saturating_add(offset);
             let take = take.saturating_sub(offset).min(limit);
             from_score_rows(source.rows(&span, skip, take)?)
         }
         ZRange::Score { min, max } => {
-            let span = score_span(key, *min, *max, reverse);
+            let span = score_span(key, head.create_index, *min, *max, reverse);
             from_score_rows(source.rows(&span, offset, limit)?)
         }
         ZRange::Lex { min, max } => {
-            let Some(span) = lex_span(key, min, max, reverse) else {
+            let Some(span) = lex_span(key, head.create_index, min, max, reverse) else {
                 return Ok(Vec::new());
             };
             source
@@ -176,19 +188,21 @@ fn read(
         SortedSetRead::Scores { members } => {
             let mut scores = Vec::with_capacity(members.len());
             for member in members {
-                scores.push(match source.member(&member_key(key, member))? {
-                    Some(value) => Some(decode_score(&value)?),
-                    None => None,
-                });
+                scores.push(
+                    match source.member(&member_key(key, head.create_index, member))? {
+                        Some(value) => Some(decode_score(&value)?),
+                        None => None,
+                    },
+                );
             }
             SortedSetAnswer::Scores(scores)
         }
         SortedSetRead::Rank { member, reverse } => {
-            let Some(value) = source.member(&member_key(key, member))? else {
+            let Some(value) = source.member(&member_key(key, head.create_index, member))? else {
                 return Ok(Ok(SortedSetAnswer::Rank(None)));
             };
             let at = score_suffix(decode_score(&value)?, member);
-            let all = RowSpan::all(score_prefix(key));
+            let all = RowSpan::all(score_prefix(key, head.create_index));
             let before = if *reverse {
                 RowSpan {
                     lower: Bound::Excluded(at),
@@ -206,8 +220,10 @@ fn read(
             ZRange::Rank { start, stop } => {
                 rank_window(*start, *stop, decode_count(&head.value)).map_or(0, |(_, n)| n)
             }
-            ZRange::Score { min, max } => source.count(&score_span(key, *min, *max, false))?,
-            ZRange::Lex { min, max } => match lex_span(key, min, max, false) {
+            ZRange::Score { min, max } => {
+                source.count(&score_span(key, head.create_index, *min, *max, false))?
+            }
+            ZRange::Lex { min, max } => match lex_span(key, head.create_index, min, max, false) {
                 Some(span) => source.count(&span)?,
                 None => 0,
             },
@@ -220,7 +236,8 @@ fn read(
         } => SortedSetAnswer::Pairs(range(source, key, &head, which, *reverse, *offset, *limit)?),
         SortedSetRead::Members { after, limit } => {
             let mut pairs = Vec::new();
-            for (member, value) in source.members(&member_prefix(key), after.as_deref(), *limit)? {
+            let prefix = member_prefix(key, head.create_index);
+            for (member, value) in source.members(&prefix, after.as_deref(), *limit)? {
                 pairs.push((member, decode_score(&value)?));
             }
             SortedSetAnswer::Pairs(pairs)
@@ -246,47 +263,52 @@ impl crate::ShardView<'_> {
 }
 
 impl Pending<'_> {
-    /// Gives `member` of the sorted set at `key` the score `to` (it had `from`).
+    /// Gives `member` of version `version` of the sorted set at `key` the score `to` (it
+    /// had `from`).
     fn write_score(
         &mut self,
         key: &Bytes,
+        version: u64,
         member: &Bytes,
         from: Option<Score>,
         to: Score,
         index: u64,
     ) -> Result<(), StorageError> {
         if let Some(from) = from {
-            self.set(score_key(key, from, member), None)?;
+            self.set(score_key(key, version, from, member), None)?;
         }
         self.set(
-            score_key(key, to, member),
+            score_key(key, version, to, member),
             Some(Record::string(Bytes::new(), index)),
         )?;
         self.set(
-            member_key(key, member),
+            member_key(key, version, member),
             Some(Record::string(to.to_row(), index)),
         )
     }
 
-    /// Removes `member` (at `score`) from the sorted set at `key`; the record is the
-    /// caller's to update.
+    /// Removes `member` (at `score`) from version `version` of the sorted set at `key`; the
+    /// record is the caller's to update.
     fn remove_scored(
         &mut self,
         key: &Bytes,
+        version: u64,
         member: &Bytes,
         score: Score,
     ) -> Result<(), StorageError> {
-        self.set(score_key(key, score, member), None)?;
-        self.set(member_key(key, member), None)
+        self.set(score_key(key, version, score, member), None)?;
+        self.set(member_key(key, version, member), None)
     }
 
-    /// The score `member` has in the sorted set at `key`, as this batch sees it.
+    /// The score `member` has in version `version` of the sorted set at `key`, as this
+    /// batch sees it.
     fn score_in_batch(
         &mut self,
         key: &Bytes,
+        version: u64,
         member: &Bytes,
     ) -> Result<Option<Score>, StorageError> {
-        match self.member_number(&member_key(key, member), ValueKind::SortedSet)? {
+        match self.member_number(&member_key(key, version, member), ValueKind::SortedSet)? {
             Some(bits) => Ok(Some(decode_score(&bits.to_be_bytes())?)),
             None => Ok(None),
         }
@@ -306,11 +328,12 @@ impl Pending<'_> {
         index: u64,
     ) -> Result<Result<SortedSetAnswer, ErrorCode>, StorageError> {
         let count = before.map_or(0, |h| decode_count(&h.value));
+        let version = before.map_or(index, |h| h.create_index);
         // Checked before anything is written: a command past the limit changes nothing.
         if when != ZAddWhen::IfExists {
             let mut new = BTreeSet::new();
             for (_, member) in members {
-                if before.is_none() || self.score_in_batch(key, member)?.is_none() {
+                if before.is_none() || self.score_in_batch(key, version, member)?.is_none() {
                     new.insert(member);
                 }
             }
@@ -326,8 +349,8 @@ impl Pending<'_> {
         for (score, member) in members {
             last = None;
             let current = match before {
-                Some(_) => self.score_in_batch(key, member)?,
-                None if added > 0 => self.score_in_batch(key, member)?,
+                Some(_) => self.score_in_batch(key, version, member)?,
+                None if added > 0 => self.score_in_batch(key, version, member)?,
                 None => None,
             };
             match current {
@@ -352,7 +375,7 @@ impl Pending<'_> {
                         continue;
                     }
                     if target != current {
-                        self.write_score(key, member, Some(current), target, index)?;
+                        self.write_score(key, version, member, Some(current), target, index)?;
                         updated += 1;
                     }
                     last = Some(target);
@@ -361,7 +384,7 @@ impl Pending<'_> {
                     if when == ZAddWhen::IfExists {
                         continue;
                     }
-                    self.write_score(key, member, None, *score, index)?;
+                    self.write_score(key, version, member, None, *score, index)?;
                     added += 1;
                     last = Some(*score);
                 }
@@ -390,7 +413,7 @@ impl Pending<'_> {
             return Ok(());
         }
         for (member, score) in pairs {
-            self.remove_scored(key, member, *score)?;
+            self.remove_scored(key, head.create_index, member, *score)?;
         }
         let count = decode_count(&head.value).saturating_sub(pairs.len() as u64);
         self.set_head(key, Some(head), count, index, ValueKind::SortedSet)
@@ -403,10 +426,11 @@ impl Pending<'_> {
     fn pop_scored(
         &mut self,
         key: &Bytes,
+        version: u64,
         count: u64,
         highest: bool,
     ) -> Result<Vec<(Bytes, Score)>, StorageError> {
-        let prefix = score_prefix(key);
+        let prefix = score_prefix(key, version);
         let mut span = RowSpan {
             reverse: highest,
             ..RowSpan::all(prefix.clone())
@@ -442,6 +466,24 @@ impl Pending<'_> {
         if let SortedSetOp::Read(sorted_read) = op {
             return read(&mut InBatch { pending: self, now }, key, sorted_read);
         }
+        if let SortedSetOp::PopFirst { highest, others } = op {
+            for candidate in std::iter::once(key).chain(others) {
+                match head(&mut InBatch { pending: self, now }, candidate)? {
+                    Err(code) => return Ok(Err(code)),
+                    Ok(Some(head)) => {
+                        let pairs = self.pop_scored(candidate, head.create_index, 1, *highest)?;
+                        self.remove_pairs(candidate, &head, &pairs, index)?;
+                        let popped = pairs
+                            .into_iter()
+                            .next()
+                            .map(|(member, score)| (candidate.clone(), member, score));
+                        return Ok(Ok(SortedSetAnswer::Popped(popped)));
+                    }
+                    Ok(None) => {}
+                }
+            }
+            return Ok(Ok(SortedSetAnswer::Popped(None)));
+        }
         let before = match head(&mut InBatch { pending: self, now }, key)? {
             Ok(before) => before,
             Err(code) => return Ok(Err(code)),
@@ -472,13 +514,15 @@ impl Pending<'_> {
             }));
         };
         Ok(Ok(match op {
-            SortedSetOp::Add { .. } | SortedSetOp::Read(_) => unreachable!("answered above"),
+            SortedSetOp::Add { .. } | SortedSetOp::Read(_) | SortedSetOp::PopFirst { .. } => {
+                unreachable!("answered above")
+            }
             SortedSetOp::Remove { members } => {
                 let mut pairs = Vec::new();
                 let mut seen = BTreeSet::new();
                 for member in members {
                     if seen.insert(member)
-                        && let Some(score) = self.score_in_batch(key, member)?
+                        && let Some(score) = self.score_in_batch(key, head.create_index, member)?
                     {
                         pairs.push((member.clone(), score));
                     }
@@ -487,7 +531,7 @@ impl Pending<'_> {
                 SortedSetAnswer::Count(pairs.len() as u64)
             }
             SortedSetOp::Pop { count, highest } => {
-                let pairs = self.pop_scored(key, *count, *highest)?;
+                let pairs = self.pop_scored(key, head.create_index, *count, *highest)?;
                 self.remove_pairs(key, &head, &pairs, index)?;
                 SortedSetAnswer::Pairs(pairs)
             }
@@ -734,11 +778,13 @@ mod tests {
         let all = read(range_read(ZRange::Rank { start: 0, stop: -1 }, false));
         assert_eq!(names(all.as_ref().unwrap()), ["c=5"]);
         let mut rows = 0;
+        assert!(storage.wait_for_purges(std::time::Duration::from_secs(10)));
         storage
             .shard_view(ShardId(0))
             .for_each_record(|_, _| rows += 1)
             .unwrap();
-        // The key's record, one member row, one score row.
+        // The key's record, one member row, one score row: the deleted set's rows are
+        // purged in the background.
         assert_eq!(rows, 3);
     }
 

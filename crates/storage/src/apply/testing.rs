@@ -42,6 +42,20 @@ pub(super) fn run(storage: &Storage, first: u64, commands: Vec<Command>) -> Vec<
     run_at(storage, first, 1, commands)
 }
 
+/// Splits shard 0 (every slot) at slot 8192 into shard 1, as the split entry at index 100.
+pub(super) fn split_in_half(storage: &Storage) {
+    let split = crate::ShardSplit {
+        parent: ShardId(0),
+        child: ShardId(1),
+        at_slot: 8192,
+        range: (0, 16383),
+    };
+    storage
+        .split_shard(&split, 100, &[], Some(&[]))
+        .unwrap()
+        .expect("applied");
+}
+
 /// A store in a fresh directory (kept alive by the returned guard).
 pub(super) fn storage() -> (tempfile::TempDir, std::sync::Arc<Storage>) {
     let dir = tempfile::tempdir().unwrap();

@@ -94,6 +94,8 @@ pub struct ClusterOptions {
     /// Each node's `--data-dir`, by node index, when a test chooses them; empty: each in its
     /// node's temp dir.
     pub data_dirs: Vec<std::path::PathBuf>,
+    /// Environment variables of each node's process, by node index (none past the end).
+    pub node_env: Vec<Vec<(String, String)>>,
 }
 
 impl Default for ClusterOptions {
@@ -111,6 +113,7 @@ impl Default for ClusterOptions {
             acl: String::new(),
             extra_toml: String::new(),
             data_dirs: Vec::new(),
+            node_env: Vec::new(),
         }
     }
 }
@@ -316,6 +319,7 @@ impl TestCluster {
                 peer_addr: Some(peer(i)),
                 initial_cluster: Some(initial.clone()),
                 data_dir: opts.data_dirs.get(i).cloned(),
+                env: opts.node_env.get(i).cloned().unwrap_or_default(),
                 ..StartOptions::default()
             })
             .collect();
