@@ -19,6 +19,8 @@ pub struct ReplicaStats {
     pub applied_index: u64,
     /// Last log index known committed.
     pub committed_index: u64,
+    /// Last log index purged from this replica's log.
+    pub purged_index: u64,
     /// Times the known leader changed since this replica was opened.
     pub leader_changes: u64,
     /// Elections (terms begun) seen since this replica was opened.
@@ -53,6 +55,7 @@ impl Node {
                     term: status.term,
                     applied_index: status.applied_index,
                     committed_index: status.committed_index,
+                    purged_index: status.purged_index,
                     leader_changes: events.leader_changes.load(Ordering::Relaxed),
                     elections: events.elections.load(Ordering::Relaxed),
                     follower_lag,

@@ -126,9 +126,14 @@ impl Node {
             .ok_or_else(|| ClusterError::Internal(format!("session {id} was not created")))
     }
 
-    /// Session `id` if it has not ended, with the index of its row (the row's ModifyIndex,
-    /// or its shard's removal watermark once the row is gone, as for any key); with
-    /// `block`, once that index passes the client's, or when the wait is over.
+    /// Session `id` until its end is complete, with the index of its row (the row's
+    /// ModifyIndex, or its shard's removal watermark once the row is gone, as for any key);
+    /// with `block`, once that index passes the client's, or when the wait is over.
+    ///
+    /// A session being ended (invalidated, its locks not yet all released) is still shown:
+    /// in Consul a session's end and the release of its locks are one write, so a client
+    /// that sees the session gone may rely on its locks being free. Here they are several
+    /// writes on several shards, and the row goes last.
     pub async fn session_info(
         &self,
         id: &str,
@@ -141,16 +146,12 @@ impl Node {
                 self.get_unchecked(&key, mode)
             })
             .await?;
-        let info = record
-            .as_ref()
-            .and_then(SessionInfo::of)
-            .filter(|s| !s.state.invalidated);
-        Ok((info, meta))
+        Ok((record.as_ref().and_then(SessionInfo::of), meta))
     }
 
-    /// Every session that has not ended, in id order, with the index of the sessions' rows
-    /// (a renewal moves it too); with `block`, once that index passes the client's, or when
-    /// the wait is over.
+    /// Every session whose end is not complete (see [`Node::session_info`]), in id order,
+    /// with the index of the sessions' rows (a renewal moves it too); with `block`, once
+    /// that index passes the client's, or when the wait is over.
     pub async fn session_list(
         &self,
         mode: ReadMode,
@@ -165,7 +166,6 @@ impl Node {
         let live = rows
             .iter()
             .filter_map(|(_, r)| SessionInfo::of(r))
-            .filter(|s| !s.state.invalidated)
             .collect();
         Ok((live, meta))
     }

@@ -123,6 +123,9 @@ pub struct GroupStatus {
     pub applied_index: u64,
     /// Last log index known committed.
     pub committed_index: u64,
+    /// Last log index purged from this replica's log (0 when none): a follower that needs
+    /// an entry at or below it gets a snapshot instead.
+    pub purged_index: u64,
     /// Milliseconds since a quorum last acknowledged this leader (leaders only).
     pub millis_since_quorum_ack: Option<u64>,
 }
@@ -598,6 +601,7 @@ impl ShardGroup {
             term: m.current_term,
             applied_index: m.last_applied.as_ref().map_or(0, |l| l.index),
             committed_index: m.cluster_committed.as_ref().map_or(0, |l| l.index),
+            purged_index: m.purged.as_ref().map_or(0, |l| l.index),
             millis_since_quorum_ack: m
                 .last_quorum_acked
                 .as_ref()

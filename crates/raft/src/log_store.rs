@@ -200,6 +200,15 @@ impl RaftLogReader<TypeConfig> for LogStore {
                 "a log read returned fewer entries than asked"
             );
         }
+        // A hole inside the range is never allowed (openraft's contract): applying past it
+        // would skip a committed entry on this replica only. Better the group stops here,
+        // with the reason in the log.
+        if let Some(w) = rows.windows(2).find(|w| w[1].0 != w[0].0 + 1) {
+            return Err(io::Error::other(format!(
+                "log of group {} has a hole: entry {} follows {}",
+                self.group.0, w[1].0, w[0].0
+            )));
+        }
         rows.iter().map(|(_, bytes)| decode(bytes)).collect()
     }
 

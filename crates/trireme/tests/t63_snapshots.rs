@@ -10,6 +10,7 @@ use common::cluster::{
     CLUSTER_DEADLINE, ClusterOptions, RaftTiming, TestCluster, bounded, poll_until,
     write_every_shard,
 };
+use common::{metric, metrics_text};
 use std::collections::BTreeMap;
 use std::time::Duration;
 
@@ -181,6 +182,11 @@ async fn a_large_snapshot_reaches_a_node_that_was_down() {
         let leaders = c.expect_all_led(CLUSTER_DEADLINE).await;
         let victim = (0..3).find(|&i| i != leaders[0].node).unwrap();
         c.kill9(victim).await;
+        // Nothing is written while the victim is down but the pairs below, so its log ends
+        // at or before what the leader has committed now.
+        let before = &c.view(leaders[0].node).await.expect("leader's view")[0];
+        let (victim_last, shard) = (before.committed, before.shard);
+        let purged_series = format!("trireme_shard_log_purged_index{{shard=\"{shard}\"}}");
 
         let pairs: Vec<(String, String)> = (0..48u8)
             .map(|i| {
@@ -191,6 +197,26 @@ async fn a_large_snapshot_reaches_a_node_that_was_down() {
         c.put_all(&pairs, 2).await;
         let leader = c.expect_all_led(CLUSTER_DEADLINE).await[0].node;
         let target = c.view(leader).await.expect("leader's view")[0].applied;
+        // Purges follow snapshots in the background: wait until no running node's log still
+        // holds what the victim needs, whichever of them leads when it returns. Otherwise
+        // it would catch up from the log and the test would show nothing.
+        let purged = poll_until(CLUSTER_DEADLINE, Duration::from_millis(100), || async {
+            let mut least = u64::MAX;
+            for i in c.running() {
+                let text = metrics_text(&c.http, &c.node(i).http_url()).await;
+                let at = metric(&text, &purged_series).unwrap_or(0.0);
+                least = least.min(at as u64);
+            }
+            if least > victim_last {
+                Ok(())
+            } else {
+                Err(least)
+            }
+        })
+        .await;
+        if let Err(least) = purged {
+            panic!("the running nodes purged their logs only to {least}, not past {victim_last}");
+        }
         c.restart(victim).await;
         let converged = poll_until(
             Duration::from_secs(90),

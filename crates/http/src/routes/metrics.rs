@@ -7,6 +7,7 @@ use axum::http::header;
 use axum::response::IntoResponse;
 use std::fmt::Write;
 use std::sync::atomic::{AtomicU64, Ordering};
+use trireme_cluster::ReplicaStats;
 
 /// Needs `operator:read` when ACLs are on (Prometheus sends it as a Bearer token).
 pub(crate) async fn metrics(
@@ -295,6 +296,14 @@ fn requests(out: &mut String, m: &crate::HttpMetrics) {
     }
 }
 
+/// A series with one sample per shard replica held here: name, type, help, value.
+type ShardSeries = (
+    &'static str,
+    &'static str,
+    &'static str,
+    fn(&ReplicaStats) -> u64,
+);
+
 /// Per shard replica held here: role, indexes, leader changes, follower lag, keys and bytes.
 async fn replicas(out: &mut String, state: &AppState) {
     let replicas = state.node.replica_stats();
@@ -311,44 +320,37 @@ async fn replicas(out: &mut String, state: &AppState) {
             r.shard.0, r.role
         );
     }
-    header(
-        out,
-        "trireme_shard_committed_index",
-        "gauge",
-        "Last log index known committed, per shard held here.",
-    );
-    for r in &replicas {
-        let _ = writeln!(
-            out,
-            "trireme_shard_committed_index{{shard=\"{}\"}} {}",
-            r.shard.0, r.committed_index
-        );
-    }
-    header(
-        out,
-        "trireme_shard_leader_changes_total",
-        "counter",
-        "Times this node saw the shard's leader change, since it opened its replica.",
-    );
-    for r in &replicas {
-        let _ = writeln!(
-            out,
-            "trireme_shard_leader_changes_total{{shard=\"{}\"}} {}",
-            r.shard.0, r.leader_changes
-        );
-    }
-    header(
-        out,
-        "trireme_shard_elections_total",
-        "counter",
-        "Elections of the shard seen by this node since it opened its replica, counted as the terms the shard advanced by (won or not).",
-    );
-    for r in &replicas {
-        let _ = writeln!(
-            out,
-            "trireme_shard_elections_total{{shard=\"{}\"}} {}",
-            r.shard.0, r.elections
-        );
+    let per_shard: [ShardSeries; 4] = [
+        (
+            "trireme_shard_committed_index",
+            "gauge",
+            "Last log index known committed, per shard held here.",
+            |r| r.committed_index,
+        ),
+        (
+            "trireme_shard_log_purged_index",
+            "gauge",
+            "Last log index purged from this node's log (kept in snapshots instead), per shard held here.",
+            |r| r.purged_index,
+        ),
+        (
+            "trireme_shard_leader_changes_total",
+            "counter",
+            "Times this node saw the shard's leader change, since it opened its replica.",
+            |r| r.leader_changes,
+        ),
+        (
+            "trireme_shard_elections_total",
+            "counter",
+            "Elections of the shard seen by this node since it opened its replica, counted as the terms the shard advanced by (won or not).",
+            |r| r.elections,
+        ),
+    ];
+    for (name, kind, help, value) in per_shard {
+        header(out, name, kind, help);
+        for r in &replicas {
+            let _ = writeln!(out, "{name}{{shard=\"{}\"}} {}", r.shard.0, value(r));
+        }
     }
     header(
         out,
