@@ -385,6 +385,7 @@ async fn drive(
     log(clock, format!("clients done: {} operations", events.len()));
 
     heal(lab, delay, servers)?;
+    let healed = std::time::Instant::now();
     // A drained node that stopped saying it was removed is done, not unhealthy.
     shaper.note_drained(&mut elastic, servers);
     let all = live(servers);
@@ -412,12 +413,14 @@ async fn drive(
         elastic.settled = true;
     }
     verify::wait_converged(&client, &all, Duration::from_secs(60)).await?;
+    let converged_after = healed.elapsed();
     let (mut finals, divergent) =
         verify::final_reads(&client, &all, config.keys, clock, FINAL_CLIENT).await;
     log(
         clock,
         format!(
-            "healed and converged; final reads of {} keys, {} divergent",
+            "healed and converged ({:.1} s after the heal); final reads of {} keys, {} divergent",
+            converged_after.as_secs_f64(),
             config.keys,
             divergent.len()
         ),
