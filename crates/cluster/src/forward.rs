@@ -23,6 +23,10 @@ use trireme_raft::{ForwardHandler, PeerError, RaftLayerError, ReadMode, ShardGro
 use trireme_storage::{ShardView, WatchTarget};
 use trireme_types::{CommandResult, ErrorCode, LogCommand, NodeId, Record, ShardId, TriremeError};
 
+/// What a node answers to a forwarded request it cannot decode (one from a newer build):
+/// the sender may then fall back to what older builds understand.
+pub(crate) const UNDECODABLE_FORWARD: &str = "undecodable forwarded request";
+
 /// Attempts per request (local or remote) before giving up on finding a leader; the request
 /// timeout bounds them too.
 const MAX_ATTEMPTS: usize = 12;
@@ -628,6 +632,17 @@ pub(crate) enum WireOp {
         seen: u64,
         wait_ms: u64,
     },
+    /// Open a whole-collection read on the replica here and answer its first page (see
+    /// `whole_read.rs`).
+    OpenWhole(WireMode, Option<(u16, u16)>, crate::whole_read::WholeQuery),
+    /// The next page of a whole read this node holds open (no shard involved).
+    WholePage {
+        read: u64,
+    },
+    /// Close a whole read this node holds open; answered with `()`.
+    CloseWhole {
+        read: u64,
+    },
 }
 
 /// What a blocking query watches, on the peer link.
@@ -922,7 +937,7 @@ impl Node {
                 tracing::warn!(error = %e, "undecodable forwarded request");
                 return encode_reply(&ForwardReply::<()>::Failed(TriremeError::new(
                     ErrorCode::Internal,
-                    format!("undecodable forwarded request: {e}"),
+                    format!("{UNDECODABLE_FORWARD}: {e}"),
                 )));
             }
         };
@@ -945,6 +960,22 @@ impl Node {
                     Ok(false) => encode_reply(&ForwardReply::<()>::NotLeader(None)),
                     Err(e) => encode_reply(&ForwardReply::<()>::Failed(e.to_client())),
                 }
+            }
+            WireOp::OpenWhole(mode, slots, query) => {
+                let op = crate::whole_read::OpenWhole {
+                    mode: mode.into(),
+                    slots,
+                    query,
+                };
+                self.serve_here(shard, op).await
+            }
+            WireOp::WholePage { read } => match self.serve_whole_page(read).await {
+                Ok(page) => encode_reply(&ForwardReply::Served(page)),
+                Err(e) => encode_reply(&ForwardReply::<()>::Failed(e.to_client())),
+            },
+            WireOp::CloseWhole { read } => {
+                self.close_whole(read);
+                encode_reply(&ForwardReply::Served(()))
             }
             WireOp::Read(mode, slots, query) => {
                 let mode = ReadMode::from(mode);
@@ -1078,7 +1109,7 @@ fn read_view<Q: ReadQuery>(
 /// Which slots a read of `shard` that expects it to own `expected` must keep to: `None` for
 /// all it holds. Refuses with [`ErrorCode::Moved`] when the shard here no longer owns all of
 /// `expected` (the reader's routing is older than a split).
-fn slots_to_read(
+pub(crate) fn slots_to_read(
     storage: &trireme_storage::Storage,
     bootstrap_shards: u32,
     shard: ShardId,

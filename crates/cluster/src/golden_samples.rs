@@ -23,6 +23,7 @@ use crate::identity::Identity;
 use crate::join::{JoinAnswer, JoinRequest};
 use crate::membership::{MembershipOp, MembershipReply, Request as MembershipRequest};
 use crate::meta::{ClusterMap, Move, MovePhase, NodeInfo, NodeRow, NodeState, PendingSplit};
+use crate::whole_read::{OpenWhole, WholeQuery};
 use crate::{AclPolicy, AclToken, PeerNode, PolicyLink};
 use bytes::Bytes;
 use serde::Serialize;
@@ -30,6 +31,7 @@ use serde::de::DeserializeOwned;
 use std::fmt::Debug;
 use trireme_search::{Hit, SortKey, SortValue};
 use trireme_types::golden::Golden;
+use trireme_types::whole::{WholeItems, WholeOpened, WholePage, WholeRead, WholeRest};
 use trireme_types::{
     Command, CommandResult, ErrorCode, HashAnswer, HashRead, ListRead, LockInfo, LogCommand,
     Record, Score, ScoreBound, SetAnswer, SetCombine, SetRead, SortedSetAnswer, SortedSetRead,
@@ -354,6 +356,20 @@ fn wire_ops() -> Vec<WireOp> {
             seen: 89,
             wait_ms: 5_000,
         },
+        WireOp::OpenWhole(
+            WireMode::Default,
+            slots,
+            WholeQuery {
+                key: Bytes::from_static(b"big"),
+                read: WholeRead::SortedSet {
+                    start: 0,
+                    stop: -1,
+                    reverse: true,
+                },
+            },
+        ),
+        WireOp::WholePage { read: 17 },
+        WireOp::CloseWhole { read: 17 },
     ]
 }
 
@@ -380,6 +396,9 @@ fn op_name(op: &WireOp) -> &'static str {
             target: WireTarget::Prefix(_),
             ..
         } => "wait_prefix",
+        WireOp::OpenWhole(..) => "open_whole",
+        WireOp::WholePage { .. } => "whole_page",
+        WireOp::CloseWhole { .. } => "close_whole",
     }
 }
 
@@ -470,6 +489,34 @@ fn check_served(golden: &mut Golden, op: &WireOp) {
         WireOp::Publish { .. } => golden.postcard_debug(name, &ForwardReply::Served(3u64)),
         // `Node::forward_wait_op::<()>`: the wait ended.
         WireOp::Wait { .. } => golden.postcard_debug(name, &ForwardReply::Served(())),
+        WireOp::OpenWhole(..) => {
+            let answer: <OpenWhole as ShardRequest>::Answer = (
+                Ok(WholeOpened {
+                    total: 3,
+                    first: WholeItems::Scored(vec![(
+                        Bytes::from_static(b"top"),
+                        trireme_types::Score::new(9.5).expect("a score"),
+                    )]),
+                    rest: Some(WholeRest {
+                        node: 0x0123_4567_89ab_cdef,
+                        read: 17,
+                    }),
+                }),
+                46,
+            );
+            golden.postcard_debug(name, &ForwardReply::Served(answer));
+        }
+        WireOp::WholePage { .. } => {
+            let answer = WholePage {
+                items: WholeItems::Pairs(vec![(
+                    Bytes::from_static(b"f"),
+                    Bytes::from_static(b"v"),
+                )]),
+                last: true,
+            };
+            golden.postcard_debug(name, &ForwardReply::Served(answer));
+        }
+        WireOp::CloseWhole { .. } => golden.postcard_debug(name, &ForwardReply::Served(())),
     }
 }
 

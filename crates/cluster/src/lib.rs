@@ -35,6 +35,7 @@ mod rebalance;
 mod request;
 mod router;
 mod session;
+mod whole_read;
 
 pub use acl::{
     ANONYMOUS_ACCESSOR, AclConfig, AclPolicy, AclToken, Caller, GLOBAL_MANAGEMENT_ID, PolicyLink,
@@ -63,6 +64,7 @@ pub use trireme_types::{
     SortedSetAnswer, SortedSetOp, SortedSetRead, StringEdit, TtlUpdate, ValueKind, ZAddCompare,
     ZAddWhen, ZRange,
 };
+pub use whole_read::{PAGE_ITEMS, WholeReader};
 
 /// Wall-clock Unix milliseconds: the time commands are stamped with and reads compare expiry to.
 pub fn now_ms() -> u64 {

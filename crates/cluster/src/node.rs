@@ -97,6 +97,8 @@ pub struct Node {
     pub(crate) acl: crate::acl::Acl,
     /// The document search index of each shard replica here.
     pub(crate) search: Arc<trireme_search::SearchIndexes>,
+    /// Whole-collection reads served here, held open between pages.
+    pub(crate) open_reads: Arc<crate::whole_read::OpenReads>,
 }
 
 /// One shard as this node sees it.
@@ -305,6 +307,7 @@ impl Node {
             message_sink: RwLock::new(None),
             acl,
             search,
+            open_reads: Arc::default(),
         });
         node.transport
             .set_forward_handler(crate::forward::handler(&node));
@@ -337,6 +340,7 @@ impl Node {
         node.await_recovered(voting).await?;
         crate::expiry::spawn_reaper(&node);
         crate::session::spawn_session_reaper(&node);
+        crate::whole_read::spawn_sweeper(&node);
         crate::acl::spawn_initial_token(&node);
         if node.config.balance_leaders {
             crate::balance::spawn_balancer(&node);

@@ -146,7 +146,7 @@ impl<S: AsyncRead + AsyncWrite + Unpin> Connection<S> {
             if !gathers {
                 match self.run_alone(first).await? {
                     Some(flow) => {
-                        if self.take(flow) == Next::Close {
+                        if self.take(flow).await? == Next::Close {
                             return Ok(Next::Close);
                         }
                     }
@@ -193,7 +193,7 @@ impl<S: AsyncRead + AsyncWrite + Unpin> Connection<S> {
             let mut flows: Vec<(usize, Flow)> = done.into_iter().flatten().collect();
             flows.sort_by_key(|(place, _)| *place);
             for (_, flow) in flows {
-                if self.take(flow) == Next::Close {
+                if self.take(flow).await? == Next::Close {
                     return Ok(Next::Close);
                 }
             }
@@ -204,18 +204,57 @@ impl<S: AsyncRead + AsyncWrite + Unpin> Connection<S> {
         Ok(Next::Read)
     }
 
-    /// Queues a command's reply; whether the connection goes on.
-    fn take(&mut self, flow: Flow) -> Next {
+    /// Queues a command's reply (a streamed one is written out as it comes); whether the
+    /// connection goes on.
+    async fn take(&mut self, flow: Flow) -> std::io::Result<Next> {
         match flow {
             Flow::Reply(reply) => {
                 self.push(&reply);
-                Next::Read
+                Ok(Next::Read)
             }
             Flow::Quit(reply) => {
                 self.push(&reply);
-                Next::Close
+                Ok(Next::Close)
+            }
+            Flow::Stream(streamed) => {
+                self.stream(*streamed).await?;
+                Ok(Next::Read)
             }
         }
+    }
+
+    /// Writes a reply page by page, flushing as the output fills. A read that fails or
+    /// comes up short after its header is out leaves nothing to answer with: the
+    /// connection is closed (an error, which ends it).
+    async fn stream(&mut self, mut streamed: crate::cmd::Streamed) -> std::io::Result<()> {
+        let protocol = self.client.protocol;
+        let total = streamed.encode_header(&mut self.output, protocol);
+        let mut left = total;
+        loop {
+            match streamed
+                .encode_next_page(&mut left, &mut self.output, protocol)
+                .await
+            {
+                Ok(true) => {}
+                Ok(false) => break,
+                Err(e) => {
+                    tracing::warn!(error = %e, "a streamed reply failed; closing the connection");
+                    return Err(std::io::Error::other(format!("streamed reply failed: {e}")));
+                }
+            }
+            if self.output.len() > FLUSH_BYTES {
+                self.flush().await?;
+            }
+        }
+        if left > 0 {
+            tracing::warn!(
+                total,
+                left,
+                "a streamed reply ended short; closing the connection"
+            );
+            return Err(std::io::Error::other("streamed reply ended short"));
+        }
+        Ok(())
     }
 
     /// Runs one request that runs beside no other; `None` if its client hung up while it
@@ -353,8 +392,9 @@ async fn execute(shared: &Shared, client: &mut ClientState, request: Vec<Bytes>)
     let start = std::time::Instant::now();
     let flow = cmd::execute(shared, client, request).await;
     shared.metrics.record(slot, start.elapsed());
-    let (Flow::Reply(reply) | Flow::Quit(reply)) = &flow;
-    if reply.is_error() {
+    if let Flow::Reply(reply) | Flow::Quit(reply) = &flow
+        && reply.is_error()
+    {
         shared.metrics.errors.fetch_add(1, Ordering::Relaxed);
     }
     flow

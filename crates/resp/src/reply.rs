@@ -23,6 +23,54 @@ pub enum Protocol {
     Resp3,
 }
 
+/// The kind of an aggregate reply, as its header announces it. A reply streamed in pieces
+/// (a whole collection read page by page) writes its header first, then its items.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Aggregate {
+    /// `*n`.
+    Array,
+    /// A RESP3 push (`>n`), an array in RESP2.
+    Push,
+    /// A RESP3 set (`~n`), an array in RESP2.
+    Set,
+    /// A RESP3 map of n pairs (`%n`), a flat array of 2n items in RESP2.
+    Map,
+    /// n pairs: a RESP3 array of two-item arrays, a flat array of 2n items in RESP2.
+    Pairs,
+}
+
+impl Aggregate {
+    /// Appends the header of this aggregate with `len` items (pairs, for a map or pairs).
+    pub(crate) fn encode_header(self, len: u64, out: &mut BytesMut, protocol: Protocol) {
+        let (marker, count) = match (self, protocol) {
+            (Aggregate::Map, Protocol::Resp3) => (b'%', len),
+            (Aggregate::Set, Protocol::Resp3) => (b'~', len),
+            (Aggregate::Push, Protocol::Resp3) => (b'>', len),
+            (Aggregate::Map | Aggregate::Pairs, Protocol::Resp2) => (b'*', len.saturating_mul(2)),
+            _ => (b'*', len),
+        };
+        out.reserve(24);
+        out.put_u8(marker);
+        put_u64(out, count);
+        out.put_slice(b"\r\n");
+    }
+
+    /// Appends one pair of a map or of pairs.
+    pub(crate) fn encode_pair(
+        self,
+        first: &Reply,
+        second: &Reply,
+        out: &mut BytesMut,
+        protocol: Protocol,
+    ) {
+        if self == Aggregate::Pairs && protocol == Protocol::Resp3 {
+            out.put_slice(b"*2\r\n");
+        }
+        first.encode_for(out, protocol);
+        second.encode_for(out, protocol);
+    }
+}
+
 /// One reply.
 #[derive(Debug, Clone, PartialEq)]
 pub enum Reply {
@@ -118,36 +166,15 @@ impl Reply {
                 out.put_slice(b"_\r\n");
             }
             Reply::Map(pairs) => {
-                out.reserve(24);
-                let len = len_u64(pairs.len());
-                if protocol == Protocol::Resp3 {
-                    out.put_u8(b'%');
-                    put_u64(out, len);
-                } else {
-                    out.put_u8(b'*');
-                    put_u64(out, len.saturating_mul(2));
-                }
-                out.put_slice(b"\r\n");
+                Aggregate::Map.encode_header(len_u64(pairs.len()), out, protocol);
                 for (field, value) in pairs {
-                    field.encode_for(out, protocol);
-                    value.encode_for(out, protocol);
+                    Aggregate::Map.encode_pair(field, value, out, protocol);
                 }
             }
             Reply::Pairs(pairs) => {
-                out.reserve(24);
-                out.put_u8(b'*');
-                if protocol == Protocol::Resp3 {
-                    put_u64(out, len_u64(pairs.len()));
-                } else {
-                    put_u64(out, len_u64(pairs.len()).saturating_mul(2));
-                }
-                out.put_slice(b"\r\n");
+                Aggregate::Pairs.encode_header(len_u64(pairs.len()), out, protocol);
                 for (first, second) in pairs {
-                    if protocol == Protocol::Resp3 {
-                        out.put_slice(b"*2\r\n");
-                    }
-                    first.encode_for(out, protocol);
-                    second.encode_for(out, protocol);
+                    Aggregate::Pairs.encode_pair(first, second, out, protocol);
                 }
             }
             Reply::Several(replies) => {
@@ -171,15 +198,12 @@ impl Reply {
                 Reply::Bulk(Bytes::from(format_double(*value))).encode_scalar(out)
             }
             Reply::Array(items) | Reply::Push(items) | Reply::Set(items) => {
-                let marker = match (self, protocol) {
-                    (Reply::Push(_), Protocol::Resp3) => b'>',
-                    (Reply::Set(_), Protocol::Resp3) => b'~',
-                    _ => b'*',
+                let kind = match self {
+                    Reply::Push(_) => Aggregate::Push,
+                    Reply::Set(_) => Aggregate::Set,
+                    _ => Aggregate::Array,
                 };
-                out.reserve(24);
-                out.put_u8(marker);
-                put_u64(out, len_u64(items.len()));
-                out.put_slice(b"\r\n");
+                kind.encode_header(len_u64(items.len()), out, protocol);
                 for item in items {
                     item.encode_for(out, protocol);
                 }

@@ -26,6 +26,9 @@ mod sorted;
 mod testing;
 #[cfg(test)]
 mod versions;
+mod whole;
+
+pub use whole::WholeScan;
 
 /// One committed log entry to apply: its index, and the command if it carries one (blank and
 /// membership entries carry none but still advance the applied state).

@@ -44,7 +44,9 @@ mod store;
 mod tables;
 mod watch;
 
-pub use apply::{APPLIED_INDEX_ROW, ApplyEntry, ShardExport, ShardSplit, is_unversioned_row};
+pub use apply::{
+    APPLIED_INDEX_ROW, ApplyEntry, ShardExport, ShardSplit, WholeScan, is_unversioned_row,
+};
 pub use disk_space::DiskFull;
 pub use error::StorageError;
 pub use format::CURRENT as DATA_FORMAT;

@@ -304,6 +304,18 @@ impl Storage {
             shard: shard.0,
         }
     }
+
+    /// Like [`Storage::shard_view`], for a read handed out in pieces over time (a
+    /// whole-collection read in pages): the view owns what it reads, so it may be kept
+    /// across requests. While it is held, compaction keeps every row version it sees, so it
+    /// must be dropped as soon as the read ends or is abandoned.
+    pub fn pinned_view(&self, shard: ShardId) -> ShardView<'static> {
+        ShardView {
+            storage: std::marker::PhantomData,
+            snapshot: self.tables.snapshot(),
+            shard: shard.0,
+        }
+    }
 }
 
 #[cfg(test)]

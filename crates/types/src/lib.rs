@@ -28,6 +28,7 @@ pub mod slot;
 pub mod sorted;
 pub mod timed;
 pub mod version;
+pub mod whole;
 
 pub use command::{
     Command, CommandResult, End, HashAnswer, HashOp, HashRead, KeyCheck, ListAnswer, ListOp,

@@ -113,6 +113,11 @@ pub(crate) async fn metrics(
         out,
         "# HELP trireme_blocking_queries_waiting Blocking queries (Consul ?index=, Redis BLPOP and the like) waiting on this node's replicas, its own clients' and other nodes'.\n# TYPE trireme_blocking_queries_waiting gauge\ntrireme_blocking_queries_waiting {waiting}"
     );
+    let open = state.node.whole_reads_open();
+    let _ = writeln!(
+        out,
+        "# HELP trireme_whole_reads_open Whole-collection reads (HGETALL, SMEMBERS, long LRANGE and ZRANGE) this node serves page by page and holds open between pages.\n# TYPE trireme_whole_reads_open gauge\ntrireme_whole_reads_open {open}"
+    );
     let storage_now = state.node.storage();
     let (pending, purged) = (storage_now.purges_pending(), storage_now.purged_rows());
     let _ = writeln!(

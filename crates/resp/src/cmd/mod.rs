@@ -16,10 +16,12 @@ mod sets;
 mod sorted_sets;
 mod strings;
 mod transaction;
+mod whole;
 
 pub(crate) use access::may_receive;
 pub(crate) use lists::is_blocking;
 pub(crate) use pubsub::message as pubsub_message;
+pub(crate) use whole::Streamed;
 
 use crate::state::{ClientState, Shared};
 use crate::{ArgError, Args, Reply};
@@ -31,6 +33,8 @@ pub(crate) enum Flow {
     Reply(Reply),
     /// Send the reply and close the connection.
     Quit(Reply),
+    /// Send a long reply page by page as the cluster hands it out (see [`whole`]).
+    Stream(Box<whole::Streamed>),
 }
 
 /// Why a command failed: bad arguments, or the router's error.
@@ -206,6 +210,11 @@ async fn dispatch(shared: &Shared, client: &mut ClientState, mut args: Args) -> 
         "getrange" | "substr" => strings::getrange(&mut ctx, &mut args).await,
         "setrange" => strings::setrange(&mut ctx, &mut args).await,
         "incrbyfloat" => strings::incrbyfloat(&mut ctx, &mut args).await,
+        // whole collections, and long ranges of them
+        name if whole::runs(name) => match whole::run(&mut ctx, &mut args).await {
+            Ok(flow) => return flow,
+            Err(e) => Err(e),
+        },
         // hashes
         name if hashes::NAMES.contains(&name) => hashes::run(&mut ctx, &mut args).await,
         "hscan" => hashes::hscan(&mut ctx, &mut args).await,

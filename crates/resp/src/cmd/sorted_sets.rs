@@ -486,12 +486,17 @@ pub(crate) fn reply(shape: Shape, key: &Bytes, outcome: SortedSetOutcome) -> Cmd
 /// Runs a sorted set command parsed by [`parse`]: a read of a replica (the way this
 /// connection reads), a write through the log, or a blocking pop that waits for a member.
 pub(crate) async fn run(ctx: &mut Ctx<'_>, args: &mut Args) -> CmdResult {
+    run_parsed(ctx, parse(args)?).await
+}
+
+/// Runs a sorted set command [`parse`] made.
+pub(crate) async fn run_parsed(ctx: &mut Ctx<'_>, command: SortedSetCommand) -> CmdResult {
     let SortedSetCommand {
         key,
         op,
         shape,
         block,
-    } = parse(args)?;
+    } = command;
     let node = &ctx.shared.node;
     let outcome = match (op, block) {
         (SortedSetOp::Read(read), _) => {

@@ -87,7 +87,7 @@ fn lex_span(
 
 /// Redis's ranks `start..=stop` (negative from the end) of a set of `len`, as the number of
 /// members to skip and to take; `None` when the range holds none.
-fn rank_window(start: i64, stop: i64, len: u64) -> Option<(u64, u64)> {
+pub(super) fn rank_window(start: i64, stop: i64, len: u64) -> Option<(u64, u64)> {
     let len = i64::try_from(len).unwrap_or(i64::MAX);
     let start = if start < 0 {
         start.saturating_add(len)
@@ -105,7 +105,9 @@ fn rank_window(start: i64, stop: i64, len: u64) -> Option<(u64, u64)> {
 }
 
 /// The members and scores that score rows (their remainders after the prefix) name.
-fn from_score_rows(rows: Vec<(Bytes, Bytes)>) -> Result<Vec<(Bytes, Score)>, StorageError> {
+pub(super) fn from_score_rows(
+    rows: Vec<(Bytes, Bytes)>,
+) -> Result<Vec<(Bytes, Score)>, StorageError> {
     rows.into_iter()
         .map(|(suffix, _)| {
             split_score_suffix(&suffix)

@@ -13,10 +13,16 @@ pub struct RedisServer {
 
 impl RedisServer {
     pub async fn start() -> RedisServer {
+        RedisServer::start_with(&[]).await
+    }
+
+    /// Like [`RedisServer::start`], with more `--name value` arguments.
+    pub async fn start_with(config: &[&str]) -> RedisServer {
         let port = super::cluster::free_ports(1)[0];
         let child = Command::new("redis-server")
             .args(["--port", &port.to_string(), "--bind", "127.0.0.1"])
             .args(["--save", "", "--appendonly", "no"])
+            .args(config)
             .stdout(Stdio::null())
             .stderr(Stdio::null())
             .spawn()
