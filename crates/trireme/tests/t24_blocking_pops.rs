@@ -156,9 +156,10 @@ async fn a_hundred_waiters_get_one_element_each_in_arrival_order_per_node() {
         // before it pops, so the rest is the first pop of each node's first waiter (on an
         // empty list) and the pops that lose a race between the two nodes' first waiters
         // (both read the element, one takes it): measured at 201 to 202 writes in 155 to
-        // 162 entries. Waking every waiter on each push would write thousands. Concurrent
+        // 162 entries, and 247 writes in 199 entries on a machine busy with other work (more
+        // races lost). Waking every waiter on each push would write thousands. Concurrent
         // writes share a log entry, so the writes are the measure (the entries are fewer).
-        let limit = 2 * WAITERS as u64 + 40;
+        let limit = 3 * WAITERS as u64;
         assert!(
             writes <= limit && entries <= limit,
             "{writes} writes in {entries} log entries for {WAITERS} pushes and pops\n{}",

@@ -60,7 +60,8 @@ fn amount_of(entry: &KvEntry) -> i64 {
 }
 
 /// Four clients move amounts between two of four accounts with `PUT /v1/txn` (two `cas`
-/// operations, one log entry) for 15 s, through all three nodes, while two others list the
+/// operations, one log entry) for 15 s (longer on a slow machine, until there were enough to
+/// tell), through all three nodes, while two others list the
 /// accounts with `?recurse&consistent` and add them up: every listing sums to the starting
 /// total, as Consul's (one snapshot of its state store) does.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -71,19 +72,31 @@ async fn listings_never_see_half_of_a_consul_transaction() {
         c.put(0, key, &START.to_string()).await;
     }
     let urls: Vec<String> = (0..3).map(|i| c.node(i).http_url()).collect();
-    let deadline = Instant::now() + Duration::from_secs(15);
     let (transfers, listings, torn) = (
         Arc::new(AtomicU64::new(0)),
         Arc::new(AtomicU64::new(0)),
         Arc::new(AtomicU64::new(0)),
     );
+    // 15 s of it, and longer on a slow machine until there were enough transfers and
+    // listings to tell (never past 60 s).
+    let started = Instant::now();
+    let running = {
+        let (transfers, listings) = (transfers.clone(), listings.clone());
+        move || {
+            let enough = transfers.load(Ordering::Relaxed) >= 200
+                && listings.load(Ordering::Relaxed) >= 1_000;
+            let elapsed = started.elapsed();
+            elapsed < Duration::from_secs(60) && (elapsed < Duration::from_secs(15) || !enough)
+        }
+    };
     let examples = Arc::new(std::sync::Mutex::new(Vec::<String>::new()));
     let mut tasks = Vec::new();
     for w in 0..4u64 {
-        let (http, base, transfers) = (
+        let (http, base, transfers, running) = (
             http.clone(),
             urls[w as usize % 3].clone(),
             transfers.clone(),
+            running.clone(),
         );
         tasks.push(tokio::spawn(async move {
             let mut draw = w.wrapping_mul(0x9e37_79b9_7f4a_7c15) | 1;
@@ -93,7 +106,7 @@ async fn listings_never_see_half_of_a_consul_transaction() {
                 draw ^= draw << 17;
                 draw % n
             };
-            while Instant::now() < deadline {
+            while running() {
                 let from = next(4) as usize;
                 let to = (from + 1 + next(3) as usize) % 4;
                 let amount = 1 + next(20) as i64;
@@ -135,8 +148,9 @@ async fn listings_never_see_half_of_a_consul_transaction() {
     for base in urls.into_iter().take(2) {
         let http = http.clone();
         let (listings, torn, examples) = (listings.clone(), torn.clone(), examples.clone());
+        let running = running.clone();
         tasks.push(tokio::spawn(async move {
-            while Instant::now() < deadline {
+            while running() {
                 let body: Value = http
                     .get(format!("{base}/v1/kv/bank/?recurse&consistent"))
                     .send()
