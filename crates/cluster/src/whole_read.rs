@@ -51,10 +51,20 @@ struct OpenRead {
 }
 
 /// The whole reads this node serves and holds open between pages.
-#[derive(Default)]
 pub(crate) struct OpenReads {
+    /// The next read's number. It starts at a random point, so that a number handed out
+    /// before this node restarted never names a read opened after it.
     next: AtomicU64,
     reads: Mutex<HashMap<u64, OpenRead>>,
+}
+
+impl Default for OpenReads {
+    fn default() -> Self {
+        OpenReads {
+            next: AtomicU64::new(rand::random::<u64>() >> 1),
+            reads: Mutex::default(),
+        }
+    }
 }
 
 impl OpenReads {
@@ -76,7 +86,7 @@ impl OpenReads {
                 ),
             )));
         }
-        let id = self.next.fetch_add(1, Ordering::Relaxed) + 1;
+        let id = self.next.fetch_add(1, Ordering::Relaxed).wrapping_add(1);
         reads.insert(
             id,
             OpenRead {
@@ -294,8 +304,12 @@ impl Drop for WholeReader {
             node.open_reads.close(rest.read);
             return;
         }
+        // Outside a runtime (never on the request path) the read is left to the idle sweep.
+        let Ok(runtime) = tokio::runtime::Handle::try_current() else {
+            return;
+        };
         let shard = self.shard;
-        tokio::spawn(async move {
+        runtime.spawn(async move {
             let left = node.config.timing.request_timeout;
             let op = WireOp::CloseWhole { read: rest.read };
             let to = trireme_types::NodeId(rest.node);
@@ -331,14 +345,23 @@ impl Node {
                     slots: Some((*slots.start(), *slots.end())),
                     query: query.clone(),
                 };
-                async move { Ok((shard, self.on_shard(shard, op).await)) }
+                async move {
+                    // An older build's refusal is an answer here (the read is made the old
+                    // way); every other error goes back to `routed`, which waits for the map
+                    // after a split moved the key.
+                    match self.on_shard(shard, op).await {
+                        Ok(found) => Ok((shard, Some(found.0))),
+                        Err(ClusterError::Remote(e)) if e.message.contains(UNDECODABLE_FORWARD) => {
+                            Ok((shard, None))
+                        }
+                        Err(e) => Err(e),
+                    }
+                }
             })
             .await?;
         let (shard, opened) = match opened {
-            (_, Err(ClusterError::Remote(e))) if e.message.contains(UNDECODABLE_FORWARD) => {
-                return self.whole_in_one_message(&key, read, mode).await;
-            }
-            (shard, found) => (shard, found?.0),
+            (_, None) => return self.whole_in_one_message(&key, read, mode).await,
+            (shard, Some(found)) => (shard, found),
         };
         let opened = match opened {
             Ok(opened) => opened,

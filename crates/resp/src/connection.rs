@@ -227,6 +227,9 @@ impl<S: AsyncRead + AsyncWrite + Unpin> Connection<S> {
     /// comes up short after its header is out leaves nothing to answer with: the
     /// connection is closed (an error, which ends it).
     async fn stream(&mut self, mut streamed: crate::cmd::Streamed) -> std::io::Result<()> {
+        // The replies before it go out first: should this one fail half way, they are not
+        // lost with the connection.
+        self.flush().await?;
         let protocol = self.client.protocol;
         let total = streamed.encode_header(&mut self.output, protocol);
         let mut left = total;
