@@ -77,8 +77,4 @@ EOF
   stop_three
 }
 
-n=0
-for binary in "$@"; do
-  n=$((n + 1))
-  run "$binary"
-done
+run_each "$@"

@@ -101,8 +101,4 @@ run() { # binary
   stop_three
 }
 
-n=0
-for binary in "$@"; do
-  n=$((n + 1))
-  run "$binary"
-done
+run_each "$@"

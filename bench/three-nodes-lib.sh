@@ -71,3 +71,13 @@ for start in range(0, fields, 1000):
     command(*args)
 EOF
 }
+
+# Calls the script's `run BINARY` for each binary given, one after the other, with `n` set
+# to its place (1, 2, ...): each run's files go under its own directory.
+run_each() { # BINARY...
+  n=0
+  for binary in "$@"; do
+    n=$((n + 1))
+    run "$binary"
+  done
+}

@@ -360,7 +360,7 @@ impl Node {
             })
             .await?;
         let (shard, opened) = match opened {
-            (_, None) => return self.whole_in_one_message(&key, read, mode).await,
+            (shard, None) => return self.whole_in_one_message(shard, &key, read, mode).await,
             (shard, Some(found)) => (shard, found),
         };
         let opened = match opened {
@@ -382,7 +382,8 @@ impl Node {
         };
         let max = self.config.limits.max_collection_read;
         if reader.total > max {
-            return Err(too_many_to_read(read.noun(), max, read.paging()));
+            let (noun, paging) = refusal_words(&read);
+            return Err(too_many_to_read(noun, max, paging));
         }
         Ok(reader)
     }
@@ -391,6 +392,7 @@ impl Node {
     /// whole answer as the first page.
     async fn whole_in_one_message(
         self: &Arc<Self>,
+        shard: ShardId,
         key: &[u8],
         read: WholeRead,
         mode: ReadMode,
@@ -443,7 +445,7 @@ impl Node {
         };
         Ok(WholeReader {
             node: Arc::downgrade(self),
-            shard: ShardId(0),
+            shard,
             total: items.len() as u64,
             first: Some(items),
             rest: None,
@@ -466,29 +468,13 @@ impl Node {
     }
 }
 
-/// What a whole read's refusals call the collection and its paged reading.
-trait Named {
-    fn noun(&self) -> &'static str;
-    fn paging(&self) -> &'static str;
-}
-
-impl Named for WholeRead {
-    fn noun(&self) -> &'static str {
-        match self {
-            WholeRead::Hash => "hash",
-            WholeRead::Set => "set",
-            WholeRead::List { .. } => "list",
-            WholeRead::SortedSet { .. } => "sorted set",
-        }
-    }
-
-    fn paging(&self) -> &'static str {
-        match self {
-            WholeRead::Hash => "HSCAN",
-            WholeRead::Set => "SSCAN",
-            WholeRead::List { .. } => "LRANGE over a shorter range",
-            WholeRead::SortedSet { .. } => "ZRANGE over a shorter range, or ZSCAN",
-        }
+/// What a whole read's refusal calls the collection, and the command that reads it in pages.
+fn refusal_words(read: &WholeRead) -> (&'static str, &'static str) {
+    match read {
+        WholeRead::Hash => ("hash", "HSCAN"),
+        WholeRead::Set => ("set", "SSCAN"),
+        WholeRead::List { .. } => ("list", "LRANGE over a shorter range"),
+        WholeRead::SortedSet { .. } => ("sorted set", "ZRANGE over a shorter range, or ZSCAN"),
     }
 }
 

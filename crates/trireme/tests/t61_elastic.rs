@@ -559,9 +559,9 @@ async fn redis_py_cluster_with_its_defaults_keeps_working_across_a_split() {
     .await;
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_shard_past_the_size_threshold_splits_by_itself() {
-    let c = TestCluster::start(ClusterOptions {
+/// Two shards that split by themselves past 1 MiB, into three at most.
+async fn size_split_cluster() -> TestCluster {
+    TestCluster::start(ClusterOptions {
         timing: common::cluster::RaftTiming {
             snapshot_every: Some(100),
             ..Default::default()
@@ -569,7 +569,12 @@ async fn a_shard_past_the_size_threshold_splits_by_itself() {
         cluster: "split_bytes = 1048576\nmax_shards = 3".into(),
         ..ClusterOptions::default().shards(2)
     })
-    .await;
+    .await
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_shard_past_the_size_threshold_splits_by_itself() {
+    let c = size_split_cluster().await;
     bounded(SETTLE, async {
         // About 2.5 MB into shard 0 only; shard 1 stays small.
         let value = "v".repeat(10_000);
@@ -641,15 +646,7 @@ async fn metric_sum(c: &TestCluster, name: &str) -> f64 {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_shard_grown_by_one_big_key_is_not_split() {
-    let c = TestCluster::start(ClusterOptions {
-        timing: common::cluster::RaftTiming {
-            snapshot_every: Some(100),
-            ..Default::default()
-        },
-        cluster: "split_bytes = 1048576\nmax_shards = 3".into(),
-        ..ClusterOptions::default().shards(2)
-    })
-    .await;
+    let c = size_split_cluster().await;
     bounded(SETTLE, async {
         // About 2.5 MB into one key of shard 0: a split would leave all of it on one side.
         let key = (0..)
