@@ -3,7 +3,8 @@
 # (default 1,000,000), then DEL removes it while a writer keeps setting small keys. Reports
 # the DEL's latency as the client sees it, the slowest write of the writer during the DEL,
 # each server's peak RSS before and after, and (on builds that purge in the background) how
-# long until every node purged the rows. Run on each build given, one after the other, each on
+# long until every node purged the rows, and (on builds that count them) the slowest batch
+# each node applied from the DEL on. Run on each build given, one after the other, each on
 # a fresh cluster.
 #
 #   bench/big-delete.sh BINARY [BINARY...]      e.g. /tmp/trireme-before target/release/trireme
@@ -18,6 +19,22 @@ scripts/install-test-deps.sh >/dev/null
 FIELDS=${FIELDS:-1000000}
 . bench/three-nodes-lib.sh
 peak_rss_mb() { awk '/VmHWM/ {printf "%d", $2 / 1024}' "/proc/$1/status"; }
+# Node I's histogram of apply batch times as "bound count" lines, cumulative (nothing on
+# builds without it).
+batch_buckets() { # I
+  curl -sf "$(http_of "$1")/metrics" |
+    awk -F'[" ]' '/^trireme_storage_apply_batch_seconds_bucket/ {print $2, $NF}'
+}
+# From two such files: how many batches applied between them, and the bound under which
+# the slowest of them took ("<= 0.01 s").
+slowest_batch() { # BEFORE AFTER
+  paste -d' ' "$1" "$2" | awk '
+    { le[NR] = $1; grew[NR] = $4 - $2 }
+    END {
+      if (NR == 0) { print "n/a"; exit }
+      for (i = 1; i <= NR; i++) if (grew[i] == grew[NR]) { print grew[NR] " batches, slowest <= " le[i] " s"; exit }
+    }'
+}
 
 write_hash_fill "$work/fill.resp" "$FIELDS"
 
@@ -53,8 +70,13 @@ open(out, "w").write("%d %.1f\n" % (n, worst * 1000))
 EOF
   writer=$!
   helpers+=("$writer")
+  for i in 1 2 3; do batch_buckets "$i" >"$dir.batches-start-$i"; done
   sleep 2
-  local t0 t1 deleted
+  local t0 t1 deleted quiet=()
+  for i in 1 2 3; do
+    batch_buckets "$i" >"$dir.batches-before-$i"
+    quiet+=("n$i $(slowest_batch "$dir.batches-start-$i" "$dir.batches-before-$i");")
+  done
   t0=$(now_ms)
   deleted=$(redis-cli -p "$(resp_of 3)" DEL '{h}big')
   t1=$(now_ms)
@@ -70,10 +92,15 @@ EOF
   fi
   wait "$writer"
   helpers=()
+  local batches=()
+  for i in 1 2 3; do
+    batch_buckets "$i" >"$dir.batches-after-$i"
+    batches+=("n$i $(slowest_batch "$dir.batches-before-$i" "$dir.batches-after-$i");")
+  done
   for p in "${servers[@]}"; do after+=("$(peak_rss_mb "$p")"); done
   local writes worst
   read -r writes worst <"$dir.writer"
-  echo "$binary: HLEN $len, DEL answered $deleted after $((t1 - t0)) ms; writer: $writes SETs in 20 s, slowest ${worst} ms; peak RSS MB before/after DEL: ${before[*]} / ${after[*]}; rows purged on every node after $purged"
+  echo "$binary: HLEN $len, DEL answered $deleted after $((t1 - t0)) ms; writer: $writes SETs in 20 s, slowest ${worst} ms; peak RSS MB before/after DEL: ${before[*]} / ${after[*]}; rows purged on every node after $purged; apply batches in the writer's 2 s before the DEL: ${quiet[*]} from the DEL to the writer's end: ${batches[*]}"
   stop_three
 }
 

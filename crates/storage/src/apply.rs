@@ -1077,7 +1077,9 @@ impl Storage {
         }
         self.watchers()
             .keys_changed(watched.iter().map(|k| k.as_ref()));
-        self.metrics().applies.record(started.elapsed());
+        let took = started.elapsed();
+        self.metrics().applies.record(took);
+        self.metrics().apply_batches.record(took);
         Ok(results)
     }
 

@@ -12,7 +12,7 @@ use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::time::Instant;
-use trireme_types::{GroupId, Record, ShardId, Timed};
+use trireme_types::{GroupId, LatencyHistogram, Record, ShardId, Timed};
 
 /// How to open the store.
 #[derive(Debug, Clone)]
@@ -61,6 +61,9 @@ pub struct StorageMetrics {
     pub syncs: Timed,
     /// `apply` calls (one per batch of committed entries of one shard).
     pub applies: Timed,
+    /// The same batches by how long each took: every other write of the shard waits while
+    /// one applies, so the slow ones matter, not the sum.
+    pub apply_batches: LatencyHistogram,
 }
 
 /// One node's storage. Cheap to share behind an `Arc`.

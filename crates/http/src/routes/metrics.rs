@@ -108,6 +108,14 @@ pub(crate) async fn metrics(
         counter(&mut out, count, count_help, timed.count().to_string());
         counter(&mut out, time, time_help, seconds(timed.micros()));
     }
+    let name = "trireme_storage_apply_batch_seconds";
+    header(
+        &mut out,
+        name,
+        "histogram",
+        "Time each batch of committed entries took to apply; the shard's other writes wait behind it.",
+    );
+    storage.apply_batches.write_prometheus(&mut out, name, "");
     let waiting = state.node.blocking_queries_waiting();
     let _ = writeln!(
         out,
