@@ -67,6 +67,18 @@ pub(crate) trait ShardRequest: Clone + Send + Sync + 'static {
     fn applied(_answer: &Self::Answer) -> Option<u64> {
         None
     }
+
+    /// Undoes what serving it left held on node `served_by`, for an answer thrown away (a
+    /// `stale` answer from a replica behind what this node already showed): nothing for
+    /// most requests.
+    fn discarded(
+        _answer: Self::Answer,
+        _node: &Node,
+        _shard: ShardId,
+        _served_by: u64,
+    ) -> impl Future<Output = ()> + Send {
+        async {}
+    }
 }
 
 /// A write: a command proposed to the shard's group, answered once applied.
@@ -749,6 +761,7 @@ impl Node {
                         {
                             return Ok(answer);
                         }
+                        R::discarded(answer, self, shard, to).await;
                         // That replica is behind one that already answered through this
                         // node: try the next replica (after a pause, the same one again,
                         // caught up by then) rather than let a client reading here see the

@@ -234,6 +234,21 @@ impl ShardRequest for OpenWhole {
     fn applied(answer: &Self::Answer) -> Option<u64> {
         Some(answer.1)
     }
+
+    /// A read opened by a replica behind the floor is closed there at once, rather than
+    /// pin that replica's view until it has idled out.
+    async fn discarded(answer: Self::Answer, node: &Node, shard: ShardId, served_by: u64) {
+        if let (
+            Ok(WholeOpened {
+                rest: Some(rest), ..
+            }),
+            _,
+        ) = answer
+        {
+            debug_assert_eq!(rest.node, served_by);
+            node.close_whole_elsewhere(shard, rest).await;
+        }
+    }
 }
 
 /// A whole read this node opened for a client: its size, and the pages still to come.
@@ -309,13 +324,7 @@ impl Drop for WholeReader {
             return;
         };
         let shard = self.shard;
-        runtime.spawn(async move {
-            let left = node.config.timing.request_timeout;
-            let op = WireOp::CloseWhole { read: rest.read };
-            let to = trireme_types::NodeId(rest.node);
-            // Best effort: a read left open is closed when it has waited too long.
-            let _ = node.forward_wait_op::<()>(to, shard, op, left).await;
-        });
+        runtime.spawn(async move { node.close_whole_elsewhere(shard, rest).await });
     }
 }
 
@@ -455,6 +464,15 @@ impl Node {
     /// Serves a forwarded request for the next page of read `read` held here.
     pub(crate) async fn serve_whole_page(&self, read: u64) -> Result<WholePage, ClusterError> {
         self.open_reads.next_page(read).await
+    }
+
+    /// Closes the read `rest` names, held on another node. Best effort: a read left open
+    /// is closed there once it has waited too long.
+    async fn close_whole_elsewhere(&self, shard: ShardId, rest: WholeRest) {
+        let left = self.config.timing.request_timeout;
+        let op = WireOp::CloseWhole { read: rest.read };
+        let to = trireme_types::NodeId(rest.node);
+        let _ = self.forward_wait_op::<()>(to, shard, op, left).await;
     }
 
     /// Closes read `read` held here, if it is open.

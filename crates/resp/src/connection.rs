@@ -185,14 +185,22 @@ impl<S: AsyncRead + AsyncWrite + Unpin> Connection<S> {
             }
             let shared = &self.shared;
             let client = &self.client;
+            let alone = place == 1;
             let done = futures::future::join_all(runs.into_iter().map(|run| async move {
                 // These commands only read the connection's state: each run gets a copy.
-                run_of_one_key(shared, client.clone(), run).await
+                run_of_one_key(shared, client.clone(), run, alone).await
             }))
             .await;
-            let mut flows: Vec<(usize, Flow)> = done.into_iter().flatten().collect();
-            flows.sort_by_key(|(place, _)| *place);
-            for (_, flow) in flows {
+            let mut outcomes: Vec<(usize, Outcome)> = done.into_iter().flatten().collect();
+            outcomes.sort_by_key(|(place, _)| *place);
+            for (_, outcome) in outcomes {
+                let flow = match outcome {
+                    Outcome::Done(flow) => flow,
+                    // Its turn: nothing before it is still to be written.
+                    Outcome::Again(request) => {
+                        cmd::execute(&self.shared, &mut self.client, request).await
+                    }
+                };
                 if self.take(flow).await? == Next::Close {
                     return Ok(Next::Close);
                 }
@@ -338,21 +346,50 @@ enum Next {
     Close,
 }
 
+/// What running a command of a pipeline wave came to.
+enum Outcome {
+    Done(Flow),
+    /// A reply to be streamed, in a wave of several commands: the read was closed at once
+    /// and the command runs again when its reply's turn comes. Holding it open until then
+    /// would keep a page of every such read of the wave in memory, and each open read
+    /// counts against its serving node's limit and could idle out while the replies before
+    /// it are written; this way a connection streams one reply at a time, at the price of
+    /// reading one page twice.
+    Again(Vec<Bytes>),
+}
+
+/// Runs `request` as part of a wave; `alone` when the wave is this one command.
+async fn execute_in_wave(
+    shared: &Shared,
+    client: &mut ClientState,
+    request: Vec<Bytes>,
+    alone: bool,
+) -> Outcome {
+    // Bytes are shared, not copied: keeping the request costs a few counts.
+    let again = (!alone).then(|| request.clone());
+    match (execute(shared, client, request).await, again) {
+        (Flow::Stream(_), Some(request)) => Outcome::Again(request),
+        (flow, _) => Outcome::Done(flow),
+    }
+}
+
 /// Runs the commands of one pipeline wave on one key, in order: alone, side by side if they
 /// only read, or together as one log command if they write (one by one when they cannot).
+/// `alone`: the wave is one command.
 async fn run_of_one_key(
     shared: &Shared,
     mut client: ClientState,
     run: Vec<(usize, Vec<Bytes>)>,
-) -> Vec<(usize, Flow)> {
+    alone: bool,
+) -> Vec<(usize, Outcome)> {
     let (places, requests): (Vec<usize>, Vec<Vec<Bytes>>) = run.into_iter().unzip();
     let flows = if requests.len() == 1 {
         let request = requests.into_iter().next().unwrap_or_default();
-        vec![execute(shared, &mut client, request).await]
+        vec![execute_in_wave(shared, &mut client, request, alone).await]
     } else if requests.iter().all(|r| cmd::reads_only(r)) {
         futures::future::join_all(requests.into_iter().map(|request| {
             let mut client = client.clone();
-            async move { execute(shared, &mut client, request).await }
+            async move { execute_in_wave(shared, &mut client, request, false).await }
         }))
         .await
     } else {
@@ -374,12 +411,17 @@ async fn run_of_one_key(
                         shared.metrics.errors.fetch_add(1, Ordering::Relaxed);
                     }
                 }
-                replies.into_iter().map(Flow::Reply).collect()
+                replies
+                    .into_iter()
+                    .map(|reply| Outcome::Done(Flow::Reply(reply)))
+                    .collect()
             }
             None => {
+                // A whole read kept open here: run again at its turn, it would see the
+                // writes that follow it.
                 let mut flows = Vec::with_capacity(requests.len());
                 for request in requests {
-                    flows.push(execute(shared, &mut client, request).await);
+                    flows.push(Outcome::Done(execute(shared, &mut client, request).await));
                 }
                 flows
             }

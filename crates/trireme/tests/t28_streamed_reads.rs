@@ -80,6 +80,8 @@ const READS: &[&[&str]] = &[
     &["ZRANGE", "z", "-1500", "-1", "WITHSCORES"],
 ];
 
+/// Each of [`READS`] through every node, in RESP2 and RESP3; then the same reads pipelined
+/// (see [`pipelined_long_reads_hold_one_open_at_a_time`]).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn long_whole_reads_answer_as_redis_does_through_every_node() {
     let mut c = TestCluster::start(ClusterOptions::default()).await;
@@ -134,6 +136,7 @@ async fn long_whole_reads_answer_as_redis_does_through_every_node() {
         }
         assert!(differences.is_empty(), "{}", differences.join("\n"));
         every_node_closes_its_reads(c).await;
+        pipelined_long_reads_hold_one_open_at_a_time(c, &redis).await;
     })
     .await;
 }
@@ -279,4 +282,80 @@ async fn a_client_that_leaves_mid_read_leaves_no_read_open() {
         assert!(reply.starts_with(format!("*{MEMBERS}\r\n").as_bytes()));
     })
     .await;
+}
+
+/// Whole reads open on all nodes together.
+async fn reads_open(c: &TestCluster) -> f64 {
+    let mut open = 0.0;
+    for node in c.running() {
+        let text = metrics_text(&c.http, &c.node(node).http_url()).await;
+        open += metric_of(&text, "trireme_whole_reads_open");
+    }
+    open
+}
+
+/// How many `HGETALL`s of the 1.2 MB hash make a pipeline longer than the sockets between a
+/// node and a client that does not read hold.
+const HGETALLS: usize = 20;
+
+/// One pipeline of `reads`.
+fn pipelined(reads: &[&[&str]]) -> Vec<u8> {
+    let mut bytes = Vec::new();
+    for read in reads {
+        let args: Vec<&[u8]> = read.iter().map(|a| a.as_bytes()).collect();
+        bytes.extend(encode_cmd(&args));
+    }
+    bytes
+}
+
+/// Whole reads pipelined through each node. [`HGETALLS`] reads of the hash, from a client
+/// that stops reading after the first bytes: while that first reply waits on the client,
+/// the reads behind it are not held open (they are opened in their turn); the client then
+/// leaves. Every read of [`READS`] in one pipeline: each reply is what `redis` answers.
+async fn pipelined_long_reads_hold_one_open_at_a_time(c: &TestCluster, redis: &RedisServer) {
+    let hgetall: &[&str] = &["HGETALL", "h"];
+    let long = pipelined(&vec![hgetall; HGETALLS]);
+    let all = pipelined(READS);
+    let mut peer = RawResp::connect(redis.addr).await;
+    peer.send(&all).await;
+    let mut expected = Vec::new();
+    for _ in READS {
+        expected.push(peer.read_reply().await);
+    }
+    for node in c.running() {
+        let mut client = RawResp::connect_with_small_window(c.node(node).resp_addr(), 4096).await;
+        client.send(&long).await;
+        client.wait_for_bytes(64).await;
+        // The first reply is on its way and waits on this client.
+        let one = poll_until(
+            Duration::from_secs(10),
+            Duration::from_millis(50),
+            || async {
+                let open = reads_open(c).await;
+                if open <= 1.0 { Ok(()) } else { Err(open) }
+            },
+        )
+        .await;
+        if let Err(open) = one {
+            panic!(
+                "{open} whole reads stay open while the first reply of a pipeline through {} waits on its client",
+                c.name(node)
+            );
+        }
+        drop(client);
+
+        let mut client = RawResp::connect(c.node(node).resp_addr()).await;
+        client.send(&all).await;
+        for (read, want) in READS.iter().zip(&expected) {
+            let got = client.read_reply().await;
+            assert!(
+                &got == want,
+                "{read:?} pipelined through {}: {} bytes, redis-server {}",
+                c.name(node),
+                got.len(),
+                want.len()
+            );
+        }
+    }
+    every_node_closes_its_reads(c).await;
 }

@@ -737,6 +737,24 @@ impl RawResp {
         })
     }
 
+    /// Like `connect`, with a receive buffer of about `bytes`: a client that stops reading
+    /// makes the server wait on its writes after that much.
+    pub async fn connect_with_small_window(addr: SocketAddr, bytes: u32) -> RawResp {
+        let socket = if addr.is_ipv4() {
+            tokio::net::TcpSocket::new_v4()
+        } else {
+            tokio::net::TcpSocket::new_v6()
+        }
+        .expect("a socket");
+        socket.set_recv_buffer_size(bytes).expect("SO_RCVBUF");
+        let stream = socket.connect(addr).await.expect("connect to RESP port");
+        stream.set_nodelay(true).expect("TCP_NODELAY");
+        RawResp {
+            stream,
+            buf: Vec::new(),
+        }
+    }
+
     /// Writes all of `bytes` in one write call.
     pub async fn send(&mut self, bytes: &[u8]) {
         self.stream
@@ -814,6 +832,18 @@ impl RawResp {
             if self.fill().await == 0 {
                 panic!(
                     "connection closed mid-reply: {:?}",
+                    String::from_utf8_lossy(&self.buf)
+                );
+            }
+        }
+    }
+
+    /// Waits until `n` bytes have come, and leaves them for the next read.
+    pub async fn wait_for_bytes(&mut self, n: usize) {
+        while self.buf.len() < n {
+            if self.fill().await == 0 {
+                panic!(
+                    "connection closed after {:?}",
                     String::from_utf8_lossy(&self.buf)
                 );
             }
