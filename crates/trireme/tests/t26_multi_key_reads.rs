@@ -4,18 +4,17 @@
 //! over Consul's API (`/v1/txn` with two `cas` against `?recurse&consistent` listings). A
 //! read that shows half of a transfer breaks the total.
 
-mod common;
-
+use crate::common::cluster::{ClusterOptions, TestCluster};
+use crate::common::{KvEntry, clients, http_client};
 use base64::Engine as _;
-use common::cluster::{ClusterOptions, TestCluster};
-use common::{KvEntry, clients, http_client};
 use serde_json::{Value, json};
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
 /// redis-py 8 with its defaults (RESP3): three clients move amounts between `{b}x` and `{b}y`
-/// with MULTI/EXEC for 10 s while three others MGET both; no MGET shows a partial transfer.
+/// with MULTI/EXEC for 10 s (longer on a slow machine, until there were enough to tell) while
+/// three others MGET both; no MGET shows a partial transfer.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn mget_never_sees_half_of_a_redis_transaction() {
     let c = TestCluster::start(ClusterOptions::default()).await;
@@ -27,9 +26,13 @@ async fn mget_never_sees_half_of_a_redis_transaction() {
     client.arg(clients::source("redis_bank.py")).args([
         "127.0.0.1",
         &c.node(0).resp_addr().port().to_string(),
+        // 10 s, and on a slow machine on until there were enough to tell (never past 45 s).
         "10",
+        "500",
+        "2000",
+        "45",
     ]);
-    let output = clients::run_bounded(client, Duration::from_secs(60), "redis-py").await;
+    let output = clients::run_bounded(client, Duration::from_secs(90), "redis-py").await;
     let seen = clients::json_line(&output, &c.logs());
     assert_eq!(seen["protocol"], 3, "{seen}");
     // Enough reads that a torn one would show: the bug this guards against tore about one
