@@ -2,9 +2,9 @@
 //!
 //! Each test starts its own node, so keys and indexes never leak between tests.
 
-mod common;
+use crate::common;
 
-use common::{
+use crate::common::{
     KvEntry, RawResp, Reply, ReplyExt, StartOptions, TestNode, expect_error, http_client,
     wait_until,
 };

@@ -2,11 +2,9 @@
 //! 3-node cluster; raw requests check atomicity (a failed check undoes what came before it)
 //! and the errors for what is refused.
 
-mod common;
-
-use common::clients;
-use common::cluster::{ClusterOptions, TestCluster};
-use common::{StartOptions, TestNode};
+use crate::common::clients;
+use crate::common::cluster::{ClusterOptions, TestCluster};
+use crate::common::{StartOptions, TestNode};
 use serde_json::{Value, json};
 use std::time::Duration;
 

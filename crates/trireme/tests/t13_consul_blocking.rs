@@ -4,10 +4,10 @@
 //! with no replica of the key (its wait runs on another node), a leader killed under a
 //! watcher, a shard split, a client that hangs up, and the parameters refused.
 
-mod common;
-
-use common::cluster::{ClusterOptions, TestCluster, bounded, header, poll_until};
-use common::{StartOptions, TestNode, blocking_queries_waiting, clients, until_blocking_queries};
+use crate::common::cluster::{ClusterOptions, TestCluster, bounded, header, poll_until};
+use crate::common::{
+    StartOptions, TestNode, blocking_queries_waiting, clients, until_blocking_queries,
+};
 use serde_json::Value;
 use std::time::{Duration, Instant};
 

@@ -5,10 +5,10 @@
 //! the lock-delay, `Behavior: delete`, session reads as blocking queries, and the errors for
 //! what is refused.
 
-mod common;
-
-use common::cluster::{ClusterOptions, TestCluster, bounded, poll_until};
-use common::{StartOptions, TestNode, blocking_queries_waiting, clients, until_blocking_queries};
+use crate::common::cluster::{ClusterOptions, TestCluster, bounded, poll_until};
+use crate::common::{
+    StartOptions, TestNode, blocking_queries_waiting, clients, until_blocking_queries,
+};
 use serde_json::{Value, json};
 use std::path::Path;
 use std::process::Stdio;

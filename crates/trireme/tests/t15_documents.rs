@@ -2,10 +2,8 @@
 //! documents as keys of the one keyspace, refs and conditional writes, listing a collection
 //! page by page across shards, search, and the same answers through every node of a cluster.
 
-mod common;
-
-use common::cluster::{CLUSTER_DEADLINE, ClusterOptions, TestCluster, bounded, poll_until};
-use common::{StartOptions, TestNode, expect_error, metric, metrics_text, url_encode};
+use crate::common::cluster::{CLUSTER_DEADLINE, ClusterOptions, TestCluster, bounded, poll_until};
+use crate::common::{StartOptions, TestNode, expect_error, metric, metrics_text, url_encode};
 use reqwest::StatusCode;
 use serde_json::{Value, json};
 use std::time::Duration;

@@ -4,10 +4,10 @@
 //! outside the token's rules; a token deleted through one node stops working on every node
 //! within a second.
 
-mod common;
+use crate::common;
 
-use common::cluster::{ClusterOptions, TestCluster, bounded, poll_until};
-use common::{RawResp, StartOptions, TestNode};
+use crate::common::cluster::{ClusterOptions, TestCluster, bounded, poll_until};
+use crate::common::{RawResp, StartOptions, TestNode};
 use serde_json::{Value, json};
 use std::time::{Duration, Instant};
 

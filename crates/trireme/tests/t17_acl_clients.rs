@@ -5,10 +5,8 @@
 //! NOAUTH, WRONGPASS and NOPERM; plain HTTP carries the token in each place Consul's and
 //! Trireme's clients put it.
 
-mod common;
-
-use common::cluster::{ClusterOptions, TestCluster, poll_until};
-use common::{DEADLINE, TestNode, clients, run_program_async};
+use crate::common::cluster::{ClusterOptions, TestCluster, poll_until};
+use crate::common::{DEADLINE, TestNode, clients, run_program_async};
 use reqwest::Method;
 use serde_json::{Value, json};
 use std::time::Duration;

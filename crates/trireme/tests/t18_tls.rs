@@ -5,10 +5,10 @@
 //! client where the test must see the server's certificate. Every wait polls under a
 //! deadline; the only processes signalled or killed are the ones a test started.
 
-mod common;
+use crate::common;
 
-use common::cluster::{ClusterOptions, TestCluster, bounded, peer_addr};
-use common::{StartOptions, TestNode, run_program_async, varint, wait_until};
+use crate::common::cluster::{ClusterOptions, TestCluster, bounded, peer_addr};
+use crate::common::{StartOptions, TestNode, run_program_async, varint, wait_until};
 use rustls_pki_types::pem::PemObject;
 use rustls_pki_types::{CertificateDer, ServerName};
 use std::net::SocketAddr;

@@ -12,12 +12,12 @@
 //! Cluster tests run one cluster at a time (the harness serializes them); every wait polls
 //! under a deadline.
 
-mod common;
-
-use common::cluster::{
+use crate::common::cluster::{
     CLUSTER_DEADLINE, ClusterOptions, RaftTiming, TestCluster, bounded, poll_until,
 };
-use common::{StartOptions, TestNode, expect_error, metric, metric_of, metrics_text, url_encode};
+use crate::common::{
+    StartOptions, TestNode, expect_error, metric, metric_of, metrics_text, url_encode,
+};
 use reqwest::StatusCode;
 use serde_json::{Value, json};
 use std::collections::{BTreeMap, BTreeSet};

@@ -1,8 +1,8 @@
 //! Area 20: the RESP front end, spoken byte for byte over raw sockets, plus `redis-cli`.
 
-mod common;
+use crate::common;
 
-use common::{RawResp, Reply, ReplyExt, StartOptions, TestNode, encode_cmd, wait_until};
+use crate::common::{RawResp, Reply, ReplyExt, StartOptions, TestNode, encode_cmd, wait_until};
 use std::collections::BTreeSet;
 use std::time::Duration;
 

@@ -3,12 +3,12 @@
 //! itself is the oracle. Expiries are absolute (`EXAT`, `EXPIREAT`), so the replies do not
 //! depend on when the commands run.
 
-mod common;
+use crate::common;
 
-use common::clients;
-use common::cluster::{ClusterOptions, TestCluster};
-use common::redis::{compare_pipelined_with_redis, compare_with_redis};
-use common::{RawResp, StartOptions, TestNode};
+use crate::common::clients;
+use crate::common::cluster::{ClusterOptions, TestCluster};
+use crate::common::redis::{compare_pipelined_with_redis, compare_with_redis};
+use crate::common::{RawResp, StartOptions, TestNode};
 use std::time::Duration;
 
 /// The string commands a Redis user reaches for first, with their edge cases and errors.

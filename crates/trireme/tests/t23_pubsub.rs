@@ -3,11 +3,9 @@
 //! a message published on one node of a cluster reaching subscribers on the others; and a
 //! subscriber that never reads cut off without holding up the node.
 
-mod common;
-
-use common::cluster::{ClusterOptions, TestCluster};
-use common::redis::{READ, compare_with_redis};
-use common::{RawResp, StartOptions, TestNode, wait_until};
+use crate::common::cluster::{ClusterOptions, TestCluster};
+use crate::common::redis::{READ, compare_with_redis};
+use crate::common::{RawResp, StartOptions, TestNode, wait_until};
 use std::time::Duration;
 
 /// Client 0 subscribes, client 1 publishes; client 0 reads the messages as they arrive.

@@ -8,10 +8,8 @@
 //! until the node's `INFO clients` counts one more `blocked_clients`. Every wait polls under
 //! a deadline; each test is bounded in time.
 
-mod common;
-
-use common::cluster::{ClusterOptions, TestCluster, bounded, key_slot, poll_until};
-use common::{RawResp, Reply, ReplyExt, TestNode, metric_of, metrics_text};
+use crate::common::cluster::{ClusterOptions, TestCluster, bounded, key_slot, poll_until};
+use crate::common::{RawResp, Reply, ReplyExt, TestNode, metric_of, metrics_text};
 use std::time::{Duration, Instant};
 
 /// How long a node may take to count a waiter, or to stop counting one.

@@ -10,10 +10,12 @@
 //!
 //! Every wait polls an observable condition under a deadline; each test is bounded in time.
 
-mod common;
+use crate::common;
 
-use common::cluster::{ClusterOptions, RaftTiming, TestCluster, bounded, key_slot, poll_until};
-use common::{RawResp, Reply, ReplyExt, metric_of, metrics_text};
+use crate::common::cluster::{
+    ClusterOptions, RaftTiming, TestCluster, bounded, key_slot, poll_until,
+};
+use crate::common::{RawResp, Reply, ReplyExt, metric_of, metrics_text};
 use std::time::{Duration, Instant};
 use trireme_types::cluster_status::ClusterStatus;
 

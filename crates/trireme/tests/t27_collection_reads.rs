@@ -2,9 +2,7 @@
 //! with an error that names the paging command, while the same collection reads in pages and
 //! smaller ones read whole; the node keeps serving.
 
-mod common;
-
-use common::{RawResp, StartOptions, TestNode};
+use crate::common::{RawResp, StartOptions, TestNode};
 
 fn text(reply: &[u8]) -> String {
     String::from_utf8_lossy(reply).into_owned()

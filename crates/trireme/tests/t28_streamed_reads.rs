@@ -5,11 +5,9 @@
 //! read sees the collection at one moment while writes change all of it; and no read is
 //! left open on any node once its client has its answer or has gone.
 
-mod common;
-
-use common::cluster::{ClusterOptions, TestCluster, bounded, poll_until};
-use common::redis::RedisServer;
-use common::{RawResp, encode_cmd, metric_of, metrics_text};
+use crate::common::cluster::{ClusterOptions, TestCluster, bounded, poll_until};
+use crate::common::redis::RedisServer;
+use crate::common::{RawResp, encode_cmd, metric_of, metrics_text};
 use std::time::Duration;
 
 /// Members of each collection: more than two pages' worth (a page is 1,024 items at most,

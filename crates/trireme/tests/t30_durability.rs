@@ -3,9 +3,11 @@
 //! A write is acknowledged only after its log entry is fdatasync'ed, so SIGKILL at any moment
 //! must lose none of them: every acknowledged write reads back exactly after a restart.
 
-mod common;
+use crate::common;
 
-use common::{KvEntry, RawResp, Reply, ReplyExt, StartOptions, TestNode, http_client, wait_until};
+use crate::common::{
+    KvEntry, RawResp, Reply, ReplyExt, StartOptions, TestNode, http_client, wait_until,
+};
 use std::collections::BTreeMap;
 use std::sync::Arc;
 use std::sync::Mutex;

@@ -7,9 +7,7 @@
 //! acknowledged INCR, plus at most the one that was in flight when the process died (its
 //! entry may have committed without an answer); more would be an entry applied twice.
 
-mod common;
-
-use common::{RawResp, Reply, ReplyExt, StartOptions, TestNode};
+use crate::common::{RawResp, Reply, ReplyExt, StartOptions, TestNode};
 use std::os::unix::process::ExitStatusExt as _;
 use std::time::{Duration, Instant};
 

@@ -11,10 +11,10 @@
 //! Each data directory sits on a small tmpfs this test mounts (root only, as in CI); a
 //! ballast file takes the space, as another program filling the disk would.
 
-mod common;
+use crate::common;
 
-use common::cluster::{CLUSTER_DEADLINE, ClusterOptions, TestCluster, poll_until};
-use common::{RawResp, StartOptions, TestNode, http_client};
+use crate::common::cluster::{CLUSTER_DEADLINE, ClusterOptions, TestCluster, poll_until};
+use crate::common::{RawResp, StartOptions, TestNode, http_client};
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 

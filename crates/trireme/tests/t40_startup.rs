@@ -1,9 +1,7 @@
 //! Area 40: starting `trireme server`: readiness, clean stops, and every refusal with its
 //! message and a non-zero exit.
 
-mod common;
-
-use common::{StartOptions, TestNode, run_expect_failure};
+use crate::common::{StartOptions, TestNode, run_expect_failure};
 use std::path::Path;
 use std::time::Duration;
 

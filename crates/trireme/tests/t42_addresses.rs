@@ -2,10 +2,8 @@
 //! say (host names resolved when binding) and tells clients and other nodes the advertised
 //! addresses: in its metadata row, `/v1/cluster/shards`, `CLUSTER SLOTS` and `endpoints.json`.
 
-mod common;
-
-use common::cluster::free_ports;
-use common::{RawResp, Reply, ReplyExt, StartOptions, TestNode, run_expect_failure};
+use crate::common::cluster::free_ports;
+use crate::common::{RawResp, Reply, ReplyExt, StartOptions, TestNode, run_expect_failure};
 use std::time::Duration;
 
 #[tokio::test]

@@ -2,9 +2,11 @@
 //! py-consul (Consul's Python client) and redis-benchmark (Debian's redis-tools). Both are
 //! installed by `scripts/install-test-deps.sh`.
 
-mod common;
+use crate::common;
 
-use common::{RawResp, Reply, ReplyExt, StartOptions, TestNode, run_program, run_program_async};
+use crate::common::{
+    RawResp, Reply, ReplyExt, StartOptions, TestNode, run_program, run_program_async,
+};
 use std::path::PathBuf;
 use std::time::Duration;
 

@@ -5,13 +5,11 @@
 //! Each test starts its own cluster (3 nodes, 2–4 shards, heartbeat 50 ms, elections
 //! 300–600 ms); the harness runs one cluster at a time. Every wait polls under a deadline.
 
-mod common;
-
-use common::cluster::{
+use crate::common::cluster::{
     CLUSTER_DEADLINE, ClusterOptions, TestCluster, bounded, header, key_slot, other_than,
     poll_until,
 };
-use common::{RawResp, Reply, ReplyExt, wait_until};
+use crate::common::{RawResp, Reply, ReplyExt, wait_until};
 use std::collections::BTreeMap;
 use std::time::Duration;
 

@@ -7,13 +7,13 @@
 //!
 //! Real processes on loopback, one cluster at a time, every wait under a deadline.
 
-mod common;
+use crate::common;
 
-use common::cluster::{
+use crate::common::cluster::{
     ClusterOptions, Steady, TestCluster, assert_acked_readable, bounded, free_ports, peer_addr,
     spawn_steady_writer, wait_for_acks,
 };
-use common::{run_program_async, wait_until};
+use crate::common::{run_program_async, wait_until};
 use std::collections::BTreeMap;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};

@@ -5,13 +5,13 @@
 //! Each test starts its own cluster (3 nodes, 2–4 shards, heartbeat 50 ms, elections
 //! 300–600 ms); the harness runs one cluster at a time. Every wait polls under a deadline.
 
-mod common;
+use crate::common;
 
-use common::cluster::{
+use crate::common::cluster::{
     CLUSTER_DEADLINE, ClusterOptions, TestCluster, assert_acked_readable, bounded, peer_addr,
     poll_until, spawn_steady_writer, wait_for_acks, write_every_shard,
 };
-use common::{RawResp, wait_until};
+use crate::common::{RawResp, wait_until};
 use std::collections::BTreeMap;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};

@@ -4,13 +4,11 @@
 //! Each test starts its own cluster (3 nodes, 2–4 shards, heartbeat 50 ms, elections
 //! 300–600 ms); the harness runs one cluster at a time. Every wait polls under a deadline.
 
-mod common;
-
-use common::cluster::{
+use crate::common::cluster::{
     CLUSTER_DEADLINE, ClusterOptions, RaftTiming, TestCluster, bounded, poll_until,
     write_every_shard,
 };
-use common::{metric, metrics_text};
+use crate::common::{metric, metrics_text};
 use std::collections::BTreeMap;
 use std::time::Duration;
 

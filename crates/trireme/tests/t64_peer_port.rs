@@ -4,12 +4,10 @@
 //! Each test starts its own cluster (3 nodes, 2–4 shards, heartbeat 50 ms, elections
 //! 300–600 ms); the harness runs one cluster at a time. Every wait polls under a deadline.
 
-mod common;
-
-use common::cluster::{
+use crate::common::cluster::{
     CLUSTER_DEADLINE, ClusterOptions, TestCluster, bounded, peer_addr, write_every_shard,
 };
-use common::{varint, wait_until};
+use crate::common::{varint, wait_until};
 use std::net::SocketAddr;
 use std::time::{Duration, Instant};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};

@@ -21,12 +21,12 @@
 //! restarted follower never becoming ready (its log is longer than the restored leader's, so
 //! the commit it waits for at start-up never comes).
 
-mod common;
+use crate::common;
 
-use common::cluster::{
+use crate::common::cluster::{
     CLUSTER_DEADLINE, ClusterOptions, RaftTiming, TestCluster, poll_until, try_put_url, utc_now,
 };
-use common::{KvEntry, RawResp, Reply, ReplyExt, TestNode, encode_cmd};
+use crate::common::{KvEntry, RawResp, Reply, ReplyExt, TestNode, encode_cmd};
 use std::net::SocketAddr;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};

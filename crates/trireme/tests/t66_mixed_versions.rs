@@ -14,10 +14,10 @@
 //! The cluster: 3 nodes, 3 shards, heartbeat 50 ms, elections 300–600 ms. Every wait polls
 //! under a deadline.
 
-mod common;
+use crate::common;
 
-use common::RawResp;
-use common::cluster::{
+use crate::common::RawResp;
+use crate::common::cluster::{
     CLUSTER_DEADLINE, ClusterOptions, TestCluster, assert_acked_readable, bounded, poll_until,
     spawn_steady_writer, wait_for_acks, write_every_shard,
 };

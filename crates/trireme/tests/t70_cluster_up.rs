@@ -5,9 +5,9 @@
 //! directory without a running cluster and an unreachable target are refused with messages
 //! that name them.
 
-mod common;
+use crate::common;
 
-use common::{DEADLINE, KvEntry, RawResp, binary, http_client, run_expect_failure};
+use crate::common::{DEADLINE, KvEntry, RawResp, binary, http_client, run_expect_failure};
 use rustix::process::{Pid, Signal, kill_process, test_kill_process};
 use std::net::{SocketAddr, TcpListener};
 use std::path::{Path, PathBuf};

@@ -2,9 +2,7 @@
 //! prints, what it writes, and its exit status (0 done, 1 missing key or failed
 //! check-and-set, 2 an error).
 
-mod common;
-
-use common::{StartOptions, TestNode, binary};
+use crate::common::{StartOptions, TestNode, binary};
 use serde_json::Value;
 use std::process::Stdio;
 use std::time::Duration;

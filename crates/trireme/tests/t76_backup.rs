@@ -4,10 +4,10 @@
 //! intact; a damaged or truncated file, a target that is not empty, or one whose limits are
 //! too small, refused with nothing written.
 
-mod common;
+use crate::common;
 
-use common::cluster::{ClusterOptions, TestCluster};
-use common::{RawResp, Reply, ReplyExt, StartOptions, TestNode, binary, http_client};
+use crate::common::cluster::{ClusterOptions, TestCluster};
+use crate::common::{RawResp, Reply, ReplyExt, StartOptions, TestNode, binary, http_client};
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::time::Duration;

@@ -1,10 +1,8 @@
 //! Area 80: `trireme bench`'s results directory, from a real run against one real node.
 
-mod common;
-
 use std::path::Path;
 
-use common::{StartOptions, TestNode, run_bench};
+use crate::common::{StartOptions, TestNode, run_bench};
 use serde_json::Value;
 
 fn read(dir: &Path, name: &str) -> String {

@@ -2,10 +2,10 @@
 //! real 3-node cluster, and `trireme bench qualify` (the Aerospike report's rate search)
 //! against a real node, both through the binary as a user runs them.
 
-mod common;
+use crate::common;
 
-use common::cluster::{ClusterOptions, TestCluster};
-use common::{StartOptions, TestNode};
+use crate::common::cluster::{ClusterOptions, TestCluster};
+use crate::common::{StartOptions, TestNode};
 use std::time::Duration;
 
 /// Runs `trireme ARGS` off the async runtime with a deadline; returns (success, stdout, stderr).

@@ -2,11 +2,9 @@
 //! presets that need them (E: scans, F: read-modify-write) run end to end; the documents
 //! driver (`orchestrate`) and the Orchestrate production mix, search included.
 
-mod common;
-
 use std::time::Duration;
 
-use common::{StartOptions, TestNode, binary, run_bench, run_program_async};
+use crate::common::{StartOptions, TestNode, binary, run_bench, run_program_async};
 use serde_json::Value;
 use trireme_bench::driver::{DriverError, HttpDriver, OrchestrateDriver};
 use trireme_bench::scenario::{Consistency, Operation};

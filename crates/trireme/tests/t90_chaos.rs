@@ -13,16 +13,11 @@
 //!
 //! The soak is the same command with more seeds: `trireme chaos --seeds 200` (README).
 
-mod common;
-
+use crate::common::binary;
+// One chaos run or test cluster at a time: each wants the machine's two cores to itself.
+use crate::common::cluster::cluster_turn_blocking;
 use std::path::Path;
 use std::process::{Command, Output};
-use std::sync::Mutex;
-
-use common::binary;
-
-/// One chaos run at a time: each wants the machine's two cores to itself.
-static ONE_AT_A_TIME: Mutex<()> = Mutex::new(());
 
 fn chaos(out: &Path, args: &[&str]) -> Output {
     assert!(
@@ -150,7 +145,7 @@ fn the_go_checker_passes_its_own_tests() {
 
 #[test]
 fn mixed_faults_on_three_nodes_keep_every_promise() {
-    let _one = ONE_AT_A_TIME.lock().unwrap_or_else(|p| p.into_inner());
+    let _turn = cluster_turn_blocking();
     let out = tempfile::tempdir().expect("tempdir");
     let run = chaos(
         out.path(),
@@ -169,7 +164,7 @@ fn mixed_faults_on_three_nodes_keep_every_promise() {
 
 #[test]
 fn a_secure_cluster_keeps_every_promise_under_faults() {
-    let _one = ONE_AT_A_TIME.lock().unwrap_or_else(|p| p.into_inner());
+    let _turn = cluster_turn_blocking();
     let out = tempfile::tempdir().expect("tempdir");
     let run = chaos(
         out.path(),
@@ -191,7 +186,7 @@ fn a_secure_cluster_keeps_every_promise_under_faults() {
 
 #[test]
 fn mixed_faults_on_five_nodes_keep_every_promise() {
-    let _one = ONE_AT_A_TIME.lock().unwrap_or_else(|p| p.into_inner());
+    let _turn = cluster_turn_blocking();
     let out = tempfile::tempdir().expect("tempdir");
     let run = chaos(
         out.path(),
@@ -203,7 +198,7 @@ fn mixed_faults_on_five_nodes_keep_every_promise() {
 
 #[test]
 fn shards_split_under_faults_and_every_shard_ends_at_its_replication_factor() {
-    let _one = ONE_AT_A_TIME.lock().unwrap_or_else(|p| p.into_inner());
+    let _turn = cluster_turn_blocking();
     let out = tempfile::tempdir().expect("tempdir");
     let run = chaos(
         out.path(),
@@ -228,7 +223,7 @@ fn shards_split_under_faults_and_every_shard_ends_at_its_replication_factor() {
 
 #[test]
 fn nodes_join_drain_and_are_replaced_under_faults_aimed_at_moves() {
-    let _one = ONE_AT_A_TIME.lock().unwrap_or_else(|p| p.into_inner());
+    let _turn = cluster_turn_blocking();
     let out = tempfile::tempdir().expect("tempdir");
     let run = chaos(
         out.path(),
@@ -274,7 +269,7 @@ fn nodes_join_drain_and_are_replaced_under_faults_aimed_at_moves() {
 
 #[test]
 fn ten_kill_all_and_restart_cycles_lose_nothing() {
-    let _one = ONE_AT_A_TIME.lock().unwrap_or_else(|p| p.into_inner());
+    let _turn = cluster_turn_blocking();
     let out = tempfile::tempdir().expect("tempdir");
     let run = chaos(
         out.path(),
@@ -322,7 +317,7 @@ fn planted(out: &Path, faults: &str, duration: &str, flag: &str) -> serde_json::
 
 #[test]
 fn a_planted_stale_read_bug_is_caught() {
-    let _one = ONE_AT_A_TIME.lock().unwrap_or_else(|p| p.into_inner());
+    let _turn = cluster_turn_blocking();
     let out = tempfile::tempdir().expect("tempdir");
     let s = planted(
         out.path(),
@@ -341,7 +336,7 @@ fn a_planted_stale_read_bug_is_caught() {
 
 #[test]
 fn a_planted_lock_lease_bug_is_caught() {
-    let _one = ONE_AT_A_TIME.lock().unwrap_or_else(|p| p.into_inner());
+    let _turn = cluster_turn_blocking();
     let out = tempfile::tempdir().expect("tempdir");
     let s = planted(
         out.path(),
@@ -365,7 +360,7 @@ fn a_planted_lock_lease_bug_is_caught() {
 /// removed (exit status 3), which ends its drain, and every membership change must finish.
 #[test]
 fn a_drain_interrupted_by_killing_every_node_finishes() {
-    let _one = ONE_AT_A_TIME.lock().unwrap_or_else(|p| p.into_inner());
+    let _turn = cluster_turn_blocking();
     let out = tempfile::tempdir().expect("tempdir");
     let run = chaos(
         out.path(),

@@ -9,8 +9,9 @@
 //! handled by `trireme_local` through [`TestNode`].
 //!
 //! Multi-node tests are CPU-heavy and their timing assertions assume the machine is not
-//! shared with another cluster, so only one `TestCluster` exists at a time per test binary:
-//! [`TestCluster::start`] waits for the previous one to be dropped.
+//! shared with another cluster, so only one `TestCluster` exists at a time in the test
+//! binary: [`TestCluster::start`] waits for the previous one to be dropped. A chaos run
+//! takes the same turn ([`cluster_turn_blocking`]).
 
 use super::{DEADLINE, KvEntry, StartOptions, TestNode, http_client, wait_until};
 use std::collections::BTreeMap;
@@ -22,6 +23,12 @@ use trireme_types::admin::{ShardDoc, ShardsDoc};
 
 /// Serializes clusters within a test binary (see the module documentation).
 static ONE_CLUSTER_AT_A_TIME: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(());
+
+/// Waits for the turn a [`TestCluster`] takes, from a test that is not async (a chaos run,
+/// which starts its own cluster); the turn is held until the guard is dropped.
+pub fn cluster_turn_blocking() -> tokio::sync::MutexGuard<'static, ()> {
+    ONE_CLUSTER_AT_A_TIME.blocking_lock()
+}
 
 /// Raft timing of a test cluster; written to the nodes' config as `[raft]`.
 #[derive(Clone, Debug)]

@@ -1,0 +1,44 @@
+//! Every integration test area of the `trireme` binary, one module each (`tNN_area.rs`,
+//! numbered as docs/testing.md lists them), built into one test binary: the shared harness
+//! in `common` is compiled and the binary linked once, not once per area. Run one area with
+//! `cargo test -p trireme --test integration tNN_area::`.
+
+mod common;
+
+mod t10_http_kv;
+mod t12_consul_txn;
+mod t13_consul_blocking;
+mod t14_consul_sessions;
+mod t15_documents;
+mod t16_acl;
+mod t17_acl_clients;
+mod t18_tls;
+mod t19_search_index;
+mod t20_resp;
+mod t22_resp_vs_redis;
+mod t23_pubsub;
+mod t24_blocking_pops;
+mod t25_big_collections;
+mod t26_multi_key_reads;
+mod t27_collection_reads;
+mod t28_streamed_reads;
+mod t30_durability;
+mod t31_crash_points;
+mod t32_disk_full;
+mod t40_startup;
+mod t42_addresses;
+mod t50_real_clients;
+mod t60_replication;
+mod t61_elastic;
+mod t62_failover;
+mod t63_snapshots;
+mod t64_peer_port;
+mod t65_restart_read;
+mod t66_mixed_versions;
+mod t70_cluster_up;
+mod t75_kv_cli;
+mod t76_backup;
+mod t80_bench_results;
+mod t81_bench_qualify_probe;
+mod t82_bench_drivers;
+mod t90_chaos;
