@@ -936,11 +936,10 @@ impl Storage {
             });
         }
         let mut batch = self.tables.batch();
-        let watched: Vec<Bytes> = if self.watchers().is_empty() {
-            Vec::new()
-        } else {
-            pending.order.clone()
-        };
+        // Every key the batch changes, for the watchers once it is written. Gathered whether
+        // or not anybody watches now: a watch made before the write is to be woken by it
+        // (a blocking pop on the leader registers, reads, finds nothing, and waits).
+        let mut watched: Vec<Bytes> = Vec::with_capacity(pending.order.len());
         if pending.ended_changed
             && let Some(ended) = &pending.ended
         {
@@ -1019,6 +1018,7 @@ impl Storage {
                 Some(record) => batch.insert(Space::Data, full, record.encode().to_vec()),
                 None => batch.remove(Space::Data, full),
             }
+            watched.push(key);
         }
         // After every record of the batch is in the key index: a member's collection kind
         // is known there.
