@@ -42,6 +42,8 @@ const IDLE_LIMIT: Duration = Duration::from_secs(30);
 const SWEEP_INTERVAL: Duration = Duration::from_secs(5);
 /// Most reads one node holds open; past it, new ones are refused until some end.
 const MAX_OPEN: usize = 256;
+/// How long a request waits for a replica to close a read whose answer it threw away.
+const DISCARD_CLOSE_WAIT: Duration = Duration::from_millis(500);
 
 /// One read held open between pages.
 struct OpenRead {
@@ -236,7 +238,9 @@ impl ShardRequest for OpenWhole {
     }
 
     /// A read opened by a replica behind the floor is closed there at once, rather than
-    /// pin that replica's view until it has idled out.
+    /// pin that replica's view until it has idled out. The request's retry waits for it, so
+    /// not for long: a replica that does not answer within [`DISCARD_CLOSE_WAIT`] closes
+    /// the read when it idles out.
     async fn discarded(answer: Self::Answer, node: &Node, shard: ShardId, served_by: u64) {
         if let (
             Ok(WholeOpened {
@@ -246,7 +250,8 @@ impl ShardRequest for OpenWhole {
         ) = answer
         {
             debug_assert_eq!(rest.node, served_by);
-            node.close_whole_elsewhere(shard, rest).await;
+            node.close_whole_elsewhere(shard, rest, DISCARD_CLOSE_WAIT)
+                .await;
         }
     }
 }
@@ -324,7 +329,10 @@ impl Drop for WholeReader {
             return;
         };
         let shard = self.shard;
-        runtime.spawn(async move { node.close_whole_elsewhere(shard, rest).await });
+        runtime.spawn(async move {
+            let wait = node.config.timing.request_timeout;
+            node.close_whole_elsewhere(shard, rest, wait).await;
+        });
     }
 }
 
@@ -466,13 +474,12 @@ impl Node {
         self.open_reads.next_page(read).await
     }
 
-    /// Closes the read `rest` names, held on another node. Best effort: a read left open
-    /// is closed there once it has waited too long.
-    async fn close_whole_elsewhere(&self, shard: ShardId, rest: WholeRest) {
-        let left = self.config.timing.request_timeout;
+    /// Closes the read `rest` names, held on another node, waiting at most `wait` for it to
+    /// say so. Best effort: a read left open is closed there once it has waited too long.
+    async fn close_whole_elsewhere(&self, shard: ShardId, rest: WholeRest, wait: Duration) {
         let op = WireOp::CloseWhole { read: rest.read };
         let to = trireme_types::NodeId(rest.node);
-        let _ = self.forward_wait_op::<()>(to, shard, op, left).await;
+        let _ = self.forward_wait_op::<()>(to, shard, op, wait).await;
     }
 
     /// Closes read `read` held here, if it is open.

@@ -387,11 +387,20 @@ async fn run_of_one_key(
         let request = requests.into_iter().next().unwrap_or_default();
         vec![execute_in_wave(shared, &mut client, request, alone).await]
     } else if requests.iter().all(|r| cmd::reads_only(r)) {
-        futures::future::join_all(requests.into_iter().map(|request| {
+        let kept = requests.clone();
+        let mut outcomes = futures::future::join_all(requests.into_iter().map(|request| {
             let mut client = client.clone();
             async move { execute_in_wave(shared, &mut client, request, false).await }
         }))
-        .await
+        .await;
+        // Once a read of the key runs again at its turn, so do the reads after it: none may
+        // answer from an older state than a read before it.
+        if let Some(first) = outcomes.iter().position(|o| matches!(o, Outcome::Again(_))) {
+            for (outcome, request) in outcomes.iter_mut().zip(kept).skip(first + 1) {
+                *outcome = Outcome::Again(request);
+            }
+        }
+        outcomes
     } else {
         let slots: Vec<usize> = requests
             .iter()

@@ -112,16 +112,13 @@ impl KeyIndex {
     /// Drops `shard`'s index: its rows changed outside the apply loop. An apply that holds
     /// the old one finishes on it and it is thrown away; the next apply builds a new one.
     pub(crate) fn forget(&self, shard: u32) {
-        let forgotten = self
-            .shards
+        // Freed here, not on the discard thread: its member index gives its budget back as
+        // it is dropped, and the next apply builds a new one at once, which would find the
+        // budget still taken.
+        self.shards
             .lock()
             .unwrap_or_else(|e| e.into_inner())
             .remove(&shard);
-        // A shard's index may hold millions of keys and members: a split or a snapshot's
-        // install is not held up while they are freed.
-        if let Some(forgotten) = forgotten {
-            crate::member_index::discard_in_background(Box::new(forgotten));
-        }
     }
 
     /// Memory the index takes per key besides the key's own bytes: the table entry (a boxed

@@ -229,11 +229,17 @@ fn discard<T: Send + 'static>(rows: HashMap<Box<[u8]>, T>) {
     discard_in_background(Box::new(rows));
 }
 
-/// Hands `value` to the node's discard thread to drop; drops it here if there is none.
-pub(crate) fn discard_in_background(value: Box<dyn Send>) {
-    static DISCARD: OnceLock<Option<mpsc::Sender<Box<dyn Send>>>> = OnceLock::new();
+/// Collections the discard thread may have waiting at once. Their budget is given back when
+/// they are let go of, so their memory is not counted while they wait: past this many, the
+/// next is freed where it was let go of.
+const DISCARD_QUEUE: usize = 8;
+
+/// Hands `value` to the node's discard thread to drop; drops it here if there is no thread
+/// or it has [`DISCARD_QUEUE`] waiting.
+fn discard_in_background(value: Box<dyn Send>) {
+    static DISCARD: OnceLock<Option<mpsc::SyncSender<Box<dyn Send>>>> = OnceLock::new();
     let sender = DISCARD.get_or_init(|| {
-        let (sender, receiver) = mpsc::channel::<Box<dyn Send>>();
+        let (sender, receiver) = mpsc::sync_channel::<Box<dyn Send>>(DISCARD_QUEUE);
         std::thread::Builder::new()
             .name("trireme-discard".into())
             .spawn(move || receiver.into_iter().for_each(drop))
@@ -241,9 +247,8 @@ pub(crate) fn discard_in_background(value: Box<dyn Send>) {
             .map(|_| sender)
     });
     if let Some(sender) = sender {
-        // The thread never ends while the sender lives, so this cannot fail; if it did,
-        // the value comes back in the error and is dropped here.
-        let _ = sender.send(value);
+        // Full (or, never, closed): the value comes back in the error and is dropped here.
+        let _ = sender.try_send(value);
     }
 }
 
