@@ -1,7 +1,8 @@
-//! Every integration test area of the `trireme` binary, one module each (`tNN_area.rs`,
-//! numbered as docs/testing.md lists them), built into one test binary: the shared harness
-//! in `common` is compiled and the binary linked once, not once per area. Run one area with
-//! `cargo test -p trireme --test integration tNN_area::`.
+//! Every integration test area of the `trireme` binary but the chaos runs, one module each
+//! (`tNN_area.rs`, numbered as docs/testing.md lists them), built into one test binary: the
+//! shared harness in `common` is compiled and the binary linked once, not once per area. Run
+//! one area with `cargo test -p trireme --test integration tNN_area::`. The chaos runs
+//! (`t90_chaos.rs`) are the `chaos` binary: see `chaos.rs`.
 
 mod common;
 
@@ -41,4 +42,29 @@ mod t76_backup;
 mod t80_bench_results;
 mod t81_bench_qualify_probe;
 mod t82_bench_drivers;
-mod t90_chaos;
+
+/// Every `tNN_*.rs` file here is a module of this binary or of `chaos`: a file left out of
+/// both would never run.
+#[test]
+fn every_test_area_is_built() {
+    let dir = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("tests");
+    let declared = [include_str!("integration.rs"), include_str!("chaos.rs")].concat();
+    let mut missing = Vec::new();
+    for entry in std::fs::read_dir(&dir).expect("the tests directory") {
+        let name = entry
+            .expect("an entry")
+            .file_name()
+            .to_string_lossy()
+            .into_owned();
+        let Some(area) = name.strip_suffix(".rs") else {
+            continue;
+        };
+        if area.starts_with('t') && !declared.contains(&format!("\nmod {area};\n")) {
+            missing.push(name);
+        }
+    }
+    assert!(
+        missing.is_empty(),
+        "test areas in no test binary: {missing:?}"
+    );
+}

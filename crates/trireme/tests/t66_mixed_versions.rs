@@ -56,8 +56,9 @@ async fn restart_announcing(c: &mut TestCluster, i: usize, protocol: Option<u32>
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn adjacent_protocols_serve_together_and_farther_ones_are_refused() {
+    // Started before the bound: the start may wait for another test's cluster to go.
+    let mut c = TestCluster::start(ClusterOptions::default()).await;
     bounded(Duration::from_secs(240), async {
-        let mut c = TestCluster::start(ClusterOptions::default()).await;
         let keys = c.key_per_shard("version");
 
         // Every node runs this build: each shows it to every other.
@@ -216,8 +217,9 @@ async fn pop_of_two(c: &TestCluster, via: usize) -> Vec<u8> {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn an_upgrade_finalized_by_the_operator_turns_on_its_features_and_shuts_out_older_builds() {
+    // Started before the bound: the start may wait for another test's cluster to go.
+    let mut c = TestCluster::start(one_node_behind("auto_finalize_upgrade = false")).await;
     bounded(Duration::from_secs(300), async {
-        let mut c = TestCluster::start(one_node_behind("auto_finalize_upgrade = false")).await;
         // A new cluster starts at the lowest protocol its nodes run.
         until_cluster_version(&c, 0, PROTOCOL - 1).await;
         let stop = Arc::new(AtomicBool::new(false));
@@ -315,8 +317,9 @@ async fn an_upgrade_finalized_by_the_operator_turns_on_its_features_and_shuts_ou
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn the_cluster_version_rises_by_itself_once_the_last_node_is_upgraded() {
+    // Started before the bound: the start may wait for another test's cluster to go.
+    let mut c = TestCluster::start(one_node_behind("")).await;
     bounded(Duration::from_secs(180), async {
-        let mut c = TestCluster::start(one_node_behind("")).await;
         until_cluster_version(&c, 0, PROTOCOL - 1).await;
         let refused = String::from_utf8_lossy(&pop_of_two(&c, 1).await).into_owned();
         assert!(refused.contains("needs cluster version"), "{refused}");

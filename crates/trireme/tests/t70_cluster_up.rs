@@ -5,7 +5,9 @@
 //! directory without a running cluster and an unreachable target are refused with messages
 //! that name them.
 
+// Each test runs a cluster of its own: it waits for any other test's cluster to go first.
 use crate::common;
+use crate::common::cluster::cluster_turn;
 
 use crate::common::{DEADLINE, KvEntry, RawResp, binary, http_client, run_expect_failure};
 use rustix::process::{Pid, Signal, kill_process, test_kill_process};
@@ -230,6 +232,7 @@ async fn consistent_get(client: &reqwest::Client, node: &ListedNode, key: &str) 
 
 #[tokio::test]
 async fn up_serves_reports_stops_on_sigterm_and_restarts_on_its_data() {
+    let _turn = cluster_turn().await;
     let tmp = tempfile::Builder::new()
         .prefix("trireme-t70-")
         .tempdir()
@@ -416,6 +419,7 @@ async fn up_serves_reports_stops_on_sigterm_and_restarts_on_its_data() {
 
 #[tokio::test]
 async fn a_node_that_dies_is_reported_and_fails_the_exit_status() {
+    let _turn = cluster_turn().await;
     let tmp = tempfile::tempdir().expect("temp dir");
     let dir = tmp.path().join("cluster");
     let base = free_base_port().to_string();
@@ -502,6 +506,7 @@ fn running(raw: u32) -> bool {
 
 #[tokio::test]
 async fn add_joins_a_running_cluster_and_up_stops_and_restarts_it() {
+    let _turn = cluster_turn().await;
     let tmp = tempfile::Builder::new()
         .prefix("trireme-t70-add-")
         .tempdir()
@@ -612,6 +617,7 @@ async fn add_joins_a_running_cluster_and_up_stops_and_restarts_it() {
 
 #[tokio::test]
 async fn add_without_a_running_cluster_or_with_a_port_in_use_fails_clearly() {
+    let _turn = cluster_turn().await;
     let tmp = tempfile::tempdir().expect("temp dir");
     let dir = tmp.path().join("cluster");
     let dir_arg = dir.display().to_string();
@@ -685,6 +691,7 @@ async fn raw_value(client: &reqwest::Client, http: &str, key: &str) -> String {
 
 #[tokio::test]
 async fn the_supervisor_restarts_one_node_on_its_data_and_stops_all() {
+    let _turn = cluster_turn().await;
     let tmp = tempfile::tempdir().expect("temp dir");
     let dir = tmp.path().join("cluster");
     let mut cluster = trireme_local::LocalCluster::start(supervisor_options(&dir))
@@ -728,6 +735,7 @@ async fn the_supervisor_restarts_one_node_on_its_data_and_stops_all() {
 
 #[tokio::test]
 async fn the_supervisor_adds_a_node_that_joins_and_stops_it_with_the_others() {
+    let _turn = cluster_turn().await;
     let tmp = tempfile::tempdir().expect("temp dir");
     let dir = tmp.path().join("cluster");
     let opts = supervisor_options(&dir);
@@ -772,6 +780,7 @@ async fn the_supervisor_adds_a_node_that_joins_and_stops_it_with_the_others() {
 
 #[tokio::test]
 async fn up_secure_makes_a_ca_and_a_token_and_turns_acls_and_tls_on() {
+    let _turn = cluster_turn().await;
     let tmp = tempfile::Builder::new()
         .prefix("trireme-t70-")
         .tempdir()

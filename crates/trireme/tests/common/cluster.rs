@@ -30,6 +30,12 @@ pub fn cluster_turn_blocking() -> tokio::sync::MutexGuard<'static, ()> {
     ONE_CLUSTER_AT_A_TIME.blocking_lock()
 }
 
+/// Waits for the turn a [`TestCluster`] takes, for a test that starts a cluster of its own
+/// (`trireme cluster up`); the turn is held until the guard is dropped.
+pub async fn cluster_turn() -> tokio::sync::MutexGuard<'static, ()> {
+    ONE_CLUSTER_AT_A_TIME.lock().await
+}
+
 /// Raft timing of a test cluster; written to the nodes' config as `[raft]`.
 #[derive(Clone, Debug)]
 pub struct RaftTiming {
@@ -242,30 +248,36 @@ pub fn free_ports(n: usize) -> Vec<u16> {
 ///
 /// Blocks come from below the kernel's ephemeral range: a port found free inside it can be
 /// handed to some test's outgoing connection before the server binds it (t70 failed that way
-/// in CI). A cursor shared by the binary's tests walks the blocks from an offset drawn from
-/// the process id, so concurrent tests (and overlapping binaries) start apart.
+/// in CI). A cursor shared by the binary's tests walks the range port by port (blocks of
+/// different lengths never overlap while it goes round) from an offset drawn from the
+/// process id, so concurrent tests (and overlapping binaries) start apart.
 pub fn free_port_block(len: u16) -> u16 {
     use std::sync::atomic::{AtomicU32, Ordering};
     const FIRST: u16 = 20_000;
-    static NEXT_BLOCK: AtomicU32 = AtomicU32::new(u32::MAX);
+    static NEXT_PORT: AtomicU32 = AtomicU32::new(u32::MAX);
     let ephemeral_low = std::fs::read_to_string("/proc/sys/net/ipv4/ip_local_port_range")
         .ok()
         .and_then(|range| range.split_whitespace().next()?.parse::<u16>().ok())
         .unwrap_or(32_768);
-    let blocks = u32::from(ephemeral_low.saturating_sub(FIRST) / len.max(1));
+    let len = len.max(1);
+    let span = u32::from(ephemeral_low.saturating_sub(FIRST));
     assert!(
-        blocks > 0,
+        span >= u32::from(len),
         "no room for {len} ports below the ephemeral range ({ephemeral_low})"
     );
-    let _ = NEXT_BLOCK.compare_exchange(
+    let _ = NEXT_PORT.compare_exchange(
         u32::MAX,
-        std::process::id() % blocks,
+        std::process::id() % span,
         Ordering::Relaxed,
         Ordering::Relaxed,
     );
-    for _ in 0..blocks {
-        let block = NEXT_BLOCK.fetch_add(1, Ordering::Relaxed) % blocks;
-        let base = FIRST + u16::try_from(block).expect("below the ephemeral range") * len;
+    for _ in 0..span / u32::from(len) {
+        let mut offset = NEXT_PORT.fetch_add(u32::from(len), Ordering::Relaxed) % span;
+        if offset + u32::from(len) > span {
+            // The block would pass the range's end: start over at its beginning.
+            offset = 0;
+        }
+        let base = FIRST + u16::try_from(offset).expect("below the ephemeral range");
         if (base..base + len).all(|port| TcpListener::bind(("127.0.0.1", port)).is_ok()) {
             return base;
         }
