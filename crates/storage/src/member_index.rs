@@ -217,27 +217,22 @@ impl MemberIndex {
 /// discard thread rather than where they were let go of.
 const DISCARD_IN_BACKGROUND: usize = 4096;
 
-/// Frees `rows` of a forgotten collection. The index lets go of a collection inside the
-/// applying batch that deletes or replaces it, and freeing a million boxed members there
-/// took 0.3 s (2.5 GHz Xeon), every other write of the shard waiting behind it; so a big
-/// one goes to a thread that frees it while the batch goes on. Small ones are freed here:
-/// a send costs more than their drop.
-fn discard<T: Send + 'static>(rows: HashMap<Box<[u8]>, T>) {
-    if rows.len() < DISCARD_IN_BACKGROUND {
-        return;
-    }
-    discard_in_background(Box::new(rows));
-}
-
 /// Collections the discard thread may have waiting at once. Their budget is given back when
 /// they are let go of, so their memory is not counted while they wait: past this many, the
 /// next is freed where it was let go of.
 const DISCARD_QUEUE: usize = 8;
 
-/// Hands `value` to the node's discard thread to drop; drops it here if there is no thread
-/// or it has [`DISCARD_QUEUE`] waiting.
-fn discard_in_background(value: Box<dyn Send>) {
+/// Frees `rows` of a forgotten collection. The index lets go of a collection inside the
+/// applying batch that deletes or replaces it, and freeing a million boxed members there
+/// took 0.3 s (2.5 GHz Xeon), every other write of the shard waiting behind it; so a big
+/// one goes to a thread that frees it while the batch goes on. Small ones are freed here
+/// (a send costs more than their drop), and so is a big one when there is no thread or it
+/// has [`DISCARD_QUEUE`] waiting.
+fn discard<T: Send + 'static>(rows: HashMap<Box<[u8]>, T>) {
     static DISCARD: OnceLock<Option<mpsc::SyncSender<Box<dyn Send>>>> = OnceLock::new();
+    if rows.len() < DISCARD_IN_BACKGROUND {
+        return;
+    }
     let sender = DISCARD.get_or_init(|| {
         let (sender, receiver) = mpsc::sync_channel::<Box<dyn Send>>(DISCARD_QUEUE);
         std::thread::Builder::new()
@@ -247,8 +242,8 @@ fn discard_in_background(value: Box<dyn Send>) {
             .map(|_| sender)
     });
     if let Some(sender) = sender {
-        // Full (or, never, closed): the value comes back in the error and is dropped here.
-        let _ = sender.try_send(value);
+        // Full (or, never, closed): the rows come back in the error and are dropped here.
+        let _ = sender.try_send(Box::new(rows));
     }
 }
 
