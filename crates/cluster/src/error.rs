@@ -38,6 +38,9 @@ impl ClusterError {
         match self {
             ClusterError::Request(e) | ClusterError::Remote(e) => e.clone(),
             ClusterError::Raft(e) => TriremeError::new(e.code(), e.to_string()),
+            ClusterError::Storage(e @ StorageError::InTransaction(_)) => {
+                TriremeError::new(ErrorCode::KeyInTransaction, e.to_string())
+            }
             ClusterError::Storage(e) => TriremeError::new(ErrorCode::StorageFailure, e.to_string()),
             ClusterError::Config(m) | ClusterError::Removed(m) => {
                 TriremeError::new(ErrorCode::Internal, m.clone())

@@ -35,6 +35,7 @@ mod rebalance;
 mod request;
 mod router;
 mod session;
+mod txn;
 mod whole_read;
 
 pub use acl::{

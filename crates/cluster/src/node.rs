@@ -99,6 +99,8 @@ pub struct Node {
     pub(crate) search: Arc<trireme_search::SearchIndexes>,
     /// Whole-collection reads served here, held open between pages.
     pub(crate) open_reads: Arc<crate::whole_read::OpenReads>,
+    /// Records of finished transactions across shards, to delete in the background.
+    pub(crate) txn_forgets: crate::txn::Forgets,
 }
 
 /// One shard as this node sees it.
@@ -308,6 +310,7 @@ impl Node {
             acl,
             search,
             open_reads: Arc::default(),
+            txn_forgets: crate::txn::Forgets::default(),
         });
         node.transport
             .set_forward_handler(crate::forward::handler(&node));
@@ -340,6 +343,8 @@ impl Node {
         node.await_recovered(voting).await?;
         crate::expiry::spawn_reaper(&node);
         crate::session::spawn_session_reaper(&node);
+        crate::txn::spawn_resolver(&node);
+        crate::txn::spawn_forgetter(&node);
         crate::whole_read::spawn_sweeper(&node);
         crate::acl::spawn_initial_token(&node);
         if node.config.balance_leaders {

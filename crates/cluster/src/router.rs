@@ -11,7 +11,7 @@
 
 use crate::forward::{
     CountExpiring, CountRows, Freshness, GetKeys, Read, ReadHash, ReadList, ReadSet, ReadSortedSet,
-    ScanRows, SearchShard, Write,
+    ScanRows, SearchShard,
 };
 use crate::read_limit::{Whole, bound_read, too_many_to_combine, too_many_to_read};
 use crate::request::{
@@ -31,8 +31,8 @@ use tokio::time::Instant;
 use trireme_raft::ReadMode;
 use trireme_types::{
     Command, CommandResult, ErrorCode, HashAnswer, HashOp, HashRead, ListAnswer, ListOp, ListRead,
-    LogCommand, Record, SetAnswer, SetCombine, SetOp, SetRead, ShardId, ShardMap, SortedSetAnswer,
-    SortedSetOp, SortedSetRead, StringEdit, TriremeError, TtlUpdate,
+    Record, SetAnswer, SetCombine, SetOp, SetRead, ShardId, ShardMap, SortedSetAnswer, SortedSetOp,
+    SortedSetRead, StringEdit, TriremeError, TtlUpdate,
 };
 
 /// Most bytes of keys and values one write may carry into a log entry (a transaction, an
@@ -181,6 +181,16 @@ impl Node {
         key: &[u8],
         mode: ReadMode,
     ) -> Result<(Option<Record>, ReadMeta, Vec<ShardIndex>), ClusterError> {
+        self.read_past_intents(|| self.get_once(key, mode)).await
+    }
+
+    /// One read of `key`, which fails if the key holds a transaction's intent; internal keys
+    /// (intents, transaction records) never do.
+    pub(crate) async fn get_once(
+        &self,
+        key: &[u8],
+        mode: ReadMode,
+    ) -> Result<(Option<Record>, ReadMeta, Vec<ShardIndex>), ClusterError> {
         let key = Bytes::copy_from_slice(key);
         let (mut found, fresh, shard) = self
             .routed(|routing| {
@@ -216,6 +226,16 @@ impl Node {
         for key in keys {
             self.check_key(key)?;
         }
+        self.read_past_intents(|| self.get_many_once(keys, mode))
+            .await
+    }
+
+    /// One try of [`Node::get_many`].
+    async fn get_many_once(
+        &self,
+        keys: &[Bytes],
+        mode: ReadMode,
+    ) -> Result<Vec<Option<Record>>, ClusterError> {
         self.routed(|routing| async move {
             let mut per_shard: BTreeMap<ShardId, (Vec<usize>, Vec<Bytes>)> = BTreeMap::new();
             for (i, key) in keys.iter().enumerate() {
@@ -289,24 +309,26 @@ impl Node {
         let prefix = Bytes::copy_from_slice(prefix);
         let limit32 = u32::try_from(limit).unwrap_or(u32::MAX);
         let answers = self
-            .routed(|routing| {
-                let (prefix, after) = (prefix.clone(), after.clone());
-                async move {
-                    try_join_all(routing.shards().map(|shard| {
-                        let query = ScanRows {
-                            prefix: prefix.clone(),
-                            after: after.clone(),
-                            limit: limit32,
-                            from_after,
-                        };
-                        let read = Self::read_of(&routing, shard, mode, query);
-                        async move {
-                            let (rows, fresh) = self.on_shard(shard, read).await?;
-                            Ok::<_, ClusterError>((rows, fresh, shard))
-                        }
-                    }))
-                    .await
-                }
+            .read_past_intents(|| {
+                self.routed(|routing| {
+                    let (prefix, after) = (prefix.clone(), after.clone());
+                    async move {
+                        try_join_all(routing.shards().map(|shard| {
+                            let query = ScanRows {
+                                prefix: prefix.clone(),
+                                after: after.clone(),
+                                limit: limit32,
+                                from_after,
+                            };
+                            let read = Self::read_of(&routing, shard, mode, query);
+                            async move {
+                                let (rows, fresh) = self.on_shard(shard, read).await?;
+                                Ok::<_, ClusterError>((rows, fresh, shard))
+                            }
+                        }))
+                        .await
+                    }
+                })
             })
             .await?;
         let mut merged = Vec::new();
@@ -499,11 +521,7 @@ impl Node {
         shard: ShardId,
         command: Command,
     ) -> Result<O, ClusterError> {
-        let log = LogCommand {
-            now_ms: crate::now_ms(),
-            command,
-        };
-        match self.on_shard(shard, Write(log)).await? {
+        match self.apply_on_shard(shard, command).await? {
             CommandResult::Moved => Err(crate::forward::moved(shard)),
             result => O::read(result),
         }
@@ -1049,10 +1067,15 @@ impl Node {
         let map = self.shard_map();
         let shard = map.shard_of_key(&first);
         if keys.iter().any(|k| map.shard_of_key(k) != shard) {
-            return Err(ClusterError::Request(TriremeError::new(
-                ErrorCode::InvalidArgument,
-                "a transaction's keys must all be in one shard: put them under one {hash tag}",
-            )));
+            return match command {
+                Command::Transaction { watches, commands } if watches.is_empty() => {
+                    self.transaction_across_shards(commands).await
+                }
+                _ => Err(ClusterError::Request(TriremeError::new(
+                    ErrorCode::InvalidArgument,
+                    "a transaction that watches keys must have all its keys in one shard: put them under one {hash tag}",
+                ))),
+            };
         }
         self.write_key(&first, command).await
     }
@@ -1167,7 +1190,7 @@ impl Node {
 }
 
 /// Whether `error` is a shard's refusal of keys a split moved away.
-fn is_moved(error: &ClusterError) -> bool {
+pub(crate) fn is_moved(error: &ClusterError) -> bool {
     matches!(error, ClusterError::Remote(e) | ClusterError::Request(e) if e.code == ErrorCode::Moved)
 }
 

@@ -10,6 +10,7 @@ use bytes::Bytes;
 use std::collections::HashMap;
 use trireme_types::collection::{member_slot, row_parts, split_member_key, versioned_row};
 use trireme_types::session::{SessionState, is_internal_key};
+use trireme_types::txn::{Intent, intent_target};
 use trireme_types::{
     Command, CommandResult, ErrorCode, KeyCheck, LockInfo, LockOp, LockOutcome, LogCommand,
     PutCondition, Record, SessionOp, ShardId, StringEdit, TtlUpdate, ValueKind,
@@ -24,6 +25,7 @@ mod set;
 mod sorted;
 #[cfg(test)]
 mod testing;
+mod txn;
 #[cfg(test)]
 mod versions;
 mod whole;
@@ -120,6 +122,9 @@ struct Pending<'s> {
     /// watermark rises to it; an undone removal raises it too, which only costs a watcher a
     /// spurious wake-up).
     removed_at: Option<u64>,
+    /// Whether a key of the shard may hold a transaction's intent (known before the batch,
+    /// or written by it): only then are commands checked against intents.
+    intents_here: bool,
 }
 
 impl<'s> Pending<'s> {
@@ -129,7 +134,10 @@ impl<'s> Pending<'s> {
         if let Some(change) = self.changes.get(key) {
             return Ok(change.clone());
         }
-        let stored = self.storage.get_raw(ShardId(self.shard), key)?;
+        let stored = self
+            .storage
+            .stored_view(ShardId(self.shard))
+            .get_stored(key)?;
         self.stored_expiry
             .entry(key.clone())
             .or_insert_with(|| stored.as_ref().and_then(|r| r.expires_at_ms));
@@ -277,6 +285,29 @@ impl<'s> Pending<'s> {
         watches: &[(Bytes, KeyCheck)],
         commands: &[Command],
     ) -> Result<Result<Vec<CommandResult>, u32>, StorageError> {
+        self.run_transaction(index, now, watches, commands, true)
+    }
+
+    /// Judges a transaction's commands as [`Pending::apply_transaction`] would apply them,
+    /// then undoes them: what a [`Command::Prepare`] checks before it writes its intents.
+    pub(super) fn judge_transaction(
+        &mut self,
+        index: u64,
+        now: u64,
+        commands: &[Command],
+    ) -> Result<Result<Vec<CommandResult>, u32>, StorageError> {
+        self.run_transaction(index, now, &[], commands, false)
+    }
+
+    /// Applies a transaction's commands, keeping them if every check holds and `keep`.
+    fn run_transaction(
+        &mut self,
+        index: u64,
+        now: u64,
+        watches: &[(Bytes, KeyCheck)],
+        commands: &[Command],
+        keep: bool,
+    ) -> Result<Result<Vec<CommandResult>, u32>, StorageError> {
         for (position, (key, check)) in watches.iter().enumerate() {
             if !self.holds(key, *check, now)? {
                 return Ok(Err(position as u32));
@@ -307,12 +338,12 @@ impl<'s> Pending<'s> {
             results.push(result);
         }
         let undo = std::mem::replace(&mut self.undo, outer).unwrap_or_default();
-        let Some(failed) = failed else {
+        if failed.is_none() && keep {
             if let Some(outer) = &mut self.undo {
                 outer.extend(undo);
             }
             return Ok(Ok(results));
-        };
+        }
         for (key, replaced) in undo.into_iter().rev() {
             match replaced {
                 Some(record) => self.changes.insert(key, record),
@@ -322,7 +353,10 @@ impl<'s> Pending<'s> {
         // Rows deleted by the transaction are back.
         self.pop_hints.clear();
         self.order.truncate(order_before);
-        Ok(Err(failed))
+        Ok(match failed {
+            Some(failed) => Err(failed),
+            None => Ok(results),
+        })
     }
 
     fn put(
@@ -622,6 +656,9 @@ impl<'s> Pending<'s> {
         if !self.owns_keys_of(command) {
             return Ok(CommandResult::Moved);
         }
+        if let Some(key) = self.blocked_key(command)? {
+            return Ok(CommandResult::InTransaction(key));
+        }
         Ok(match command {
             Command::Batch(commands) => CommandResult::Batch(
                 commands
@@ -810,8 +847,39 @@ impl<'s> Pending<'s> {
             Command::SortedSet { key, op } => {
                 CommandResult::SortedSet(self.sorted_set(key, op, index, now)?)
             }
+            Command::Prepare {
+                txn,
+                record,
+                expires_ms,
+                creates_record,
+                all_keys,
+                commands,
+            } => CommandResult::Prepared(self.prepare(
+                index,
+                now,
+                *txn,
+                record,
+                *expires_ms,
+                *creates_record,
+                all_keys,
+                commands,
+            )?),
+            Command::Decide { record, decision } => {
+                CommandResult::Decided(self.decide(index, now, record, *decision)?)
+            }
+            Command::Resolve { txn, keys, commit } => {
+                CommandResult::Resolved(self.resolve(index, now, *txn, keys, *commit)?)
+            }
+            Command::Forget { record } => {
+                self.forget_record(record)?;
+                CommandResult::Done
+            }
             Command::Reap { keys } => {
                 for key in keys {
+                    // A key held by a transaction waits for it; the next scan finds it again.
+                    if self.intent_on(key)?.is_some() {
+                        continue;
+                    }
                     if self.raw(key)?.is_some_and(|r| r.is_expired(now)) {
                         self.set(key.clone(), None)?;
                     }
@@ -927,6 +995,7 @@ impl Storage {
             index: 0,
             removed_at: None,
             keys,
+            intents_here: self.intents.may_exist(shard),
         };
         let mut results = Vec::with_capacity(entries.len());
         for entry in entries {
@@ -971,6 +1040,8 @@ impl Storage {
         let mut observed = Vec::new();
         let mut member_changes = Vec::new();
         let mut dead = Vec::new();
+        // Intents gone in this batch: readers stop looking for them once it is published.
+        let mut intents_gone = Vec::new();
         for key in pending.order {
             let full = owned_key(shard, &key);
             let record = pending.changes.remove(&key).flatten();
@@ -1013,6 +1084,17 @@ impl Storage {
                 }
             } else if split_member_key(&key).is_some() {
                 member_changes.push((key.clone(), record.as_ref().map(MemberRow::of)));
+            }
+            if let Some(target) = intent_target(&key) {
+                match &record {
+                    // Readers look for it before it is published.
+                    Some(row) => self.intents.added(
+                        shard,
+                        Bytes::copy_from_slice(target),
+                        Intent::decode(&row.value).map_or(0, |i| i.expires_ms),
+                    ),
+                    None => intents_gone.push(Bytes::copy_from_slice(target)),
+                }
             }
             match record {
                 Some(record) => batch.insert(Space::Data, full, record.encode().to_vec()),
@@ -1065,7 +1147,13 @@ impl Storage {
         if let Err(e) = batch.commit() {
             // The index already holds what was not written.
             self.key_index().forget(shard);
+            if let Err(e) = self.intents.load(&self.tables, shard) {
+                tracing::warn!(shard, error = %e, "cannot read a shard's intents again");
+            }
             return Err(e);
+        }
+        for key in &intents_gone {
+            self.intents.removed(shard, key);
         }
         crate::crash::point("applied");
         self.purger.queue(dead);
@@ -1091,6 +1179,7 @@ impl Storage {
         // it installs one (one state machine call at a time); the index is dropped again once
         // the rows are in, so the next apply builds it from them.
         self.key_index().forget(shard);
+        self.intents.replacing(shard);
         // Collection rows come in the unversioned layout: stored under their records'
         // versions.
         let versions: HashMap<&[u8], u64> = export
@@ -1132,6 +1221,7 @@ impl Storage {
         }
         batch.commit()?;
         self.key_index().forget(shard);
+        self.intents.load(&self.tables, shard)?;
         self.forget_slot_range(shard);
         self.watchers().everything_changed();
         if let Some(observer) = self.observer() {
@@ -1191,6 +1281,7 @@ impl Storage {
         let shard = shard.0;
         self.check_writable()?;
         self.key_index().forget(shard);
+        self.intents.replacing(shard);
         let mut piece_versions: HashMap<&[u8], u64> = HashMap::new();
         for (key, value) in rows {
             if row_parts(key).is_none() && Record::peek_kind(value) != ValueKind::String {
@@ -1218,6 +1309,7 @@ impl Storage {
         }
         batch.commit()?;
         self.key_index().forget(shard);
+        self.intents.load(&self.tables, shard)?;
         Ok(())
     }
 
@@ -1273,6 +1365,12 @@ impl Storage {
         let (parent, child) = (parent.0, child.0);
         self.key_index().forget(parent);
         self.key_index().forget(child);
+        self.intents.replacing(parent);
+        self.intents.replacing(child);
+        let _loaded = LoadIntentsOnDrop {
+            storage: self,
+            shards: [parent, child],
+        };
         let stored = self.slot_range(ShardId(parent))?;
         let mut batch = self.tables.batch();
         for (name, value) in parent_meta {
@@ -1400,6 +1498,24 @@ impl Storage {
         let prefix = shard.to_be_bytes();
         Ok(self.tables.prefix(Space::Meta, &prefix).next().is_some()
             || self.tables.prefix(Space::Data, &prefix).next().is_some())
+    }
+}
+
+/// Reads the intents of shards whose rows a split replaced, however the split ends: until
+/// then their reads check every key.
+struct LoadIntentsOnDrop<'s> {
+    storage: &'s Storage,
+    shards: [u32; 2],
+}
+
+impl Drop for LoadIntentsOnDrop<'_> {
+    fn drop(&mut self) {
+        for shard in self.shards {
+            if let Err(e) = self.storage.intents.load(&self.storage.tables, shard) {
+                // Left marked as being replaced: its reads keep checking, which is safe.
+                tracing::warn!(shard, error = %e, "cannot read a shard's intents after a split");
+            }
+        }
     }
 }
 

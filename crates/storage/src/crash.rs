@@ -1,6 +1,7 @@
 //! Crash points: places on the write path where a test can make the process abort, to check
-//! that a crash between any two steps (append, sync, apply, flush, snapshot, purge) loses no
-//! acknowledged write and applies no entry twice.
+//! that a crash between any two steps (append, sync, apply, flush, snapshot, purge; a
+//! transaction's prepare, commit and resolve) loses no acknowledged write, applies no entry
+//! twice and leaves no transaction half done.
 //!
 //! Armed by the environment only: `TRIREME_CRASH_AT=NAME:N` aborts the process the `N`th
 //! time the write path passes point `NAME` (one of [`POINTS`]). Unset, a point costs one
@@ -13,7 +14,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 pub const VARIABLE: &str = "TRIREME_CRASH_AT";
 
 /// Every crash point, in the order an entry passes them.
-pub const POINTS: [&str; 6] = [
+pub const POINTS: [&str; 8] = [
     // A log append is written to the log store but not synced.
     "log-written",
     // The log store's fdatasync returned; no flush callback has fired yet.
@@ -26,6 +27,11 @@ pub const POINTS: [&str; 6] = [
     "snapshot-saved",
     // A log was purged up to a snapshot.
     "log-purged",
+    // A transaction across shards is prepared in every shard; its coordinator has not
+    // decided it yet.
+    "txn-prepared",
+    // A transaction across shards is committed in its record; no shard has resolved it yet.
+    "txn-committed",
 ];
 
 struct Armed {

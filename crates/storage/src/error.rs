@@ -25,6 +25,34 @@ pub enum StorageError {
     /// and what to do).
     #[error("{0}")]
     Format(String),
+    /// A read met an intent of a transaction across shards on this key (see
+    /// [`trireme_types::txn`]): its value is about to change or stay, which only the
+    /// transaction's record says.
+    #[error("key {} is held by a transaction in progress", hex_key(.0))]
+    InTransaction(bytes::Bytes),
+}
+
+/// A key in the message of [`StorageError::InTransaction`]: the node that reads it back
+/// waits for that key (see [`key_in_transaction`]).
+fn hex_key(key: &[u8]) -> String {
+    key.iter().map(|b| format!("{b:02x}")).collect()
+}
+
+/// The key a [`ErrorCode::KeyInTransaction`] error names, read back from its message (the
+/// error crosses the peer link as a code and a message).
+pub fn key_in_transaction(error: &TriremeError) -> Option<bytes::Bytes> {
+    if error.code != ErrorCode::KeyInTransaction {
+        return None;
+    }
+    let hex = error.message.strip_prefix("key ")?.split(' ').next()?;
+    if hex.len() % 2 != 0 {
+        return None;
+    }
+    (0..hex.len())
+        .step_by(2)
+        .map(|i| u8::from_str_radix(hex.get(i..i + 2)?, 16).ok())
+        .collect::<Option<Vec<u8>>>()
+        .map(bytes::Bytes::from)
 }
 
 impl From<trireme_types::record::CorruptRecord> for StorageError {
@@ -37,6 +65,7 @@ impl From<StorageError> for TriremeError {
     fn from(e: StorageError) -> Self {
         let code = match e {
             StorageError::Closed => ErrorCode::Unavailable,
+            StorageError::InTransaction(_) => ErrorCode::KeyInTransaction,
             _ => ErrorCode::StorageFailure,
         };
         TriremeError::new(code, e.to_string())

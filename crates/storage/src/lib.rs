@@ -34,6 +34,7 @@ mod disk_space;
 mod error;
 mod format;
 mod group_commit;
+mod intents;
 mod key_index;
 mod keys;
 mod member_index;
@@ -48,7 +49,7 @@ pub use apply::{
     APPLIED_INDEX_ROW, ApplyEntry, ShardExport, ShardSplit, WholeScan, is_unversioned_row,
 };
 pub use disk_space::DiskFull;
-pub use error::StorageError;
+pub use error::{StorageError, key_in_transaction};
 pub use format::CURRENT as DATA_FORMAT;
 pub use group_commit::SyncCallback;
 pub use read::ShardView;

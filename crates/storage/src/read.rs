@@ -8,6 +8,7 @@ use crate::{Storage, StorageError};
 use std::ops::Bound;
 use trireme_types::collection::{row_parts, unversioned_row};
 use trireme_types::session::is_internal_key;
+use trireme_types::txn::{intent_key, intent_target, intents_prefix};
 use trireme_types::{Record, ShardId};
 
 /// One shard as of one point of its applied log, read from one snapshot of the tables. Every
@@ -21,6 +22,9 @@ pub struct ShardView<'s> {
     storage: std::marker::PhantomData<&'s Storage>,
     snapshot: TablesSnapshot,
     shard: u32,
+    /// Whether the shard may hold intents of transactions across shards, as known just before
+    /// the snapshot was taken: only then do reads look for them (see [`crate::intents`]).
+    intents: bool,
 }
 
 impl ShardView<'_> {
@@ -147,8 +151,26 @@ impl ShardView<'_> {
         &self.snapshot
     }
 
-    /// Reads a key as stored, expired or not.
+    /// Reads a key as stored, expired or not. A key that holds a transaction's intent is
+    /// refused with [`StorageError::InTransaction`].
     pub fn get_raw(&self, key: &[u8]) -> Result<Option<Record>, StorageError> {
+        if self.intents
+            && !is_internal_key(key)
+            && self
+                .snapshot
+                .get(Space::Data, &owned_key(self.shard, &intent_key(key)))?
+                .is_some()
+        {
+            return Err(StorageError::InTransaction(bytes::Bytes::copy_from_slice(
+                key,
+            )));
+        }
+        self.get_stored(key)
+    }
+
+    /// Reads a key as stored, intent or not: for the apply loop, which judges intents
+    /// itself.
+    pub(crate) fn get_stored(&self, key: &[u8]) -> Result<Option<Record>, StorageError> {
         match self
             .snapshot
             .get(Space::Data, &owned_key(self.shard, key))?
@@ -197,12 +219,15 @@ impl ShardView<'_> {
             _ => Bound::Included(full_prefix.clone()),
         };
         let upper = crate::tables::prefix_end(&full_prefix);
+        let hide_internal = !is_internal_key(prefix);
+        if hide_internal {
+            self.refuse_intents_under(prefix, start, slots)?;
+        }
         let rows = self.snapshot.range(
             Space::Data,
             lower.as_ref().map(Vec::as_slice),
             upper.as_deref().map_or(Bound::Unbounded, Bound::Excluded),
         );
-        let hide_internal = !is_internal_key(prefix);
         for row in rows {
             if out.len() >= limit {
                 break;
@@ -235,6 +260,9 @@ impl ShardView<'_> {
         let mut kept = 0u64;
         let mut out = Vec::new();
         let hide_internal = !is_internal_key(prefix);
+        if hide_internal {
+            self.refuse_intents_under(prefix, Bound::Unbounded, slots)?;
+        }
         for row in self
             .snapshot
             .prefix(Space::Data, &owned_key(self.shard, prefix))
@@ -259,6 +287,41 @@ impl ShardView<'_> {
             }
         }
         Ok((kept, out))
+    }
+
+    /// Refuses a scan under `prefix` from `start` (in `slots`) if any key there holds a
+    /// transaction's intent: the rows a scan returns must all be settled. A key past the
+    /// scan's last row counts too (the check comes first): at worst the scan waits for a
+    /// transaction it would not have shown.
+    fn refuse_intents_under(
+        &self,
+        prefix: &[u8],
+        start: Bound<&[u8]>,
+        slots: Option<(u16, u16)>,
+    ) -> Result<(), StorageError> {
+        if !self.intents {
+            return Ok(());
+        }
+        for row in self
+            .snapshot
+            .prefix(Space::Data, &owned_key(self.shard, &intents_prefix()))
+        {
+            let (key, _) = row?;
+            let Some(target) = intent_target(&key[4..]) else {
+                continue;
+            };
+            let after_start = match start {
+                Bound::Unbounded => true,
+                Bound::Included(from) => target >= from,
+                Bound::Excluded(after) => target > after,
+            };
+            if target.starts_with(prefix) && after_start && in_slots(target, slots) {
+                return Err(StorageError::InTransaction(bytes::Bytes::copy_from_slice(
+                    target,
+                )));
+            }
+        }
+        Ok(())
     }
 
     /// How many live keys (in `slots`) have an expiry at `now_ms`, and the sum of their times
@@ -298,11 +361,14 @@ impl Storage {
     /// A view of `shard` as of now: every read through it sees the same applied prefix of
     /// the shard's log, however many rows it reads and however long it takes.
     pub fn shard_view(&self, shard: ShardId) -> ShardView<'_> {
-        ShardView {
-            storage: std::marker::PhantomData,
-            snapshot: self.tables.snapshot(),
-            shard: shard.0,
-        }
+        // Asked before the snapshot is taken: see `crate::intents`.
+        let intents = self.intents.may_exist(shard.0);
+        self.view_now(shard, intents)
+    }
+
+    /// A view for the apply loop, which looks for intents itself.
+    pub(crate) fn stored_view(&self, shard: ShardId) -> ShardView<'_> {
+        self.view_now(shard, false)
     }
 
     /// Like [`Storage::shard_view`], for a read handed out in pieces over time (a
@@ -310,10 +376,17 @@ impl Storage {
     /// across requests. While it is held, compaction keeps every row version it sees, so it
     /// must be dropped as soon as the read ends or is abandoned.
     pub fn pinned_view(&self, shard: ShardId) -> ShardView<'static> {
+        let intents = self.intents.may_exist(shard.0);
+        self.view_now(shard, intents)
+    }
+
+    /// A view of `shard` from a snapshot taken now.
+    fn view_now<'v>(&self, shard: ShardId, intents: bool) -> ShardView<'v> {
         ShardView {
             storage: std::marker::PhantomData,
             snapshot: self.tables.snapshot(),
             shard: shard.0,
+            intents,
         }
     }
 }

@@ -97,6 +97,38 @@ pub struct Storage {
     observer: std::sync::OnceLock<Arc<dyn ApplyObserver>>,
     /// Removes the rows of dead collection versions in the background.
     pub(crate) purger: crate::purge::Purger,
+    /// The keys of each shard replica that hold a transaction's intent.
+    pub(crate) intents: crate::intents::Intents,
+}
+
+/// Reads the intents of every shard stored in `tables` (one seek per shard to find the next).
+fn load_every_shards_intents(
+    tables: &Tables,
+    intents: &crate::intents::Intents,
+) -> Result<(), StorageError> {
+    let mut from = Vec::new();
+    loop {
+        let Some(row) = tables
+            .range(
+                Space::Data,
+                std::ops::Bound::Included(from.as_slice()),
+                std::ops::Bound::Unbounded,
+            )
+            .next()
+        else {
+            return Ok(());
+        };
+        let (key, _) = row?;
+        let Some(shard) = key.get(..4).and_then(|b| <[u8; 4]>::try_from(b).ok()) else {
+            return Ok(());
+        };
+        let shard = u32::from_be_bytes(shard);
+        intents.load(tables, shard)?;
+        match shard.checked_add(1) {
+            Some(next) => from = next.to_be_bytes().to_vec(),
+            None => return Ok(()),
+        }
+    }
 }
 
 /// What wants to follow the rows of every shard as they change here, after each change is
@@ -188,6 +220,8 @@ impl Storage {
             },
             options.purge_rows_per_sec,
         );
+        let intents = crate::intents::Intents::default();
+        load_every_shards_intents(&tables, &intents)?;
         Ok(Arc::new(Self {
             logs,
             log_commit,
@@ -204,6 +238,7 @@ impl Storage {
             key_index: crate::key_index::KeyIndex::new(options.member_index_bytes),
             observer: std::sync::OnceLock::new(),
             purger,
+            intents,
         }))
     }
 
@@ -472,6 +507,7 @@ impl Storage {
         self.check_writable()?;
         self.forget_slot_range(shard);
         self.key_index.forget(shard);
+        self.intents.replacing(shard);
         let mut deleted = 0u64;
         self.logs.remove_group(group)?;
         for space in [Space::Data, Space::Meta, Space::Expiry] {
@@ -499,6 +535,7 @@ impl Storage {
         }
         self.forget_slot_range(shard);
         self.forget_removal(shard);
+        self.intents.drop_shard(shard);
         self.watchers.everything_changed();
         if let Some(observer) = self.observer() {
             observer.dropped(ShardId(shard));
@@ -675,6 +712,29 @@ impl Storage {
             .write()
             .unwrap_or_else(std::sync::PoisonError::into_inner)
             .remove(&shard);
+    }
+
+    /// The keys of `shard` holding intents of transactions that expired by `now_ms`: the
+    /// shard's leader resolves them (see [`trireme_types::txn`]).
+    pub fn expired_intents(&self, shard: ShardId, now_ms: u64) -> Vec<bytes::Bytes> {
+        self.intents.expired(shard.0, now_ms)
+    }
+
+    /// The transaction records `shard` holds, with their keys.
+    pub fn txn_records(
+        &self,
+        shard: ShardId,
+    ) -> Result<Vec<(bytes::Bytes, trireme_types::txn::TxnRecord)>, StorageError> {
+        let prefix = crate::keys::owned_key(shard.0, &trireme_types::txn::records_prefix());
+        let mut out = Vec::new();
+        for row in self.tables.prefix(Space::Data, &prefix) {
+            let (key, value) = row?;
+            let record = Record::decode(&value)?;
+            let txn = trireme_types::txn::TxnRecord::decode(&record.value)
+                .ok_or_else(|| StorageError::Corrupt("a transaction record".into()))?;
+            out.push((bytes::Bytes::copy_from_slice(&key[4..]), txn));
+        }
+        Ok(out)
     }
 
     /// Reads a key as stored, expired or not (one read: see [`Storage::shard_view`] for

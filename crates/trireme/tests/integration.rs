@@ -26,6 +26,7 @@ mod t28_streamed_reads;
 mod t30_durability;
 mod t31_crash_points;
 mod t32_disk_full;
+mod t33_txn_across_shards;
 mod t40_startup;
 mod t42_addresses;
 mod t50_real_clients;

@@ -212,6 +212,50 @@ pub enum Command {
         /// What to do.
         op: crate::SortedSetOp,
     },
+    /// Prepare this shard's part of a transaction across shards (see [`crate::txn`]): judge
+    /// `commands` as a [`Command::Transaction`] would, without applying them, and if every
+    /// condition holds write an intent on each of their keys. The shard that holds the
+    /// transaction's record (`creates_record`) writes it too, pending. Answered with
+    /// [`CommandResult::Prepared`].
+    Prepare {
+        /// The transaction.
+        txn: u128,
+        /// The key of its record.
+        record: Bytes,
+        /// Unix milliseconds after which it may be aborted by others; a prepare applied
+        /// after it is refused.
+        expires_ms: u64,
+        /// Whether this shard writes the record (with `all_keys`).
+        creates_record: bool,
+        /// Every key of the whole transaction, kept in its record.
+        all_keys: Vec<Bytes>,
+        /// This shard's commands, in the transaction's order.
+        commands: Vec<Command>,
+    },
+    /// Decide a transaction: change its record (see [`crate::txn::Decision`]). Answered with
+    /// [`CommandResult::Decided`]: where the transaction stands after.
+    Decide {
+        /// The key of its record.
+        record: Bytes,
+        /// What the proposer wants.
+        decision: crate::txn::Decision,
+    },
+    /// Resolve a decided transaction's intents on `keys`: apply their commands (`commit`) or
+    /// drop them. A key with no intent of `txn` is left alone, so resolving twice is
+    /// harmless. Answered with [`CommandResult::Resolved`].
+    Resolve {
+        /// The transaction.
+        txn: u128,
+        /// Keys that may hold its intents.
+        keys: Vec<Bytes>,
+        /// Apply (true) or drop.
+        commit: bool,
+    },
+    /// Delete a finished transaction's record, once every intent of it is resolved.
+    Forget {
+        /// The key of its record.
+        record: Bytes,
+    },
 }
 
 /// An end of a list.
@@ -678,6 +722,10 @@ impl Command {
             Command::SetMembers { .. } => "set_members",
             Command::List { .. } => "list",
             Command::SortedSet { .. } => "sorted_set",
+            Command::Prepare { .. } => "prepare",
+            Command::Decide { .. } => "decide",
+            Command::Resolve { .. } => "resolve",
+            Command::Forget { .. } => "forget",
         }
     }
 
@@ -708,6 +756,9 @@ impl Command {
             | Command::Session { key, .. }
             | Command::Hash { key, .. }
             | Command::Check { key, .. } => vec![key],
+            Command::Prepare { commands, .. } => commands.iter().flat_map(Command::keys).collect(),
+            Command::Resolve { keys, .. } => keys.iter().collect(),
+            Command::Decide { record, .. } | Command::Forget { record } => vec![record],
             Command::SortedSet { key, op } => {
                 let mut keys = vec![key];
                 if let crate::SortedSetOp::PopFirst { others, .. } = op {
@@ -793,4 +844,15 @@ pub enum CommandResult {
     /// A [`Command::SortedSet`]: its answer, or why nothing changed (`InvalidArgument`: an
     /// increment would make a score NaN).
     SortedSet(Result<crate::SortedSetAnswer, ErrorCode>),
+    /// Not applied: this key holds an intent of a transaction across shards (see
+    /// [`crate::txn`]). The command changed nothing; the sender waits for the intent to be
+    /// resolved and sends it again.
+    InTransaction(Bytes),
+    /// A [`Command::Prepare`].
+    Prepared(crate::txn::PrepareOutcome),
+    /// A [`Command::Decide`]: where the transaction stands after it.
+    Decided(crate::txn::TxnState),
+    /// A [`Command::Resolve`]: for each of its keys, in order, the results of the intent's
+    /// commands (empty when the key held no intent of the transaction, or it was dropped).
+    Resolved(Vec<Vec<CommandResult>>),
 }

@@ -55,6 +55,10 @@ pub enum ErrorCode {
     /// writes resume once space is freed. HTTP 507; Redis's `MISCONF`, which it answers when
     /// it cannot write its append-only file.
     DiskFull,
+    /// The key holds an intent of a transaction across shards that is being committed or
+    /// aborted: nothing was done, and the request can be sent again. Nodes wait for the
+    /// intent and retry by themselves; a client sees this only when the wait ran out.
+    KeyInTransaction,
 }
 
 impl ErrorCode {
@@ -69,7 +73,8 @@ impl ErrorCode {
             ErrorCode::NoLeader
             | ErrorCode::Unavailable
             | ErrorCode::StorageFailure
-            | ErrorCode::Moved => 503,
+            | ErrorCode::Moved
+            | ErrorCode::KeyInTransaction => 503,
             ErrorCode::Timeout => 504,
             ErrorCode::Internal | ErrorCode::InvalidSession => 500,
             ErrorCode::NotFound => 404,
@@ -87,7 +92,10 @@ impl ErrorCode {
     /// pass to the caller, so that an `INCR` is not silently applied twice.
     pub fn resp_prefix(self) -> &'static str {
         match self {
-            ErrorCode::NoLeader | ErrorCode::Unavailable | ErrorCode::Moved => "TRYAGAIN",
+            ErrorCode::NoLeader
+            | ErrorCode::Unavailable
+            | ErrorCode::Moved
+            | ErrorCode::KeyInTransaction => "TRYAGAIN",
             ErrorCode::Timeout => "TIMEOUT",
             ErrorCode::StorageFailure => "IOERR",
             ErrorCode::WrongType => "WRONGTYPE",
@@ -120,6 +128,7 @@ impl ErrorCode {
             ErrorCode::AclNotFound => "acl_not_found",
             ErrorCode::PermissionDenied => "permission_denied",
             ErrorCode::DiskFull => "disk_full",
+            ErrorCode::KeyInTransaction => "key_in_transaction",
         }
     }
 }

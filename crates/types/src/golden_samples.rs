@@ -246,6 +246,26 @@ fn every_replicated_type_keeps_its_encoding() {
         postcard,
     );
     g.postcard("session_state", &session_state());
+    g.postcard(
+        "txn.record",
+        &crate::txn::TxnRecord {
+            state: crate::txn::TxnState::Pending,
+            expires_ms: NOW + 2_000,
+            keys: vec![b("vault/a"), b("vault/b")],
+        },
+    );
+    g.postcard(
+        "txn.intent",
+        &crate::txn::Intent {
+            txn: 9,
+            record: crate::txn::record_key(9),
+            expires_ms: NOW + 2_000,
+            commands: vec![Command::Delete {
+                keys: vec![b("vault/b")],
+                cas: None,
+            }],
+        },
+    );
 
     // What a backup file holds: the magic line, then length-prefixed frames.
     g.check(
@@ -296,6 +316,10 @@ names! {
         Command::SetMembers { .. } => "command.set_members",
         Command::List { .. } => "command.list",
         Command::SortedSet { .. } => "command.sorted_set",
+        Command::Prepare { .. } => "command.prepare",
+        Command::Decide { .. } => "command.decide",
+        Command::Resolve { .. } => "command.resolve",
+        Command::Forget { .. } => "command.forget",
     }
 }
 
@@ -423,6 +447,39 @@ fn commands() -> Vec<Command> {
                 increment: true,
                 max_members: MAX_MEMBERS,
             },
+        },
+        Command::Prepare {
+            txn: 0x0123_4567_89ab_cdef_0011_2233_4455_6677,
+            record: crate::txn::record_key(0x0123_4567_89ab_cdef_0011_2233_4455_6677),
+            expires_ms: NOW + 2_000,
+            creates_record: true,
+            all_keys: vec![b("vault/a"), b("vault/b")],
+            commands: vec![
+                Command::Check {
+                    key: b("vault/a"),
+                    check: KeyCheck::At(Some(7)),
+                },
+                Command::Put {
+                    key: b("vault/a"),
+                    value: b("v"),
+                    flags: Some(0),
+                    condition: PutCondition::Always,
+                    ttl: TtlUpdate::Clear,
+                    return_previous: true,
+                },
+            ],
+        },
+        Command::Decide {
+            record: crate::txn::record_key(9),
+            decision: crate::txn::Decision::AbortIfExpired,
+        },
+        Command::Resolve {
+            txn: 9,
+            keys: vec![b("vault/a")],
+            commit: true,
+        },
+        Command::Forget {
+            record: crate::txn::record_key(9),
         },
     ]
 }
@@ -975,6 +1032,10 @@ names! {
         CommandResult::SetMembers(_) => "command_result.set_members",
         CommandResult::List(_) => "command_result.list",
         CommandResult::SortedSet(_) => "command_result.sorted_set",
+        CommandResult::InTransaction(_) => "command_result.in_transaction",
+        CommandResult::Prepared(_) => "command_result.prepared",
+        CommandResult::Decided(_) => "command_result.decided",
+        CommandResult::Resolved(_) => "command_result.resolved",
     }
 }
 
@@ -1008,6 +1069,10 @@ fn command_results() -> Vec<CommandResult> {
         CommandResult::SetMembers(Err(ErrorCode::WrongType)),
         CommandResult::List(Ok(ListAnswer::Count(4))),
         CommandResult::SortedSet(Ok(SortedSetAnswer::Score(Some(score(2.5))))),
+        CommandResult::InTransaction(b("vault/a")),
+        CommandResult::Prepared(crate::txn::PrepareOutcome::Busy(b("vault/b"))),
+        CommandResult::Decided(crate::txn::TxnState::Committed),
+        CommandResult::Resolved(vec![vec![CommandResult::Done], Vec::new()]),
     ]
 }
 
@@ -1129,6 +1194,7 @@ names! {
         ErrorCode::AclNotFound => "error_code.acl_not_found",
         ErrorCode::PermissionDenied => "error_code.permission_denied",
         ErrorCode::DiskFull => "error_code.disk_full",
+        ErrorCode::KeyInTransaction => "error_code.key_in_transaction",
     }
 }
 
@@ -1154,6 +1220,7 @@ fn error_codes() -> Vec<ErrorCode> {
         ErrorCode::AclNotFound,
         ErrorCode::PermissionDenied,
         ErrorCode::DiskFull,
+        ErrorCode::KeyInTransaction,
     ]
 }
 

@@ -27,6 +27,7 @@ pub mod session;
 pub mod slot;
 pub mod sorted;
 pub mod timed;
+pub mod txn;
 pub mod version;
 pub mod whole;
 

@@ -38,9 +38,11 @@ pub fn hash_tag(key: &[u8]) -> &[u8] {
 }
 
 /// The slot of a key: CRC16 of its hash tag modulo 16384. A collection's member row is in
-/// its collection's slot, which the row's key carries (see [`crate::collection`]).
+/// its collection's slot, which the row's key carries (see [`crate::collection`]), and so is
+/// a transaction's intent on a key (see [`crate::txn`]).
 pub fn key_slot(key: &[u8]) -> u16 {
-    if let Some(slot) = crate::collection::member_slot(key) {
+    if let Some(slot) = crate::collection::member_slot(key).or_else(|| crate::txn::intent_slot(key))
+    {
         return slot % SLOT_COUNT;
     }
     crc16(hash_tag(key)) % SLOT_COUNT

@@ -20,13 +20,16 @@ use std::fmt;
 /// - 1: the handshake announces the build, the protocol and the node's name.
 /// - 2: the cluster version; popping the first sorted set of several keys (`BZPOPMIN`,
 ///   `BZPOPMAX` on more than one key).
-pub const PROTOCOL: u32 = 2;
+/// - 3: transactions across shards (prepare, decide, resolve and forget commands; intents).
+pub const PROTOCOL: u32 = 3;
 
 /// The cluster version from which each replicated feature may be used: the protocol that
 /// brought it. Below it, the feature answers an error naming both versions.
 pub mod since {
     /// [`crate::SortedSetOp::PopFirst`]: one pop across several sorted sets.
     pub const SORTED_SET_POP_FIRST: u32 = 2;
+    /// [`crate::Command::Prepare`] and the rest of [`crate::txn`]: transactions across shards.
+    pub const CROSS_SHARD_TRANSACTIONS: u32 = 3;
 }
 
 /// The environment variable that makes a node announce another protocol number than

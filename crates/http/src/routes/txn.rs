@@ -1,13 +1,14 @@
 //! `PUT /v1/txn`: Consul's KV transactions, all or nothing.
 //!
-//! The operations become one transaction of the shard their keys live in, applied in order in
-//! one log entry: each condition (`cas`, `check-index`, `check-not-exists`, `delete-cas`, and
-//! `get`'s "the key exists") is judged on the state the operations before it left, as Consul
-//! judges it, and if one fails everything the transaction did is undone. Every key must be in
-//! one shard: a `{hash tag}` keeps keys together. `lock`, `unlock` and `check-session` are
-//! conditions too (a lock that cannot be taken undoes the transaction); a `lock` first notes
-//! the key in its session's row, as an acquire does. Prefix operations (`get-tree`,
-//! `delete-tree`) are refused.
+//! The operations become one transaction, applied in order: each condition (`cas`,
+//! `check-index`, `check-not-exists`, `delete-cas`, and `get`'s "the key exists") is judged on
+//! the state the operations before it left, as Consul judges it, and if one fails nothing of
+//! the transaction takes effect. Keys in one shard make one entry of that shard's log; keys in
+//! several shards are committed atomically across them (`trireme_cluster`'s `txn` module:
+//! two-phase commit with intents). `lock`, `unlock` and `check-session` are conditions too (a
+//! lock that cannot be taken undoes the transaction); a `lock` first notes the key in its
+//! session's row, as an acquire does. Prefix operations (`get-tree`, `delete-tree`) are
+//! refused.
 
 use crate::access::Access;
 use crate::routes::request_body;
@@ -138,7 +139,6 @@ pub(crate) async fn txn(
     let mut conditions: Vec<Option<Condition>> = Vec::new();
     let mut commands = Vec::new();
     let mut answers = Vec::new();
-    let mut keys: Vec<(usize, Bytes)> = Vec::new();
     // The `lock` operations: (operation, session, key), noted in their sessions first.
     let mut locks: Vec<(usize, String, Bytes)> = Vec::new();
     let mut denied: Vec<TxnError> = Vec::new();
@@ -179,7 +179,6 @@ pub(crate) async fn txn(
                 what: "Permission denied".into(),
             });
         }
-        keys.push((i, key.clone()));
         let value = match &kv.value {
             Some(text) => Bytes::from(
                 base64::engine::general_purpose::STANDARD
@@ -312,21 +311,6 @@ pub(crate) async fn txn(
     }
     if !denied.is_empty() {
         return Ok(conflict(denied));
-    }
-    // Every key in one shard: a transaction is one entry of one shard's log.
-    let map = state.node.shard_map();
-    if let Some((_, first)) = keys.first() {
-        let shard = map.shard_of_key(first);
-        if let Some((op, other)) = keys.iter().find(|(_, k)| map.shard_of_key(k) != shard) {
-            return Ok(conflict(vec![TxnError {
-                op_index: *op,
-                what: format!(
-                    "key {:?} is in another shard than key {:?}: every key of a transaction must be in one shard (give them a common {{hash tag}})",
-                    String::from_utf8_lossy(other),
-                    String::from_utf8_lossy(first)
-                ),
-            }]));
-        }
     }
     for (op, session, key) in locks {
         match state.node.note_lock(&session, key).await {

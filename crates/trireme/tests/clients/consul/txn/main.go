@@ -1,7 +1,8 @@
 // Consul's own Go client (github.com/hashicorp/consul/api) running KV transactions against a
 // Trireme node, as Vault and other Consul users do: sets, gets, check-index, cas, deletes,
-// and a transaction whose stale cas must roll back everything in it; and the agent's name,
-// which clients probe at start-up (the node given is n2 of the test cluster).
+// and a transaction whose stale cas must roll back everything in it, first with keys that
+// share a hash tag, then Vault's way (20 keys under one prefix, in many shards); and the
+// agent's name, which clients probe at start-up (the node given is n2 of the test cluster).
 //
 // Usage: txn HTTP_ADDR
 //
@@ -12,7 +13,6 @@ import (
 	"encoding/json"
 	"fmt"
 	"os"
-	"strings"
 
 	"github.com/hashicorp/consul/api"
 )
@@ -85,16 +85,99 @@ func main() {
 	c, _, _ = kv.Get("{acct}/c", nil)
 	check("deleted", c == nil, c)
 
-	// Keys in different shards are refused, naming the rule.
+	// Vault's way: 20 keys under one prefix, hashed over every shard, written, changed,
+	// guarded and deleted in transactions that each commit as a whole.
+	const n = 20
+	key := func(i int) string { return fmt.Sprintf("vault/sys/token/id/%02d", i) }
+	var sets api.TxnOps
+	for i := 0; i < n; i++ {
+		sets = append(sets, &api.TxnOp{KV: &api.KVTxnOp{Verb: api.KVSet, Key: key(i), Value: []byte("v1")}})
+	}
+	ok, resp, _, err = txn.Txn(sets, nil)
+	check("vault sets", err == nil && ok && len(resp.Results) == n, fmt.Sprint(err, resp))
+	if err == nil && ok && len(resp.Results) == n {
+		for i, result := range resp.Results {
+			check("set answers its key and index", result.KV.Key == key(i) && result.KV.ModifyIndex > 0 &&
+				result.KV.CreateIndex == result.KV.ModifyIndex, result.KV)
+		}
+	}
+	values := func() map[string]string {
+		pairs, _, err := kv.List("vault/", nil)
+		check("list", err == nil, err)
+		out := map[string]string{}
+		for _, p := range pairs {
+			out[p.Key] = string(p.Value)
+		}
+		return out
+	}
+	all := func(want string) bool {
+		seen := values()
+		if len(seen) != n {
+			return false
+		}
+		for _, v := range seen {
+			if v != want {
+				return false
+			}
+		}
+		return true
+	}
+	check("every key written", all("v1"), values())
+	first, _, _ := kv.Get(key(0), nil)
+	last, _, _ := kv.Get(key(n-1), nil)
+
+	// Guarded by check-index on one key and cas on another, with a get: applied everywhere.
+	ops := api.TxnOps{
+		{KV: &api.KVTxnOp{Verb: api.KVCheckIndex, Key: key(0), Index: first.ModifyIndex}},
+	}
+	for i := 1; i < n-1; i++ {
+		ops = append(ops, &api.TxnOp{KV: &api.KVTxnOp{Verb: api.KVSet, Key: key(i), Value: []byte("v2")}})
+	}
+	ops = append(ops,
+		&api.TxnOp{KV: &api.KVTxnOp{Verb: api.KVCAS, Key: key(n - 1), Value: []byte("v2"), Index: last.ModifyIndex}},
+		&api.TxnOp{KV: &api.KVTxnOp{Verb: api.KVSet, Key: key(0), Value: []byte("v2")}},
+		&api.TxnOp{KV: &api.KVTxnOp{Verb: api.KVGet, Key: key(5)}},
+	)
+	ok, resp, _, err = txn.Txn(ops, nil)
+	check("guarded change across shards", err == nil && ok, fmt.Sprint(err, resp))
+	if err == nil && ok {
+		got := resp.Results[len(resp.Results)-1].KV
+		check("the get sees the transaction's own set", got.Key == key(5) && string(got.Value) == "v2", got)
+	}
+	check("every key changed", all("v2"), values())
+
+	// The same cas again is stale: none of the sets before it happens, on any shard.
+	ops = nil
+	for i := 0; i < n-1; i++ {
+		ops = append(ops, &api.TxnOp{KV: &api.KVTxnOp{Verb: api.KVSet, Key: key(i), Value: []byte("v3")}})
+	}
+	ops = append(ops, &api.TxnOp{KV: &api.KVTxnOp{Verb: api.KVCAS, Key: key(n - 1), Value: []byte("v3"), Index: last.ModifyIndex}})
+	ok, resp, _, err = txn.Txn(ops, nil)
+	check("stale cas across shards refused", err == nil && !ok && len(resp.Errors) == 1, fmt.Sprint(err, resp))
+	if err == nil && !ok && len(resp.Errors) == 1 {
+		check("the error names the cas", resp.Errors[0].OpIndex == n-1, resp.Errors[0])
+	}
+	check("nothing changed", all("v2"), values())
+
+	// A lock taken and a key written together.
+	session, _, err := client.Session().Create(&api.SessionEntry{TTL: "30s"}, nil)
+	check("session", err == nil, err)
 	ok, resp, _, err = txn.Txn(api.TxnOps{
-		{KV: &api.KVTxnOp{Verb: api.KVSet, Key: "{one}/x", Value: []byte("1")}},
-		{KV: &api.KVTxnOp{Verb: api.KVSet, Key: "{two}/x", Value: []byte("2")}},
-		{KV: &api.KVTxnOp{Verb: api.KVSet, Key: "{three}/x", Value: []byte("3")}},
-		{KV: &api.KVTxnOp{Verb: api.KVSet, Key: "{four}/x", Value: []byte("4")}},
+		{KV: &api.KVTxnOp{Verb: api.KVLock, Key: key(3), Value: []byte("held"), Session: session}},
+		{KV: &api.KVTxnOp{Verb: api.KVSet, Key: key(4), Value: []byte("v4")}},
 	}, nil)
-	crossShard := err == nil && !ok && len(resp.Errors) == 1 &&
-		strings.Contains(resp.Errors[0].What, "one shard")
-	check("cross-shard refused", crossShard, fmt.Sprint(err, resp))
+	check("lock across shards", err == nil && ok, fmt.Sprint(err, resp))
+	locked, _, _ := kv.Get(key(3), nil)
+	check("lock held", locked != nil && locked.Session == session && string(locked.Value) == "held", locked)
+
+	// Deleted together.
+	ops = nil
+	for i := 0; i < n; i++ {
+		ops = append(ops, &api.TxnOp{KV: &api.KVTxnOp{Verb: api.KVDelete, Key: key(i)}})
+	}
+	ok, resp, _, err = txn.Txn(ops, nil)
+	check("deletes across shards", err == nil && ok, fmt.Sprint(err, resp))
+	check("every key deleted", len(values()) == 0, values())
 
 	out, _ := json.Marshal(map[string]any{"failures": failures})
 	fmt.Println(string(out))

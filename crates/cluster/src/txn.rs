@@ -1,0 +1,620 @@
+//! Transactions across shards (see [`trireme_types::txn`] for the protocol): the node that
+//! takes the request coordinates it; any node that meets an intent waits it out, and past
+//! its transaction's lease settles it; each shard leader's resolver finishes transactions
+//! whose coordinator went away.
+//!
+//! The coordinator prepares every participating shard at once, then writes the decision into
+//! the record (one entry of one log: the commit point), then resolves every shard and answers.
+//! A condition that fails in a prepare fails the transaction as it would in one shard; a key
+//! held by another transaction makes the coordinator abort its own and try again once that
+//! key is free (prepares never wait for each other, so two transactions cannot deadlock).
+
+use crate::forward::Write;
+use crate::request::TransactionOutcome;
+use crate::{ClusterError, Node};
+use bytes::Bytes;
+use futures::future::join_all;
+use std::collections::{BTreeMap, HashMap, VecDeque};
+use std::future::Future;
+use std::sync::Arc;
+use std::time::Duration;
+use tokio::time::Instant;
+use trireme_raft::ReadMode;
+use trireme_types::txn::{
+    Decision, Intent, PrepareOutcome, TxnRecord, TxnState, intent_key, record_key,
+};
+use trireme_types::{
+    Command, CommandResult, ErrorCode, LockOutcome, LogCommand, ShardId, ShardMap, TriremeError,
+};
+
+/// How often each shard leader looks for transactions to finish.
+const RESOLVE_INTERVAL: Duration = Duration::from_millis(250);
+
+/// How long after its lease a decided record stays, for its coordinator to resolve and
+/// forget it, before the resolver does.
+const RECORD_GRACE_MS: u64 = 1_000;
+
+/// The longest pause between two looks at a key held by a transaction.
+const MAX_INTENT_PAUSE: Duration = Duration::from_millis(50);
+
+/// How a try of a transaction across shards ended.
+enum Attempt {
+    /// Answered: applied, or a condition failed.
+    Done(TransactionOutcome),
+    /// Aborted without effect; to be tried again, once this key (held by another
+    /// transaction) is free.
+    Again(Option<Bytes>),
+}
+
+impl Node {
+    /// Proposes `command` to `shard` and returns what applying it returned. A command refused
+    /// because one of its keys holds a transaction's intent is proposed again once the
+    /// intent is gone, until the request's timeout.
+    pub(crate) async fn apply_on_shard(
+        &self,
+        shard: ShardId,
+        command: Command,
+    ) -> Result<CommandResult, ClusterError> {
+        let deadline = Instant::now() + self.config.timing.request_timeout;
+        let mut waits = 0;
+        loop {
+            let log = LogCommand {
+                now_ms: crate::now_ms(),
+                command: command.clone(),
+            };
+            match self.on_shard(shard, Write(log)).await? {
+                CommandResult::InTransaction(key) => {
+                    self.wait_out_intent(&key, waits, deadline).await?;
+                    waits += 1;
+                }
+                other => return Ok(other),
+            }
+        }
+    }
+
+    /// Runs a read until it meets no intent (see [`Node::apply_on_shard`]).
+    pub(crate) async fn read_past_intents<T, F, Fut>(&self, mut read: F) -> Result<T, ClusterError>
+    where
+        F: FnMut() -> Fut,
+        Fut: Future<Output = Result<T, ClusterError>>,
+    {
+        let deadline = Instant::now() + self.config.timing.request_timeout;
+        let mut waits = 0;
+        loop {
+            match read().await {
+                Err(e) => match held_key(&e) {
+                    Some(key) => {
+                        self.wait_out_intent(&key, waits, deadline).await?;
+                        waits += 1;
+                    }
+                    None => return Err(e),
+                },
+                done => return done,
+            }
+        }
+    }
+
+    /// Waits a little for the intent on `key` to go (the `waits`th time); from the third
+    /// time on, settles it if its transaction is decided or its lease ran out.
+    async fn wait_out_intent(
+        &self,
+        key: &Bytes,
+        waits: u32,
+        deadline: Instant,
+    ) -> Result<(), ClusterError> {
+        let left = deadline.saturating_duration_since(Instant::now());
+        if left.is_zero() {
+            return Err(ClusterError::Request(TriremeError::new(
+                ErrorCode::KeyInTransaction,
+                format!(
+                    "key {:?} is held by a transaction across shards that did not finish in time; nothing was done, try again",
+                    String::from_utf8_lossy(key)
+                ),
+            )));
+        }
+        let pause = Duration::from_millis(1 << waits.min(6)).min(MAX_INTENT_PAUSE);
+        tokio::time::sleep(pause.min(left)).await;
+        if waits >= 2
+            && let Err(e) = self.settle_intent(key).await
+        {
+            tracing::debug!(key = ?String::from_utf8_lossy(key), error = %e, "cannot settle an intent yet");
+        }
+        Ok(())
+    }
+
+    /// Proposes `command` once to the shard that owns `key` (routed again after a split).
+    async fn propose_by_key(
+        &self,
+        key: &Bytes,
+        command: Command,
+    ) -> Result<CommandResult, ClusterError> {
+        self.routed(|routing| {
+            let log = LogCommand {
+                now_ms: crate::now_ms(),
+                command: command.clone(),
+            };
+            let shard = routing.shard_of_key(key);
+            async move {
+                match self.on_shard(shard, Write(log)).await? {
+                    CommandResult::Moved => Err(crate::forward::moved(shard)),
+                    other => Ok(other),
+                }
+            }
+        })
+        .await
+    }
+
+    /// Finishes the intent on `key` if its transaction is decided, or aborts the transaction
+    /// first if its lease ran out; leaves it while the transaction may still commit.
+    async fn settle_intent(&self, key: &Bytes) -> Result<(), ClusterError> {
+        let (row, _, _) = self.get_once(&intent_key(key), ReadMode::Default).await?;
+        let Some(intent) = row.and_then(|r| Intent::decode(&r.value)) else {
+            return Ok(());
+        };
+        let state = self
+            .transaction_state(&intent.record, intent.expires_ms)
+            .await?;
+        if state != TxnState::Pending {
+            self.resolve_keys(intent.txn, vec![key.clone()], state == TxnState::Committed)
+                .await?;
+        }
+        Ok(())
+    }
+
+    /// Where the transaction whose record is at `record` stands: aborted first if its lease
+    /// (`expires_ms`) ran out while it was pending.
+    async fn transaction_state(
+        &self,
+        record: &Bytes,
+        expires_ms: u64,
+    ) -> Result<TxnState, ClusterError> {
+        if crate::now_ms() > expires_ms {
+            return self.decide(record, Decision::AbortIfExpired).await;
+        }
+        let (row, _, _) = self.get_once(record, ReadMode::Default).await?;
+        Ok(row
+            .and_then(|r| TxnRecord::decode(&r.value))
+            .map_or(TxnState::Pending, |r| r.state))
+    }
+
+    async fn decide(&self, record: &Bytes, decision: Decision) -> Result<TxnState, ClusterError> {
+        match self
+            .propose_by_key(
+                record,
+                Command::Decide {
+                    record: record.clone(),
+                    decision,
+                },
+            )
+            .await?
+        {
+            CommandResult::Decided(state) => Ok(state),
+            other => Err(unexpected("a decision", &other)),
+        }
+    }
+
+    /// Resolves transaction `txn`'s intents on `keys` (apply or drop), one command per shard
+    /// they are in now; the results of each key's commands, by key.
+    async fn resolve_keys(
+        &self,
+        txn: u128,
+        keys: Vec<Bytes>,
+        commit: bool,
+    ) -> Result<HashMap<Bytes, Vec<CommandResult>>, ClusterError> {
+        self.routed(|routing| {
+            let keys = keys.clone();
+            async move {
+                let mut per_shard: BTreeMap<ShardId, Vec<Bytes>> = BTreeMap::new();
+                for key in keys {
+                    per_shard
+                        .entry(routing.shard_of_key(&key))
+                        .or_default()
+                        .push(key);
+                }
+                let answers = join_all(per_shard.into_iter().map(|(shard, keys)| async move {
+                    let log = LogCommand {
+                        now_ms: crate::now_ms(),
+                        command: Command::Resolve {
+                            txn,
+                            keys: keys.clone(),
+                            commit,
+                        },
+                    };
+                    (keys, self.on_shard(shard, Write(log)).await, shard)
+                }))
+                .await;
+                let mut out = HashMap::new();
+                for (keys, answer, shard) in answers {
+                    match answer? {
+                        CommandResult::Resolved(results) => {
+                            out.extend(keys.into_iter().zip(results))
+                        }
+                        CommandResult::Moved => return Err(crate::forward::moved(shard)),
+                        other => return Err(unexpected("a resolve", &other)),
+                    }
+                }
+                Ok(out)
+            }
+        })
+        .await
+    }
+
+    /// Applies the commands of a Consul transaction whose keys are in several shards,
+    /// atomically: one result per command, or the position of the first condition that
+    /// failed (nothing applied). Each command names one key.
+    pub(crate) async fn transaction_across_shards(
+        &self,
+        commands: Vec<Command>,
+    ) -> Result<TransactionOutcome, ClusterError> {
+        self.require_cluster_version(
+            trireme_types::version::since::CROSS_SHARD_TRANSACTIONS,
+            "a transaction across shards",
+        )?;
+        for command in &commands {
+            let plain = matches!(
+                command,
+                Command::Check { .. }
+                    | Command::Put { .. }
+                    | Command::Read { .. }
+                    | Command::Delete { .. }
+                    | Command::Lock { .. }
+            );
+            if !plain || command.keys().len() != 1 {
+                return Err(ClusterError::Request(TriremeError::new(
+                    ErrorCode::InvalidArgument,
+                    format!(
+                        "a transaction across shards takes key reads, writes, deletes, checks and locks of one key each, not {}",
+                        command.name()
+                    ),
+                )));
+            }
+        }
+        let deadline = Instant::now() + self.config.timing.request_timeout;
+        let mut waits = 0;
+        loop {
+            match self.try_across_shards(&commands).await? {
+                Attempt::Done(outcome) => return Ok(outcome),
+                Attempt::Again(blocker) => {
+                    // Another transaction holds a key (or this one ran out of its lease):
+                    // wait for it, settling it if it was abandoned.
+                    let key = blocker.unwrap_or_else(|| commands[0].keys()[0].clone());
+                    self.wait_out_intent(&key, waits, deadline).await?;
+                    waits += 1;
+                }
+            }
+        }
+    }
+
+    /// One try: prepare everywhere, decide, resolve.
+    async fn try_across_shards(&self, commands: &[Command]) -> Result<Attempt, ClusterError> {
+        let seen = self.map_version();
+        let map = self.shard_map();
+        let key_of = |c: &Command| c.keys()[0].clone();
+        let mut parts: BTreeMap<ShardId, (Vec<usize>, Vec<Command>)> = BTreeMap::new();
+        let mut all_keys: Vec<Bytes> = Vec::new();
+        for (i, command) in commands.iter().enumerate() {
+            let key = key_of(command);
+            let part = parts.entry(map.shard_of_key(&key)).or_default();
+            part.0.push(i);
+            part.1.push(command.clone());
+            if !all_keys.contains(&key) {
+                all_keys.push(key);
+            }
+        }
+        let first = map.shard_of_key(&key_of(&commands[0]));
+        let txn = transaction_id_in(&map, first);
+        let record = record_key(txn);
+        let record_shard = map.shard_of_key(&record);
+        parts.entry(record_shard).or_default();
+        let expires_ms = crate::now_ms() + self.transaction_lease().as_millis() as u64;
+        let prepares = parts.iter().map(|(&shard, (_, part))| {
+            let creates_record = shard == record_shard;
+            let command = Command::Prepare {
+                txn,
+                record: record.clone(),
+                expires_ms,
+                creates_record,
+                all_keys: if creates_record {
+                    all_keys.clone()
+                } else {
+                    Vec::new()
+                },
+                commands: part.clone(),
+            };
+            async move {
+                let log = LogCommand {
+                    now_ms: crate::now_ms(),
+                    command,
+                };
+                (shard, self.on_shard(shard, Write(log)).await)
+            }
+        });
+        let mut ready = Vec::new();
+        let mut failed: Option<usize> = None;
+        let mut blocker = None;
+        let mut error = None;
+        for (shard, answer) in join_all(prepares).await {
+            match answer {
+                Ok(CommandResult::Prepared(PrepareOutcome::Ready)) => ready.push(shard),
+                Ok(CommandResult::Prepared(PrepareOutcome::Failed(at))) => {
+                    let position = parts[&shard].0.get(at as usize).copied();
+                    failed = failed.min(position).or(failed).or(position);
+                }
+                Ok(CommandResult::Prepared(PrepareOutcome::Busy(key))) => blocker = Some(key),
+                Ok(CommandResult::Prepared(PrepareOutcome::Aborted) | CommandResult::Moved) => {}
+                Ok(other) => error = Some(unexpected("a prepare", &other)),
+                Err(e) if crate::router::is_moved(&e) => {}
+                Err(e) => error = Some(e),
+            }
+        }
+        if ready.len() < parts.len() {
+            // The record first: no prepare still on its way can be committed after this.
+            self.abort_prepared(txn, &record, &all_keys).await;
+            if let Some(position) = failed {
+                return Ok(Attempt::Done(TransactionOutcome(Err(position as u32))));
+            }
+            if let Some(e) = error {
+                return Err(e);
+            }
+            if blocker.is_none() {
+                // A split moved keys, or the lease ran out: the map may have changed.
+                self.map_change(seen, Duration::from_millis(100)).await;
+            }
+            return Ok(Attempt::Again(blocker));
+        }
+        trireme_storage::crash::point("txn-prepared");
+        match self.decide(&record, Decision::Commit).await {
+            Ok(TxnState::Committed) => {}
+            Ok(_) => {
+                self.abort_prepared(txn, &record, &all_keys).await;
+                return Ok(Attempt::Again(None));
+            }
+            Err(e) => {
+                return Err(ClusterError::Request(TriremeError::new(
+                    ErrorCode::Timeout,
+                    format!(
+                        "the transaction's outcome is unknown ({e}): it commits or aborts as a whole within {} ms; read its keys to learn which",
+                        self.transaction_lease().as_millis() as u64
+                            + 2 * RESOLVE_INTERVAL.as_millis() as u64
+                    ),
+                )));
+            }
+        }
+        trireme_storage::crash::point("txn-committed");
+        let mut resolved = HashMap::new();
+        for _ in 0..3 {
+            match self.resolve_keys(txn, all_keys.clone(), true).await {
+                Ok(results) => {
+                    resolved = results;
+                    break;
+                }
+                Err(e) => {
+                    tracing::debug!(txn = format!("{txn:032x}"), error = %e, "resolving a committed transaction again");
+                }
+            }
+        }
+        if resolved.len() == all_keys.len() {
+            self.txn_forgets.forget(record);
+        }
+        Ok(Attempt::Done(TransactionOutcome(Ok(self
+            .answers(commands, resolved)
+            .await?))))
+    }
+
+    /// Aborts transaction `txn` and drops its intents on `keys`, as far as it can now: what
+    /// is left, its shards' resolvers finish.
+    async fn abort_prepared(&self, txn: u128, record: &Bytes, keys: &[Bytes]) {
+        match self.decide(record, Decision::Abort).await {
+            Ok(TxnState::Aborted) => {
+                if let Err(e) = self.resolve_keys(txn, keys.to_vec(), false).await {
+                    tracing::debug!(error = %e, "dropping an aborted transaction's intents");
+                }
+            }
+            Ok(_) => {}
+            Err(e) => tracing::debug!(error = %e, "aborting a transaction"),
+        }
+    }
+
+    /// Each command's result, in order, from the results of each key's commands. A key
+    /// whose results were lost (its resolve was answered to nobody and sent again) is read
+    /// instead.
+    async fn answers(
+        &self,
+        commands: &[Command],
+        resolved: HashMap<Bytes, Vec<CommandResult>>,
+    ) -> Result<Vec<CommandResult>, ClusterError> {
+        let mut queues: HashMap<Bytes, VecDeque<CommandResult>> = resolved
+            .into_iter()
+            .map(|(key, results)| (key, results.into()))
+            .collect();
+        let mut out = Vec::with_capacity(commands.len());
+        for command in commands {
+            let key = command.keys()[0].clone();
+            if let Some(result) = queues.get_mut(&key).and_then(VecDeque::pop_front) {
+                out.push(result);
+                continue;
+            }
+            let (record, _, _) = self.get_unchecked(&key, ReadMode::Default).await?;
+            out.push(match command {
+                Command::Put { .. } => CommandResult::Put {
+                    written: true,
+                    previous: None,
+                    index: record.as_ref().map_or(0, |r| r.modify_index),
+                },
+                Command::Read { .. } => CommandResult::Records(vec![record]),
+                Command::Delete { .. } => CommandResult::Deleted(1),
+                Command::Lock { .. } => CommandResult::Lock(LockOutcome::Done(true)),
+                _ => CommandResult::Done,
+            });
+        }
+        Ok(out)
+    }
+
+    /// How long a transaction across shards has to commit once it starts: the shortest
+    /// election timeout, so that one whose coordinator died is settled within about twice
+    /// that.
+    fn transaction_lease(&self) -> Duration {
+        self.config.timing.election_min
+    }
+}
+
+/// The key a "held by a transaction" error names, if it is one.
+pub(crate) fn held_key(error: &ClusterError) -> Option<Bytes> {
+    match error {
+        ClusterError::Storage(trireme_storage::StorageError::InTransaction(key)) => {
+            Some(key.clone())
+        }
+        ClusterError::Remote(e) => trireme_storage::key_in_transaction(e),
+        _ => None,
+    }
+}
+
+fn unexpected(what: &str, result: &CommandResult) -> ClusterError {
+    ClusterError::Internal(format!("{what} was answered with {}", result_name(result)))
+}
+
+fn result_name(result: &CommandResult) -> String {
+    let text = format!("{result:?}");
+    text.split(['(', ' ', '{'])
+        .next()
+        .unwrap_or_default()
+        .to_string()
+}
+
+/// A fresh transaction id whose record lands in `shard` (drawn until one does: about as
+/// many draws as there are shards).
+fn transaction_id_in(map: &ShardMap, shard: ShardId) -> u128 {
+    let mut id: u128 = rand::random();
+    for _ in 0..100_000 {
+        if map.shard_of_key(&record_key(id)) == shard {
+            break;
+        }
+        id = rand::random();
+    }
+    id
+}
+
+/// Starts each shard leader's resolver: it settles the intents whose transactions' leases
+/// ran out, and finishes and forgets the records of transactions whose coordinator did not.
+pub(crate) fn spawn_resolver(node: &Arc<Node>) {
+    crate::node::spawn_periodic(Arc::downgrade(node), RESOLVE_INTERVAL, resolve_abandoned);
+}
+
+async fn resolve_abandoned(node: Arc<Node>) {
+    for group in node.local_groups() {
+        if !group.is_leader() {
+            continue;
+        }
+        let shard = group.shard();
+        let now = crate::now_ms();
+        for key in node.storage.expired_intents(shard, now) {
+            if let Err(e) = node.settle_intent(&key).await {
+                tracing::debug!(shard = shard.0, error = %e, "cannot settle an expired intent yet");
+            }
+        }
+        let records = match node.storage.txn_records(shard) {
+            Ok(records) => records,
+            Err(e) => {
+                tracing::warn!(shard = shard.0, error = %e, "cannot read transaction records");
+                continue;
+            }
+        };
+        for (key, record) in records {
+            if now <= record.expires_ms.saturating_add(RECORD_GRACE_MS) {
+                continue;
+            }
+            if let Err(e) = finish_record(&node, &key, record).await {
+                tracing::debug!(shard = shard.0, error = %e, "cannot finish a transaction yet");
+            }
+        }
+    }
+}
+
+/// Decides (abort, if still pending), resolves every key of, and forgets the record at `key`.
+async fn finish_record(node: &Node, key: &Bytes, record: TxnRecord) -> Result<(), ClusterError> {
+    let state = match record.state {
+        TxnState::Pending => node.decide(key, Decision::AbortIfExpired).await?,
+        state => state,
+    };
+    if state == TxnState::Pending {
+        return Ok(());
+    }
+    let txn = key
+        .strip_prefix(&trireme_types::txn::records_prefix()[..])
+        .and_then(|hex| std::str::from_utf8(hex).ok())
+        .and_then(|hex| u128::from_str_radix(hex, 16).ok())
+        .ok_or_else(|| ClusterError::Internal("a transaction record's key".into()))?;
+    if !record.keys.is_empty() {
+        node.resolve_keys(txn, record.keys, state == TxnState::Committed)
+            .await?;
+    }
+    node.propose_by_key(
+        key,
+        Command::Forget {
+            record: key.clone(),
+        },
+    )
+    .await?;
+    Ok(())
+}
+
+/// Records of committed transactions whose every intent is resolved, to delete: the
+/// coordinator answers its client without waiting for that, and one task per node deletes
+/// them in the background.
+#[derive(Debug)]
+pub(crate) struct Forgets {
+    sender: tokio::sync::mpsc::UnboundedSender<Bytes>,
+    receiver: std::sync::Mutex<Option<tokio::sync::mpsc::UnboundedReceiver<Bytes>>>,
+}
+
+impl Default for Forgets {
+    fn default() -> Self {
+        let (sender, receiver) = tokio::sync::mpsc::unbounded_channel();
+        Forgets {
+            sender,
+            receiver: std::sync::Mutex::new(Some(receiver)),
+        }
+    }
+}
+
+impl Forgets {
+    fn forget(&self, record: Bytes) {
+        // Gone only when the node stops; the resolver forgets what is left.
+        let _ = self.sender.send(record);
+    }
+}
+
+/// Starts the task that deletes the records handed to [`Forgets`], several at a time.
+pub(crate) fn spawn_forgetter(node: &Arc<Node>) {
+    let Some(mut receiver) = node
+        .txn_forgets
+        .receiver
+        .lock()
+        .unwrap_or_else(|e| e.into_inner())
+        .take()
+    else {
+        return;
+    };
+    let weak = Arc::downgrade(node);
+    tokio::spawn(async move {
+        let mut records = Vec::new();
+        while receiver.recv_many(&mut records, 256).await > 0 {
+            let Some(node) = weak.upgrade() else { return };
+            let node = &node;
+            join_all(records.drain(..).map(|record| async move {
+                if let Err(e) = node
+                    .propose_by_key(
+                        &record,
+                        Command::Forget {
+                            record: record.clone(),
+                        },
+                    )
+                    .await
+                {
+                    tracing::debug!(error = %e, "a transaction record is left to the resolver");
+                }
+            }))
+            .await;
+        }
+    });
+}

@@ -1,0 +1,510 @@
+//! Applying the commands of transactions across shards (see [`trireme_types::txn`]): prepare
+//! (judge, then write intents), decide (the record), resolve (apply or drop the intents) and
+//! forget (the record), and refusing other commands on keys that hold an intent.
+
+use super::Pending;
+use crate::StorageError;
+use bytes::Bytes;
+use trireme_types::session::is_internal_key;
+use trireme_types::txn::{
+    Decision, Intent, PrepareOutcome, TxnRecord, TxnState, intent_key, intent_target,
+};
+use trireme_types::{Command, CommandResult, Record};
+
+impl Pending<'_> {
+    /// The intent on `key` as this batch sees it.
+    pub(super) fn intent_on(&mut self, key: &Bytes) -> Result<Option<Intent>, StorageError> {
+        if !self.intents_here {
+            return Ok(None);
+        }
+        let row = intent_key(key);
+        let stored = match self.changes.get(&row) {
+            Some(change) => change.clone(),
+            None if self.storage.intents.holds(self.shard, key) => self.raw(&row)?,
+            None => return Ok(None),
+        };
+        stored
+            .map(|r| {
+                Intent::decode(&r.value)
+                    .ok_or_else(|| StorageError::Corrupt("an intent row".into()))
+            })
+            .transpose()
+    }
+
+    /// The first key of `command` that holds an intent, if any: such a command is refused
+    /// unapplied. A batch's commands are judged one by one where they are applied; a prefix
+    /// delete by every key under its prefix.
+    pub(super) fn blocked_key(&mut self, command: &Command) -> Result<Option<Bytes>, StorageError> {
+        if !self.intents_here {
+            return Ok(None);
+        }
+        match command {
+            Command::Batch(_)
+            | Command::Reap { .. }
+            | Command::Split { .. }
+            | Command::Prepare { .. }
+            | Command::Decide { .. }
+            | Command::Resolve { .. }
+            | Command::Forget { .. } => Ok(None),
+            Command::DeletePrefix { prefix } => {
+                if let Some(key) = self.storage.intents.any_under(self.shard, prefix) {
+                    return Ok(Some(key));
+                }
+                Ok(self
+                    .changes
+                    .iter()
+                    .filter(|(_, record)| record.is_some())
+                    .filter_map(|(row, _)| intent_target(row))
+                    .find(|target| target.starts_with(prefix))
+                    .map(Bytes::copy_from_slice))
+            }
+            _ => {
+                for key in command.keys() {
+                    if !is_internal_key(key) && self.intent_on(key)?.is_some() {
+                        return Ok(Some(key.clone()));
+                    }
+                }
+                Ok(None)
+            }
+        }
+    }
+
+    /// [`Command::Prepare`].
+    #[allow(clippy::too_many_arguments)]
+    pub(super) fn prepare(
+        &mut self,
+        index: u64,
+        now: u64,
+        txn: u128,
+        record: &Bytes,
+        expires_ms: u64,
+        creates_record: bool,
+        all_keys: &[Bytes],
+        commands: &[Command],
+    ) -> Result<PrepareOutcome, StorageError> {
+        if now > expires_ms {
+            return Ok(PrepareOutcome::Aborted);
+        }
+        let mut keys: Vec<Bytes> = Vec::new();
+        for key in commands.iter().flat_map(Command::keys) {
+            if !keys.contains(key) {
+                keys.push(key.clone());
+            }
+        }
+        let mut mine = false;
+        for key in &keys {
+            match self.intent_on(key)? {
+                Some(intent) if intent.txn == txn => mine = true,
+                Some(_) => return Ok(PrepareOutcome::Busy(key.clone())),
+                None => {}
+            }
+        }
+        if mine {
+            // Sent again after its answer was lost: prepared already.
+            return Ok(PrepareOutcome::Ready);
+        }
+        if creates_record && let Some(existing) = self.txn_record(record)? {
+            match existing.state {
+                TxnState::Aborted => return Ok(PrepareOutcome::Aborted),
+                TxnState::Committed => return Ok(PrepareOutcome::Ready),
+                TxnState::Pending => {}
+            }
+        }
+        if let Err(position) = self.judge_transaction(index, now, commands)? {
+            return Ok(PrepareOutcome::Failed(position));
+        }
+        for key in &keys {
+            let its = commands
+                .iter()
+                .filter(|c| c.keys().contains(&key))
+                .cloned()
+                .collect();
+            let intent = Intent {
+                txn,
+                record: record.clone(),
+                expires_ms,
+                commands: its,
+            };
+            self.intents_here = true;
+            self.set(
+                intent_key(key),
+                Some(Record::string(intent.encode(), index)),
+            )?;
+        }
+        if creates_record {
+            let row = TxnRecord {
+                state: TxnState::Pending,
+                expires_ms,
+                keys: all_keys.to_vec(),
+            };
+            self.set(record.clone(), Some(Record::string(row.encode(), index)))?;
+        }
+        Ok(PrepareOutcome::Ready)
+    }
+
+    /// The transaction record at `record`, as this batch sees it.
+    fn txn_record(&mut self, record: &Bytes) -> Result<Option<TxnRecord>, StorageError> {
+        self.raw(record)?
+            .map(|r| {
+                TxnRecord::decode(&r.value)
+                    .ok_or_else(|| StorageError::Corrupt("a transaction record".into()))
+            })
+            .transpose()
+    }
+
+    /// [`Command::Decide`].
+    pub(super) fn decide(
+        &mut self,
+        index: u64,
+        now: u64,
+        record: &Bytes,
+        decision: Decision,
+    ) -> Result<TxnState, StorageError> {
+        let Some(mut row) = self.txn_record(record)? else {
+            // Nothing prepared the record, or it was forgotten after its transaction ended:
+            // either way no prepare may write it from now on (one arriving late finds it
+            // aborted), and what a coordinator commits is only ever a prepared record.
+            let aborted = TxnRecord {
+                state: TxnState::Aborted,
+                expires_ms: now,
+                keys: Vec::new(),
+            };
+            self.set(
+                record.clone(),
+                Some(Record::string(aborted.encode(), index)),
+            )?;
+            return Ok(TxnState::Aborted);
+        };
+        if row.state != TxnState::Pending {
+            return Ok(row.state);
+        }
+        let expired = now > row.expires_ms;
+        row.state = match decision {
+            Decision::Commit if expired => TxnState::Aborted,
+            Decision::Commit => TxnState::Committed,
+            Decision::Abort => TxnState::Aborted,
+            Decision::AbortIfExpired if expired => TxnState::Aborted,
+            Decision::AbortIfExpired => return Ok(TxnState::Pending),
+        };
+        self.set(record.clone(), Some(Record::string(row.encode(), index)))?;
+        Ok(row.state)
+    }
+
+    /// [`Command::Resolve`].
+    pub(super) fn resolve(
+        &mut self,
+        index: u64,
+        now: u64,
+        txn: u128,
+        keys: &[Bytes],
+        commit: bool,
+    ) -> Result<Vec<Vec<CommandResult>>, StorageError> {
+        let mut out = Vec::with_capacity(keys.len());
+        for key in keys {
+            let intent = match self.intent_on(key)? {
+                Some(intent) if intent.txn == txn => intent,
+                _ => {
+                    out.push(Vec::new());
+                    continue;
+                }
+            };
+            // Gone first, so that its own commands are not refused for it.
+            self.set(intent_key(key), None)?;
+            if !commit {
+                out.push(Vec::new());
+                continue;
+            }
+            match self.apply_transaction(index, now, &[], &intent.commands)? {
+                Ok(results) => out.push(results),
+                Err(position) => {
+                    // Its conditions held when it was prepared and nothing could change the
+                    // key since, except time (an expiry that ran out meanwhile).
+                    tracing::warn!(
+                        shard = self.shard,
+                        position,
+                        "a committed transaction's condition no longer held on one key; that key was left as it was"
+                    );
+                    out.push(Vec::new());
+                }
+            }
+        }
+        Ok(out)
+    }
+
+    /// [`Command::Forget`].
+    pub(super) fn forget_record(&mut self, record: &Bytes) -> Result<(), StorageError> {
+        if self.raw(record)?.is_some() {
+            self.set(record.clone(), None)?;
+        }
+        Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::super::testing::*;
+    use crate::StorageError;
+    use trireme_types::txn::{Decision, PrepareOutcome, TxnState, record_key};
+    use trireme_types::{Command, CommandResult, KeyCheck, PutCondition, ShardId, TtlUpdate};
+
+    fn put(key: &str, value: &str) -> Command {
+        Command::Put {
+            key: b(key),
+            value: b(value),
+            flags: Some(0),
+            condition: PutCondition::Always,
+            ttl: TtlUpdate::Clear,
+            return_previous: true,
+        }
+    }
+
+    fn prepare(txn: u128, expires_ms: u64, commands: Vec<Command>) -> Command {
+        Command::Prepare {
+            txn,
+            record: record_key(txn),
+            expires_ms,
+            creates_record: true,
+            all_keys: bs(&["a", "b"]),
+            commands,
+        }
+    }
+
+    fn value_of(storage: &crate::Storage, key: &str) -> Result<Option<String>, StorageError> {
+        Ok(storage
+            .get(ShardId(0), key.as_bytes(), 1)?
+            .map(|r| String::from_utf8_lossy(&r.value).into_owned()))
+    }
+
+    #[test]
+    fn a_prepared_key_refuses_others_until_its_transaction_commits() {
+        let (_dir, storage) = storage();
+        run(&storage, 1, vec![put("a", "old")]);
+        let prepared = run(
+            &storage,
+            2,
+            vec![prepare(
+                7,
+                1_000,
+                vec![
+                    Command::Check {
+                        key: b("a"),
+                        check: KeyCheck::At(Some(1)),
+                    },
+                    put("a", "new"),
+                    put("b", "fresh"),
+                ],
+            )],
+        );
+        assert_eq!(
+            prepared,
+            vec![CommandResult::Prepared(PrepareOutcome::Ready)]
+        );
+        // Nothing applied yet; readers and writers are held off.
+        assert!(matches!(
+            value_of(&storage, "a"),
+            Err(StorageError::InTransaction(k)) if k == "a"
+        ));
+        assert!(matches!(
+            storage.scan(ShardId(0), b"", None, 10, 1, None),
+            Err(StorageError::InTransaction(_))
+        ));
+        let refused = run(&storage, 3, vec![put("b", "other"), put("c", "free")]);
+        assert_eq!(refused[0], CommandResult::InTransaction(b("b")));
+        assert!(matches!(
+            refused[1],
+            CommandResult::Put { written: true, .. }
+        ));
+        // Another transaction on the key is busy.
+        let busy = run(&storage, 4, vec![prepare(8, 1_000, vec![put("a", "x")])]);
+        assert_eq!(
+            busy,
+            vec![CommandResult::Prepared(PrepareOutcome::Busy(b("a")))]
+        );
+        // Committed, then resolved: applied at the resolve's index.
+        let decided = run(
+            &storage,
+            5,
+            vec![Command::Decide {
+                record: record_key(7),
+                decision: Decision::Commit,
+            }],
+        );
+        assert_eq!(decided, vec![CommandResult::Decided(TxnState::Committed)]);
+        let resolved = run(
+            &storage,
+            6,
+            vec![Command::Resolve {
+                txn: 7,
+                keys: bs(&["a", "b", "c"]),
+                commit: true,
+            }],
+        );
+        let CommandResult::Resolved(per_key) = &resolved[0] else {
+            panic!("{resolved:?}");
+        };
+        assert_eq!(per_key[0].len(), 2, "the check and the put of a");
+        assert!(matches!(per_key[0][1], CommandResult::Put { index: 6, .. }));
+        assert!(per_key[2].is_empty(), "c held no intent");
+        assert_eq!(value_of(&storage, "a").unwrap().as_deref(), Some("new"));
+        assert_eq!(value_of(&storage, "b").unwrap().as_deref(), Some("fresh"));
+        assert_eq!(
+            storage
+                .scan(ShardId(0), b"", None, 10, 1, None)
+                .unwrap()
+                .len(),
+            3
+        );
+        // Resolving again changes nothing.
+        let again = run(
+            &storage,
+            7,
+            vec![Command::Resolve {
+                txn: 7,
+                keys: bs(&["a"]),
+                commit: true,
+            }],
+        );
+        assert_eq!(again, vec![CommandResult::Resolved(vec![Vec::new()])]);
+        assert_eq!(
+            storage
+                .get(ShardId(0), b"a", 1)
+                .unwrap()
+                .unwrap()
+                .modify_index,
+            6
+        );
+    }
+
+    #[test]
+    fn a_failed_condition_prepares_nothing_and_an_abort_drops_the_intents() {
+        let (_dir, storage) = storage();
+        run(&storage, 1, vec![put("a", "old")]);
+        let failed = run(
+            &storage,
+            2,
+            vec![prepare(
+                1,
+                1_000,
+                vec![
+                    put("b", "x"),
+                    Command::Check {
+                        key: b("a"),
+                        check: KeyCheck::At(None),
+                    },
+                ],
+            )],
+        );
+        assert_eq!(
+            failed,
+            vec![CommandResult::Prepared(PrepareOutcome::Failed(1))]
+        );
+        assert_eq!(value_of(&storage, "b").unwrap(), None);
+        // Prepared, then aborted by its coordinator: the old values stay.
+        run(&storage, 3, vec![prepare(2, 1_000, vec![put("a", "new")])]);
+        let results = run(
+            &storage,
+            4,
+            vec![
+                Command::Decide {
+                    record: record_key(2),
+                    decision: Decision::Abort,
+                },
+                Command::Resolve {
+                    txn: 2,
+                    keys: bs(&["a"]),
+                    commit: false,
+                },
+                Command::Decide {
+                    record: record_key(2),
+                    decision: Decision::Commit,
+                },
+            ],
+        );
+        assert_eq!(results[0], CommandResult::Decided(TxnState::Aborted));
+        assert_eq!(
+            results[2],
+            CommandResult::Decided(TxnState::Aborted),
+            "an abort is final"
+        );
+        assert_eq!(value_of(&storage, "a").unwrap().as_deref(), Some("old"));
+    }
+
+    #[test]
+    fn only_an_expired_transaction_is_aborted_by_others() {
+        let (_dir, storage) = storage();
+        run_at(&storage, 1, 100, vec![prepare(3, 500, vec![put("a", "v")])]);
+        let push = |index, now| {
+            run_at(
+                &storage,
+                index,
+                now,
+                vec![Command::Decide {
+                    record: record_key(3),
+                    decision: Decision::AbortIfExpired,
+                }],
+            )
+        };
+        assert_eq!(
+            push(2, 400),
+            vec![CommandResult::Decided(TxnState::Pending)]
+        );
+        assert_eq!(
+            push(3, 501),
+            vec![CommandResult::Decided(TxnState::Aborted)]
+        );
+        // A record nobody prepared is written aborted: a prepare arriving late is refused.
+        let late = run_at(
+            &storage,
+            4,
+            200,
+            vec![
+                Command::Decide {
+                    record: record_key(4),
+                    decision: Decision::AbortIfExpired,
+                },
+                prepare(4, 1_000, vec![put("c", "v")]),
+            ],
+        );
+        assert_eq!(late[0], CommandResult::Decided(TxnState::Aborted));
+        assert_eq!(late[1], CommandResult::Prepared(PrepareOutcome::Aborted));
+        // So is a prepare applied after its transaction expired.
+        let expired = run_at(
+            &storage,
+            6,
+            2_000,
+            vec![prepare(5, 1_000, vec![put("d", "v")])],
+        );
+        assert_eq!(
+            expired,
+            vec![CommandResult::Prepared(PrepareOutcome::Aborted)]
+        );
+        assert_eq!(storage.expired_intents(ShardId(0), 10_000), vec![b("a")]);
+    }
+
+    #[test]
+    fn intents_move_with_their_keys_in_a_split_and_survive_a_restart() {
+        let (dir, storage) = storage();
+        // "b" is in slot 3300 (kept), "foo" in 12182 (moves to shard 1).
+        run(
+            &storage,
+            1,
+            vec![prepare(9, 1_000, vec![put("b", "1"), put("foo", "2")])],
+        );
+        split_in_half(&storage);
+        assert!(matches!(
+            storage.get(ShardId(1), b"foo", 1),
+            Err(StorageError::InTransaction(_))
+        ));
+        assert!(matches!(
+            storage.get(ShardId(0), b"b", 1),
+            Err(StorageError::InTransaction(_))
+        ));
+        drop(storage);
+        let storage = crate::Storage::open(dir.path(), &crate::StorageOptions::default()).unwrap();
+        assert!(matches!(
+            storage.get(ShardId(1), b"foo", 1),
+            Err(StorageError::InTransaction(_))
+        ));
+        assert_eq!(storage.get(ShardId(1), b"bar", 1).unwrap(), None);
+    }
+}

@@ -1,0 +1,153 @@
+//! Area 33: Consul transactions whose keys are in several shards. A coordinator killed
+//! between prepare and commit, or between commit and resolve, leaves no half transaction:
+//! the other nodes settle it (aborted, or applied) as soon as its lease runs out, and
+//! meanwhile nobody reads a value it may still change. Concurrent transfers between accounts
+//! in different shards never create or lose money.
+
+use crate::common::cluster::{ClusterOptions, TestCluster, bounded};
+use serde_json::{Value, json};
+use std::time::{Duration, Instant};
+
+/// `PUT /v1/txn` through node `i`: status and body, or `Err` when the connection failed.
+async fn txn(c: &TestCluster, i: usize, ops: &Value) -> Result<(u16, Value), String> {
+    let response = reqwest::Client::new()
+        .put(format!("{}/v1/txn", c.node(i).http_url()))
+        .json(ops)
+        .send()
+        .await
+        .map_err(|e| e.to_string())?;
+    let status = response.status().as_u16();
+    Ok((status, response.json().await.unwrap_or(Value::Null)))
+}
+
+fn set(key: &str, value: &str) -> Value {
+    use base64::Engine as _;
+    json!({"KV": {"Verb": "set", "Key": key, "Value": base64::engine::general_purpose::STANDARD.encode(value)}})
+}
+
+fn text(entry: Option<crate::common::KvEntry>) -> Option<String> {
+    entry.map(|e| String::from_utf8_lossy(&e.value).into_owned())
+}
+
+/// Node 0 aborts at `point` of its first transaction across shards (one key in each of
+/// eight shards); reading the keys through node 1 then shows `expected` on every key.
+async fn killed_coordinator(point: &str, expected: &str) {
+    let env = vec![("TRIREME_CRASH_AT".to_string(), format!("{point}:1"))];
+    let mut c = TestCluster::start(ClusterOptions {
+        node_env: vec![env],
+        ..ClusterOptions::default().shards(8)
+    })
+    .await;
+    let keys = c.key_per_shard("acct/");
+    for key in &keys {
+        c.put(1, key, "old").await;
+    }
+    let ops: Vec<Value> = keys.iter().map(|k| set(k, "new")).collect();
+    let answer = txn(&c, 0, &Value::Array(ops)).await;
+    assert!(answer.is_err(), "the coordinator answered: {answer:?}");
+    let started = Instant::now();
+    for key in &keys {
+        assert_eq!(
+            text(c.get(1, key, "").await).as_deref(),
+            Some(expected),
+            "{key} after a coordinator died at {point}\n{}",
+            c.logs()
+        );
+    }
+    eprintln!(
+        "a transaction whose coordinator died at {point} was settled for readers {} ms later (lease: the election timeout, {} ms)",
+        started.elapsed().as_millis(),
+        ClusterOptions::default().timing.election_min.as_millis()
+    );
+    // The keys are free again: plain writes go through.
+    for key in &keys {
+        c.put(1, key, "after").await;
+    }
+    c.kill9(0).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_coordinator_killed_before_it_commits_leaves_nothing() {
+    bounded(
+        Duration::from_secs(120),
+        killed_coordinator("txn-prepared", "old"),
+    )
+    .await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_coordinator_killed_after_it_commits_leaves_everything() {
+    bounded(
+        Duration::from_secs(120),
+        killed_coordinator("txn-committed", "new"),
+    )
+    .await;
+}
+
+/// Four clients move money between eight accounts, one in each shard, with transactions
+/// that check each account's index and set both: whatever commits, the total stays.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn transfers_across_shards_keep_the_total() {
+    bounded(Duration::from_secs(120), async {
+        let c = TestCluster::start(ClusterOptions::default().shards(8)).await;
+        let accounts = c.key_per_shard("bank/");
+        for key in &accounts {
+            c.put(0, key, "100").await;
+        }
+        let total = 100 * accounts.len() as i64;
+        let committed = std::sync::atomic::AtomicUsize::new(0);
+        let client = |n: usize| {
+            let (c, accounts, committed) = (&c, &accounts, &committed);
+            async move {
+                for round in 0..25 {
+                    let from = &accounts[(n + round) % accounts.len()];
+                    let to = &accounts[(n * 3 + round * 5 + 1) % accounts.len()];
+                    if from == to {
+                        continue;
+                    }
+                    let via = (n + round) % 3;
+                    let (Some(a), Some(b)) = (c.get(via, from, "").await, c.get(via, to, "").await)
+                    else {
+                        panic!("an account is missing\n{}", c.logs());
+                    };
+                    let amount = |e: &crate::common::KvEntry| -> i64 {
+                        String::from_utf8_lossy(&e.value)
+                            .parse()
+                            .expect("a balance")
+                    };
+                    let ops = json!([
+                        {"KV": {"Verb": "check-index", "Key": from, "Index": a.modify_index}},
+                        {"KV": {"Verb": "check-index", "Key": to, "Index": b.modify_index}},
+                        set(from, &(amount(&a) - 7).to_string()),
+                        set(to, &(amount(&b) + 7).to_string()),
+                    ]);
+                    match txn(c, via, &ops).await {
+                        Ok((200, _)) => {
+                            committed.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+                        }
+                        // Another transfer changed an account first.
+                        Ok((409, body)) => assert!(
+                            body["Errors"][0]["What"]
+                                .as_str()
+                                .is_some_and(|w| w.contains("index")),
+                            "{body}"
+                        ),
+                        other => panic!("a transfer answered {other:?}\n{}", c.logs()),
+                    }
+                }
+            }
+        };
+        tokio::join!(client(0), client(1), client(2), client(3));
+        let mut sum = 0;
+        for key in &accounts {
+            let entry = c.get(2, key, "?consistent").await.expect("an account");
+            sum += String::from_utf8_lossy(&entry.value)
+                .parse::<i64>()
+                .expect("a balance");
+        }
+        let committed = committed.into_inner();
+        assert_eq!(sum, total, "after {committed} transfers\n{}", c.logs());
+        assert!(committed > 0, "no transfer committed");
+    })
+    .await;
+}
