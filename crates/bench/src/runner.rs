@@ -455,7 +455,11 @@ impl Worker {
         // A cas and a txn write too: they need a value of the scenario's size like put.
         let value = matches!(
             op,
-            Operation::Put | Operation::Update | Operation::Cas | Operation::Txn
+            Operation::Put
+                | Operation::Update
+                | Operation::Cas
+                | Operation::Txn
+                | Operation::TxnShards
         )
         .then(|| self.values.next_value(&mut self.rng));
         let start = Instant::now();

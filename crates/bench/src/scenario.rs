@@ -75,11 +75,15 @@ pub enum Operation {
     /// A Consul transaction (`PUT /v1/txn`) of four `set`s, on keys that share the drawn
     /// key's hash tag (`{key}/0` to `{key}/3`), so one shard applies them together.
     Txn,
+    /// A Consul transaction of four `set`s on keys whose slots are in four different
+    /// quarters of the slot space (`{key/qN}/0`, N picked per quarter), so a cluster of
+    /// four equal shards commits it across four shards.
+    TxnShards,
 }
 
 impl Operation {
     /// Every operation, in the order of the `[operations]` table.
-    pub const ALL: [Operation; 8] = [
+    pub const ALL: [Operation; 9] = [
         Operation::Get,
         Operation::Put,
         Operation::Delete,
@@ -88,6 +92,7 @@ impl Operation {
         Operation::Search,
         Operation::Cas,
         Operation::Txn,
+        Operation::TxnShards,
     ];
 
     /// The lowercase name used in scenario files and reports.
@@ -102,6 +107,7 @@ impl Operation {
             Operation::Search => "search",
             Operation::Cas => "cas",
             Operation::Txn => "txn",
+            Operation::TxnShards => "txn_shards",
         }
     }
 }
@@ -140,6 +146,9 @@ pub struct OperationWeights {
     /// Weight of `txn`.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub txn: Option<u32>,
+    /// Weight of `txn_shards`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub txn_shards: Option<u32>,
 }
 
 impl OperationWeights {
@@ -155,6 +164,7 @@ impl OperationWeights {
             Operation::Search => self.search,
             Operation::Cas => self.cas,
             Operation::Txn => self.txn,
+            Operation::TxnShards => self.txn_shards,
         };
         w.unwrap_or(0)
     }

@@ -196,7 +196,10 @@ impl EtcdDriver {
     /// way to do (it cannot look inside values).
     #[must_use]
     pub fn supports(op: Operation) -> bool {
-        !matches!(op, Operation::Search | Operation::Txn)
+        !matches!(
+            op,
+            Operation::Search | Operation::Txn | Operation::TxnShards
+        )
     }
 
     /// POSTs `request` as JSON to `path` and parses the 2xx answer as `T`; any other status
@@ -337,7 +340,7 @@ impl EtcdDriver {
                 }
             }
             Operation::List => self.list(key, scan_prefix(key), LIST_LIMIT).await.map(drop),
-            Operation::Search | Operation::Txn => {
+            Operation::Search | Operation::Txn | Operation::TxnShards => {
                 Err(DriverError::Unsupported { op, driver: "etcd" })
             }
         }

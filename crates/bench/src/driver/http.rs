@@ -60,12 +60,17 @@ impl HttpDriver {
     /// A transaction of four `set`s on `{key}/0` to `{key}/3` (one shard: the braces make
     /// `key` their hash tag); a 409 is a [`DriverError::Conflict`].
     pub async fn txn(&mut self, key: &str, value: &[u8]) -> Result<(), DriverError> {
+        let keys: Vec<String> = (0..4).map(|i| format!("{{{key}}}/{i}")).collect();
+        self.txn_over(&keys, value).await
+    }
+
+    /// A transaction of one `set` of `value` on each of `keys`.
+    pub async fn txn_over(&mut self, keys: &[String], value: &[u8]) -> Result<(), DriverError> {
         use base64::Engine as _;
         let value = base64::engine::general_purpose::STANDARD.encode(value);
-        let ops: Vec<serde_json::Value> = (0..4)
-            .map(|i| {
-                serde_json::json!({"KV": {"Verb": "set", "Key": format!("{{{key}}}/{i}"), "Value": value}})
-            })
+        let ops: Vec<serde_json::Value> = keys
+            .iter()
+            .map(|key| serde_json::json!({"KV": {"Verb": "set", "Key": key, "Value": value}}))
             .collect();
         let body = serde_json::to_vec(&ops)
             .map_err(|e| DriverError::Protocol(format!("cannot encode a transaction: {e}")))?;
@@ -183,6 +188,7 @@ impl HttpDriver {
             }
             Operation::List => self.list(list_prefix(key)).await.map(drop),
             Operation::Txn => self.txn(key, value).await,
+            Operation::TxnShards => self.txn_over(&spread_keys(key), value).await,
             Operation::Search => Err(DriverError::Unsupported {
                 op,
                 driver: "consul",
@@ -225,6 +231,24 @@ fn parse_listing(body: &[u8]) -> Result<Vec<(String, u64)>, DriverError> {
 
 #[cfg(test)]
 mod tests {
+
+    #[test]
+    fn spread_keys_land_in_four_quarters_of_the_slots() {
+        for key in ["key0000001", "user42", ""] {
+            let keys = spread_keys(key);
+            let mut quarters: Vec<u16> = keys
+                .iter()
+                .map(|k| trireme_types::key_slot(k.as_bytes()) / (trireme_types::SLOT_COUNT / 4))
+                .collect();
+            quarters.sort_unstable();
+            assert_eq!(quarters, vec![0, 1, 2, 3], "{keys:?}");
+            assert!(
+                keys.iter().all(|k| k.starts_with(&format!("{{{key}/q"))),
+                "{keys:?}"
+            );
+        }
+    }
+
     use super::*;
 
     #[test]
@@ -269,4 +293,24 @@ mod tests {
         );
         assert!(parse_listing(br#"[{"Key":"a"}]"#).is_err());
     }
+}
+
+/// Four keys derived from `key`, one in each quarter of the slot space: `{key/qN}/0`, with the
+/// smallest N whose hash tag's slot falls in that quarter.
+fn spread_keys(key: &str) -> Vec<String> {
+    let quarter = trireme_types::SLOT_COUNT / 4;
+    let mut keys = vec![String::new(); 4];
+    let mut found = 0;
+    for n in 0u32.. {
+        let tag = format!("{key}/q{n}");
+        let which = usize::from(trireme_types::key_slot(tag.as_bytes()) / quarter);
+        if keys[which].is_empty() {
+            keys[which] = format!("{{{tag}}}/0");
+            found += 1;
+            if found == keys.len() {
+                break;
+            }
+        }
+    }
+    keys
 }

@@ -62,10 +62,10 @@ impl OrchestrateDriver {
         &self.target
     }
 
-    /// Every operation but `txn` has a documents-API counterpart.
+    /// Every operation but the transactions has a documents-API counterpart.
     #[must_use]
     pub fn supports(op: Operation) -> bool {
-        op != Operation::Txn
+        !matches!(op, Operation::Txn | Operation::TxnShards)
     }
 
     /// The read mode as a query parameter after `separator` (`?` or `&`); empty by default.
@@ -225,7 +225,7 @@ impl OrchestrateDriver {
                 let group = rng.random_range(0..GROUPS);
                 self.search(&format!("group:g{group}"), 10).await.map(drop)
             }
-            Operation::Txn => Err(DriverError::Unsupported {
+            Operation::Txn | Operation::TxnShards => Err(DriverError::Unsupported {
                 op,
                 driver: "orchestrate",
             }),

@@ -238,9 +238,11 @@ impl RespDriver {
             Operation::Put => self.put(key, value).await,
             Operation::Update => self.update(key, value).await,
             Operation::Delete => self.delete(key).await.map(drop),
-            Operation::List | Operation::Search | Operation::Cas | Operation::Txn => {
-                Err(DriverError::Unsupported { op, driver: "resp" })
-            }
+            Operation::List
+            | Operation::Search
+            | Operation::Cas
+            | Operation::Txn
+            | Operation::TxnShards => Err(DriverError::Unsupported { op, driver: "resp" }),
         }
     }
 }
