@@ -41,6 +41,9 @@ pub struct ChaosConfig {
     pub txn_clients: u32,
     /// Groups of keys the transaction clients share.
     pub txn_groups: u32,
+    /// The transaction clients' groups are spread over shards (no hash tag), so their
+    /// transactions commit across shards.
+    pub txn_across: bool,
     /// Clients taking Consul locks with sessions (besides `clients`), over `locks` keys.
     pub lock_clients: u32,
     /// Lock keys the lock clients contend for.
@@ -304,8 +307,14 @@ async fn drive(
     let mut clients: Vec<_> = (0..config.clients)
         .map(|id| tokio::spawn(workload::client(id, work.clone())))
         .collect();
-    clients
-        .extend(txn_ids.map(|id| tokio::spawn(txns::client(id, work.clone(), config.txn_groups))));
+    clients.extend(txn_ids.map(|id| {
+        tokio::spawn(txns::client(
+            id,
+            work.clone(),
+            config.txn_groups,
+            config.txn_across,
+        ))
+    }));
     clients.extend(lock_ids.map(|id| tokio::spawn(locks::client(id, work.clone(), config.locks))));
 
     let mut records = Vec::new();

@@ -1,5 +1,6 @@
 //! The transaction clients: Consul `PUT /v1/txn` on small groups of keys that share a hash
-//! tag (so every transaction is one shard's), recorded for the checker's multi-key model.
+//! tag (so every transaction is one shard's), or with `--txn` keys hashed apart (so most
+//! transactions commit across shards), recorded for the checker's multi-key model.
 //! The group keys are touched by transactions only: reads, writes of the whole group,
 //! mixed writes and deletes, and creates guarded by `check-not-exists`. A `get` of an absent
 //! key fails its transaction, as in Consul, so the reads double as conditions.
@@ -33,12 +34,19 @@ const GROUP_READ_PERCENT: u32 = 30;
 /// Keys of a group.
 const GROUP_KEYS: [&str; 3] = ["a", "b", "c"];
 
-/// The name of group `g` and its keys (`t{g0}a` ...: the tag keeps them in one shard).
-fn group(g: u32) -> (String, Vec<String>) {
+/// The name of group `g` and its keys: `t{g0}a` ... (the tag keeps them in one shard), or
+/// with `across`, `tx/g0/a` ... (hashed apart, so in several shards as a rule).
+fn group(g: u32, across: bool) -> (String, Vec<String>) {
     let name = format!("g{g}");
     let keys = GROUP_KEYS
         .iter()
-        .map(|k| format!("t{{{name}}}{k}"))
+        .map(|k| {
+            if across {
+                format!("tx/{name}/{k}")
+            } else {
+                format!("t{{{name}}}{k}")
+            }
+        })
         .collect();
     (name, keys)
 }
@@ -216,9 +224,9 @@ async fn mget_group(
     }
 }
 
-/// Transaction client `id`'s loop over `groups` groups: paced transactions until the stop;
-/// returns its history.
-pub async fn client(id: u32, work: Workload, groups: u32) -> Vec<Event> {
+/// Transaction client `id`'s loop over `groups` groups (spread over shards with `across`):
+/// paced transactions until the stop; returns its history.
+pub async fn client(id: u32, work: Workload, groups: u32, across: bool) -> Vec<Event> {
     let mut rng = client_rng(&work, id);
     let http = http_client();
     let mut resp: HashMap<String, RespDriver> = HashMap::new();
@@ -233,8 +241,8 @@ pub async fn client(id: u32, work: Workload, groups: u32) -> Vec<Event> {
         let node = work
             .endpoints
             .get(rng.random_range(0..work.endpoints.len()));
-        let (name, keys) = group(rng.random_range(0..groups.max(1)));
-        if rng.random_range(0..100u32) < GROUP_READ_PERCENT {
+        let (name, keys) = group(rng.random_range(0..groups.max(1)), across);
+        if !across && rng.random_range(0..100u32) < GROUP_READ_PERCENT {
             let how = match rng.random_range(0..3u32) {
                 0 => GroupRead::Mget,
                 1 => GroupRead::List,
@@ -302,9 +310,11 @@ mod tests {
 
     #[test]
     fn a_group_is_one_hash_tag_and_bodies_are_consuls() {
-        let (name, keys) = group(2);
+        let (name, keys) = group(2, false);
         assert_eq!(name, "g2");
         assert_eq!(keys, ["t{g2}a", "t{g2}b", "t{g2}c"]);
+        let (_, spread) = group(2, true);
+        assert_eq!(spread, ["tx/g2/a", "tx/g2/b", "tx/g2/c"]);
         let body = body(&[
             step("set", "t{g2}a", Some("v")),
             step("get", "t{g2}b", None),

@@ -24,7 +24,7 @@ use trireme_types::txn::{
     Decision, Intent, PrepareOutcome, TxnRecord, TxnState, intent_key, record_key,
 };
 use trireme_types::{
-    Command, CommandResult, ErrorCode, LockOutcome, LogCommand, ShardId, ShardMap, TriremeError,
+    Command, CommandResult, ErrorCode, LogCommand, ShardId, ShardMap, TriremeError,
 };
 
 /// How often each shard leader looks for transactions to finish.
@@ -144,8 +144,9 @@ impl Node {
         .await
     }
 
-    /// Finishes the intent on `key` if its transaction is decided, or aborts the transaction
-    /// first if its lease ran out; leaves it while the transaction may still commit.
+    /// Once the lease of the transaction holding `key` has run out: aborts it if it is still
+    /// pending, and resolves the intent as it was decided. Before that, its coordinator
+    /// resolves it (and answers its client with what the resolve returns).
     async fn settle_intent(&self, key: &Bytes) -> Result<(), ClusterError> {
         let (row, _, _) = self.get_once(&intent_key(key), ReadMode::Default).await?;
         let Some(intent) = row.and_then(|r| Intent::decode(&r.value)) else {
@@ -161,8 +162,8 @@ impl Node {
         Ok(())
     }
 
-    /// Where the transaction whose record is at `record` stands: aborted first if its lease
-    /// (`expires_ms`) ran out while it was pending.
+    /// Where the transaction whose record is at `record` stands once its lease
+    /// (`expires_ms`) has run out (aborted first if it was still pending); `Pending` before.
     async fn transaction_state(
         &self,
         record: &Bytes,
@@ -171,10 +172,7 @@ impl Node {
         if crate::now_ms() > expires_ms {
             return self.decide(record, Decision::AbortIfExpired).await;
         }
-        let (row, _, _) = self.get_once(record, ReadMode::Default).await?;
-        Ok(row
-            .and_then(|r| TxnRecord::decode(&r.value))
-            .map_or(TxnState::Pending, |r| r.state))
+        Ok(TxnState::Pending)
     }
 
     async fn decide(&self, record: &Bytes, decision: Decision) -> Result<TxnState, ClusterError> {
@@ -330,15 +328,25 @@ impl Node {
             }
         });
         let mut ready = Vec::new();
+        // What each command returned as its shard judged it, by position.
+        let mut judged: Vec<Option<CommandResult>> = vec![None; commands.len()];
         let mut failed: Option<usize> = None;
         let mut blocker = None;
         let mut error = None;
         for (shard, answer) in join_all(prepares).await {
             match answer {
-                Ok(CommandResult::Prepared(PrepareOutcome::Ready)) => ready.push(shard),
+                Ok(CommandResult::Prepared(PrepareOutcome::Ready(results))) => {
+                    for (&position, result) in parts[&shard].0.iter().zip(results) {
+                        judged[position] = Some(result);
+                    }
+                    ready.push(shard);
+                }
                 Ok(CommandResult::Prepared(PrepareOutcome::Failed(at))) => {
-                    let position = parts[&shard].0.get(at as usize).copied();
-                    failed = failed.min(position).or(failed).or(position);
+                    // The first condition that fails in the transaction's order: each
+                    // shard names its own first.
+                    if let Some(&position) = parts[&shard].0.get(at as usize) {
+                        failed = Some(failed.map_or(position, |f| f.min(position)));
+                    }
                 }
                 Ok(CommandResult::Prepared(PrepareOutcome::Busy(key))) => blocker = Some(key),
                 Ok(CommandResult::Prepared(PrepareOutcome::Aborted) | CommandResult::Moved) => {}
@@ -396,9 +404,14 @@ impl Node {
         if resolved.len() == all_keys.len() {
             self.txn_forgets.forget(record);
         }
-        Ok(Attempt::Done(TransactionOutcome(Ok(self
-            .answers(commands, resolved)
-            .await?))))
+        match answers(commands, resolved, judged) {
+            Some(results) => Ok(Attempt::Done(TransactionOutcome(Ok(results)))),
+            // Committed: this must not read as "not applied".
+            None => Err(ClusterError::Request(TriremeError::new(
+                ErrorCode::Timeout,
+                "the transaction was committed, but what some of its operations returned is lost: read its keys",
+            ))),
+        }
     }
 
     /// Aborts transaction `txn` and drops its intents on `keys`, as far as it can now: what
@@ -415,47 +428,38 @@ impl Node {
         }
     }
 
-    /// Each command's result, in order, from the results of each key's commands. A key
-    /// whose results were lost (its resolve was answered to nobody and sent again) is read
-    /// instead.
-    async fn answers(
-        &self,
-        commands: &[Command],
-        resolved: HashMap<Bytes, Vec<CommandResult>>,
-    ) -> Result<Vec<CommandResult>, ClusterError> {
-        let mut queues: HashMap<Bytes, VecDeque<CommandResult>> = resolved
-            .into_iter()
-            .map(|(key, results)| (key, results.into()))
-            .collect();
-        let mut out = Vec::with_capacity(commands.len());
-        for command in commands {
-            let key = command.keys()[0].clone();
-            if let Some(result) = queues.get_mut(&key).and_then(VecDeque::pop_front) {
-                out.push(result);
-                continue;
-            }
-            let (record, _, _) = self.get_unchecked(&key, ReadMode::Default).await?;
-            out.push(match command {
-                Command::Put { .. } => CommandResult::Put {
-                    written: true,
-                    previous: None,
-                    index: record.as_ref().map_or(0, |r| r.modify_index),
-                },
-                Command::Read { .. } => CommandResult::Records(vec![record]),
-                Command::Delete { .. } => CommandResult::Deleted(1),
-                Command::Lock { .. } => CommandResult::Lock(LockOutcome::Done(true)),
-                _ => CommandResult::Done,
-            });
-        }
-        Ok(out)
-    }
-
     /// How long a transaction across shards has to commit once it starts: the shortest
     /// election timeout, so that one whose coordinator died is settled within about twice
     /// that.
     fn transaction_lease(&self) -> Duration {
         self.config.timing.election_min
     }
+}
+
+/// Each command's result, in order: what its key's resolve returned, or for a key whose
+/// intent somebody else resolved (after the lease ran out), what the command returned as it
+/// was judged in the prepare (its reads are the same; a write's index is the prepare's,
+/// lower than the write's own, so a `cas` with it fails rather than overwrite a later
+/// write). `None` if neither is known.
+fn answers(
+    commands: &[Command],
+    resolved: HashMap<Bytes, Vec<CommandResult>>,
+    judged: Vec<Option<CommandResult>>,
+) -> Option<Vec<CommandResult>> {
+    let mut queues: HashMap<Bytes, VecDeque<CommandResult>> = resolved
+        .into_iter()
+        .map(|(key, results)| (key, results.into()))
+        .collect();
+    commands
+        .iter()
+        .zip(judged)
+        .map(|(command, judged)| {
+            queues
+                .get_mut(command.keys()[0])
+                .and_then(VecDeque::pop_front)
+                .or(judged)
+        })
+        .collect()
 }
 
 /// The key a "held by a transaction" error names, if it is one.
@@ -512,17 +516,8 @@ async fn resolve_abandoned(node: Arc<Node>) {
                 tracing::debug!(shard = shard.0, error = %e, "cannot settle an expired intent yet");
             }
         }
-        let records = match node.storage.txn_records(shard) {
-            Ok(records) => records,
-            Err(e) => {
-                tracing::warn!(shard = shard.0, error = %e, "cannot read transaction records");
-                continue;
-            }
-        };
-        for (key, record) in records {
-            if now <= record.expires_ms.saturating_add(RECORD_GRACE_MS) {
-                continue;
-            }
+        let cutoff = now.saturating_sub(RECORD_GRACE_MS);
+        for (key, record) in node.storage.txn_records_expired_by(shard, cutoff) {
             if let Err(e) = finish_record(&node, &key, record).await {
                 tracing::debug!(shard = shard.0, error = %e, "cannot finish a transaction yet");
             }
@@ -551,7 +546,7 @@ async fn finish_record(node: &Node, key: &Bytes, record: TxnRecord) -> Result<()
     node.propose_by_key(
         key,
         Command::Forget {
-            record: key.clone(),
+            records: vec![key.clone()],
         },
     )
     .await?;
@@ -598,20 +593,39 @@ pub(crate) fn spawn_forgetter(node: &Arc<Node>) {
     let weak = Arc::downgrade(node);
     tokio::spawn(async move {
         let mut records = Vec::new();
-        while receiver.recv_many(&mut records, 256).await > 0 {
+        while receiver.recv_many(&mut records, 1024).await > 0 {
             let Some(node) = weak.upgrade() else { return };
+            // One command per shard; a shard that refuses (split since) gets each record
+            // routed again on its own.
+            let map = node.shard_map();
+            let mut per_shard: BTreeMap<ShardId, Vec<Bytes>> = BTreeMap::new();
+            for record in records.drain(..) {
+                per_shard
+                    .entry(map.shard_of_key(&record))
+                    .or_default()
+                    .push(record);
+            }
             let node = &node;
-            join_all(records.drain(..).map(|record| async move {
-                if let Err(e) = node
-                    .propose_by_key(
-                        &record,
-                        Command::Forget {
-                            record: record.clone(),
-                        },
-                    )
-                    .await
-                {
-                    tracing::debug!(error = %e, "a transaction record is left to the resolver");
+            join_all(per_shard.into_iter().map(|(shard, records)| async move {
+                let log = LogCommand {
+                    now_ms: crate::now_ms(),
+                    command: Command::Forget {
+                        records: records.clone(),
+                    },
+                };
+                if matches!(
+                    node.on_shard(shard, Write(log)).await,
+                    Ok(CommandResult::Done)
+                ) {
+                    return;
+                }
+                for record in records {
+                    let forget = Command::Forget {
+                        records: vec![record.clone()],
+                    };
+                    if let Err(e) = node.propose_by_key(&record, forget).await {
+                        tracing::debug!(error = %e, "a transaction record is left to the resolver");
+                    }
                 }
             }))
             .await;

@@ -10,7 +10,7 @@ use bytes::Bytes;
 use std::collections::HashMap;
 use trireme_types::collection::{member_slot, row_parts, split_member_key, versioned_row};
 use trireme_types::session::{SessionState, is_internal_key};
-use trireme_types::txn::{Intent, intent_target};
+use trireme_types::txn::{Intent, TxnRecord, intent_target, is_txn_row, records_prefix};
 use trireme_types::{
     Command, CommandResult, ErrorCode, KeyCheck, LockInfo, LockOp, LockOutcome, LogCommand,
     PutCondition, Record, SessionOp, ShardId, StringEdit, TtlUpdate, ValueKind,
@@ -234,6 +234,9 @@ impl<'s> Pending<'s> {
                 self.pop_hints
                     .retain(|(prefix, _, _)| !key.starts_with(&prefix[..]));
             }
+        } else if is_txn_row(&key) {
+            // An intent or a transaction record: no expiry, no collection, never listed, so
+            // its removal is no removal a Consul index counts.
         } else {
             if !self.changes.contains_key(&key) && !self.stored_expiry.contains_key(&key) {
                 self.raw(&key)?;
@@ -870,8 +873,10 @@ impl<'s> Pending<'s> {
             Command::Resolve { txn, keys, commit } => {
                 CommandResult::Resolved(self.resolve(index, now, *txn, keys, *commit)?)
             }
-            Command::Forget { record } => {
-                self.forget_record(record)?;
+            Command::Forget { records } => {
+                for record in records {
+                    self.forget_record(record)?;
+                }
                 CommandResult::Done
             }
             Command::Reap { keys } => {
@@ -1084,6 +1089,12 @@ impl Storage {
                 }
             } else if split_member_key(&key).is_some() {
                 member_changes.push((key.clone(), record.as_ref().map(MemberRow::of)));
+            }
+            if key.starts_with(&records_prefix()) {
+                match record.as_ref().and_then(|r| TxnRecord::decode(&r.value)) {
+                    Some(txn) => self.intents.record_written(shard, key.clone(), txn),
+                    None => self.intents.record_removed(shard, &key),
+                }
             }
             if let Some(target) = intent_target(&key) {
                 match &record {

@@ -1,5 +1,7 @@
 //! Which keys of each shard replica hold an intent of a transaction across shards (see
-//! [`trireme_types::txn`]), kept in memory beside the intent rows.
+//! [`trireme_types::txn`]), and which transaction records it holds, kept in memory beside
+//! their rows: reads ask for intents on every request, the resolver for records four times a
+//! second, and neither may cost a scan.
 //!
 //! Reads ask it before they take their view: while no shard of the node holds an intent (the
 //! usual case) a read checks nothing, at the cost of one atomic load. The count is raised
@@ -15,12 +17,14 @@ use bytes::Bytes;
 use std::collections::HashMap;
 use std::sync::Mutex;
 use std::sync::atomic::{AtomicU64, Ordering};
-use trireme_types::txn::{Intent, intent_target, intents_prefix};
+use trireme_types::txn::{Intent, TxnRecord, intent_target, intents_prefix, records_prefix};
 
 /// One shard replica's intents: the key each is on, and when its transaction expires.
 #[derive(Debug, Default)]
 struct ShardIntents {
     keys: HashMap<Bytes, u64>,
+    /// The shard's transaction records, by key.
+    records: HashMap<Bytes, TxnRecord>,
     /// Its rows are being replaced outside the apply loop (an install, a split): until
     /// they are read again, every read checks.
     replacing: bool,
@@ -82,6 +86,33 @@ impl Intents {
         }
     }
 
+    /// Record `key` of `shard` is written as `record`.
+    pub(crate) fn record_written(&self, shard: u32, key: Bytes, record: TxnRecord) {
+        self.shards()
+            .entry(shard)
+            .or_default()
+            .records
+            .insert(key, record);
+    }
+
+    /// Record `key` of `shard` is gone.
+    pub(crate) fn record_removed(&self, shard: u32, key: &[u8]) {
+        if let Some(s) = self.shards().get_mut(&shard) {
+            s.records.remove(key);
+        }
+    }
+
+    /// The records of `shard` whose transactions' leases ended before `cutoff_ms`.
+    pub(crate) fn records_expired_by(&self, shard: u32, cutoff_ms: u64) -> Vec<(Bytes, TxnRecord)> {
+        self.shards().get(&shard).map_or_else(Vec::new, |s| {
+            s.records
+                .iter()
+                .filter(|(_, r)| r.expires_ms < cutoff_ms)
+                .map(|(k, r)| (k.clone(), r.clone()))
+                .collect()
+        })
+    }
+
     /// `shard`'s rows are about to be replaced: every read checks until [`Intents::load`].
     pub(crate) fn replacing(&self, shard: u32) {
         let mut shards = self.shards();
@@ -104,10 +135,19 @@ impl Intents {
             let expires = Intent::decode(&record.value).map_or(0, |i| i.expires_ms);
             found.insert(Bytes::copy_from_slice(target), expires);
         }
+        let mut records = HashMap::new();
+        for row in tables.prefix(Space::Data, &owned_key(shard, &records_prefix())) {
+            let (key, value) = row?;
+            let record = trireme_types::Record::decode(&value)?;
+            if let Some(txn) = TxnRecord::decode(&record.value) {
+                records.insert(Bytes::copy_from_slice(&key[4..]), txn);
+            }
+        }
         let mut shards = self.shards();
         let s = shards.entry(shard).or_default();
         let before = s.keys.len() as u64 + u64::from(s.replacing);
         s.keys = found;
+        s.records = records;
         s.replacing = false;
         let after = s.keys.len() as u64;
         if after > before {

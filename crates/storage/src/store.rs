@@ -720,21 +720,14 @@ impl Storage {
         self.intents.expired(shard.0, now_ms)
     }
 
-    /// The transaction records `shard` holds, with their keys.
-    pub fn txn_records(
+    /// The transaction records `shard` holds whose leases ended before `cutoff_ms`: the
+    /// shard's leader finishes them (see [`trireme_types::txn`]).
+    pub fn txn_records_expired_by(
         &self,
         shard: ShardId,
-    ) -> Result<Vec<(bytes::Bytes, trireme_types::txn::TxnRecord)>, StorageError> {
-        let prefix = crate::keys::owned_key(shard.0, &trireme_types::txn::records_prefix());
-        let mut out = Vec::new();
-        for row in self.tables.prefix(Space::Data, &prefix) {
-            let (key, value) = row?;
-            let record = Record::decode(&value)?;
-            let txn = trireme_types::txn::TxnRecord::decode(&record.value)
-                .ok_or_else(|| StorageError::Corrupt("a transaction record".into()))?;
-            out.push((bytes::Bytes::copy_from_slice(&key[4..]), txn));
-        }
-        Ok(out)
+        cutoff_ms: u64,
+    ) -> Vec<(bytes::Bytes, trireme_types::txn::TxnRecord)> {
+        self.intents.records_expired_by(shard.0, cutoff_ms)
     }
 
     /// Reads a key as stored, expired or not (one read: see [`Storage::shard_view`] for

@@ -41,6 +41,11 @@ pub struct ChaosArgs {
     /// Groups of three keys the transaction clients share.
     #[arg(long, default_value_t = 2)]
     pub txn_groups: u32,
+    /// Spread each group's keys over shards (no hash tag), so that the transactions commit
+    /// across shards; the group reads are then transactions of `get`s only (an `MGET` or a
+    /// listing reads each shard at its own moment).
+    #[arg(long)]
+    pub txn: bool,
     /// Clients taking Consul locks with sessions, besides --clients: each renews its
     /// session, takes a lock, holds it, releases it, and now and then stalls while holding
     /// one past its session's TTL.
@@ -153,6 +158,7 @@ pub fn run(args: ChaosArgs) -> anyhow::Result<()> {
             keys: args.keys,
             txn_clients: args.txn_clients,
             txn_groups: args.txn_groups,
+            txn_across: args.txn,
             lock_clients: args.lock_clients,
             locks: args.locks,
             rate: args.rate,

@@ -184,6 +184,33 @@ fn a_secure_cluster_keeps_every_promise_under_faults() {
     );
 }
 
+/// Transaction clients whose groups' keys are in several shards (`--txn`): every transaction
+/// commits across shards while nodes are killed, paused and cut off, and the history of
+/// transactions stays linearizable.
+#[test]
+fn transactions_across_shards_stay_whole_under_faults() {
+    let _turn = cluster_turn_blocking();
+    let out = tempfile::tempdir().expect("tempdir");
+    let run = chaos(
+        out.path(),
+        &[
+            "--seed",
+            "31",
+            "--shards",
+            "6",
+            "--txn",
+            "--txn-clients",
+            "4",
+            "--txn-groups",
+            "3",
+            "--duration",
+            "25s",
+        ],
+    );
+    assert!(run.status.success(), "seed 31 failed");
+    assert_clean(&summary(out.path(), 31));
+}
+
 #[test]
 fn mixed_faults_on_five_nodes_keep_every_promise() {
     let _turn = cluster_turn_blocking();

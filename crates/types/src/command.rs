@@ -251,10 +251,10 @@ pub enum Command {
         /// Apply (true) or drop.
         commit: bool,
     },
-    /// Delete a finished transaction's record, once every intent of it is resolved.
+    /// Delete finished transactions' records, once every intent of them is resolved.
     Forget {
-        /// The key of its record.
-        record: Bytes,
+        /// The keys of their records.
+        records: Vec<Bytes>,
     },
 }
 
@@ -758,7 +758,8 @@ impl Command {
             | Command::Check { key, .. } => vec![key],
             Command::Prepare { commands, .. } => commands.iter().flat_map(Command::keys).collect(),
             Command::Resolve { keys, .. } => keys.iter().collect(),
-            Command::Decide { record, .. } | Command::Forget { record } => vec![record],
+            Command::Decide { record, .. } => vec![record],
+            Command::Forget { records } => records.iter().collect(),
             Command::SortedSet { key, op } => {
                 let mut keys = vec![key];
                 if let crate::SortedSetOp::PopFirst { others, .. } = op {

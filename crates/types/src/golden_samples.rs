@@ -479,7 +479,7 @@ fn commands() -> Vec<Command> {
             commit: true,
         },
         Command::Forget {
-            record: crate::txn::record_key(9),
+            records: vec![crate::txn::record_key(9)],
         },
     ]
 }

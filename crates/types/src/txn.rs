@@ -67,6 +67,12 @@ pub fn intent_slot(key: &[u8]) -> Option<u16> {
     Some(u16::from_be_bytes(slot))
 }
 
+/// Whether `key` is an intent's or a transaction record's.
+pub fn is_txn_row(key: &[u8]) -> bool {
+    key.strip_prefix(INTERNAL_KEY_PREFIX)
+        .is_some_and(|rest| rest.starts_with(INTENTS) || rest.starts_with(RECORDS))
+}
+
 /// The first bytes of every transaction record's key.
 pub fn records_prefix() -> Bytes {
     let mut out = INTERNAL_KEY_PREFIX.to_vec();
@@ -159,8 +165,12 @@ pub enum Decision {
 /// What a shard answers to a [`crate::Command::Prepare`].
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub enum PrepareOutcome {
-    /// Its conditions hold and its intents are written: the shard is ready to commit.
-    Ready,
+    /// Its conditions hold and its intents are written: the shard is ready to commit. With
+    /// what each of its commands returned as it was judged: what the resolve will return,
+    /// but for the indexes of its writes (the prepare's, not the resolve's). The coordinator
+    /// answers from them for a key whose intent somebody else resolved (empty when the
+    /// prepare was sent twice).
+    Ready(Vec<crate::CommandResult>),
     /// The condition at this position of the prepared commands failed; nothing written.
     Failed(u32),
     /// This key holds another transaction's intent; nothing written.

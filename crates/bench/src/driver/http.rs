@@ -229,6 +229,26 @@ fn parse_listing(body: &[u8]) -> Result<Vec<(String, u64)>, DriverError> {
         .collect()
 }
 
+/// Four keys derived from `key`, one in each quarter of the slot space: `{key/qN}/0`, with the
+/// smallest N whose hash tag's slot falls in that quarter.
+fn spread_keys(key: &str) -> Vec<String> {
+    let quarter = trireme_types::SLOT_COUNT / 4;
+    let mut keys = vec![String::new(); 4];
+    let mut found = 0;
+    for n in 0u32.. {
+        let tag = format!("{key}/q{n}");
+        let which = usize::from(trireme_types::key_slot(tag.as_bytes()) / quarter);
+        if keys[which].is_empty() {
+            keys[which] = format!("{{{tag}}}/0");
+            found += 1;
+            if found == keys.len() {
+                break;
+            }
+        }
+    }
+    keys
+}
+
 #[cfg(test)]
 mod tests {
 
@@ -293,24 +313,4 @@ mod tests {
         );
         assert!(parse_listing(br#"[{"Key":"a"}]"#).is_err());
     }
-}
-
-/// Four keys derived from `key`, one in each quarter of the slot space: `{key/qN}/0`, with the
-/// smallest N whose hash tag's slot falls in that quarter.
-fn spread_keys(key: &str) -> Vec<String> {
-    let quarter = trireme_types::SLOT_COUNT / 4;
-    let mut keys = vec![String::new(); 4];
-    let mut found = 0;
-    for n in 0u32.. {
-        let tag = format!("{key}/q{n}");
-        let which = usize::from(trireme_types::key_slot(tag.as_bytes()) / quarter);
-        if keys[which].is_empty() {
-            keys[which] = format!("{{{tag}}}/0");
-            found += 1;
-            if found == keys.len() {
-                break;
-            }
-        }
-    }
-    keys
 }

@@ -101,18 +101,19 @@ impl Pending<'_> {
         }
         if mine {
             // Sent again after its answer was lost: prepared already.
-            return Ok(PrepareOutcome::Ready);
+            return Ok(PrepareOutcome::Ready(Vec::new()));
         }
         if creates_record && let Some(existing) = self.txn_record(record)? {
             match existing.state {
                 TxnState::Aborted => return Ok(PrepareOutcome::Aborted),
-                TxnState::Committed => return Ok(PrepareOutcome::Ready),
+                TxnState::Committed => return Ok(PrepareOutcome::Ready(Vec::new())),
                 TxnState::Pending => {}
             }
         }
-        if let Err(position) = self.judge_transaction(index, now, commands)? {
-            return Ok(PrepareOutcome::Failed(position));
-        }
+        let judged = match self.judge_transaction(index, now, commands)? {
+            Ok(results) => results,
+            Err(position) => return Ok(PrepareOutcome::Failed(position)),
+        };
         for key in &keys {
             let its = commands
                 .iter()
@@ -139,7 +140,7 @@ impl Pending<'_> {
             };
             self.set(record.clone(), Some(Record::string(row.encode(), index)))?;
         }
-        Ok(PrepareOutcome::Ready)
+        Ok(PrepareOutcome::Ready(judged))
     }
 
     /// The transaction record at `record`, as this batch sees it.
@@ -295,10 +296,15 @@ mod tests {
                 ],
             )],
         );
+        let [CommandResult::Prepared(PrepareOutcome::Ready(judged))] = &prepared[..] else {
+            panic!("{prepared:?}");
+        };
         assert_eq!(
-            prepared,
-            vec![CommandResult::Prepared(PrepareOutcome::Ready)]
+            judged.len(),
+            3,
+            "what each command returned as it was judged"
         );
+        assert!(matches!(judged[1], CommandResult::Put { index: 2, .. }));
         // Nothing applied yet; readers and writers are held off.
         assert!(matches!(
             value_of(&storage, "a"),
