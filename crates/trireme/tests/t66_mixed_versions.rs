@@ -2,7 +2,7 @@
 //! and protocol when it links; nodes one protocol apart serve together (a rolling upgrade),
 //! nodes two apart are refused with both versions named, and the cluster status shows what
 //! each node runs. The cluster version waits for the last node: a feature that changes what
-//! is replicated (a pop across several sorted sets) is refused until then, turns on when the
+//! is replicated (a Consul transaction across shards) is refused until then, turns on when the
 //! upgrade is finalized (by the operator, or by the cluster itself), and from then on a node
 //! of the older build is refused.
 //!
@@ -208,11 +208,24 @@ async fn finalize(c: &TestCluster, via: usize) -> (u16, serde_json::Value) {
     (status, response.json().await.expect("a JSON answer"))
 }
 
-/// `BZPOPMIN` of two sorted sets of one slot, through node `via`.
-async fn pop_of_two(c: &TestCluster, via: usize) -> Vec<u8> {
-    let mut conn = RawResp::connect(c.node(via).resp_addr()).await;
-    conn.cmd(&[b"BZPOPMIN", b"{z}empty", b"{z}full", b"1"])
+/// The replicated feature of the newest protocol: a Consul transaction whose two keys are in
+/// two shards, through node `via`; its status and body.
+async fn txn_across_shards(c: &TestCluster, via: usize) -> (u16, String) {
+    let keys = c.key_per_shard("feature/");
+    let ops = serde_json::json!([
+        {"KV": {"Verb": "set", "Key": keys[0], "Value": "MQ=="}},
+        {"KV": {"Verb": "set", "Key": keys[1], "Value": "MQ=="}},
+    ]);
+    let url = format!("{}/v1/txn", c.node(via).http_url());
+    let response = c
+        .http
+        .put(&url)
+        .json(&ops)
+        .send()
         .await
+        .expect("PUT /v1/txn");
+    let status = response.status().as_u16();
+    (status, response.text().await.unwrap_or_default())
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
@@ -231,14 +244,14 @@ async fn an_upgrade_finalized_by_the_operator_turns_on_its_features_and_shuts_ou
         // A replicated feature of the new protocol is refused, naming both versions.
         let mut client = RawResp::connect(c.node(1).resp_addr()).await;
         client.cmd(&[b"ZADD", b"{z}full", b"1.5", b"m"]).await;
-        let refused = String::from_utf8_lossy(&pop_of_two(&c, 0).await).into_owned();
+        let (status, refused) = txn_across_shards(&c, 0).await;
         assert!(
-            refused.starts_with("-ERR")
+            status == 409
                 && refused.contains(&format!("needs cluster version {PROTOCOL}"))
                 && refused.contains(&format!("at {}", PROTOCOL - 1)),
-            "{refused}"
+            "{status} {refused}"
         );
-        // One key needs nothing new, and works.
+        // A feature of an older protocol works (a pop of one sorted set needs nothing new).
         let one = client.cmd(&[b"BZPOPMIN", b"{z}full", b"1"]).await;
         assert_eq!(one, b"*3\r\n$7\r\n{z}full\r\n$1\r\nm\r\n$3\r\n1.5\r\n");
 
@@ -273,11 +286,8 @@ async fn an_upgrade_finalized_by_the_operator_turns_on_its_features_and_shuts_ou
         assert_eq!((code, &body["cluster_version"]), (200, &serde_json::json!(PROTOCOL)));
 
         // The feature is on.
-        client.cmd(&[b"ZADD", b"{z}full", b"2", b"n"]).await;
-        assert_eq!(
-            pop_of_two(&c, 0).await,
-            b"*3\r\n$7\r\n{z}full\r\n$1\r\nn\r\n$1\r\n2\r\n"
-        );
+        let (status, body) = txn_across_shards(&c, 0).await;
+        assert_eq!(status, 200, "{body}");
 
         // The older build is refused now, naming the cluster version; the rest serve.
         c.nodes[2].terminate().await;
@@ -321,18 +331,17 @@ async fn the_cluster_version_rises_by_itself_once_the_last_node_is_upgraded() {
     let mut c = TestCluster::start(one_node_behind("")).await;
     bounded(Duration::from_secs(180), async {
         until_cluster_version(&c, 0, PROTOCOL - 1).await;
-        let refused = String::from_utf8_lossy(&pop_of_two(&c, 1).await).into_owned();
-        assert!(refused.contains("needs cluster version"), "{refused}");
+        let (status, refused) = txn_across_shards(&c, 1).await;
+        assert!(
+            status == 409 && refused.contains("needs cluster version"),
+            "{status} {refused}"
+        );
         restart_announcing(&mut c, 2, None).await;
         for via in 0..3 {
             until_cluster_version(&c, via, PROTOCOL).await;
         }
-        let mut client = RawResp::connect(c.node(1).resp_addr()).await;
-        client.cmd(&[b"ZADD", b"{z}full", b"3", b"x"]).await;
-        assert_eq!(
-            pop_of_two(&c, 2).await,
-            b"*3\r\n$7\r\n{z}full\r\n$1\r\nx\r\n$1\r\n3\r\n"
-        );
+        let (status, body) = txn_across_shards(&c, 2).await;
+        assert_eq!(status, 200, "{body}");
 
         // A new node of the older build asking to join is refused, and says why.
         let dir = tempfile::tempdir().expect("a temp dir");
