@@ -705,11 +705,28 @@ enum Target {
 }
 
 impl Node {
-    /// Runs `op` on `shard` wherever it can be served, following leader hints.
+    /// Runs `op` on `shard` wherever it can be served, following leader hints. A read that
+    /// meets a key held by a transaction across shards is run again once the key is free
+    /// (see `crate::txn`); a write refused for that answers so, and `Node::apply_on_shard`
+    /// proposes it again.
     pub(crate) async fn on_shard<R: ShardRequest>(
         &self,
         shard: ShardId,
         op: R,
+    ) -> Result<R::Answer, ClusterError> {
+        let first = self.on_shard_once(shard, &op).await;
+        let Some(key) = first.as_ref().err().and_then(crate::txn::held_key) else {
+            return first;
+        };
+        self.on_shard_past_intents(shard, &op, key).await
+    }
+
+    /// [`Node::on_shard`] without waiting for keys held by transactions: what settling
+    /// such a key uses itself.
+    pub(crate) async fn on_shard_once<R: ShardRequest>(
+        &self,
+        shard: ShardId,
+        op: &R,
     ) -> Result<R::Answer, ClusterError> {
         if let Some(served) = op.at_once(self, shard) {
             return served;
@@ -726,7 +743,7 @@ impl Node {
             if left.is_zero() {
                 break;
             }
-            let target = match self.pick_target(shard, &op, hint, attempt, left).await {
+            let target = match self.pick_target(shard, op, hint, attempt, left).await {
                 Some(target) => target,
                 None => {
                     last_error = Some(no_leader(shard));
@@ -755,7 +772,7 @@ impl Node {
                     }
                     other => return other,
                 },
-                Target::Remote(to) => match self.forward(NodeId(to), shard, &op, left).await {
+                Target::Remote(to) => match self.forward(NodeId(to), shard, op, left).await {
                     Ok(ForwardReply::Served(answer)) => {
                         if !op.any_replica() || self.stale_floor_admits(shard, R::applied(&answer))
                         {

@@ -146,7 +146,12 @@ impl Node {
     }
 
     /// A read of `shard` within the slots `routing` gives it.
-    fn read_of<Q>(routing: &ShardMap, shard: ShardId, mode: ReadMode, query: Q) -> Read<Q> {
+    pub(crate) fn read_of<Q>(
+        routing: &ShardMap,
+        shard: ShardId,
+        mode: ReadMode,
+        query: Q,
+    ) -> Read<Q> {
         let slots = routing.slots_of(shard);
         Read {
             mode,
@@ -177,16 +182,6 @@ impl Node {
 
     /// [`Node::get_indexed`] without the client limits: for internal keys (sessions).
     pub(crate) async fn get_unchecked(
-        &self,
-        key: &[u8],
-        mode: ReadMode,
-    ) -> Result<(Option<Record>, ReadMeta, Vec<ShardIndex>), ClusterError> {
-        self.read_past_intents(|| self.get_once(key, mode)).await
-    }
-
-    /// One read of `key`, which fails if the key holds a transaction's intent; internal keys
-    /// (intents, transaction records) never do.
-    pub(crate) async fn get_once(
         &self,
         key: &[u8],
         mode: ReadMode,
@@ -226,16 +221,6 @@ impl Node {
         for key in keys {
             self.check_key(key)?;
         }
-        self.read_past_intents(|| self.get_many_once(keys, mode))
-            .await
-    }
-
-    /// One try of [`Node::get_many`].
-    async fn get_many_once(
-        &self,
-        keys: &[Bytes],
-        mode: ReadMode,
-    ) -> Result<Vec<Option<Record>>, ClusterError> {
         self.routed(|routing| async move {
             let mut per_shard: BTreeMap<ShardId, (Vec<usize>, Vec<Bytes>)> = BTreeMap::new();
             for (i, key) in keys.iter().enumerate() {
@@ -309,26 +294,24 @@ impl Node {
         let prefix = Bytes::copy_from_slice(prefix);
         let limit32 = u32::try_from(limit).unwrap_or(u32::MAX);
         let answers = self
-            .read_past_intents(|| {
-                self.routed(|routing| {
-                    let (prefix, after) = (prefix.clone(), after.clone());
-                    async move {
-                        try_join_all(routing.shards().map(|shard| {
-                            let query = ScanRows {
-                                prefix: prefix.clone(),
-                                after: after.clone(),
-                                limit: limit32,
-                                from_after,
-                            };
-                            let read = Self::read_of(&routing, shard, mode, query);
-                            async move {
-                                let (rows, fresh) = self.on_shard(shard, read).await?;
-                                Ok::<_, ClusterError>((rows, fresh, shard))
-                            }
-                        }))
-                        .await
-                    }
-                })
+            .routed(|routing| {
+                let (prefix, after) = (prefix.clone(), after.clone());
+                async move {
+                    try_join_all(routing.shards().map(|shard| {
+                        let query = ScanRows {
+                            prefix: prefix.clone(),
+                            after: after.clone(),
+                            limit: limit32,
+                            from_after,
+                        };
+                        let read = Self::read_of(&routing, shard, mode, query);
+                        async move {
+                            let (rows, fresh) = self.on_shard(shard, read).await?;
+                            Ok::<_, ClusterError>((rows, fresh, shard))
+                        }
+                    }))
+                    .await
+                }
             })
             .await?;
         let mut merged = Vec::new();

@@ -9,13 +9,12 @@
 //! held by another transaction makes the coordinator abort its own and try again once that
 //! key is free (prepares never wait for each other, so two transactions cannot deadlock).
 
-use crate::forward::Write;
+use crate::forward::{GetKeys, Write};
 use crate::request::TransactionOutcome;
 use crate::{ClusterError, Node};
 use bytes::Bytes;
 use futures::future::join_all;
 use std::collections::{BTreeMap, HashMap, VecDeque};
-use std::future::Future;
 use std::sync::Arc;
 use std::time::Duration;
 use tokio::time::Instant;
@@ -24,7 +23,7 @@ use trireme_types::txn::{
     Decision, Intent, PrepareOutcome, TxnRecord, TxnState, intent_key, record_key,
 };
 use trireme_types::{
-    Command, CommandResult, ErrorCode, LogCommand, ShardId, ShardMap, TriremeError,
+    Command, CommandResult, ErrorCode, LogCommand, Record, ShardId, ShardMap, TriremeError,
 };
 
 /// How often each shard leader looks for transactions to finish.
@@ -72,21 +71,22 @@ impl Node {
         }
     }
 
-    /// Runs a read until it meets no intent (see [`Node::apply_on_shard`]).
-    pub(crate) async fn read_past_intents<T, F, Fut>(&self, mut read: F) -> Result<T, ClusterError>
-    where
-        F: FnMut() -> Fut,
-        Fut: Future<Output = Result<T, ClusterError>>,
-    {
+    /// [`Node::on_shard`]'s way past a key held by a transaction: waits for it and runs the
+    /// read again, until the request's timeout.
+    pub(crate) async fn on_shard_past_intents<R: crate::forward::ShardRequest>(
+        &self,
+        shard: ShardId,
+        op: &R,
+        mut key: Bytes,
+    ) -> Result<R::Answer, ClusterError> {
         let deadline = Instant::now() + self.config.timing.request_timeout;
         let mut waits = 0;
         loop {
-            match read().await {
+            self.wait_out_intent(&key, waits, deadline).await?;
+            waits += 1;
+            match self.on_shard_once(shard, op).await {
                 Err(e) => match held_key(&e) {
-                    Some(key) => {
-                        self.wait_out_intent(&key, waits, deadline).await?;
-                        waits += 1;
-                    }
+                    Some(held) => key = held,
                     None => return Err(e),
                 },
                 done => return done,
@@ -94,8 +94,9 @@ impl Node {
         }
     }
 
-    /// Waits a little for the intent on `key` to go (the `waits`th time); from the third
-    /// time on, settles it if its transaction is decided or its lease ran out.
+    /// Waits a little for the intent on `key` to go (the `waits`th time of a request that
+    /// ends at `deadline`). Once the request has waited a whole lease, the transaction may
+    /// have been abandoned: from then on each wait ends by settling the intent.
     async fn wait_out_intent(
         &self,
         key: &Bytes,
@@ -114,7 +115,14 @@ impl Node {
         }
         let pause = Duration::from_millis(1 << waits.min(6)).min(MAX_INTENT_PAUSE);
         tokio::time::sleep(pause.min(left)).await;
-        if waits >= 2
+        // An intent outlives its lease only if its coordinator is gone: before a lease has
+        // passed, looking at it would only cost a read.
+        let waited = self
+            .config
+            .timing
+            .request_timeout
+            .saturating_sub(deadline.saturating_duration_since(Instant::now()));
+        if waited >= self.transaction_lease()
             && let Err(e) = self.settle_intent(key).await
         {
             tracing::debug!(key = ?String::from_utf8_lossy(key), error = %e, "cannot settle an intent yet");
@@ -122,7 +130,24 @@ impl Node {
         Ok(())
     }
 
+    /// Reads the internal row at `key` (an intent, a record), which no intent ever holds.
+    async fn read_internal_row(&self, key: &Bytes) -> Result<Option<Record>, ClusterError> {
+        self.routed(|routing| {
+            let shard = routing.shard_of_key(key);
+            let read = Self::read_of(
+                &routing,
+                shard,
+                ReadMode::Default,
+                GetKeys(vec![key.clone()]),
+            );
+            async move { Ok(self.on_shard_once(shard, &read).await?.0.pop().flatten()) }
+        })
+        .await
+    }
+
     /// Proposes `command` once to the shard that owns `key` (routed again after a split).
+    /// Not [`Node::apply_on_shard`]: settling an intent proposes through here, and no
+    /// transaction command is ever refused for an intent.
     async fn propose_by_key(
         &self,
         key: &Bytes,
@@ -135,7 +160,7 @@ impl Node {
             };
             let shard = routing.shard_of_key(key);
             async move {
-                match self.on_shard(shard, Write(log)).await? {
+                match self.on_shard_once(shard, &Write(log)).await? {
                     CommandResult::Moved => Err(crate::forward::moved(shard)),
                     other => Ok(other),
                 }
@@ -148,7 +173,7 @@ impl Node {
     /// pending, and resolves the intent as it was decided. Before that, its coordinator
     /// resolves it (and answers its client with what the resolve returns).
     async fn settle_intent(&self, key: &Bytes) -> Result<(), ClusterError> {
-        let (row, _, _) = self.get_once(&intent_key(key), ReadMode::Default).await?;
+        let row = self.read_internal_row(&intent_key(key)).await?;
         let Some(intent) = row.and_then(|r| Intent::decode(&r.value)) else {
             return Ok(());
         };
@@ -218,7 +243,7 @@ impl Node {
                             commit,
                         },
                     };
-                    (keys, self.on_shard(shard, Write(log)).await, shard)
+                    (keys, self.on_shard_once(shard, &Write(log)).await, shard)
                 }))
                 .await;
                 let mut out = HashMap::new();
@@ -305,7 +330,7 @@ impl Node {
         let record_shard = map.shard_of_key(&record);
         parts.entry(record_shard).or_default();
         let expires_ms = crate::now_ms() + self.transaction_lease().as_millis() as u64;
-        let prepares = parts.iter().map(|(&shard, (_, part))| {
+        let prepares = parts.iter_mut().map(|(&shard, (_, part))| {
             let creates_record = shard == record_shard;
             let command = Command::Prepare {
                 txn,
@@ -317,14 +342,14 @@ impl Node {
                 } else {
                     Vec::new()
                 },
-                commands: part.clone(),
+                commands: std::mem::take(part),
             };
             async move {
                 let log = LogCommand {
                     now_ms: crate::now_ms(),
                     command,
                 };
-                (shard, self.on_shard(shard, Write(log)).await)
+                (shard, self.on_shard_once(shard, &Write(log)).await)
             }
         });
         let mut ready = Vec::new();
@@ -534,10 +559,7 @@ async fn finish_record(node: &Node, key: &Bytes, record: TxnRecord) -> Result<()
     if state == TxnState::Pending {
         return Ok(());
     }
-    let txn = key
-        .strip_prefix(&trireme_types::txn::records_prefix()[..])
-        .and_then(|hex| std::str::from_utf8(hex).ok())
-        .and_then(|hex| u128::from_str_radix(hex, 16).ok())
+    let txn = trireme_types::txn::record_txn(key)
         .ok_or_else(|| ClusterError::Internal("a transaction record's key".into()))?;
     if !record.keys.is_empty() {
         node.resolve_keys(txn, record.keys, state == TxnState::Committed)
@@ -614,7 +636,7 @@ pub(crate) fn spawn_forgetter(node: &Arc<Node>) {
                     },
                 };
                 if matches!(
-                    node.on_shard(shard, Write(log)).await,
+                    node.on_shard_once(shard, &Write(log)).await,
                     Ok(CommandResult::Done)
                 ) {
                     return;

@@ -10,7 +10,7 @@ use bytes::Bytes;
 use std::collections::HashMap;
 use trireme_types::collection::{member_slot, row_parts, split_member_key, versioned_row};
 use trireme_types::session::{SessionState, is_internal_key};
-use trireme_types::txn::{Intent, TxnRecord, intent_target, is_txn_row, records_prefix};
+use trireme_types::txn::{Intent, TxnRecord, intent_target, is_record_key, is_txn_row};
 use trireme_types::{
     Command, CommandResult, ErrorCode, KeyCheck, LockInfo, LockOp, LockOutcome, LogCommand,
     PutCondition, Record, SessionOp, ShardId, StringEdit, TtlUpdate, ValueKind,
@@ -1090,7 +1090,7 @@ impl Storage {
             } else if split_member_key(&key).is_some() {
                 member_changes.push((key.clone(), record.as_ref().map(MemberRow::of)));
             }
-            if key.starts_with(&records_prefix()) {
+            if is_record_key(&key) {
                 match record.as_ref().and_then(|r| TxnRecord::decode(&r.value)) {
                     Some(txn) => self.intents.record_written(shard, key.clone(), txn),
                     None => self.intents.record_removed(shard, &key),

@@ -43,23 +43,25 @@ impl Intents {
         self.shards.lock().unwrap_or_else(|e| e.into_inner())
     }
 
+    /// `look` at `shard`'s intents; `None` without taking the lock while no shard holds
+    /// any (or when `shard` has none).
+    fn look<T>(&self, shard: u32, look: impl FnOnce(&ShardIntents) -> T) -> Option<T> {
+        if self.outstanding.load(Ordering::Acquire) == 0 {
+            return None;
+        }
+        self.shards().get(&shard).map(look)
+    }
+
     /// Whether a read of `shard` must look for intents.
     pub(crate) fn may_exist(&self, shard: u32) -> bool {
-        if self.outstanding.load(Ordering::Acquire) == 0 {
-            return false;
-        }
-        self.shards()
-            .get(&shard)
-            .is_some_and(|s| s.replacing || !s.keys.is_empty())
+        self.look(shard, |s| s.replacing || !s.keys.is_empty())
+            .unwrap_or(false)
     }
 
     /// Whether `key` of `shard` holds an intent (as of the last published batch).
     pub(crate) fn holds(&self, shard: u32, key: &[u8]) -> bool {
-        self.may_exist(shard)
-            && self
-                .shards()
-                .get(&shard)
-                .is_some_and(|s| s.keys.contains_key(key))
+        self.look(shard, |s| s.keys.contains_key(key))
+            .unwrap_or(false)
     }
 
     /// An intent on `key` of `shard` is about to be published.
@@ -170,28 +172,21 @@ impl Intents {
 
     /// A key of `shard` under `prefix` that holds an intent, if any.
     pub(crate) fn any_under(&self, shard: u32, prefix: &[u8]) -> Option<Bytes> {
-        if !self.may_exist(shard) {
-            return None;
-        }
-        self.shards()
-            .get(&shard)?
-            .keys
-            .keys()
-            .find(|key| key.starts_with(prefix))
-            .cloned()
+        self.look(shard, |s| {
+            s.keys.keys().find(|key| key.starts_with(prefix)).cloned()
+        })
+        .flatten()
     }
 
     /// The keys of `shard` whose intents' transactions expired by `now_ms`.
     pub(crate) fn expired(&self, shard: u32, now_ms: u64) -> Vec<Bytes> {
-        if self.outstanding.load(Ordering::Acquire) == 0 {
-            return Vec::new();
-        }
-        self.shards().get(&shard).map_or_else(Vec::new, |s| {
+        self.look(shard, |s| {
             s.keys
                 .iter()
                 .filter(|(_, expires)| **expires < now_ms)
                 .map(|(key, _)| key.clone())
                 .collect()
         })
+        .unwrap_or_default()
     }
 }

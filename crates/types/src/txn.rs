@@ -73,6 +73,20 @@ pub fn is_txn_row(key: &[u8]) -> bool {
         .is_some_and(|rest| rest.starts_with(INTENTS) || rest.starts_with(RECORDS))
 }
 
+/// Whether `key` is a transaction record's.
+pub fn is_record_key(key: &[u8]) -> bool {
+    key.strip_prefix(INTERNAL_KEY_PREFIX)
+        .is_some_and(|rest| rest.starts_with(RECORDS))
+}
+
+/// The transaction whose record is at `key`; `None` for any other key.
+pub fn record_txn(key: &[u8]) -> Option<u128> {
+    let hex = key
+        .strip_prefix(INTERNAL_KEY_PREFIX)?
+        .strip_prefix(RECORDS)?;
+    u128::from_str_radix(std::str::from_utf8(hex).ok()?, 16).ok()
+}
+
 /// The first bytes of every transaction record's key.
 pub fn records_prefix() -> Bytes {
     let mut out = INTERNAL_KEY_PREFIX.to_vec();
@@ -192,6 +206,9 @@ mod tests {
             assert!(crate::session::is_internal_key(&intent));
         }
         assert_eq!(intent_target(&record_key(7)), None);
+        assert_eq!(record_txn(&record_key(u128::MAX - 7)), Some(u128::MAX - 7));
+        assert!(is_record_key(&record_key(7)) && !is_record_key(&intent_key(b"k")));
+        assert_eq!(record_txn(b"app/config"), None);
         assert_eq!(intent_slot(b"app/config"), None);
     }
 
