@@ -125,6 +125,11 @@ struct Pending<'s> {
     /// Whether a key of the shard may hold a transaction's intent (known before the batch,
     /// or written by it): only then are commands checked against intents.
     intents_here: bool,
+    /// While a committed transaction's intent is resolved: its commands are applied as its
+    /// prepare judged them (see [`Pending::resolve`]). Its key was held since, so only time
+    /// could change what they find: expiry is not judged again, nor a session that ended in
+    /// this shard meanwhile (its end reaches the key after the resolve and releases it).
+    as_judged: bool,
 }
 
 impl<'s> Pending<'s> {
@@ -151,7 +156,8 @@ impl<'s> Pending<'s> {
     }
 
     fn live(&mut self, key: &Bytes, now_ms: u64) -> Result<Option<Record>, StorageError> {
-        Ok(self.raw(key)?.filter(|r| !r.is_expired(now_ms)))
+        let judged = self.as_judged;
+        Ok(self.raw(key)?.filter(|r| judged || !r.is_expired(now_ms)))
     }
 
     /// What a plain write needs of `key` as this batch sees it (`None`: absent or expired),
@@ -172,7 +178,8 @@ impl<'s> Pending<'s> {
                         self.stored_collections
                             .insert(key.clone(), (meta.kind, meta.create_index));
                     }
-                    let expired = meta.expires_at_ms().is_some_and(|at| at <= now_ms);
+                    let expired =
+                        !self.as_judged && meta.expires_at_ms().is_some_and(|at| at <= now_ms);
                     return Ok((!expired).then(|| WriteMeta {
                         flags: meta.flags,
                         create_index: meta.create_index,
@@ -418,7 +425,7 @@ impl<'s> Pending<'s> {
                 value,
                 flags,
             } => {
-                if self.ended_sessions()?.iter().any(|(s, _)| s == session) {
+                if !self.as_judged && self.ended_sessions()?.iter().any(|(s, _)| s == session) {
                     return Ok(LockOutcome::SessionEnded);
                 }
                 let mut lock = current.as_ref().map(|r| r.lock.clone()).unwrap_or_default();
@@ -732,7 +739,7 @@ impl<'s> Pending<'s> {
                 let mut removed = 0;
                 for key in keys {
                     let Some(raw) = self.raw(key)? else { continue };
-                    let live = !raw.is_expired(now);
+                    let live = self.as_judged || !raw.is_expired(now);
                     if let Some(expected) = cas
                         && (!live || raw.modify_index != *expected)
                     {
@@ -1001,6 +1008,7 @@ impl Storage {
             removed_at: None,
             keys,
             intents_here: self.intents.may_exist(shard),
+            as_judged: false,
         };
         let mut results = Vec::with_capacity(entries.len());
         for entry in entries {

@@ -110,6 +110,14 @@ impl Pending<'_> {
                 TxnState::Pending => {}
             }
         }
+        // An expired key is removed now, as the judgement sees it: from here until it is
+        // resolved the key is judged as at this moment (see `as_judged`), which must not
+        // find it alive again.
+        for key in &keys {
+            if self.raw(key)?.is_some_and(|r| r.is_expired(now)) {
+                self.set(key.clone(), None)?;
+            }
+        }
         let judged = match self.judge_transaction(index, now, commands)? {
             Ok(results) => results,
             Err(position) => return Ok(PrepareOutcome::Failed(position)),
@@ -215,11 +223,14 @@ impl Pending<'_> {
                 out.push(Vec::new());
                 continue;
             }
-            match self.apply_transaction(index, now, &[], &intent.commands)? {
+            self.as_judged = true;
+            let applied = self.apply_transaction(index, now, &[], &intent.commands);
+            self.as_judged = false;
+            match applied? {
                 Ok(results) => out.push(results),
                 Err(position) => {
-                    // Its conditions held when it was prepared and nothing could change the
-                    // key since, except time (an expiry that ran out meanwhile).
+                    // Its conditions held when it was prepared and nothing but time could
+                    // change the key since, which `as_judged` leaves out: never expected.
                     tracing::warn!(
                         shard = self.shard,
                         position,
@@ -246,7 +257,9 @@ mod tests {
     use super::super::testing::*;
     use crate::StorageError;
     use trireme_types::txn::{Decision, PrepareOutcome, TxnState, record_key};
-    use trireme_types::{Command, CommandResult, KeyCheck, PutCondition, ShardId, TtlUpdate};
+    use trireme_types::{
+        Command, CommandResult, KeyCheck, LockOp, LockOutcome, PutCondition, ShardId, TtlUpdate,
+    };
 
     fn put(key: &str, value: &str) -> Command {
         Command::Put {
@@ -485,6 +498,138 @@ mod tests {
             vec![CommandResult::Prepared(PrepareOutcome::Aborted)]
         );
         assert_eq!(storage.expired_intents(ShardId(0), 10_000), vec![b("a")]);
+    }
+
+    fn commit_and_resolve(
+        storage: &crate::Storage,
+        first: u64,
+        now: u64,
+        txn: u128,
+        keys: &[&str],
+    ) -> Vec<CommandResult> {
+        run_at(
+            storage,
+            first,
+            now,
+            vec![
+                Command::Decide {
+                    record: record_key(txn),
+                    decision: Decision::Commit,
+                },
+                Command::Resolve {
+                    txn,
+                    keys: bs(keys),
+                    commit: true,
+                },
+            ],
+        )
+    }
+
+    #[test]
+    fn a_ttl_that_runs_out_while_its_key_is_held_does_not_undo_the_keys_part() {
+        let (_dir, storage) = storage();
+        let with_ttl = |key: &str, at| Command::Put {
+            key: b(key),
+            value: b("old"),
+            flags: Some(0),
+            condition: PutCondition::Always,
+            ttl: TtlUpdate::At(at),
+            return_previous: false,
+        };
+        // "a" lives until 200; "c" is dead at the prepare (50) but not yet reaped.
+        run_at(&storage, 1, 10, vec![with_ttl("a", 200), with_ttl("c", 50)]);
+        let prepared = run_at(
+            &storage,
+            3,
+            100,
+            vec![prepare(
+                5,
+                1_000,
+                vec![
+                    Command::Check {
+                        key: b("a"),
+                        check: KeyCheck::At(Some(1)),
+                    },
+                    put("a", "new"),
+                    Command::Check {
+                        key: b("c"),
+                        check: KeyCheck::At(None),
+                    },
+                    put("c", "fresh"),
+                    put("b", "x"),
+                ],
+            )],
+        );
+        assert!(
+            matches!(
+                &prepared[..],
+                [CommandResult::Prepared(PrepareOutcome::Ready(_))]
+            ),
+            "{prepared:?}"
+        );
+        // Resolved after a's expiry: its part is applied as judged, not judged again.
+        let resolved = commit_and_resolve(&storage, 4, 300, 5, &["a", "b", "c"]);
+        let CommandResult::Resolved(per_key) = &resolved[1] else {
+            panic!("{resolved:?}");
+        };
+        assert!(per_key.iter().all(|part| !part.is_empty()), "{per_key:?}");
+        let at = |key: &str| {
+            storage
+                .get(ShardId(0), key.as_bytes(), 300)
+                .unwrap()
+                .map(|r| String::from_utf8_lossy(&r.value).into_owned())
+        };
+        assert_eq!(at("a").as_deref(), Some("new"));
+        assert_eq!(at("b").as_deref(), Some("x"));
+        assert_eq!(at("c").as_deref(), Some("fresh"));
+    }
+
+    #[test]
+    fn a_lock_taken_by_a_transaction_holds_though_its_session_ended_elsewhere_meanwhile() {
+        let (_dir, storage) = storage();
+        let session = b("s-1");
+        let acquire = Command::Lock {
+            key: b("a"),
+            op: LockOp::Acquire {
+                session: session.clone(),
+                value: b("leader"),
+                flags: 0,
+            },
+        };
+        let ended = |key: &str| Command::Lock {
+            key: b(key),
+            op: LockOp::SessionEnded {
+                session: session.clone(),
+                delete: false,
+                lock_delay_ms: 0,
+            },
+        };
+        run(
+            &storage,
+            1,
+            vec![prepare(6, 1_000, vec![acquire, put("b", "x")])],
+        );
+        // The session's end reaches another key of the shard before the resolve ...
+        run(&storage, 2, vec![ended("z")]);
+        let resolved = commit_and_resolve(&storage, 3, 1, 6, &["a", "b"]);
+        let CommandResult::Resolved(per_key) = &resolved[1] else {
+            panic!("{resolved:?}");
+        };
+        assert_eq!(
+            per_key[0],
+            vec![CommandResult::Lock(LockOutcome::Done(true))]
+        );
+        let holder = |storage: &crate::Storage| {
+            storage
+                .get(ShardId(0), b"a", 1)
+                .unwrap()
+                .and_then(|r| r.lock.session)
+        };
+        assert_eq!(holder(&storage), Some(session.clone()));
+        // ... and this key after it, which releases the lock.
+        run(&storage, 5, vec![ended("a")]);
+        assert_eq!(holder(&storage), None);
+        assert_eq!(value_of(&storage, "b").unwrap().as_deref(), Some("x"));
     }
 
     #[test]
