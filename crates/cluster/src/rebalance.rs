@@ -129,17 +129,19 @@ async fn write_first_map(node: &Node) {
         .min()
         .unwrap_or(0);
     match write_map(node, &map, PutCondition::IfAbsent).await {
-        Ok(()) => tracing::info!(shards = node.bootstrap_shards, "placed every shard"),
+        Ok(true) => tracing::info!(shards = node.bootstrap_shards, "placed every shard"),
+        Ok(false) => tracing::info!("placement written by another node"),
         Err(e) => tracing::info!(error = %e, "placement not written yet"),
     }
 }
 
-/// Writes `map` into the metadata group under `condition`.
+/// Writes `map` into the metadata group under `condition`; whether it was written (a
+/// compare-and-set loses to a change written since the map was read).
 async fn write_map(
     node: &Node,
     map: &ClusterMap,
     condition: PutCondition,
-) -> Result<(), ClusterError> {
+) -> Result<bool, ClusterError> {
     let value = serde_json::to_vec(map)
         .map_err(|e| ClusterError::Internal(format!("cannot encode the cluster map: {e}")))?;
     let put = Command::Put {
@@ -151,30 +153,40 @@ async fn write_map(
         return_previous: false,
     };
     let outcome: crate::request::PutOutcome = node.write_shard(META_SHARD, put).await?;
-    if outcome.written {
-        Ok(())
-    } else {
-        Err(crate::membership::refused(
-            ErrorCode::Conflict,
-            "the cluster map changed while this change was being made; nothing was changed, try again",
-        ))
-    }
+    Ok(outcome.written)
 }
+
+/// How many times [`update_map`] reads the map again when another change was written
+/// between its read and its write.
+const MAP_UPDATE_TRIES: u32 = 8;
 
 /// Reads the current map through the metadata leader, lets `change` edit it, and writes it
 /// back with a compare-and-set and a new epoch when `change` says it changed something.
-/// Returns the map written, if any.
+/// Returns the map written, if any. When another change (often a step of the metadata
+/// leader's own moves) was written in between, `change` runs again on the new map, a few
+/// times before the conflict is the caller's.
 pub(crate) async fn update_map<T>(
     node: &Node,
-    change: impl FnOnce(&mut ClusterMap) -> Result<Option<T>, ClusterError>,
+    mut change: impl FnMut(&mut ClusterMap) -> Result<Option<T>, ClusterError>,
 ) -> Result<Option<(ClusterMap, T)>, ClusterError> {
-    let (mut map, index) = node.read_map_with_index().await?;
-    let Some(outcome) = change(&mut map)? else {
-        return Ok(None);
-    };
-    map.epoch += 1;
-    write_map(node, &map, PutCondition::IfModifyIndex(index)).await?;
-    Ok(Some((map, outcome)))
+    let mut tries = 0;
+    loop {
+        let (mut map, index) = node.read_map_with_index().await?;
+        let Some(outcome) = change(&mut map)? else {
+            return Ok(None);
+        };
+        map.epoch += 1;
+        if write_map(node, &map, PutCondition::IfModifyIndex(index)).await? {
+            return Ok(Some((map, outcome)));
+        }
+        tries += 1;
+        if tries == MAP_UPDATE_TRIES {
+            return Err(crate::membership::refused(
+                ErrorCode::Conflict,
+                "the cluster map kept changing while this change was being made; nothing was changed, try again",
+            ));
+        }
+    }
 }
 
 /// With `[cluster] auto_finalize_upgrade`, raises the cluster version once every member
@@ -693,7 +705,7 @@ async fn change_move(
     node: &Node,
     shard: ShardId,
     mv: &Move,
-    change: impl FnOnce(&mut ClusterMap),
+    mut change: impl FnMut(&mut ClusterMap),
 ) -> Result<bool, ClusterError> {
     let written = update_map(node, |map| {
         if map.moves.get(&shard.0) != Some(mv) {
