@@ -101,6 +101,8 @@ pub struct Node {
     pub(crate) open_reads: Arc<crate::whole_read::OpenReads>,
     /// Records of finished transactions across shards, to delete in the background.
     pub(crate) txn_forgets: crate::txn::Forgets,
+    /// Decided transactions across shards whose intents are still to be resolved.
+    pub(crate) txn_resolutions: crate::txn::Resolutions,
 }
 
 /// One shard as this node sees it.
@@ -311,6 +313,7 @@ impl Node {
             search,
             open_reads: Arc::default(),
             txn_forgets: crate::txn::Forgets::default(),
+            txn_resolutions: crate::txn::Resolutions::default(),
         });
         node.transport
             .set_forward_handler(crate::forward::handler(&node));
@@ -345,6 +348,7 @@ impl Node {
         crate::session::spawn_session_reaper(&node);
         crate::txn::spawn_resolver(&node);
         crate::txn::spawn_forgetter(&node);
+        crate::txn::spawn_resolutions(&node);
         crate::whole_read::spawn_sweeper(&node);
         crate::acl::spawn_initial_token(&node);
         if node.config.balance_leaders {

@@ -258,6 +258,40 @@ impl Node {
         self.list_range(prefix, Bound::Unbounded, mode, limit).await
     }
 
+    /// Live keys starting with `prefix`, in key order, as they all were at one moment: a
+    /// `consistent` listing (Consul's `?recurse&consistent`). Across several shards it is a
+    /// transaction that only reads: each shard holds the prefix from its prepare to its
+    /// resolve, so every shard's rows are read while none of them can change. Default and
+    /// stale listings read each shard at its own moment instead.
+    pub async fn list_consistent(
+        &self,
+        prefix: &[u8],
+    ) -> Result<(Vec<(Bytes, Record)>, ReadMeta), ClusterError> {
+        self.check_key(prefix)?;
+        if self.cluster_version() < trireme_types::version::since::PREFIX_TRANSACTIONS
+            || self.shard_map().shard_count() <= 1
+        {
+            return self.list(prefix, ReadMode::Consistent, usize::MAX).await;
+        }
+        let read = Command::ReadPrefix {
+            prefix: Bytes::copy_from_slice(prefix),
+        };
+        let outcome = self.transaction_across_shards(vec![read]).await?;
+        match outcome.0.map(|mut results| results.pop()) {
+            Ok(Some(CommandResult::Entries { entries, index })) => Ok((
+                entries,
+                ReadMeta {
+                    index,
+                    known_leader: true,
+                    last_contact_ms: 0,
+                },
+            )),
+            _ => Err(ClusterError::Internal(
+                "a prefix read answered something else".into(),
+            )),
+        }
+    }
+
     /// Live keys starting with `prefix` from `start` on (a page of a collection listing),
     /// merged across shards in key order, at most `limit`. Every shard is asked for `limit`
     /// rows, since any of them may hold the next ones; each shard's rows come from one view
@@ -1007,14 +1041,17 @@ impl Node {
                 _ => {}
             }
         }
+        let over_prefixes = commands
+            .iter()
+            .any(|c| matches!(c, Command::DeletePrefix { .. } | Command::ReadPrefix { .. }));
         let command = Command::Transaction {
             watches: request.watches,
             commands,
         };
         let keys: Vec<Bytes> = command.keys().into_iter().cloned().collect();
-        let Some(first) = keys.first().cloned() else {
+        if keys.is_empty() && !over_prefixes {
             return Ok(TransactionOutcome(Ok(Vec::new())));
-        };
+        }
         for key in &keys {
             self.check_key(key)?;
         }
@@ -1047,6 +1084,29 @@ impl Node {
             }
         }
         check_entry_size(bytes)?;
+        if over_prefixes {
+            self.require_cluster_version(
+                trireme_types::version::since::PREFIX_TRANSACTIONS,
+                "a prefix read or delete in a transaction",
+            )?;
+            let Command::Transaction { watches, commands } = command else {
+                return Err(ClusterError::Internal("a transaction was built".into()));
+            };
+            for c in &commands {
+                if let Command::DeletePrefix { prefix } | Command::ReadPrefix { prefix } = c {
+                    self.check_key(prefix)?;
+                }
+            }
+            if !watches.is_empty() {
+                return Err(ClusterError::Request(TriremeError::new(
+                    ErrorCode::InvalidArgument,
+                    "a transaction that watches keys cannot read or delete a prefix",
+                )));
+            }
+            // A prefix's keys may be in every shard.
+            return self.transaction_across_shards(commands).await;
+        }
+        let first = keys[0].clone();
         let map = self.shard_map();
         let shard = map.shard_of_key(&first);
         if keys.iter().any(|k| map.shard_of_key(k) != shard) {
@@ -1155,12 +1215,26 @@ impl Node {
     }
 
     /// Deletes every key starting with `prefix` in every shard; returns how many existed.
-    /// Atomic within each shard, not across shards. A split that lands while it runs can
-    /// leave the keys it hands over untouched (the new shard is not asked until this node's
-    /// map shows it).
+    /// From cluster version 4 one transaction across every shard: all or nothing, and no
+    /// reader sees some of the keys gone and others not. Before, atomic within each shard
+    /// only (and a split landing meanwhile could leave the keys it hands over untouched).
     pub async fn delete_prefix(&self, prefix: &[u8]) -> Result<u64, ClusterError> {
         self.check_key(prefix)?;
         let prefix = Bytes::copy_from_slice(prefix);
+        if self.cluster_version() >= trireme_types::version::since::PREFIX_TRANSACTIONS
+            && self.shard_map().shard_count() > 1
+        {
+            // One transaction over every shard: all of it is deleted, or none.
+            let outcome = self
+                .transaction_across_shards(vec![Command::DeletePrefix { prefix }])
+                .await?;
+            return match outcome.0.map(|mut results| results.pop()) {
+                Ok(Some(CommandResult::Deleted(n))) => Ok(n),
+                _ => Err(ClusterError::Internal(
+                    "a prefix delete answered something else".into(),
+                )),
+            };
+        }
         let deleted = try_join_all(self.shard_map().shards().map(|shard| {
             let command = Command::DeletePrefix {
                 prefix: prefix.clone(),

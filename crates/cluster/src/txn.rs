@@ -20,8 +20,10 @@ use std::time::Duration;
 use tokio::time::Instant;
 use trireme_raft::ReadMode;
 use trireme_types::txn::{
-    Decision, Intent, PrepareOutcome, TxnRecord, TxnState, intent_key, record_key,
+    Decision, Intent, PrepareOutcome, Resolution, TxnRecord, TxnState, hold_key, hold_target,
+    intent_key, record_key,
 };
+use trireme_types::version::since;
 use trireme_types::{
     Command, CommandResult, ErrorCode, LogCommand, Record, ShardId, ShardMap, TriremeError,
 };
@@ -187,6 +189,34 @@ impl Node {
         Ok(())
     }
 
+    /// [`Node::settle_intent`] for the hold at `key` in `shard`, whose leader this node is: a
+    /// hold names no slot, so it is resolved in the shard that holds it.
+    async fn settle_hold(
+        &self,
+        shard: ShardId,
+        key: Bytes,
+        hold: &Intent,
+    ) -> Result<(), ClusterError> {
+        let state = self
+            .transaction_state(&hold.record, hold.expires_ms)
+            .await?;
+        if state == TxnState::Pending {
+            return Ok(());
+        }
+        let log = LogCommand {
+            now_ms: crate::now_ms(),
+            command: Command::ResolveMany {
+                resolutions: vec![Resolution {
+                    txn: hold.txn,
+                    keys: vec![key],
+                    commit: state == TxnState::Committed,
+                }],
+            },
+        };
+        self.on_shard_once(shard, &Write(log)).await?;
+        Ok(())
+    }
+
     /// Where the transaction whose record is at `record` stands once its lease
     /// (`expires_ms`) has run out (aborted first if it was still pending); `Pending` before.
     async fn transaction_state(
@@ -217,31 +247,39 @@ impl Node {
     }
 
     /// Resolves transaction `txn`'s intents on `keys` (apply or drop), one command per shard
-    /// they are in now; the results of each key's commands, by key.
+    /// they are in now (a hold's key: every shard); the results of each key's commands, by
+    /// key, where the shards answer them (before cluster version 4; from then on commands
+    /// are applied at their prepares' indexes and answer what the prepares judged).
     async fn resolve_keys(
         &self,
         txn: u128,
         keys: Vec<Bytes>,
         commit: bool,
     ) -> Result<HashMap<Bytes, Vec<CommandResult>>, ClusterError> {
+        let at_prepare = self.cluster_version() >= since::PREFIX_TRANSACTIONS;
         self.routed(|routing| {
             let keys = keys.clone();
             async move {
-                let mut per_shard: BTreeMap<ShardId, Vec<Bytes>> = BTreeMap::new();
-                for key in keys {
-                    per_shard
-                        .entry(routing.shard_of_key(&key))
-                        .or_default()
-                        .push(key);
-                }
+                let per_shard = by_shard(&routing, keys);
                 let answers = join_all(per_shard.into_iter().map(|(shard, keys)| async move {
-                    let log = LogCommand {
-                        now_ms: crate::now_ms(),
-                        command: Command::Resolve {
+                    let command = if at_prepare {
+                        Command::ResolveMany {
+                            resolutions: vec![Resolution {
+                                txn,
+                                keys: keys.clone(),
+                                commit,
+                            }],
+                        }
+                    } else {
+                        Command::Resolve {
                             txn,
                             keys: keys.clone(),
                             commit,
-                        },
+                        }
+                    };
+                    let log = LogCommand {
+                        now_ms: crate::now_ms(),
+                        command,
                     };
                     (keys, self.on_shard_once(shard, &Write(log)).await, shard)
                 }))
@@ -252,6 +290,7 @@ impl Node {
                         CommandResult::Resolved(results) => {
                             out.extend(keys.into_iter().zip(results))
                         }
+                        CommandResult::Done => {}
                         CommandResult::Moved => return Err(crate::forward::moved(shard)),
                         other => return Err(unexpected("a resolve", &other)),
                     }
@@ -274,6 +313,13 @@ impl Node {
             "a transaction across shards",
         )?;
         for command in &commands {
+            if prefix_of(command).is_some() {
+                self.require_cluster_version(
+                    since::PREFIX_TRANSACTIONS,
+                    "a prefix read or delete in a transaction",
+                )?;
+                continue;
+            }
             let plain = matches!(
                 command,
                 Command::Check { .. }
@@ -286,7 +332,7 @@ impl Node {
                 return Err(ClusterError::Request(TriremeError::new(
                     ErrorCode::InvalidArgument,
                     format!(
-                        "a transaction across shards takes key reads, writes, deletes, checks and locks of one key each, not {}",
+                        "a transaction across shards takes key reads, writes, deletes, checks and locks of one key each, and prefix reads and deletes, not {}",
                         command.name()
                     ),
                 )));
@@ -300,7 +346,7 @@ impl Node {
                 Attempt::Again(blocker) => {
                     // Another transaction holds a key (or this one ran out of its lease):
                     // wait for it, settling it if it was abandoned.
-                    let key = blocker.unwrap_or_else(|| commands[0].keys()[0].clone());
+                    let key = blocker.unwrap_or_else(|| first_key(&commands));
                     self.wait_out_intent(&key, waits, deadline).await?;
                     waits += 1;
                 }
@@ -312,25 +358,48 @@ impl Node {
     async fn try_across_shards(&self, commands: &[Command]) -> Result<Attempt, ClusterError> {
         let seen = self.map_version();
         let map = self.shard_map();
-        let key_of = |c: &Command| c.keys()[0].clone();
         let mut parts: BTreeMap<ShardId, (Vec<usize>, Vec<Command>)> = BTreeMap::new();
+        // Every key that will hold an intent, and the key of every prefix hold.
         let mut all_keys: Vec<Bytes> = Vec::new();
+        let mut prefixes: Vec<Bytes> = Vec::new();
         for (i, command) in commands.iter().enumerate() {
-            let key = key_of(command);
-            let part = parts.entry(map.shard_of_key(&key)).or_default();
-            part.0.push(i);
-            part.1.push(command.clone());
-            if !all_keys.contains(&key) {
-                all_keys.push(key);
+            let shards = match prefix_of(command) {
+                // A prefix's keys may be in any shard.
+                Some(prefix) => {
+                    if !prefixes.contains(prefix) {
+                        prefixes.push(prefix.clone());
+                    }
+                    map.shards().collect::<Vec<_>>()
+                }
+                None => {
+                    let key = command.keys()[0].clone();
+                    let shard = map.shard_of_key(&key);
+                    if !all_keys.contains(&key) {
+                        all_keys.push(key);
+                    }
+                    vec![shard]
+                }
+            };
+            for shard in shards {
+                let part = parts.entry(shard).or_default();
+                part.0.push(i);
+                part.1.push(command.clone());
             }
         }
-        let first = map.shard_of_key(&key_of(&commands[0]));
-        let txn = transaction_id_in(&map, first);
+        // The record goes in a shard this node leads if it can: the prepare that writes it
+        // and the decision are then not forwarded.
+        let record_shard = parts
+            .keys()
+            .copied()
+            .find(|&shard| self.group(shard).is_some_and(|g| g.is_leader()))
+            .unwrap_or_else(|| map.shard_of_key(&first_key(commands)));
+        let txn = transaction_id_in(&map, record_shard);
+        all_keys.extend(prefixes.iter().map(|p| hold_key(txn, p)));
         let record = record_key(txn);
         let record_shard = map.shard_of_key(&record);
         parts.entry(record_shard).or_default();
         let expires_ms = crate::now_ms() + self.transaction_lease().as_millis() as u64;
-        let prepares = parts.iter_mut().map(|(&shard, (_, part))| {
+        let prepare = |shard: ShardId| {
             let creates_record = shard == record_shard;
             let command = Command::Prepare {
                 txn,
@@ -342,7 +411,7 @@ impl Node {
                 } else {
                     Vec::new()
                 },
-                commands: std::mem::take(part),
+                commands: parts[&shard].1.clone(),
             };
             async move {
                 let log = LogCommand {
@@ -351,35 +420,62 @@ impl Node {
                 };
                 (shard, self.on_shard_once(shard, &Write(log)).await)
             }
-        });
+        };
         let mut ready = Vec::new();
-        // What each command returned as its shard judged it, by position.
-        let mut judged: Vec<Option<CommandResult>> = vec![None; commands.len()];
+        // What each command returned as its shards judged it, by position.
+        let mut judged: Vec<Vec<CommandResult>> = vec![Vec::new(); commands.len()];
         let mut failed: Option<usize> = None;
-        let mut blocker = None;
         let mut error = None;
-        for (shard, answer) in join_all(prepares).await {
-            match answer {
-                Ok(CommandResult::Prepared(PrepareOutcome::Ready(results))) => {
-                    for (&position, result) in parts[&shard].0.iter().zip(results) {
-                        judged[position] = Some(result);
+        let mut waiting: Vec<ShardId> = parts.keys().copied().collect();
+        // A transaction of prefix reads only (a consistent listing) keeps what it prepared
+        // while it waits for the keys another one holds, so that it is not starved by a
+        // stream of writes: its holds keep new intents out, and the ones it met go as their
+        // transactions end. It holds no key, and reads of a prefix share it, so nothing
+        // waits for it while it waits. Any other transaction gives everything up at once
+        // instead.
+        let reads_only = commands
+            .iter()
+            .all(|c| matches!(c, Command::ReadPrefix { .. }));
+        let mut pauses = 0u32;
+        let blocker = loop {
+            let mut blocker = None;
+            for (shard, answer) in join_all(waiting.iter().map(|&s| prepare(s))).await {
+                match answer {
+                    Ok(CommandResult::Prepared(PrepareOutcome::Ready(results))) => {
+                        for (&position, result) in parts[&shard].0.iter().zip(results) {
+                            judged[position].push(result);
+                        }
+                        ready.push(shard);
                     }
-                    ready.push(shard);
-                }
-                Ok(CommandResult::Prepared(PrepareOutcome::Failed(at))) => {
-                    // The first condition that fails in the transaction's order: each
-                    // shard names its own first.
-                    if let Some(&position) = parts[&shard].0.get(at as usize) {
-                        failed = Some(failed.map_or(position, |f| f.min(position)));
+                    Ok(CommandResult::Prepared(PrepareOutcome::Failed(at))) => {
+                        // The first condition that fails in the transaction's order: each
+                        // shard names its own first.
+                        if let Some(&position) = parts[&shard].0.get(at as usize) {
+                            failed = Some(failed.map_or(position, |f| f.min(position)));
+                        }
                     }
+                    Ok(CommandResult::Prepared(PrepareOutcome::Busy(key))) => blocker = Some(key),
+                    Ok(CommandResult::Prepared(PrepareOutcome::Aborted) | CommandResult::Moved) => {
+                    }
+                    Ok(other) => error = Some(unexpected("a prepare", &other)),
+                    Err(e) if crate::router::is_moved(&e) => {}
+                    Err(e) => error = Some(e),
                 }
-                Ok(CommandResult::Prepared(PrepareOutcome::Busy(key))) => blocker = Some(key),
-                Ok(CommandResult::Prepared(PrepareOutcome::Aborted) | CommandResult::Moved) => {}
-                Ok(other) => error = Some(unexpected("a prepare", &other)),
-                Err(e) if crate::router::is_moved(&e) => {}
-                Err(e) => error = Some(e),
             }
-        }
+            waiting.retain(|shard| !ready.contains(shard));
+            let keep_waiting = reads_only
+                && !waiting.is_empty()
+                && blocker.is_some()
+                && failed.is_none()
+                && error.is_none()
+                && crate::now_ms() + (MAX_INTENT_PAUSE.as_millis() as u64) < expires_ms;
+            if !keep_waiting {
+                break blocker;
+            }
+            tokio::time::sleep(Duration::from_millis(1 << pauses.min(6)).min(MAX_INTENT_PAUSE))
+                .await;
+            pauses += 1;
+        };
         if ready.len() < parts.len() {
             // The record first: no prepare still on its way can be committed after this.
             self.abort_prepared(txn, &record, &all_keys).await;
@@ -414,6 +510,15 @@ impl Node {
             }
         }
         trireme_storage::crash::point("txn-committed");
+        if self.cluster_version() >= since::PREFIX_TRANSACTIONS {
+            // Committed: the shards apply each key's part at its prepare's index, so what
+            // the prepares judged is the answer, whoever resolves the intents and when.
+            self.txn_resolutions.resolve(txn, record, all_keys, true);
+            return Ok(match merged(commands, judged) {
+                Some(results) => Attempt::Done(TransactionOutcome(Ok(results))),
+                None => return Err(answers_lost()),
+            });
+        }
         let mut resolved = HashMap::new();
         for _ in 0..3 {
             match self.resolve_keys(txn, all_keys.clone(), true).await {
@@ -429,13 +534,11 @@ impl Node {
         if resolved.len() == all_keys.len() {
             self.txn_forgets.forget(record);
         }
+        let judged = judged.into_iter().map(|mut j| j.pop()).collect();
         match answers(commands, resolved, judged) {
             Some(results) => Ok(Attempt::Done(TransactionOutcome(Ok(results)))),
             // Committed: this must not read as "not applied".
-            None => Err(ClusterError::Request(TriremeError::new(
-                ErrorCode::Timeout,
-                "the transaction was committed, but what some of its operations returned is lost: read its keys",
-            ))),
+            None => Err(answers_lost()),
         }
     }
 
@@ -443,6 +546,8 @@ impl Node {
     /// is left, its shards' resolvers finish.
     async fn abort_prepared(&self, txn: u128, record: &Bytes, keys: &[Bytes]) {
         match self.decide(record, Decision::Abort).await {
+            // Dropped before the next try: two transactions that keep each other's keys
+            // busy would otherwise meet again and again.
             Ok(TxnState::Aborted) => {
                 if let Err(e) = self.resolve_keys(txn, keys.to_vec(), false).await {
                     tracing::debug!(error = %e, "dropping an aborted transaction's intents");
@@ -453,11 +558,12 @@ impl Node {
         }
     }
 
-    /// How long a transaction across shards has to commit once it starts: the shortest
-    /// election timeout, so that one whose coordinator died is settled within about twice
-    /// that.
+    /// How long a transaction across shards has to commit once it starts: the longest
+    /// election timeout (a busy node's prepare and decision take a few rounds each), so
+    /// that one whose coordinator died is settled within that and a poll, about twice the
+    /// shortest election timeout with the default timing.
     fn transaction_lease(&self) -> Duration {
-        self.config.timing.election_min
+        self.config.timing.election_max
     }
 }
 
@@ -485,6 +591,84 @@ fn answers(
                 .or(judged)
         })
         .collect()
+}
+
+/// Each command's result from what its shards judged in their prepares: a key's command
+/// has one, a prefix command one per shard, merged (`None` if a command has none).
+fn merged(commands: &[Command], judged: Vec<Vec<CommandResult>>) -> Option<Vec<CommandResult>> {
+    commands
+        .iter()
+        .zip(judged)
+        .map(|(command, mut results)| {
+            if prefix_of(command).is_none() {
+                return results.pop();
+            }
+            let (mut deleted, mut index) = (0, 0);
+            let mut entries = Vec::new();
+            for result in results {
+                match result {
+                    CommandResult::Deleted(n) => deleted += n,
+                    CommandResult::Entries {
+                        entries: found,
+                        index: part,
+                    } => {
+                        entries.extend(found);
+                        index += part;
+                    }
+                    _ => return None,
+                }
+            }
+            Some(match command {
+                Command::ReadPrefix { .. } => {
+                    entries.sort_by(|a, b| a.0.cmp(&b.0));
+                    CommandResult::Entries { entries, index }
+                }
+                _ => CommandResult::Deleted(deleted),
+            })
+        })
+        .collect()
+}
+
+fn answers_lost() -> ClusterError {
+    ClusterError::Request(TriremeError::new(
+        ErrorCode::Timeout,
+        "the transaction was committed, but what some of its operations returned is lost: read its keys",
+    ))
+}
+
+/// The prefix a prefix read or delete covers; `None` for any other command.
+fn prefix_of(command: &Command) -> Option<&Bytes> {
+    match command {
+        Command::DeletePrefix { prefix } | Command::ReadPrefix { prefix } => Some(prefix),
+        _ => None,
+    }
+}
+
+/// The first key a transaction names (a prefix's hold for a prefix command).
+fn first_key(commands: &[Command]) -> Bytes {
+    commands
+        .iter()
+        .find_map(|c| c.keys().first().map(|k| (*k).clone()))
+        .or_else(|| commands.iter().find_map(prefix_of).cloned())
+        .unwrap_or_default()
+}
+
+/// `keys` by the shard each is in now; a hold's key in every shard.
+fn by_shard(routing: &ShardMap, keys: Vec<Bytes>) -> BTreeMap<ShardId, Vec<Bytes>> {
+    let mut per_shard: BTreeMap<ShardId, Vec<Bytes>> = BTreeMap::new();
+    for key in keys {
+        if hold_target(&key).is_some() {
+            for shard in routing.shards() {
+                per_shard.entry(shard).or_default().push(key.clone());
+            }
+        } else {
+            per_shard
+                .entry(routing.shard_of_key(&key))
+                .or_default()
+                .push(key);
+        }
+    }
+    per_shard
 }
 
 /// The key a "held by a transaction" error names, if it is one.
@@ -541,6 +725,11 @@ async fn resolve_abandoned(node: Arc<Node>) {
                 tracing::debug!(shard = shard.0, error = %e, "cannot settle an expired intent yet");
             }
         }
+        for (key, hold) in node.storage.expired_holds(shard, now) {
+            if let Err(e) = node.settle_hold(shard, key, &hold).await {
+                tracing::debug!(shard = shard.0, error = %e, "cannot settle an expired prefix hold yet");
+            }
+        }
         let cutoff = now.saturating_sub(RECORD_GRACE_MS);
         for (key, record) in node.storage.txn_records_expired_by(shard, cutoff) {
             if let Err(e) = finish_record(&node, &key, record).await {
@@ -573,6 +762,135 @@ async fn finish_record(node: &Node, key: &Bytes, record: TxnRecord) -> Result<()
     )
     .await?;
     Ok(())
+}
+
+/// A decided transaction whose intents are still to be resolved.
+#[derive(Debug)]
+struct Decided {
+    txn: u128,
+    record: Bytes,
+    keys: Vec<Bytes>,
+    commit: bool,
+}
+
+/// Decided transactions whose intents are still to be resolved: from cluster version 4 the
+/// coordinator answers its client once the decision is written, and one task per node
+/// resolves them in the background, many in one command per shard, then forgets their
+/// records. Until then their keys stay held: a reader waits the few milliseconds that
+/// takes, never sees the old value after the client was answered.
+#[derive(Debug)]
+pub(crate) struct Resolutions {
+    sender: tokio::sync::mpsc::UnboundedSender<Decided>,
+    receiver: std::sync::Mutex<Option<tokio::sync::mpsc::UnboundedReceiver<Decided>>>,
+}
+
+impl Default for Resolutions {
+    fn default() -> Self {
+        let (sender, receiver) = tokio::sync::mpsc::unbounded_channel();
+        Resolutions {
+            sender,
+            receiver: std::sync::Mutex::new(Some(receiver)),
+        }
+    }
+}
+
+impl Resolutions {
+    fn resolve(&self, txn: u128, record: Bytes, keys: Vec<Bytes>, commit: bool) {
+        // Gone only when the node stops; the shards' resolvers finish what is left.
+        let _ = self.sender.send(Decided {
+            txn,
+            record,
+            keys,
+            commit,
+        });
+    }
+}
+
+/// How many rounds of resolutions a node sends at once: a shard that is slow to answer (an
+/// election) holds up only its round.
+const RESOLUTION_ROUNDS: usize = 4;
+
+/// Starts the task that resolves the transactions handed to [`Resolutions`]: each round
+/// takes every one waiting and sends one `ResolveMany` per shard.
+pub(crate) fn spawn_resolutions(node: &Arc<Node>) {
+    let Some(mut receiver) = node
+        .txn_resolutions
+        .receiver
+        .lock()
+        .unwrap_or_else(|e| e.into_inner())
+        .take()
+    else {
+        return;
+    };
+    let weak = Arc::downgrade(node);
+    let rounds = Arc::new(tokio::sync::Semaphore::new(RESOLUTION_ROUNDS));
+    tokio::spawn(async move {
+        loop {
+            let Ok(permit) = rounds.clone().acquire_owned().await else {
+                return;
+            };
+            let mut decided = Vec::new();
+            if receiver.recv_many(&mut decided, 512).await == 0 {
+                return;
+            }
+            let Some(node) = weak.upgrade() else { return };
+            tokio::spawn(async move {
+                resolve_round(&node, decided).await;
+                drop(permit);
+            });
+        }
+    });
+}
+
+/// One round: every shard gets the resolutions of its keys in one command; a transaction
+/// resolved everywhere is forgotten, one that a shard refused is resolved again on its own.
+async fn resolve_round(node: &Arc<Node>, decided: Vec<Decided>) {
+    trireme_storage::crash::point("txn-resolving");
+    let map = node.shard_map();
+    let mut per_shard: BTreeMap<ShardId, (Vec<usize>, Vec<Resolution>)> = BTreeMap::new();
+    for (i, d) in decided.iter().enumerate() {
+        for (shard, keys) in by_shard(&map, d.keys.clone()) {
+            let part = per_shard.entry(shard).or_default();
+            part.0.push(i);
+            part.1.push(Resolution {
+                txn: d.txn,
+                keys,
+                commit: d.commit,
+            });
+        }
+    }
+    let mut failed = vec![false; decided.len()];
+    let answers = join_all(per_shard.into_iter().map(|(shard, (which, resolutions))| {
+        let log = LogCommand {
+            now_ms: crate::now_ms(),
+            command: Command::ResolveMany { resolutions },
+        };
+        async move { (which, node.on_shard_once(shard, &Write(log)).await) }
+    }))
+    .await;
+    for (which, answer) in answers {
+        if !matches!(answer, Ok(CommandResult::Done)) {
+            for i in which {
+                failed[i] = true;
+            }
+        }
+    }
+    for (d, failed) in decided.into_iter().zip(failed) {
+        if !failed {
+            node.txn_forgets.forget(d.record);
+            continue;
+        }
+        // Moved by a split, or a leader changed: routed again on its own.
+        let node = node.clone();
+        tokio::spawn(async move {
+            match node.resolve_keys(d.txn, d.keys, d.commit).await {
+                Ok(_) => node.txn_forgets.forget(d.record),
+                Err(e) => {
+                    tracing::debug!(txn = format!("{:032x}", d.txn), error = %e, "a decided transaction is left to the resolver")
+                }
+            }
+        });
+    }
 }
 
 /// Records of committed transactions whose every intent is resolved, to delete: the

@@ -10,7 +10,7 @@ use bytes::Bytes;
 use std::collections::HashMap;
 use trireme_types::collection::{member_slot, row_parts, split_member_key, versioned_row};
 use trireme_types::session::{SessionState, is_internal_key};
-use trireme_types::txn::{Intent, TxnRecord, intent_target, is_record_key, is_txn_row};
+use trireme_types::txn::{TxnRecord, hold_target, intent_target, is_record_key, is_txn_row};
 use trireme_types::{
     Command, CommandResult, ErrorCode, KeyCheck, LockInfo, LockOp, LockOutcome, LogCommand,
     PutCondition, Record, SessionOp, ShardId, StringEdit, TtlUpdate, ValueKind,
@@ -130,6 +130,9 @@ struct Pending<'s> {
     /// could change what they find: expiry is not judged again, nor a session that ended in
     /// this shard meanwhile (its end reaches the key after the resolve and releases it).
     as_judged: bool,
+    /// While a prepare judges its commands: the keys each prefix delete among them found,
+    /// in order, which the prepare then holds and deletes one by one.
+    expanded: Option<Vec<Vec<Bytes>>>,
 }
 
 impl<'s> Pending<'s> {
@@ -639,6 +642,33 @@ impl<'s> Pending<'s> {
         Ok(Ok(Some(new_value)))
     }
 
+    /// Every key of the shard under `prefix` as this batch sees it (rows removed in it
+    /// included), in order; internal keys only under an internal prefix.
+    fn keys_under(&self, prefix: &[u8]) -> Result<Vec<Bytes>, StorageError> {
+        let mut keys: Vec<Bytes> = Vec::new();
+        let hide_internal = !is_internal_key(prefix);
+        for row in self
+            .storage
+            .tables
+            .prefix(Space::Data, &owned_key(self.shard, prefix))
+        {
+            let (key, _) = row?;
+            if hide_internal && is_internal_key(&key[4..]) {
+                continue;
+            }
+            keys.push(Bytes::copy_from_slice(&key[4..]));
+        }
+        keys.extend(
+            self.changes
+                .keys()
+                .filter(|k| k.starts_with(prefix) && !(hide_internal && is_internal_key(k)))
+                .cloned(),
+        );
+        keys.sort();
+        keys.dedup();
+        Ok(keys)
+    }
+
     /// Whether every key `command` names is in a slot this shard owns. A batch's commands
     /// are checked one by one (they come from different clients); a prefix delete names no
     /// key and removes only what the shard holds.
@@ -646,10 +676,11 @@ impl<'s> Pending<'s> {
         let Some(owned) = self.owned else {
             return true;
         };
+        // A prefix hold's key names no slot: every shard may hold one.
         command
             .keys()
             .into_iter()
-            .all(|key| crate::store::in_slots(key, Some(owned)))
+            .all(|key| hold_target(key).is_some() || crate::store::in_slots(key, Some(owned)))
     }
 
     fn apply(&mut self, index: u64, log: &LogCommand) -> Result<CommandResult, StorageError> {
@@ -666,7 +697,10 @@ impl<'s> Pending<'s> {
         if !self.owns_keys_of(command) {
             return Ok(CommandResult::Moved);
         }
-        if let Some(key) = self.blocked_key(command)? {
+        // A committed intent's own commands pass the holds of their transaction.
+        if !self.as_judged
+            && let Some(key) = self.blocked_key(command)?
+        {
             return Ok(CommandResult::InTransaction(key));
         }
         Ok(match command {
@@ -751,35 +785,39 @@ impl<'s> Pending<'s> {
                 CommandResult::Deleted(removed)
             }
             Command::DeletePrefix { prefix } => {
-                let mut keys: Vec<Bytes> = Vec::new();
-                let hide_internal = !is_internal_key(prefix);
-                for row in self
-                    .storage
-                    .tables
-                    .prefix(Space::Data, &owned_key(self.shard, prefix))
-                {
-                    let (key, _) = row?;
-                    if hide_internal && is_internal_key(&key[4..]) {
-                        continue;
-                    }
-                    keys.push(Bytes::copy_from_slice(&key[4..]));
-                }
-                keys.extend(
-                    self.changes
-                        .keys()
-                        .filter(|k| k.starts_with(prefix) && !(hide_internal && is_internal_key(k)))
-                        .cloned(),
-                );
-                keys.sort();
-                keys.dedup();
                 let mut removed = 0;
-                for key in keys {
+                let mut found = Vec::new();
+                for key in self.keys_under(prefix)? {
                     if let Some(raw) = self.raw(&key)? {
-                        removed += u64::from(!raw.is_expired(now));
-                        self.set(key, None)?;
+                        removed += u64::from(self.as_judged || !raw.is_expired(now));
+                        self.set(key.clone(), None)?;
+                        found.push(key);
                     }
+                }
+                if let Some(expanded) = &mut self.expanded {
+                    expanded.push(found);
                 }
                 CommandResult::Deleted(removed)
+            }
+            Command::ReadPrefix { prefix } => {
+                let mut entries = Vec::new();
+                for key in self.keys_under(prefix)? {
+                    if member_slot(&key).is_some() {
+                        continue;
+                    }
+                    if let Some(record) = self.live(&key, now)? {
+                        entries.push((key, record));
+                    }
+                }
+                let removed = self
+                    .storage
+                    .removal_watermark(ShardId(self.shard))?
+                    .max(self.removed_at.unwrap_or(0));
+                let highest = entries.iter().map(|(_, r)| r.modify_index).max();
+                CommandResult::Entries {
+                    index: highest.unwrap_or(0).max(removed),
+                    entries,
+                }
             }
             Command::Incr { key, delta } => {
                 let current = self.live(key, now)?;
@@ -883,6 +921,12 @@ impl<'s> Pending<'s> {
             Command::Forget { records } => {
                 for record in records {
                     self.forget_record(record)?;
+                }
+                CommandResult::Done
+            }
+            Command::ResolveMany { resolutions } => {
+                for resolution in resolutions {
+                    self.resolve_at_prepare(now, resolution)?;
                 }
                 CommandResult::Done
             }
@@ -1007,8 +1051,9 @@ impl Storage {
             index: 0,
             removed_at: None,
             keys,
-            intents_here: self.intents.may_exist(shard),
+            intents_here: self.intents.may_block(shard),
             as_judged: false,
+            expanded: None,
         };
         let mut results = Vec::with_capacity(entries.len());
         for entry in entries {
@@ -1055,6 +1100,7 @@ impl Storage {
         let mut dead = Vec::new();
         // Intents gone in this batch: readers stop looking for them once it is published.
         let mut intents_gone = Vec::new();
+        let mut holds_gone = Vec::new();
         for key in pending.order {
             let full = owned_key(shard, &key);
             let record = pending.changes.remove(&key).flatten();
@@ -1110,9 +1156,17 @@ impl Storage {
                     Some(row) => self.intents.added(
                         shard,
                         Bytes::copy_from_slice(target),
-                        Intent::decode(&row.value).map_or(0, |i| i.expires_ms),
+                        crate::intents::Held::of(row)?,
                     ),
                     None => intents_gone.push(Bytes::copy_from_slice(target)),
+                }
+            } else if hold_target(&key).is_some() {
+                match &record {
+                    Some(row) => {
+                        self.intents
+                            .hold_added(shard, key.clone(), crate::intents::Held::of(row)?)
+                    }
+                    None => holds_gone.push(key.clone()),
                 }
             }
             match record {
@@ -1173,6 +1227,9 @@ impl Storage {
         }
         for key in &intents_gone {
             self.intents.removed(shard, key);
+        }
+        for row in &holds_gone {
+            self.intents.hold_removed(shard, row);
         }
         crate::crash::point("applied");
         self.purger.queue(dead);
@@ -1428,6 +1485,13 @@ impl Storage {
         for row in self.tables.prefix(Space::Data, &parent.to_be_bytes()) {
             let (key, value) = row?;
             let user_key = &key[4..];
+            if hold_target(user_key).is_some() {
+                // A prefix hold covers keys of both halves: each keeps it.
+                if seed.is_some() {
+                    batch.insert(Space::Data, owned_key(child, user_key), value.to_vec());
+                }
+                continue;
+            }
             if !crate::store::in_slots(user_key, Some(upper)) {
                 continue;
             }

@@ -14,7 +14,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 pub const VARIABLE: &str = "TRIREME_CRASH_AT";
 
 /// Every crash point, in the order an entry passes them.
-pub const POINTS: [&str; 8] = [
+pub const POINTS: [&str; 9] = [
     // A log append is written to the log store but not synced.
     "log-written",
     // The log store's fdatasync returned; no flush callback has fired yet.
@@ -32,6 +32,9 @@ pub const POINTS: [&str; 8] = [
     "txn-prepared",
     // A transaction across shards is committed in its record; no shard has resolved it yet.
     "txn-committed",
+    // A committed transaction's client may have its answer; its resolutions are about to go
+    // to the shards, and its record is not forgotten.
+    "txn-resolving",
 ];
 
 struct Armed {

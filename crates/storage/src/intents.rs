@@ -15,14 +15,39 @@ use crate::keys::owned_key;
 use crate::tables::{Space, Tables};
 use bytes::Bytes;
 use std::collections::HashMap;
-use std::sync::Mutex;
 use std::sync::atomic::{AtomicU64, Ordering};
-use trireme_types::txn::{Intent, TxnRecord, intent_target, intents_prefix, records_prefix};
+use std::sync::{Arc, Mutex};
+use trireme_types::txn::{
+    Intent, TxnRecord, hold_target, holds_prefix, intent_target, intents_prefix, records_prefix,
+};
 
-/// One shard replica's intents: the key each is on, and when its transaction expires.
+/// An intent, or a prefix hold (an intent with no commands), as a replica's rows hold it.
+#[derive(Debug, Clone)]
+pub(crate) struct Held {
+    /// What its row says.
+    pub(crate) intent: Arc<Intent>,
+    /// The log index of the prepare that wrote it: a commit applies its commands there.
+    pub(crate) index: u64,
+}
+
+impl Held {
+    /// The intent or hold stored as `row`.
+    pub(crate) fn of(row: &trireme_types::Record) -> Result<Held, StorageError> {
+        let intent = Intent::decode(&row.value)
+            .ok_or_else(|| StorageError::Corrupt("an intent row".into()))?;
+        Ok(Held {
+            intent: Arc::new(intent),
+            index: row.modify_index,
+        })
+    }
+}
+
+/// One shard replica's intents by the key each is on, and its prefix holds.
 #[derive(Debug, Default)]
 struct ShardIntents {
-    keys: HashMap<Bytes, u64>,
+    keys: HashMap<Bytes, Held>,
+    /// Prefix holds, by their rows' keys (see [`trireme_types::txn::hold_key`]).
+    holds: HashMap<Bytes, Held>,
     /// The shard's transaction records, by key.
     records: HashMap<Bytes, TxnRecord>,
     /// Its rows are being replaced outside the apply loop (an install, a split): until
@@ -33,7 +58,7 @@ struct ShardIntents {
 /// Every shard replica's intents.
 #[derive(Debug, Default)]
 pub(crate) struct Intents {
-    /// Intents held on every shard, plus shards being replaced.
+    /// Intents and holds on every shard, plus shards being replaced.
     outstanding: AtomicU64,
     shards: Mutex<HashMap<u32, ShardIntents>>,
 }
@@ -52,26 +77,56 @@ impl Intents {
         self.shards().get(&shard).map(look)
     }
 
-    /// Whether a read of `shard` must look for intents.
+    /// Whether a read of `shard` must look for intents. Holds keep writes out, not reads.
     pub(crate) fn may_exist(&self, shard: u32) -> bool {
         self.look(shard, |s| s.replacing || !s.keys.is_empty())
             .unwrap_or(false)
     }
 
-    /// Whether `key` of `shard` holds an intent (as of the last published batch).
-    pub(crate) fn holds(&self, shard: u32, key: &[u8]) -> bool {
-        self.look(shard, |s| s.keys.contains_key(key))
-            .unwrap_or(false)
+    /// Whether a command applied to `shard` may meet an intent or a hold.
+    pub(crate) fn may_block(&self, shard: u32) -> bool {
+        self.look(shard, |s| {
+            s.replacing || !s.keys.is_empty() || !s.holds.is_empty()
+        })
+        .unwrap_or(false)
+    }
+
+    /// The intent on `key` of `shard` (as of the last published batch).
+    pub(crate) fn intent(&self, shard: u32, key: &[u8]) -> Option<Held> {
+        self.look(shard, |s| s.keys.get(key).cloned()).flatten()
+    }
+
+    /// The hold whose row is `row` in `shard`.
+    pub(crate) fn hold(&self, shard: u32, row: &[u8]) -> Option<Held> {
+        self.look(shard, |s| s.holds.get(row).cloned()).flatten()
+    }
+
+    /// The rows of the holds in `shard` whose prefixes `key` is under (a write to `key`
+    /// waits for them), or, with `overlapping`, that are under `key` too (a prefix read or
+    /// delete over `key` waits for those as well).
+    pub(crate) fn holds_over(&self, shard: u32, key: &[u8], overlapping: bool) -> Vec<Bytes> {
+        self.look(shard, |s| {
+            s.holds
+                .keys()
+                .filter(|row| {
+                    hold_target(row).is_some_and(|(_, prefix)| {
+                        key.starts_with(prefix) || (overlapping && prefix.starts_with(key))
+                    })
+                })
+                .cloned()
+                .collect()
+        })
+        .unwrap_or_default()
     }
 
     /// An intent on `key` of `shard` is about to be published.
-    pub(crate) fn added(&self, shard: u32, key: Bytes, expires_ms: u64) {
+    pub(crate) fn added(&self, shard: u32, key: Bytes, held: Held) {
         let mut shards = self.shards();
         if shards
             .entry(shard)
             .or_default()
             .keys
-            .insert(key, expires_ms)
+            .insert(key, held)
             .is_none()
         {
             self.outstanding.fetch_add(1, Ordering::AcqRel);
@@ -86,6 +141,37 @@ impl Intents {
         {
             self.outstanding.fetch_sub(1, Ordering::AcqRel);
         }
+    }
+
+    /// The hold at `row` of `shard` is about to be published.
+    pub(crate) fn hold_added(&self, shard: u32, row: Bytes, held: Held) {
+        let mut shards = self.shards();
+        if shards
+            .entry(shard)
+            .or_default()
+            .holds
+            .insert(row, held)
+            .is_none()
+        {
+            self.outstanding.fetch_add(1, Ordering::AcqRel);
+        }
+    }
+
+    /// The hold at `row` of `shard` is gone from the published rows.
+    pub(crate) fn hold_removed(&self, shard: u32, row: &[u8]) {
+        let mut shards = self.shards();
+        if let Some(s) = shards.get_mut(&shard)
+            && s.holds.remove(row).is_some()
+        {
+            self.outstanding.fetch_sub(1, Ordering::AcqRel);
+        }
+    }
+
+    /// The transaction record at `key` of `shard`, as the published rows hold it.
+    pub(crate) fn record(&self, shard: u32, key: &[u8]) -> Option<TxnRecord> {
+        self.shards()
+            .get(&shard)
+            .and_then(|s| s.records.get(key).cloned())
     }
 
     /// Record `key` of `shard` is written as `record`.
@@ -134,8 +220,16 @@ impl Intents {
                 continue;
             };
             let record = trireme_types::Record::decode(&value)?;
-            let expires = Intent::decode(&record.value).map_or(0, |i| i.expires_ms);
-            found.insert(Bytes::copy_from_slice(target), expires);
+            found.insert(Bytes::copy_from_slice(target), Held::of(&record)?);
+        }
+        let mut holds = HashMap::new();
+        for row in tables.prefix(Space::Data, &owned_key(shard, &holds_prefix())) {
+            let (key, value) = row?;
+            if hold_target(&key[4..]).is_none() {
+                continue;
+            }
+            let record = trireme_types::Record::decode(&value)?;
+            holds.insert(Bytes::copy_from_slice(&key[4..]), Held::of(&record)?);
         }
         let mut records = HashMap::new();
         for row in tables.prefix(Space::Data, &owned_key(shard, &records_prefix())) {
@@ -147,11 +241,12 @@ impl Intents {
         }
         let mut shards = self.shards();
         let s = shards.entry(shard).or_default();
-        let before = s.keys.len() as u64 + u64::from(s.replacing);
+        let before = (s.keys.len() + s.holds.len()) as u64 + u64::from(s.replacing);
         s.keys = found;
+        s.holds = holds;
         s.records = records;
         s.replacing = false;
-        let after = s.keys.len() as u64;
+        let after = (s.keys.len() + s.holds.len()) as u64;
         if after > before {
             self.outstanding.fetch_add(after - before, Ordering::AcqRel);
         } else {
@@ -164,18 +259,22 @@ impl Intents {
     pub(crate) fn drop_shard(&self, shard: u32) {
         if let Some(s) = self.shards().remove(&shard) {
             self.outstanding.fetch_sub(
-                s.keys.len() as u64 + u64::from(s.replacing),
+                (s.keys.len() + s.holds.len()) as u64 + u64::from(s.replacing),
                 Ordering::AcqRel,
             );
         }
     }
 
-    /// A key of `shard` under `prefix` that holds an intent, if any.
-    pub(crate) fn any_under(&self, shard: u32, prefix: &[u8]) -> Option<Bytes> {
+    /// The keys of `shard` under `prefix` that hold an intent.
+    pub(crate) fn under(&self, shard: u32, prefix: &[u8]) -> Vec<Bytes> {
         self.look(shard, |s| {
-            s.keys.keys().find(|key| key.starts_with(prefix)).cloned()
+            s.keys
+                .keys()
+                .filter(|key| key.starts_with(prefix))
+                .cloned()
+                .collect()
         })
-        .flatten()
+        .unwrap_or_default()
     }
 
     /// The keys of `shard` whose intents' transactions expired by `now_ms`.
@@ -183,8 +282,21 @@ impl Intents {
         self.look(shard, |s| {
             s.keys
                 .iter()
-                .filter(|(_, expires)| **expires < now_ms)
+                .filter(|(_, held)| held.intent.expires_ms < now_ms)
                 .map(|(key, _)| key.clone())
+                .collect()
+        })
+        .unwrap_or_default()
+    }
+
+    /// The rows of the holds in `shard` of transactions that expired by `now_ms`, with
+    /// what they say.
+    pub(crate) fn expired_holds(&self, shard: u32, now_ms: u64) -> Vec<(Bytes, Held)> {
+        self.look(shard, |s| {
+            s.holds
+                .iter()
+                .filter(|(_, held)| held.intent.expires_ms < now_ms)
+                .map(|(row, held)| (row.clone(), held.clone()))
                 .collect()
         })
         .unwrap_or_default()

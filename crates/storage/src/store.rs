@@ -720,6 +720,20 @@ impl Storage {
         self.intents.expired(shard.0, now_ms)
     }
 
+    /// The prefix holds of `shard` whose transactions expired by `now_ms`: each hold's key
+    /// and what it says. The shard's leader resolves them as it does expired intents.
+    pub fn expired_holds(
+        &self,
+        shard: ShardId,
+        now_ms: u64,
+    ) -> Vec<(bytes::Bytes, std::sync::Arc<trireme_types::txn::Intent>)> {
+        self.intents
+            .expired_holds(shard.0, now_ms)
+            .into_iter()
+            .map(|(row, held)| (row, held.intent))
+            .collect()
+    }
+
     /// The transaction records `shard` holds whose leases ended before `cutoff_ms`: the
     /// shard's leader finishes them (see [`trireme_types::txn`]).
     pub fn txn_records_expired_by(

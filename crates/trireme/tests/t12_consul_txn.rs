@@ -132,11 +132,6 @@ async fn refused_transactions_say_why() {
             "Key cannot be empty",
         ),
         (
-            r#"[{"KV":{"Verb":"get-tree","Key":"k"}}]"#,
-            400,
-            "get-tree is not supported",
-        ),
-        (
             r#"[{"KV":{"Verb":"lock","Key":"k"}}]"#,
             400,
             "needs a Session",

@@ -44,7 +44,15 @@ async fn killed_coordinator(point: &str, expected: &str) {
     }
     let ops: Vec<Value> = keys.iter().map(|k| set(k, "new")).collect();
     let answer = txn(&c, 0, &Value::Array(ops)).await;
-    assert!(answer.is_err(), "the coordinator answered: {answer:?}");
+    if point == "txn-resolving" {
+        // Committed and answered (or about to be) before the shards hear of it.
+        assert!(
+            answer.is_err() || matches!(answer, Ok((200, _))),
+            "the coordinator answered: {answer:?}"
+        );
+    } else {
+        assert!(answer.is_err(), "the coordinator answered: {answer:?}");
+    }
     let started = Instant::now();
     for key in &keys {
         assert_eq!(
@@ -81,6 +89,174 @@ async fn a_coordinator_killed_after_it_commits_leaves_everything() {
         Duration::from_secs(120),
         killed_coordinator("txn-committed", "new"),
     )
+    .await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_coordinator_killed_after_it_answers_leaves_everything() {
+    bounded(
+        Duration::from_secs(120),
+        killed_coordinator("txn-resolving", "new"),
+    )
+    .await;
+}
+
+/// `get-tree` and `delete-tree` in a transaction, and `DELETE ?recurse`, over keys in every
+/// shard: each reads or deletes all of the prefix at once, with the transaction's other
+/// operations in their order.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn prefix_operations_cover_every_shard_in_one_step() {
+    bounded(Duration::from_secs(120), async {
+        let c = TestCluster::start(ClusterOptions::default().shards(8)).await;
+        let keys = c.key_per_shard("tree/");
+        for key in &keys {
+            c.put(0, key, "v").await;
+        }
+        c.put(0, "treehouse", "outside").await;
+        let (status, body) = txn(
+            &c,
+            1,
+            &json!([{"KV": {"Verb": "get-tree", "Key": "tree/"}}]),
+        )
+        .await
+        .expect("get-tree");
+        assert_eq!(status, 200, "{body}");
+        let mut read: Vec<String> = body["Results"]
+            .as_array()
+            .expect("results")
+            .iter()
+            .map(|r| r["KV"]["Key"].as_str().expect("a key").to_string())
+            .collect();
+        let mut expected = keys.clone();
+        expected.sort();
+        read.sort();
+        assert_eq!(read, expected, "every shard's keys under the prefix");
+        // Deleted, and one written again after the delete in the same transaction.
+        let again = &keys[3];
+        let ops = json!([
+            {"KV": {"Verb": "delete-tree", "Key": "tree/"}},
+            set(again, "again"),
+            {"KV": {"Verb": "get-tree", "Key": "tree/"}},
+        ]);
+        let (status, body) = txn(&c, 2, &ops).await.expect("delete-tree");
+        assert_eq!(status, 200, "{body}");
+        let results = body["Results"].as_array().expect("results");
+        assert_eq!(
+            results.last().map(|r| r["KV"]["Key"].clone()),
+            Some(json!(again)),
+            "the transaction reads its own writes: {body}"
+        );
+        for key in &keys {
+            let expected = (key == again).then_some("again");
+            assert_eq!(text(c.get(0, key, "").await).as_deref(), expected, "{key}");
+        }
+        assert_eq!(
+            text(c.get(0, "treehouse", "").await).as_deref(),
+            Some("outside")
+        );
+        // A recursive delete: all of it.
+        for key in &keys {
+            c.put(1, key, "w").await;
+        }
+        let deleted = reqwest::Client::new()
+            .delete(format!("{}/v1/kv/tree/?recurse", c.node(0).http_url()))
+            .send()
+            .await
+            .expect("DELETE ?recurse");
+        assert_eq!(deleted.status().as_u16(), 200);
+        let listed = reqwest::get(format!("{}/v1/kv/tree/?recurse", c.node(1).http_url()))
+            .await
+            .expect("GET ?recurse");
+        assert_eq!(listed.status().as_u16(), 404, "nothing is left under tree/");
+        assert_eq!(
+            text(c.get(2, "treehouse", "").await).as_deref(),
+            Some("outside")
+        );
+    })
+    .await;
+}
+
+/// A reader listing `?recurse&consistent` while transfers move money between accounts in
+/// different shards sees the same total every time: the listing is one moment of all the
+/// shards, and no transfer shows half done.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_consistent_listing_never_sees_half_a_transfer() {
+    bounded(Duration::from_secs(150), async {
+        let c = TestCluster::start(ClusterOptions::default().shards(8)).await;
+        let accounts = c.key_per_shard("iso/");
+        for key in &accounts {
+            c.put(0, key, "100").await;
+        }
+        let total = 100 * accounts.len() as i64;
+        let done = std::sync::atomic::AtomicBool::new(false);
+        let transfers = async {
+            let mut committed = 0;
+            for round in 0..24 {
+                let from = &accounts[round % accounts.len()];
+                let to = &accounts[(round * 3 + 1) % accounts.len()];
+                if from == to {
+                    continue;
+                }
+                let via = round % 3;
+                let (Some(a), Some(b)) = (c.get(via, from, "").await, c.get(via, to, "").await)
+                else {
+                    panic!("an account is missing");
+                };
+                let amount = |e: &crate::common::KvEntry| -> i64 {
+                    String::from_utf8_lossy(&e.value)
+                        .parse()
+                        .expect("a balance")
+                };
+                let ops = json!([
+                    {"KV": {"Verb": "check-index", "Key": from, "Index": a.modify_index}},
+                    {"KV": {"Verb": "check-index", "Key": to, "Index": b.modify_index}},
+                    set(from, &(amount(&a) - 3).to_string()),
+                    set(to, &(amount(&b) + 3).to_string()),
+                ]);
+                if let Ok((200, _)) = txn(&c, via, &ops).await {
+                    committed += 1;
+                }
+            }
+            done.store(true, std::sync::atomic::Ordering::SeqCst);
+            committed
+        };
+        let reader = async {
+            let mut reads = 0;
+            while !done.load(std::sync::atomic::Ordering::SeqCst) || reads < 5 {
+                let url = format!(
+                    "{}/v1/kv/iso/?recurse&consistent",
+                    c.node(reads % 3).http_url()
+                );
+                let response = reqwest::get(url).await.expect("a listing");
+                let status = response.status().as_u16();
+                let body: Value = response.json().await.expect("a JSON answer");
+                assert_eq!(status, 200, "listing {reads}: {body}");
+                let entries: Vec<Value> = serde_json::from_value(body).expect("entries");
+                assert_eq!(entries.len(), accounts.len(), "{entries:?}");
+                let sum: i64 = entries
+                    .iter()
+                    .map(|e| {
+                        use base64::Engine as _;
+                        let raw = base64::engine::general_purpose::STANDARD
+                            .decode(e["Value"].as_str().expect("a value"))
+                            .expect("base64");
+                        String::from_utf8_lossy(&raw)
+                            .parse::<i64>()
+                            .expect("a balance")
+                    })
+                    .sum();
+                assert_eq!(
+                    sum, total,
+                    "listing {reads} saw half a transfer: {entries:?}"
+                );
+                reads += 1;
+            }
+            reads
+        };
+        let (committed, reads) = tokio::join!(transfers, reader);
+        eprintln!("{committed} transfers, {reads} consistent listings");
+        assert!(committed > 0, "no transfer committed");
+    })
     .await;
 }
 

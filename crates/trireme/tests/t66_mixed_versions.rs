@@ -2,7 +2,7 @@
 //! and protocol when it links; nodes one protocol apart serve together (a rolling upgrade),
 //! nodes two apart are refused with both versions named, and the cluster status shows what
 //! each node runs. The cluster version waits for the last node: a feature that changes what
-//! is replicated (a Consul transaction across shards) is refused until then, turns on when the
+//! is replicated (a Consul transaction over a prefix) is refused until then, turns on when the
 //! upgrade is finalized (by the operator, or by the cluster itself), and from then on a node
 //! of the older build is refused.
 //!
@@ -208,12 +208,12 @@ async fn finalize(c: &TestCluster, via: usize) -> (u16, serde_json::Value) {
     (status, response.json().await.expect("a JSON answer"))
 }
 
-/// The replicated feature of the newest protocol: a Consul transaction whose two keys are in
-/// two shards, through node `via`; its status and body.
-async fn txn_across_shards(c: &TestCluster, via: usize) -> (u16, String) {
+/// The replicated feature of the newest protocol: a Consul transaction that reads a prefix
+/// (in every shard) and writes a key, through node `via`; its status and body.
+async fn newest_feature(c: &TestCluster, via: usize) -> (u16, String) {
     let keys = c.key_per_shard("feature/");
     let ops = serde_json::json!([
-        {"KV": {"Verb": "set", "Key": keys[0], "Value": "MQ=="}},
+        {"KV": {"Verb": "get-tree", "Key": "feature/"}},
         {"KV": {"Verb": "set", "Key": keys[1], "Value": "MQ=="}},
     ]);
     let url = format!("{}/v1/txn", c.node(via).http_url());
@@ -244,7 +244,7 @@ async fn an_upgrade_finalized_by_the_operator_turns_on_its_features_and_shuts_ou
         // A replicated feature of the new protocol is refused, naming both versions.
         let mut client = RawResp::connect(c.node(1).resp_addr()).await;
         client.cmd(&[b"ZADD", b"{z}full", b"1.5", b"m"]).await;
-        let (status, refused) = txn_across_shards(&c, 0).await;
+        let (status, refused) = newest_feature(&c, 0).await;
         assert!(
             status == 409
                 && refused.contains(&format!("needs cluster version {PROTOCOL}"))
@@ -286,7 +286,7 @@ async fn an_upgrade_finalized_by_the_operator_turns_on_its_features_and_shuts_ou
         assert_eq!((code, &body["cluster_version"]), (200, &serde_json::json!(PROTOCOL)));
 
         // The feature is on.
-        let (status, body) = txn_across_shards(&c, 0).await;
+        let (status, body) = newest_feature(&c, 0).await;
         assert_eq!(status, 200, "{body}");
 
         // The older build is refused now, naming the cluster version; the rest serve.
@@ -331,7 +331,7 @@ async fn the_cluster_version_rises_by_itself_once_the_last_node_is_upgraded() {
     let mut c = TestCluster::start(one_node_behind("")).await;
     bounded(Duration::from_secs(180), async {
         until_cluster_version(&c, 0, PROTOCOL - 1).await;
-        let (status, refused) = txn_across_shards(&c, 1).await;
+        let (status, refused) = newest_feature(&c, 1).await;
         assert!(
             status == 409 && refused.contains("needs cluster version"),
             "{status} {refused}"
@@ -340,7 +340,7 @@ async fn the_cluster_version_rises_by_itself_once_the_last_node_is_upgraded() {
         for via in 0..3 {
             until_cluster_version(&c, via, PROTOCOL).await;
         }
-        let (status, body) = txn_across_shards(&c, 2).await;
+        let (status, body) = newest_feature(&c, 2).await;
         assert_eq!(status, 200, "{body}");
 
         // A new node of the older build asking to join is refused, and says why.

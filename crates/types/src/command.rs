@@ -256,6 +256,22 @@ pub enum Command {
         /// The keys of their records.
         records: Vec<Bytes>,
     },
+    /// Resolve the intents (and prefix holds) of decided transactions, several at once: as
+    /// [`Command::Resolve`], but each key's commands are applied at the index of the prepare
+    /// that wrote its intent, so what the prepare judged (indexes included) is what they
+    /// return, and the coordinator can answer its client before they are resolved.
+    /// Answered with [`CommandResult::Done`]. From protocol 4.
+    ResolveMany {
+        /// Which transactions, on which keys (a hold's internal key for a held prefix).
+        resolutions: Vec<crate::txn::Resolution>,
+    },
+    /// Read every key under `prefix` as it is at this point of the log (Consul's `get-tree`
+    /// in a transaction), in key order. Answered with [`CommandResult::Entries`]. From
+    /// protocol 4.
+    ReadPrefix {
+        /// The prefix; internal keys are left out unless it is one.
+        prefix: Bytes,
+    },
 }
 
 /// An end of a list.
@@ -726,6 +742,8 @@ impl Command {
             Command::Decide { .. } => "decide",
             Command::Resolve { .. } => "resolve",
             Command::Forget { .. } => "forget",
+            Command::ResolveMany { .. } => "resolve_many",
+            Command::ReadPrefix { .. } => "read_prefix",
         }
     }
 
@@ -738,6 +756,7 @@ impl Command {
         !matches!(
             self,
             Command::DeletePrefix { .. }
+                | Command::ReadPrefix { .. }
                 | Command::Batch(_)
                 | Command::Split { .. }
                 | Command::Check { .. }
@@ -760,6 +779,9 @@ impl Command {
             Command::Resolve { keys, .. } => keys.iter().collect(),
             Command::Decide { record, .. } => vec![record],
             Command::Forget { records } => records.iter().collect(),
+            Command::ResolveMany { resolutions } => {
+                resolutions.iter().flat_map(|r| r.keys.iter()).collect()
+            }
             Command::SortedSet { key, op } => {
                 let mut keys = vec![key];
                 if let crate::SortedSetOp::PopFirst { others, .. } = op {
@@ -795,7 +817,10 @@ impl Command {
                 .map(|(k, _)| k)
                 .chain(commands.iter().flat_map(Command::keys))
                 .collect(),
-            Command::DeletePrefix { .. } | Command::Batch(_) | Command::Split { .. } => Vec::new(),
+            Command::DeletePrefix { .. }
+            | Command::ReadPrefix { .. }
+            | Command::Batch(_)
+            | Command::Split { .. } => Vec::new(),
         }
     }
 }
@@ -856,4 +881,14 @@ pub enum CommandResult {
     /// A [`Command::Resolve`]: for each of its keys, in order, the results of the intent's
     /// commands (empty when the key held no intent of the transaction, or it was dropped).
     Resolved(Vec<Vec<CommandResult>>),
+    /// A [`Command::ReadPrefix`]: each key under the prefix with its live record, in key
+    /// order, and the shard's part of the listing's Consul index (the highest `ModifyIndex`
+    /// among them, or the shard's removal watermark when higher; summed over shards when
+    /// the answers of several are merged).
+    Entries {
+        /// The keys and records.
+        entries: Vec<(Bytes, Record)>,
+        /// The index part.
+        index: u64,
+    },
 }

@@ -320,6 +320,8 @@ names! {
         Command::Decide { .. } => "command.decide",
         Command::Resolve { .. } => "command.resolve",
         Command::Forget { .. } => "command.forget",
+        Command::ResolveMany { .. } => "command.resolve_many",
+        Command::ReadPrefix { .. } => "command.read_prefix",
     }
 }
 
@@ -480,6 +482,23 @@ fn commands() -> Vec<Command> {
         },
         Command::Forget {
             records: vec![crate::txn::record_key(9)],
+        },
+        Command::ResolveMany {
+            resolutions: vec![
+                crate::txn::Resolution {
+                    txn: 9,
+                    keys: vec![b("vault/a"), crate::txn::hold_key(9, b"vault/")],
+                    commit: true,
+                },
+                crate::txn::Resolution {
+                    txn: 10,
+                    keys: vec![b("vault/c")],
+                    commit: false,
+                },
+            ],
+        },
+        Command::ReadPrefix {
+            prefix: b("vault/"),
         },
     ]
 }
@@ -1036,6 +1055,7 @@ names! {
         CommandResult::Prepared(_) => "command_result.prepared",
         CommandResult::Decided(_) => "command_result.decided",
         CommandResult::Resolved(_) => "command_result.resolved",
+        CommandResult::Entries { .. } => "command_result.entries",
     }
 }
 
@@ -1043,6 +1063,7 @@ fn command_results() -> Vec<CommandResult> {
     // Records travel in results through serde, not through `Record::encode`.
     let records = records();
     let [string, expiring, locked, hash] = [0, 1, 3, 4].map(|i| records[i].clone());
+    let string_entry = string.clone();
     vec![
         CommandResult::Put {
             written: true,
@@ -1073,6 +1094,10 @@ fn command_results() -> Vec<CommandResult> {
         CommandResult::Prepared(crate::txn::PrepareOutcome::Busy(b("vault/b"))),
         CommandResult::Decided(crate::txn::TxnState::Committed),
         CommandResult::Resolved(vec![vec![CommandResult::Done], Vec::new()]),
+        CommandResult::Entries {
+            entries: vec![(b("vault/a"), string_entry)],
+            index: 301,
+        },
     ]
 }
 

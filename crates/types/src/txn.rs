@@ -32,6 +32,8 @@ use serde::{Deserialize, Serialize};
 const INTENTS: &[u8] = b"I/";
 /// What follows [`INTERNAL_KEY_PREFIX`] in every transaction record's key.
 const RECORDS: &[u8] = b"txn/";
+/// What follows [`INTERNAL_KEY_PREFIX`] in every prefix hold's key.
+const HOLDS: &[u8] = b"H/";
 
 /// The first bytes of every intent's key.
 pub fn intents_prefix() -> Bytes {
@@ -67,10 +69,37 @@ pub fn intent_slot(key: &[u8]) -> Option<u16> {
     Some(u16::from_be_bytes(slot))
 }
 
-/// Whether `key` is an intent's or a transaction record's.
+/// Whether `key` is an intent's, a prefix hold's or a transaction record's.
 pub fn is_txn_row(key: &[u8]) -> bool {
-    key.strip_prefix(INTERNAL_KEY_PREFIX)
-        .is_some_and(|rest| rest.starts_with(INTENTS) || rest.starts_with(RECORDS))
+    key.strip_prefix(INTERNAL_KEY_PREFIX).is_some_and(|rest| {
+        rest.starts_with(INTENTS) || rest.starts_with(RECORDS) || rest.starts_with(HOLDS)
+    })
+}
+
+/// The first bytes of every prefix hold's key.
+pub fn holds_prefix() -> Bytes {
+    let mut out = INTERNAL_KEY_PREFIX.to_vec();
+    out.extend_from_slice(HOLDS);
+    Bytes::from(out)
+}
+
+/// The key of transaction `txn`'s hold on `prefix`: a row in every shard whose keys under
+/// `prefix` the transaction reads or deletes as a whole (`get-tree`, `delete-tree`), which
+/// keeps every other write out from under it until the transaction is resolved (reads of
+/// one prefix share it). Unlike an intent's, its key names no slot: a split leaves it in
+/// both shards, and it is resolved in every shard.
+pub fn hold_key(txn: u128, prefix: &[u8]) -> Bytes {
+    let mut out = holds_prefix().to_vec();
+    out.extend_from_slice(&txn.to_be_bytes());
+    out.extend_from_slice(prefix);
+    Bytes::from(out)
+}
+
+/// The transaction and the prefix a hold's key names; `None` for any other key.
+pub fn hold_target(key: &[u8]) -> Option<(u128, &[u8])> {
+    let rest = key.strip_prefix(INTERNAL_KEY_PREFIX)?.strip_prefix(HOLDS)?;
+    let txn: [u8; 16] = rest.get(..16)?.try_into().ok()?;
+    Some((u128::from_be_bytes(txn), &rest[16..]))
 }
 
 /// Whether `key` is a transaction record's.
@@ -163,6 +192,17 @@ impl Intent {
     }
 }
 
+/// A [`crate::Command::ResolveMany`]'s part for one transaction.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Resolution {
+    /// The transaction.
+    pub txn: u128,
+    /// Keys that may hold its intents, and keys of holds ([`hold_key`]) it may have.
+    pub keys: Vec<Bytes>,
+    /// Apply (true) or drop.
+    pub commit: bool,
+}
+
 /// How a [`crate::Command::Decide`] wants the transaction to end.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 pub enum Decision {
@@ -210,6 +250,11 @@ mod tests {
         assert!(is_record_key(&record_key(7)) && !is_record_key(&intent_key(b"k")));
         assert_eq!(record_txn(b"app/config"), None);
         assert_eq!(intent_slot(b"app/config"), None);
+        let hold = hold_key(7, b"vault/");
+        assert_eq!(hold_target(&hold), Some((7, &b"vault/"[..])));
+        assert!(is_txn_row(&hold) && crate::session::is_internal_key(&hold));
+        assert_eq!(hold_target(&intent_key(b"vault/")), None);
+        assert_eq!(intent_target(&hold), None);
     }
 
     #[test]

@@ -21,7 +21,10 @@ use std::fmt;
 /// - 2: the cluster version; popping the first sorted set of several keys (`BZPOPMIN`,
 ///   `BZPOPMAX` on more than one key).
 /// - 3: transactions across shards (prepare, decide, resolve and forget commands; intents).
-pub const PROTOCOL: u32 = 3;
+/// - 4: transactions across shards resolved at their prepares' indexes, many at once;
+///   prefix reads and deletes in them (`get-tree`, `delete-tree`, recursive deletes), with
+///   prefix holds.
+pub const PROTOCOL: u32 = 4;
 
 /// The cluster version from which each replicated feature may be used: the protocol that
 /// brought it. Below it, the feature answers an error naming both versions.
@@ -30,6 +33,9 @@ pub mod since {
     pub const SORTED_SET_POP_FIRST: u32 = 2;
     /// [`crate::Command::Prepare`] and the rest of [`crate::txn`]: transactions across shards.
     pub const CROSS_SHARD_TRANSACTIONS: u32 = 3;
+    /// [`crate::Command::ResolveMany`], [`crate::Command::ReadPrefix`] and prefix holds:
+    /// transactions across shards answered once decided, and over prefixes.
+    pub const PREFIX_TRANSACTIONS: u32 = 4;
 }
 
 /// The environment variable that makes a node announce another protocol number than

@@ -146,6 +146,7 @@ pub(crate) async fn get(
     let block = crate::blocking::blocking(&query)?;
     let list = async |prefix: &[u8]| match block {
         Some(block) => node.list_blocking(prefix, mode, block).await,
+        None if mode == ReadMode::Consistent => node.list_consistent(prefix).await,
         None => node.list(prefix, mode, usize::MAX).await,
     };
 

@@ -7,8 +7,9 @@
 //! several shards are committed atomically across them (`trireme_cluster`'s `txn` module:
 //! two-phase commit with intents). `lock`, `unlock` and `check-session` are conditions too (a
 //! lock that cannot be taken undoes the transaction); a `lock` first notes the key in its
-//! session's row, as an acquire does. Prefix operations (`get-tree`, `delete-tree`) are
-//! refused.
+//! session's row, as an acquire does. Prefix operations (`get-tree`, `delete-tree`) cover
+//! every shard, so a transaction with one always commits across shards; its prefixes are
+//! held from the prepare to the resolve, so no other write lands under them in between.
 
 use crate::access::Access;
 use crate::routes::request_body;
@@ -98,6 +99,8 @@ enum Answer {
     Written { key: String, flags: u64 },
     /// The entry read (`get` with its value, `check-index` without).
     Read { key: String, with_value: bool },
+    /// Every entry under a prefix the caller may read (`get-tree`).
+    Tree,
 }
 
 /// A condition's operation, verb, key and check, to say what failed.
@@ -158,7 +161,8 @@ pub(crate) async fn txn(
             _ => return Err(ApiError::invalid(format!("operation {i} is empty"))),
         };
         let verb = kv.verb.as_str();
-        if kv.key.is_empty() {
+        // A prefix operation may cover every key.
+        if kv.key.is_empty() && !matches!(verb, "get-tree" | "delete-tree") {
             return Err(ApiError::invalid(format!(
                 "operation {i}: Key cannot be empty"
             )));
@@ -168,10 +172,11 @@ pub(crate) async fn txn(
             verb,
             "get" | "check-index" | "check-not-exists" | "check-session"
         );
-        let allowed = if reads_only {
-            access.can().key_read(&key)
-        } else {
-            access.can().key_write(&key)
+        let allowed = match verb {
+            "get-tree" => access.can().key_list(&key),
+            "delete-tree" => access.can().key_write_prefix(&key),
+            _ if reads_only => access.can().key_read(&key),
+            _ => access.can().key_write(&key),
         };
         if !allowed {
             denied.push(TxnError {
@@ -253,10 +258,17 @@ pub(crate) async fn txn(
                 commands.push(delete());
                 answers.push(Answer::None);
             }
-            "get-tree" | "delete-tree" => {
-                return Err(ApiError::invalid(format!(
-                    "operation {i}: {verb} is not supported in transactions here (a prefix spans shards)"
-                )));
+            "get-tree" => {
+                commands.push(Command::ReadPrefix {
+                    prefix: key.clone(),
+                });
+                answers.push(Answer::Tree);
+            }
+            "delete-tree" => {
+                commands.push(Command::DeletePrefix {
+                    prefix: key.clone(),
+                });
+                answers.push(Answer::None);
             }
             "lock" | "unlock" | "check-session" => {
                 if kv.session.is_empty() {
@@ -345,6 +357,24 @@ pub(crate) async fn txn(
     };
     let mut out = Vec::new();
     for (answer, result) in answers.into_iter().zip(results) {
+        if let Answer::Tree = answer {
+            let CommandResult::Entries { entries, .. } = result else {
+                return Err(ApiError::invalid("a prefix read answered something else"));
+            };
+            out.extend(
+                entries
+                    .into_iter()
+                    .filter(|(key, _)| access.can().key_read(key))
+                    .map(|(key, record)| TxnResult {
+                        kv: entry_from_record(
+                            String::from_utf8_lossy(&key).into_owned(),
+                            record,
+                            true,
+                        ),
+                    }),
+            );
+            continue;
+        }
         if let Some(entry) = entry_of(answer, result)? {
             out.push(TxnResult { kv: entry });
         }
@@ -384,25 +414,29 @@ fn entry_of(answer: Answer, result: CommandResult) -> Result<Option<KvEntry>, Ap
         }
         Answer::Read { key, with_value } => {
             let record: Option<Record> = Records::read(result)?.0.into_iter().next().flatten();
-            record.map(|r| KvEntry {
-                lock_index: r.lock.index,
-                key,
-                flags: r.flags,
-                // A Redis collection's row holds a count, not a value: it reads as empty.
-                value: (with_value
-                    && !r.value.is_empty()
-                    && r.kind == trireme_types::ValueKind::String)
-                    .then(|| base64::engine::general_purpose::STANDARD.encode(&r.value)),
-                session: r
-                    .lock
-                    .session
-                    .as_ref()
-                    .map(|s| String::from_utf8_lossy(s).into_owned()),
-                create_index: r.create_index,
-                modify_index: r.modify_index,
-            })
+            record.map(|r| entry_from_record(key, r, with_value))
         }
+        Answer::Tree => None,
     })
+}
+
+/// The entry of `key` read as `r`, with its value or without.
+fn entry_from_record(key: String, r: Record, with_value: bool) -> KvEntry {
+    KvEntry {
+        lock_index: r.lock.index,
+        key,
+        flags: r.flags,
+        // A Redis collection's row holds a count, not a value: it reads as empty.
+        value: (with_value && !r.value.is_empty() && r.kind == trireme_types::ValueKind::String)
+            .then(|| base64::engine::general_purpose::STANDARD.encode(&r.value)),
+        session: r
+            .lock
+            .session
+            .as_ref()
+            .map(|s| String::from_utf8_lossy(s).into_owned()),
+        create_index: r.create_index,
+        modify_index: r.modify_index,
+    }
 }
 
 /// The verb as a static name (for the conditions' messages).

@@ -4,36 +4,136 @@
 
 use super::Pending;
 use crate::StorageError;
+use crate::intents::Held;
 use bytes::Bytes;
+use std::sync::Arc;
 use trireme_types::session::is_internal_key;
 use trireme_types::txn::{
-    Decision, Intent, PrepareOutcome, TxnRecord, TxnState, intent_key, intent_target,
+    Decision, Intent, PrepareOutcome, Resolution, TxnRecord, TxnState, hold_key, hold_target,
+    intent_key, intent_target,
 };
 use trireme_types::{Command, CommandResult, Record};
 
+/// Whether a hold is a prefix delete's (which no other prefix read or delete may share).
+fn deletes_under(hold: &Intent) -> bool {
+    hold.commands
+        .iter()
+        .any(|c| matches!(c, Command::DeletePrefix { .. }))
+}
+
 impl Pending<'_> {
     /// The intent on `key` as this batch sees it.
-    pub(super) fn intent_on(&mut self, key: &Bytes) -> Result<Option<Intent>, StorageError> {
+    pub(super) fn intent_on(&mut self, key: &Bytes) -> Result<Option<Held>, StorageError> {
         if !self.intents_here {
             return Ok(None);
         }
-        let row = intent_key(key);
-        let stored = match self.changes.get(&row) {
-            Some(change) => change.clone(),
-            None if self.storage.intents.holds(self.shard, key) => self.raw(&row)?,
-            None => return Ok(None),
-        };
-        stored
-            .map(|r| {
-                Intent::decode(&r.value)
-                    .ok_or_else(|| StorageError::Corrupt("an intent row".into()))
-            })
-            .transpose()
+        match self.changes.get(&intent_key(key)) {
+            Some(Some(row)) => Ok(Some(Held::of(row)?)),
+            Some(None) => Ok(None),
+            None => Ok(self.storage.intents.intent(self.shard, key)),
+        }
     }
 
-    /// The first key of `command` that holds an intent, if any: such a command is refused
-    /// unapplied. A batch's commands are judged one by one where they are applied; a prefix
-    /// delete by every key under its prefix.
+    /// The hold at `row` as this batch sees it.
+    fn hold_on(&mut self, row: &Bytes) -> Result<Option<Held>, StorageError> {
+        if !self.intents_here {
+            return Ok(None);
+        }
+        match self.changes.get(row) {
+            Some(Some(record)) => Ok(Some(Held::of(record)?)),
+            Some(None) => Ok(None),
+            None => Ok(self.storage.intents.hold(self.shard, row)),
+        }
+    }
+
+    /// A prefix held (by a transaction other than `except`) that `key` is under, or with
+    /// `overlapping` one under `key` too, as this batch sees the holds.
+    fn hold_over(
+        &mut self,
+        key: &[u8],
+        overlapping: bool,
+        except: Option<u128>,
+    ) -> Result<Option<Bytes>, StorageError> {
+        self.conflicting_hold(key, overlapping, except, true)
+    }
+
+    /// [`Pending::hold_over`], counting only the holds of prefix deletes unless `any`: a
+    /// prefix read shares its prefix with other reads.
+    fn conflicting_hold(
+        &mut self,
+        key: &[u8],
+        overlapping: bool,
+        except: Option<u128>,
+        any: bool,
+    ) -> Result<Option<Bytes>, StorageError> {
+        if !self.intents_here {
+            return Ok(None);
+        }
+        let covers = |row: &[u8]| {
+            hold_target(row).is_some_and(|(_, prefix)| {
+                key.starts_with(prefix) || (overlapping && prefix.starts_with(key))
+            })
+        };
+        let mut candidates = self
+            .storage
+            .intents
+            .holds_over(self.shard, key, overlapping);
+        // Holds written by this batch, not yet in the table.
+        candidates.extend(
+            self.changes
+                .iter()
+                .filter(|(row, record)| record.is_some() && covers(row))
+                .map(|(row, _)| row.clone()),
+        );
+        for row in candidates {
+            if let Some(held) = self.hold_on(&row)?
+                && Some(held.intent.txn) != except
+                && (any || deletes_under(&held.intent))
+            {
+                let prefix = hold_target(&row).map(|(_, p)| p).unwrap_or_default();
+                return Ok(Some(Bytes::copy_from_slice(prefix)));
+            }
+        }
+        Ok(None)
+    }
+
+    /// A key under `prefix` that holds an intent of a transaction other than `except`.
+    fn intent_under(
+        &mut self,
+        prefix: &[u8],
+        except: Option<u128>,
+    ) -> Result<Option<Bytes>, StorageError> {
+        if !self.intents_here {
+            return Ok(None);
+        }
+        let mut candidates: Vec<Bytes> = self
+            .storage
+            .intents
+            .under(self.shard, prefix)
+            .into_iter()
+            .collect();
+        candidates.extend(
+            self.changes
+                .iter()
+                .filter(|(_, record)| record.is_some())
+                .filter_map(|(row, _)| intent_target(row))
+                .filter(|target| target.starts_with(prefix))
+                .map(Bytes::copy_from_slice),
+        );
+        for key in candidates {
+            if let Some(held) = self.intent_on(&key)?
+                && Some(held.intent.txn) != except
+            {
+                return Ok(Some(key));
+            }
+        }
+        Ok(None)
+    }
+
+    /// The first key of `command` that holds an intent or is under a held prefix, if any:
+    /// such a command is refused unapplied. A batch's commands are judged one by one where
+    /// they are applied; a prefix delete by every key under its prefix and every hold over
+    /// or under it. Reads (a prefix read included) are never refused here.
     pub(super) fn blocked_key(&mut self, command: &Command) -> Result<Option<Bytes>, StorageError> {
         if !self.intents_here {
             return Ok(None);
@@ -45,22 +145,23 @@ impl Pending<'_> {
             | Command::Prepare { .. }
             | Command::Decide { .. }
             | Command::Resolve { .. }
+            | Command::ResolveMany { .. }
+            | Command::ReadPrefix { .. }
+            | Command::Read { .. }
             | Command::Forget { .. } => Ok(None),
             Command::DeletePrefix { prefix } => {
-                if let Some(key) = self.storage.intents.any_under(self.shard, prefix) {
+                if let Some(key) = self.intent_under(prefix, None)? {
                     return Ok(Some(key));
                 }
-                Ok(self
-                    .changes
-                    .iter()
-                    .filter(|(_, record)| record.is_some())
-                    .filter_map(|(row, _)| intent_target(row))
-                    .find(|target| target.starts_with(prefix))
-                    .map(Bytes::copy_from_slice))
+                Ok(self.hold_over(prefix, true, None)?.map(|_| prefix.clone()))
             }
             _ => {
                 for key in command.keys() {
-                    if !is_internal_key(key) && self.intent_on(key)?.is_some() {
+                    if is_internal_key(key) {
+                        continue;
+                    }
+                    if self.intent_on(key)?.is_some() || self.hold_over(key, false, None)?.is_some()
+                    {
                         return Ok(Some(key.clone()));
                     }
                 }
@@ -91,12 +192,40 @@ impl Pending<'_> {
                 keys.push(key.clone());
             }
         }
+        let mut prefixes: Vec<Bytes> = Vec::new();
+        for command in commands {
+            if let Command::DeletePrefix { prefix } | Command::ReadPrefix { prefix } = command
+                && !prefixes.contains(prefix)
+            {
+                prefixes.push(prefix.clone());
+            }
+        }
         let mut mine = false;
         for key in &keys {
             match self.intent_on(key)? {
-                Some(intent) if intent.txn == txn => mine = true,
+                Some(held) if held.intent.txn == txn => mine = true,
                 Some(_) => return Ok(PrepareOutcome::Busy(key.clone())),
                 None => {}
+            }
+            if self.hold_over(key, false, Some(txn))?.is_some() {
+                return Ok(PrepareOutcome::Busy(key.clone()));
+            }
+        }
+        for prefix in &prefixes {
+            if self.hold_on(&hold_key(txn, prefix))?.is_some() {
+                mine = true;
+            }
+            if let Some(key) = self.intent_under(prefix, Some(txn))? {
+                return Ok(PrepareOutcome::Busy(key));
+            }
+            let deletes = commands
+                .iter()
+                .any(|c| matches!(c, Command::DeletePrefix { prefix: p } if p == prefix));
+            if self
+                .conflicting_hold(prefix, true, Some(txn), deletes)?
+                .is_some()
+            {
+                return Ok(PrepareOutcome::Busy(prefix.clone()));
             }
         }
         if mine {
@@ -118,26 +247,67 @@ impl Pending<'_> {
                 self.set(key.clone(), None)?;
             }
         }
-        let judged = match self.judge_transaction(index, now, commands)? {
+        self.expanded = Some(Vec::new());
+        let judged = self.judge_transaction(index, now, commands);
+        let mut expanded = self.expanded.take().unwrap_or_default().into_iter();
+        let judged = match judged? {
             Ok(results) => results,
             Err(position) => return Ok(PrepareOutcome::Failed(position)),
         };
+        // A prefix delete becomes a delete of each key it found, in its place: the hold
+        // keeps any other key from appearing under the prefix until the resolve.
+        let mut parts: Vec<Command> = Vec::with_capacity(commands.len());
+        for command in commands {
+            match command {
+                Command::DeletePrefix { .. } => {
+                    for key in expanded.next().unwrap_or_default() {
+                        if !keys.contains(&key) {
+                            keys.push(key.clone());
+                        }
+                        parts.push(Command::Delete {
+                            keys: vec![key],
+                            cas: None,
+                        });
+                    }
+                }
+                Command::ReadPrefix { .. } => {}
+                other => parts.push(other.clone()),
+            }
+        }
+        let held = |commands: Vec<Command>| Intent {
+            txn,
+            record: record.clone(),
+            expires_ms,
+            commands,
+        };
+        self.intents_here = true;
         for key in &keys {
-            let its = commands
+            let its = parts
                 .iter()
                 .filter(|c| c.keys().contains(&key))
                 .cloned()
                 .collect();
-            let intent = Intent {
-                txn,
-                record: record.clone(),
-                expires_ms,
-                commands: its,
-            };
-            self.intents_here = true;
             self.set(
                 intent_key(key),
-                Some(Record::string(intent.encode(), index)),
+                Some(Record::string(held(its).encode(), index)),
+            )?;
+        }
+        for prefix in &prefixes {
+            // What the hold is for, so that reads of a prefix can share it: never applied.
+            let what = match commands
+                .iter()
+                .any(|c| matches!(c, Command::DeletePrefix { prefix: p } if p == prefix))
+            {
+                true => Command::DeletePrefix {
+                    prefix: prefix.clone(),
+                },
+                false => Command::ReadPrefix {
+                    prefix: prefix.clone(),
+                },
+            };
+            self.set(
+                hold_key(txn, prefix),
+                Some(Record::string(held(vec![what]).encode(), index)),
             )?;
         }
         if creates_record {
@@ -153,12 +323,15 @@ impl Pending<'_> {
 
     /// The transaction record at `record`, as this batch sees it.
     fn txn_record(&mut self, record: &Bytes) -> Result<Option<TxnRecord>, StorageError> {
-        self.raw(record)?
-            .map(|r| {
-                TxnRecord::decode(&r.value)
-                    .ok_or_else(|| StorageError::Corrupt("a transaction record".into()))
-            })
-            .transpose()
+        let row = match self.changes.get(record) {
+            Some(change) => change.clone(),
+            None => return Ok(self.storage.intents.record(self.shard, record)),
+        };
+        row.map(|r| {
+            TxnRecord::decode(&r.value)
+                .ok_or_else(|| StorageError::Corrupt("a transaction record".into()))
+        })
+        .transpose()
     }
 
     /// [`Command::Decide`].
@@ -210,8 +383,8 @@ impl Pending<'_> {
     ) -> Result<Vec<Vec<CommandResult>>, StorageError> {
         let mut out = Vec::with_capacity(keys.len());
         for key in keys {
-            let intent = match self.intent_on(key)? {
-                Some(intent) if intent.txn == txn => intent,
+            let held = match self.intent_on(key)? {
+                Some(held) if held.intent.txn == txn => held,
                 _ => {
                     out.push(Vec::new());
                     continue;
@@ -223,29 +396,105 @@ impl Pending<'_> {
                 out.push(Vec::new());
                 continue;
             }
-            self.as_judged = true;
-            let applied = self.apply_transaction(index, now, &[], &intent.commands);
-            self.as_judged = false;
-            match applied? {
-                Ok(results) => out.push(results),
-                Err(position) => {
-                    // Its conditions held when it was prepared and nothing but time could
-                    // change the key since, which `as_judged` leaves out: never expected.
-                    tracing::warn!(
-                        shard = self.shard,
-                        position,
-                        "a committed transaction's condition no longer held on one key; that key was left as it was"
-                    );
-                    out.push(Vec::new());
+            out.push(self.apply_as_judged(index, now, &held.intent)?);
+        }
+        Ok(out)
+    }
+
+    /// One [`Resolution`] of a [`Command::ResolveMany`]: each key's commands applied at the
+    /// index of the prepare that wrote its intent, a hold's key removed.
+    pub(super) fn resolve_at_prepare(
+        &mut self,
+        now: u64,
+        resolution: &Resolution,
+    ) -> Result<(), StorageError> {
+        let txn = resolution.txn;
+        for key in &resolution.keys {
+            if let Some((holder, prefix)) = hold_target(key) {
+                if holder == txn && self.hold_on(key)?.is_some() {
+                    // The keys its prefix delete found hold intents the coordinator never
+                    // knew of: they go with the hold.
+                    for under in self.intents_of_under(prefix, txn)? {
+                        self.resolve_key(now, txn, &under, resolution.commit)?;
+                    }
+                    self.set(key.clone(), None)?;
                 }
+                continue;
+            }
+            self.resolve_key(now, txn, key, resolution.commit)?;
+        }
+        Ok(())
+    }
+
+    /// Resolves the intent of `txn` on `key`, if it holds one.
+    fn resolve_key(
+        &mut self,
+        now: u64,
+        txn: u128,
+        key: &Bytes,
+        commit: bool,
+    ) -> Result<(), StorageError> {
+        let Some(held) = self.intent_on(key)?.filter(|h| h.intent.txn == txn) else {
+            return Ok(());
+        };
+        self.set(intent_key(key), None)?;
+        if commit {
+            self.apply_as_judged(held.index, now, &held.intent)?;
+        }
+        Ok(())
+    }
+
+    /// The keys under `prefix` that hold intents of `txn`, as this batch sees them.
+    fn intents_of_under(&mut self, prefix: &[u8], txn: u128) -> Result<Vec<Bytes>, StorageError> {
+        let mut candidates: Vec<Bytes> = self.storage.intents.under(self.shard, prefix);
+        candidates.extend(
+            self.changes
+                .iter()
+                .filter(|(_, record)| record.is_some())
+                .filter_map(|(row, _)| intent_target(row))
+                .filter(|target| target.starts_with(prefix))
+                .map(Bytes::copy_from_slice),
+        );
+        candidates.sort();
+        candidates.dedup();
+        let mut out = Vec::new();
+        for key in candidates {
+            if self.intent_on(&key)?.is_some_and(|h| h.intent.txn == txn) {
+                out.push(key);
             }
         }
         Ok(out)
     }
 
+    /// Applies a committed intent's commands at `index` as its prepare judged them (see
+    /// `as_judged`); what they return.
+    fn apply_as_judged(
+        &mut self,
+        index: u64,
+        now: u64,
+        intent: &Arc<Intent>,
+    ) -> Result<Vec<CommandResult>, StorageError> {
+        self.as_judged = true;
+        let applied = self.apply_transaction(index, now, &[], &intent.commands);
+        self.as_judged = false;
+        match applied? {
+            Ok(results) => Ok(results),
+            Err(position) => {
+                // Its conditions held when it was prepared and nothing but time could
+                // change the key since, which `as_judged` leaves out: never expected.
+                tracing::warn!(
+                    shard = self.shard,
+                    position,
+                    "a committed transaction's condition no longer held on one key; that key was left as it was"
+                );
+                Ok(Vec::new())
+            }
+        }
+    }
+
     /// [`Command::Forget`].
     pub(super) fn forget_record(&mut self, record: &Bytes) -> Result<(), StorageError> {
-        if self.raw(record)?.is_some() {
+        if self.txn_record(record)?.is_some() {
             self.set(record.clone(), None)?;
         }
         Ok(())
@@ -256,7 +505,8 @@ impl Pending<'_> {
 mod tests {
     use super::super::testing::*;
     use crate::StorageError;
-    use trireme_types::txn::{Decision, PrepareOutcome, TxnState, record_key};
+    use bytes::Bytes;
+    use trireme_types::txn::{Decision, PrepareOutcome, Resolution, TxnState, record_key};
     use trireme_types::{
         Command, CommandResult, KeyCheck, LockOp, LockOutcome, PutCondition, ShardId, TtlUpdate,
     };
@@ -630,6 +880,265 @@ mod tests {
         run(&storage, 5, vec![ended("a")]);
         assert_eq!(holder(&storage), None);
         assert_eq!(value_of(&storage, "b").unwrap().as_deref(), Some("x"));
+    }
+
+    fn resolve_many(txn: u128, keys: Vec<Bytes>, commit: bool) -> Command {
+        Command::ResolveMany {
+            resolutions: vec![Resolution { txn, keys, commit }],
+        }
+    }
+
+    #[test]
+    fn a_resolve_at_prepare_writes_what_the_prepare_judged() {
+        let (_dir, storage) = storage();
+        run(&storage, 1, vec![put("a", "old")]);
+        let prepared = run(
+            &storage,
+            2,
+            vec![prepare(
+                11,
+                1_000,
+                vec![
+                    put("a", "new"),
+                    Command::Read { keys: bs(&["a"]) },
+                    put("b", "x"),
+                ],
+            )],
+        );
+        let [CommandResult::Prepared(PrepareOutcome::Ready(judged))] = &prepared[..] else {
+            panic!("{prepared:?}");
+        };
+        let resolved = run(
+            &storage,
+            3,
+            vec![
+                Command::Decide {
+                    record: record_key(11),
+                    decision: Decision::Commit,
+                },
+                resolve_many(11, bs(&["a", "b"]), true),
+            ],
+        );
+        assert_eq!(resolved[1], CommandResult::Done);
+        let a = storage.get(ShardId(0), b"a", 1).unwrap().unwrap();
+        assert_eq!(
+            (&a.value[..], a.modify_index, a.create_index),
+            (&b"new"[..], 2, 1)
+        );
+        let CommandResult::Put { index, .. } = judged[0] else {
+            panic!("{judged:?}");
+        };
+        assert_eq!(index, a.modify_index, "the index the client was told");
+        let CommandResult::Records(read) = &judged[1] else {
+            panic!("{judged:?}");
+        };
+        assert_eq!(read[0].as_ref().map(|r| &r.value[..]), Some(&b"new"[..]));
+        let b_row = storage.get(ShardId(0), b"b", 1).unwrap().unwrap();
+        assert_eq!((b_row.create_index, b_row.modify_index), (2, 2));
+        // Resolved twice: nothing changes.
+        run(&storage, 5, vec![resolve_many(11, bs(&["a", "b"]), true)]);
+        assert_eq!(
+            storage
+                .get(ShardId(0), b"a", 1)
+                .unwrap()
+                .unwrap()
+                .modify_index,
+            2
+        );
+    }
+
+    #[test]
+    fn a_prefix_delete_holds_its_prefix_until_resolved() {
+        let (_dir, storage) = storage();
+        run(
+            &storage,
+            1,
+            vec![put("app/a", "1"), put("app/b", "2"), put("other", "3")],
+        );
+        let prepared = run(
+            &storage,
+            4,
+            vec![prepare(
+                12,
+                1_000,
+                vec![
+                    Command::DeletePrefix { prefix: b("app/") },
+                    put("app/b", "again"),
+                    Command::ReadPrefix { prefix: b("app/") },
+                ],
+            )],
+        );
+        let [CommandResult::Prepared(PrepareOutcome::Ready(judged))] = &prepared[..] else {
+            panic!("{prepared:?}");
+        };
+        assert_eq!(judged[0], CommandResult::Deleted(2));
+        let CommandResult::Entries { entries, .. } = &judged[2] else {
+            panic!("{judged:?}");
+        };
+        assert_eq!(
+            entries
+                .iter()
+                .map(|(k, r)| (&k[..], &r.value[..]))
+                .collect::<Vec<_>>(),
+            vec![(&b"app/b"[..], &b"again"[..])],
+            "the read sees the transaction's own writes"
+        );
+        // Deleted keys are held; a new key under the prefix waits; others go on.
+        assert!(matches!(
+            storage.get(ShardId(0), b"app/a", 1),
+            Err(StorageError::InTransaction(_))
+        ));
+        let others = run(
+            &storage,
+            5,
+            vec![
+                put("app/new", "n"),
+                put("other", "4"),
+                Command::DeletePrefix { prefix: b("ap") },
+            ],
+        );
+        assert_eq!(others[0], CommandResult::InTransaction(b("app/new")));
+        assert!(matches!(
+            others[1],
+            CommandResult::Put { written: true, .. }
+        ));
+        assert!(
+            matches!(&others[2], CommandResult::InTransaction(k) if k.starts_with(b"app/")),
+            "{others:?}"
+        );
+        // Another transaction over the prefix, or a key under it, is busy.
+        let busy = run(
+            &storage,
+            8,
+            vec![
+                prepare(13, 1_000, vec![put("app/c", "x")]),
+                prepare(14, 1_000, vec![Command::ReadPrefix { prefix: b("app/x") }]),
+            ],
+        );
+        assert_eq!(
+            busy[0],
+            CommandResult::Prepared(PrepareOutcome::Busy(b("app/c")))
+        );
+        assert!(matches!(
+            busy[1],
+            CommandResult::Prepared(PrepareOutcome::Busy(_))
+        ));
+        run(
+            &storage,
+            10,
+            vec![
+                Command::Decide {
+                    record: record_key(12),
+                    decision: Decision::Commit,
+                },
+                // What the coordinator knows: its own key and the hold; "app/a" goes
+                // with the hold.
+                resolve_many(
+                    12,
+                    vec![b("app/b"), trireme_types::txn::hold_key(12, b"app/")],
+                    true,
+                ),
+            ],
+        );
+        assert_eq!(value_of(&storage, "app/a").unwrap(), None);
+        assert_eq!(
+            value_of(&storage, "app/b").unwrap().as_deref(),
+            Some("again")
+        );
+        let after = run(&storage, 12, vec![put("app/new", "n")]);
+        assert!(
+            matches!(after[0], CommandResult::Put { written: true, .. }),
+            "{after:?}"
+        );
+    }
+
+    #[test]
+    fn reads_of_a_prefix_share_it_and_a_delete_of_it_waits_for_them() {
+        let (_dir, storage) = storage();
+        run(&storage, 1, vec![put("cfg/a", "1")]);
+        let read = |txn| prepare(txn, 1_000, vec![Command::ReadPrefix { prefix: b("cfg/") }]);
+        let results = run(
+            &storage,
+            2,
+            vec![
+                read(20),
+                read(21),
+                prepare(22, 1_000, vec![Command::DeletePrefix { prefix: b("cfg") }]),
+            ],
+        );
+        assert!(matches!(
+            &results[..2],
+            [
+                CommandResult::Prepared(PrepareOutcome::Ready(_)),
+                CommandResult::Prepared(PrepareOutcome::Ready(_))
+            ]
+        ));
+        assert!(
+            matches!(
+                &results[2],
+                CommandResult::Prepared(PrepareOutcome::Busy(_))
+            ),
+            "{results:?}"
+        );
+        // One read resolved: the other still keeps writes out.
+        run(
+            &storage,
+            5,
+            vec![resolve_many(
+                20,
+                vec![trireme_types::txn::hold_key(20, b"cfg/")],
+                true,
+            )],
+        );
+        let write = run(&storage, 6, vec![put("cfg/b", "2")]);
+        assert_eq!(write, vec![CommandResult::InTransaction(b("cfg/b"))]);
+        run(
+            &storage,
+            7,
+            vec![resolve_many(
+                21,
+                vec![trireme_types::txn::hold_key(21, b"cfg/")],
+                false,
+            )],
+        );
+        let write = run(&storage, 8, vec![put("cfg/b", "2")]);
+        assert!(matches!(write[0], CommandResult::Put { written: true, .. }));
+    }
+
+    #[test]
+    fn a_hold_stays_in_both_halves_of_a_split() {
+        let (_dir, storage) = storage();
+        // "b" is in slot 3300 (kept), "foo" in 12182 (moves to shard 1).
+        run(
+            &storage,
+            1,
+            vec![prepare(
+                15,
+                1_000,
+                vec![Command::ReadPrefix { prefix: b("") }],
+            )],
+        );
+        split_in_half(&storage);
+        for (shard, key) in [(0, "b"), (1, "foo")] {
+            let results = crate::Storage::apply(
+                &storage,
+                ShardId(shard),
+                &[crate::ApplyEntry {
+                    index: 200,
+                    command: Some(&trireme_types::LogCommand {
+                        now_ms: 1,
+                        command: put(key, "v"),
+                    }),
+                }],
+                &[],
+            )
+            .unwrap();
+            assert_eq!(
+                results,
+                vec![CommandResult::InTransaction(b(key))],
+                "shard {shard}"
+            );
+        }
     }
 
     #[test]

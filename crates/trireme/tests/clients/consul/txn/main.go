@@ -170,13 +170,34 @@ func main() {
 	locked, _, _ := kv.Get(key(3), nil)
 	check("lock held", locked != nil && locked.Session == session && string(locked.Value) == "held", locked)
 
-	// Deleted together.
+	// The whole prefix read in one step, from every shard.
+	ok, resp, _, err = txn.Txn(api.TxnOps{
+		{KV: &api.KVTxnOp{Verb: api.KVGetTree, Key: "vault/sys/token/"}},
+	}, nil)
+	check("get-tree across shards", err == nil && ok && len(resp.Results) == n, fmt.Sprint(err, resp))
+	if err == nil && ok && len(resp.Results) == n {
+		check("get-tree answers in key order", resp.Results[0].KV.Key == key(0) &&
+			resp.Results[n-1].KV.Key == key(n-1), resp.Results[0].KV)
+	}
+
+	// Deleted together, one at a time ...
 	ops = nil
-	for i := 0; i < n; i++ {
+	for i := 0; i < n/2; i++ {
 		ops = append(ops, &api.TxnOp{KV: &api.KVTxnOp{Verb: api.KVDelete, Key: key(i)}})
 	}
 	ok, resp, _, err = txn.Txn(ops, nil)
 	check("deletes across shards", err == nil && ok, fmt.Sprint(err, resp))
+	check("half the keys deleted", len(values()) == n-n/2, values())
+	// ... and the rest as a tree, with one key written again after it.
+	ok, resp, _, err = txn.Txn(api.TxnOps{
+		{KV: &api.KVTxnOp{Verb: api.KVDeleteTree, Key: "vault/"}},
+		{KV: &api.KVTxnOp{Verb: api.KVSet, Key: key(0), Value: []byte("last")}},
+	}, nil)
+	check("delete-tree across shards", err == nil && ok, fmt.Sprint(err, resp))
+	left := values()
+	check("only the key written after the delete-tree is left", len(left) == 1 && left[key(0)] == "last", left)
+	_, err = kv.DeleteTree("vault/", nil)
+	check("recursive delete", err == nil, err)
 	check("every key deleted", len(values()) == 0, values())
 
 	out, _ := json.Marshal(map[string]any{"failures": failures})
