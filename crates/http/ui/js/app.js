@@ -35,7 +35,7 @@ async function start() {
 }
 
 /** Asks what the current token may do, then shows the login or the console. */
-async function enter(loginError) {
+async function enter(loginError, fromLogin = false) {
   try {
     access = await json('/v1/ui/access');
   } catch (e) {
@@ -55,7 +55,10 @@ async function enter(loginError) {
     link.hidden = !access[link.dataset.needs];
   }
   document.getElementById('view').hidden = false;
-  if (!location.hash || location.hash === '#') {
+  // Just logged in, on a section this token may not read: start where it may.
+  const wanted = views.find((v) => location.hash.startsWith(v.prefix));
+  const unreadable = fromLogin && wanted && wanted.needs && !access[wanted.needs];
+  if (!location.hash || location.hash === '#' || unreadable) {
     location.hash = access.operator_read ? '#/overview' : '#/keys/';
   } else {
     route();
@@ -84,7 +87,7 @@ async function login(event) {
     clearToken();
     return showLogin(e.message);
   }
-  await enter();
+  await enter(undefined, true);
 }
 
 function route() {

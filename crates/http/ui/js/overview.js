@@ -101,7 +101,8 @@ export function render(container, {access}) {
 }
 
 function nodeTable(status, summaries, access, result, refresh) {
-  const rows = status.nodes.map((node) => {
+  const byName = [...status.nodes].sort((a, b) => a.name.localeCompare(b.name, 'en', {numeric: true}));
+  const rows = byName.map((node) => {
     const s = summaries.get(node.name);
     const ok = s && !s.error;
     const health = node.state === 'removed' ? '-'

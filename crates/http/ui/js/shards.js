@@ -57,7 +57,7 @@ export function render(container, {access}) {
     fill(summary, `${shown.length} of ${shards.length} shards, epoch ${status.epoch}, ` +
       `answered by ${status.node}.`);
     fill(progress, inProgress(status, shards));
-    picture.innerHTML = svg(shown, status.nodes.filter((n) => n.state !== 'removed').map((n) => n.name));
+    picture.innerHTML = svg(shown, nodeNames.filter((n) => status.nodes.some((s) => s.name === n && s.state !== 'removed')));
     fill(list, shardTable(shown, (s) => showDetail(detail, s, access, result, refresh)));
     const took = performance.now() - started;
     window.consoleTimings = {...(window.consoleTimings || {}), shardsRenderMs: took};
@@ -76,7 +76,7 @@ export function render(container, {access}) {
       return;
     }
     const summaries = await gatherNodes(status);
-    const names = status.nodes.map((n) => n.name);
+    const names = status.nodes.map((n) => n.name).sort((a, b) => a.localeCompare(b, 'en', {numeric: true}));
     if (names.join() !== nodeNames.join()) {
       nodeNames = names;
       const chosen = filter.value;
