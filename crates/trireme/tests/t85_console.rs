@@ -543,9 +543,8 @@ async fn the_console_can_be_turned_off_and_refuses_bad_input() {
             "{path} with [ui] enabled = false"
         );
     }
-    assert_eq!(
+    assert!(
         off.put("still/serving", "yes").await,
-        true,
         "the node serves without its console"
     );
 
