@@ -2,7 +2,8 @@
 # Installs what the tests and benchmarks use from Debian's packages: redis-server and
 # redis-tools (redis-cli, redis-benchmark) as real peers and clients, and etcd-server (the
 # `etcd` binary) as the real peer of the bench harness's etcd driver; iproute2 and iptables
-# for the chaos runner's namespaces and partitions. Idempotent: does nothing
+# for the chaos runner's namespaces and partitions; chromium and chromium-driver (headless,
+# driven over WebDriver) for the web console's browser tests. Idempotent: does nothing
 # when everything is already there.
 set -euo pipefail
 
@@ -15,6 +16,9 @@ command -v curl >/dev/null 2>&1 || need+=(curl)
 # The chaos runner: network namespaces (iproute2) and partitions (iptables).
 command -v ip >/dev/null 2>&1 || need+=(iproute2)
 command -v iptables >/dev/null 2>&1 || need+=(iptables)
+# The web console's tests (t85_console) and bench/console.sh drive a real browser.
+[ -x /usr/bin/chromium ] || need+=(chromium)
+[ -x /usr/bin/chromedriver ] || need+=(chromium-driver)
 
 python3 -c 'import venv, ensurepip' >/dev/null 2>&1 || need+=(python3-venv)
 

@@ -20,6 +20,7 @@ mod expiry;
 mod forward;
 #[cfg(test)]
 mod golden_samples;
+mod history;
 mod identity;
 mod join;
 mod membership;
@@ -45,6 +46,7 @@ pub use acl::{
 pub use blocking::Blocking;
 pub use config::NodeConfig;
 pub use error::ClusterError;
+pub use history::ShardEvent;
 pub use meta::{NodeInfo, NodeState};
 pub use node::{Node, NodeHealth, ShardInfo};
 pub use observe::ReplicaStats;

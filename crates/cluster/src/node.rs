@@ -103,6 +103,8 @@ pub struct Node {
     pub(crate) txn_forgets: crate::txn::Forgets,
     /// Decided transactions across shards whose intents are still to be resolved.
     pub(crate) txn_resolutions: crate::txn::Resolutions,
+    /// Changes to shard placement this node applied, for the console.
+    pub(crate) history: crate::history::ShardHistory,
 }
 
 /// One shard as this node sees it.
@@ -314,6 +316,7 @@ impl Node {
             open_reads: Arc::default(),
             txn_forgets: crate::txn::Forgets::default(),
             txn_resolutions: crate::txn::Resolutions::default(),
+            history: crate::history::ShardHistory::default(),
         });
         node.transport
             .set_forward_handler(crate::forward::handler(&node));
@@ -498,9 +501,22 @@ impl Node {
                 "the cluster map's slot ranges do not cover every slot once; routing unchanged"
             ),
         }
-        *current = Some(Arc::new(map));
+        let map = Arc::new(map);
+        let before = current.replace(map.clone());
+        // Names are looked up through the map just written: release it first.
+        drop(current);
+        self.history.record(before.as_deref(), &map, |id| {
+            self.node_info(NodeId(id))
+                .map_or_else(|| format!("{id:016x}"), |n| n.name)
+        });
         self.map_changed.send_modify(|epoch| *epoch += 1);
         true
+    }
+
+    /// The changes to `shard`'s placement this node has applied since it started, oldest
+    /// first (a bounded history, kept in memory only).
+    pub fn shard_history(&self, shard: ShardId) -> Vec<crate::ShardEvent> {
+        self.history.of_shard(shard.0)
     }
 
     /// Key → shard routing as this node knows it now.

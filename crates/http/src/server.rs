@@ -2,7 +2,7 @@
 //! open connections, so slow or idle clients cannot starve the others.
 
 use crate::AppState;
-use crate::routes::{acl, admin, backup, documents, kv, metrics, session, status, txn};
+use crate::routes::{acl, admin, backup, documents, kv, metrics, session, status, txn, ui};
 use crate::state::{HttpMetrics, OpenConnection};
 use axum::Router;
 use axum::extract::DefaultBodyLimit;
@@ -46,7 +46,7 @@ impl Default for HttpOptions {
 /// The routes, for serving or for in-process tests.
 pub fn router(state: AppState) -> Router {
     let body_limit = state.node.config().limits.max_body_bytes();
-    Router::new()
+    let routes = Router::new()
         .route("/v1/kv", get(kv::get).put(kv::put).delete(kv::delete))
         .route("/v1/kv/", get(kv::get).put(kv::put).delete(kv::delete))
         .route(
@@ -126,7 +126,14 @@ pub fn router(state: AppState) -> Router {
         .route("/v1/acl/token/{accessor}/clone", put(acl::clone_token))
         .route("/v1/acl/tokens", get(acl::list_tokens))
         .route("/v1/health", get(status::health))
-        .route("/metrics", get(metrics::metrics))
+        .route("/metrics", get(metrics::metrics));
+    // The web console, unless `[ui] enabled = false`.
+    let routes = if state.console {
+        routes.merge(ui::routes())
+    } else {
+        routes
+    };
+    routes
         .layer(DefaultBodyLimit::max(body_limit))
         // Counts error answers. A plain response map, not `middleware::from_fn`: that one
         // boxes a future per request, which showed in a GET's profile.

@@ -87,6 +87,13 @@ pub struct AppState {
     pub extra_metrics: Arc<dyn Fn() -> String + Send + Sync>,
     /// The last count of keys and bytes per shard.
     pub(crate) usage: Arc<crate::usage::UsageCache>,
+    /// Serve the web console (`/ui`, `/v1/ui/...`); `[ui] enabled` in the config.
+    pub console: bool,
+    /// The RESP front end's latency buckets, all commands together, for the console's
+    /// figures (none until the server wires it).
+    pub resp_latency: Arc<dyn Fn() -> crate::figures::Buckets + Send + Sync>,
+    /// The console's ring of figures (see `figures.rs`).
+    pub(crate) figures: Arc<crate::figures::Figures>,
 }
 
 impl AppState {
@@ -97,6 +104,9 @@ impl AppState {
             metrics: Arc::default(),
             extra_metrics: Arc::new(String::new),
             usage: Arc::default(),
+            console: true,
+            resp_latency: Arc::new(<crate::figures::Buckets as Default>::default),
+            figures: Arc::default(),
         }
     }
 }

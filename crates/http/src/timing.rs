@@ -14,7 +14,7 @@ use std::time::Instant;
 use tower::{Layer, Service};
 
 /// Route families, as the `route` label of `trireme_http_request_duration_seconds`.
-pub(crate) const ROUTES: [&str; 11] = [
+pub(crate) const ROUTES: [&str; 12] = [
     "kv",
     "document",
     "collection",
@@ -25,6 +25,7 @@ pub(crate) const ROUTES: [&str; 11] = [
     "session",
     "backup",
     "acl",
+    "console",
     "other",
 ];
 /// Methods, as its `method` label.
@@ -61,8 +62,11 @@ pub(crate) fn slot(method: &Method, uri: &Uri) -> usize {
         8
     } else if path.starts_with("/v1/acl/") {
         9
-    } else {
+    } else if path == "/ui" || path.starts_with("/ui/") || path.starts_with("/v1/ui/") {
+        // The console's own page and polling, kept apart so its figures leave it out.
         10
+    } else {
+        11
     };
     let method = match *method {
         Method::GET => 0,
@@ -179,5 +183,9 @@ mod tests {
         assert_eq!(label(Method::PUT, "/v1/session/create"), ("session", "PUT"));
         assert_eq!(label(Method::GET, "/v1/backup/shard/3"), ("backup", "GET"));
         assert_eq!(label(Method::GET, "/v1/agent/self"), ("other", "GET"));
+        assert_eq!(label(Method::GET, "/ui"), ("console", "GET"));
+        assert_eq!(label(Method::GET, "/ui/js/app.js"), ("console", "GET"));
+        assert_eq!(label(Method::GET, "/v1/ui/figures"), ("console", "GET"));
+        assert_eq!(label(Method::GET, "/uix"), ("other", "GET"));
     }
 }

@@ -61,6 +61,18 @@ impl RespMetrics {
         }
     }
 
+    /// Every command's latency buckets added up (see [`LatencyHistogram::bucket_counts`]):
+    /// the RESP front end as a whole, for the console's figures.
+    pub fn latency_buckets(&self) -> [u64; trireme_types::BUCKET_BOUNDS_MICROS.len() + 1] {
+        let mut total = [0; trireme_types::BUCKET_BOUNDS_MICROS.len() + 1];
+        for histogram in self.latency.iter() {
+            for (sum, count) in total.iter_mut().zip(histogram.bucket_counts()) {
+                *sum += count;
+            }
+        }
+        total
+    }
+
     /// The counters in the Prometheus text format.
     pub fn prometheus(&self) -> String {
         let mut out = String::new();

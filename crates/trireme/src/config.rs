@@ -112,6 +112,15 @@ pub struct FileConfig {
     acl: Option<AclSection>,
     tls: Option<TlsSection>,
     peer_tls: Option<TlsSection>,
+    ui: Option<UiSection>,
+}
+
+/// `[ui]`: the web console at `/ui` on the HTTP port.
+#[derive(Deserialize, Debug, Default)]
+#[serde(deny_unknown_fields)]
+struct UiSection {
+    /// Serve the console and its `/v1/ui/...` endpoints (default true).
+    enabled: Option<bool>,
 }
 
 /// `[tls]` (the HTTP and RESP client ports) and `[peer_tls]` (node to node, always mutual).
@@ -227,6 +236,8 @@ pub struct ServerConfig {
     pub log: String,
     /// TLS of the client ports (`[tls]`), if any.
     pub tls: Option<trireme_tls::TlsFiles>,
+    /// Serve the web console (`[ui] enabled`, default true).
+    pub ui: bool,
 }
 
 /// The three listeners of a node.
@@ -556,6 +567,7 @@ impl ServerArgs {
             // Read now, so a bad file stops the node before it touches its data.
             trireme_tls::ServerTls::load(files.clone(), &[]).context("[tls]")?;
         }
+        let ui_enabled = file.ui.and_then(|ui| ui.enabled).unwrap_or(true);
         if let Some(section) = file.peer_tls {
             let files = section.files(&base);
             if files.ca_file.is_none() {
@@ -577,6 +589,7 @@ impl ServerArgs {
             node,
             listen,
             tls,
+            ui: ui_enabled,
             log: self
                 .log
                 .or(file.log)
@@ -812,6 +825,17 @@ mod tests {
         assert!(err.to_string().contains("cache_bytes"), "{err}");
         let err = from_file(&path, "[storage]\nblock_cache = 5\n").unwrap_err();
         assert!(format!("{err:#}").contains("block_cache"), "{err:#}");
+    }
+
+    #[test]
+    fn the_console_is_on_unless_turned_off() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("t.toml");
+        assert!(from_file(&path, "").unwrap().ui);
+        assert!(from_file(&path, "[ui]\nenabled = true\n").unwrap().ui);
+        assert!(!from_file(&path, "[ui]\nenabled = false\n").unwrap().ui);
+        let err = from_file(&path, "[ui]\nport = 80\n").unwrap_err();
+        assert!(format!("{err:#}").contains("port"), "{err:#}");
     }
 
     #[test]

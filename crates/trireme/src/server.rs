@@ -129,7 +129,15 @@ async fn serve(mut config: ServerConfig) -> anyhow::Result<()> {
     let resp_server = trireme_resp::RespServer::new(node.clone());
     let mut http_state = trireme_http::AppState::new(node.clone());
     let resp_metrics = resp_server.metrics();
-    http_state.extra_metrics = Arc::new(move || resp_metrics.prometheus());
+    http_state.extra_metrics = Arc::new({
+        let resp_metrics = resp_metrics.clone();
+        move || resp_metrics.prometheus()
+    });
+    http_state.resp_latency = Arc::new(move || resp_metrics.latency_buckets());
+    http_state.console = config.ui;
+    if config.ui {
+        trireme_http::spawn_figures(&http_state);
+    }
     let http_metrics = http_state.metrics.clone();
     let http_task = tokio::spawn(trireme_http::serve(
         http,

@@ -43,6 +43,7 @@ mod t76_backup;
 mod t80_bench_results;
 mod t81_bench_qualify_probe;
 mod t82_bench_drivers;
+mod t85_console;
 
 /// Every `tNN_*.rs` file here is a module of this binary or of `chaos`: a file left out of
 /// both would never run.

@@ -35,6 +35,12 @@ impl LatencyHistogram {
         self.sum_micros.fetch_add(micros, Ordering::Relaxed);
     }
 
+    /// How many requests each bucket holds (not cumulative), `+Inf` last: what a reader
+    /// that samples the histogram (the console's figures) subtracts from its last copy.
+    pub fn bucket_counts(&self) -> [u64; BUCKET_BOUNDS_MICROS.len() + 1] {
+        std::array::from_fn(|i| self.buckets[i].load(Ordering::Relaxed))
+    }
+
     /// Requests counted so far.
     pub fn count(&self) -> u64 {
         self.buckets.iter().map(|b| b.load(Ordering::Relaxed)).sum()

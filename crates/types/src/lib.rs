@@ -37,7 +37,7 @@ pub use command::{
     SetOp, SetRead, StringEdit, TtlUpdate,
 };
 pub use error::{ErrorCode, TriremeError};
-pub use histogram::LatencyHistogram;
+pub use histogram::{BUCKET_BOUNDS_MICROS, LatencyHistogram};
 pub use ids::{GroupId, NodeId, ShardId};
 pub use limits::Limits;
 pub use record::{LockInfo, Record, ValueKind};

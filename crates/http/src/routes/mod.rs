@@ -10,6 +10,7 @@ pub(crate) mod patch;
 pub(crate) mod session;
 pub(crate) mod status;
 pub(crate) mod txn;
+pub(crate) mod ui;
 
 use crate::ApiError;
 use axum::body::Bytes;

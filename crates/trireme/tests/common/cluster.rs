@@ -109,6 +109,8 @@ pub struct ClusterOptions {
     pub data_dirs: Vec<std::path::PathBuf>,
     /// Environment variables of each node's process, by node index (none past the end).
     pub node_env: Vec<Vec<(String, String)>>,
+    /// `replication_factor` in the nodes' config (the server's default, 3, when `None`).
+    pub replication_factor: Option<u32>,
 }
 
 impl Default for ClusterOptions {
@@ -127,6 +129,7 @@ impl Default for ClusterOptions {
             extra_toml: String::new(),
             data_dirs: Vec::new(),
             node_env: Vec::new(),
+            replication_factor: None,
         }
     }
 }
@@ -135,8 +138,11 @@ impl ClusterOptions {
     /// The nodes' config file.
     pub fn config_toml(&self) -> String {
         // Top-level keys go before the `[raft]` table.
+        let factor = self
+            .replication_factor
+            .map_or_else(String::new, |n| format!("replication_factor = {n}\n"));
         let mut toml = format!(
-            "balance_leaders = {}\n{}",
+            "balance_leaders = {}\n{factor}{}",
             self.balance_leaders,
             self.timing.toml()
         );

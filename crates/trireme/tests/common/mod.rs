@@ -7,6 +7,7 @@
 
 #![allow(dead_code)]
 
+pub mod browser;
 pub mod clients;
 pub mod cluster;
 pub mod redis;
