@@ -730,10 +730,11 @@ fn step_failed(shard: ShardId, what: &str, reply: MembershipReply) -> ClusterErr
 async fn plan(node: &Node, map: &ClusterMap) -> Result<(), ClusterError> {
     let infos = node.directory_snapshot();
     let factor = node.config.replication_factor as usize;
-    let budget = node.config.max_moves.saturating_sub(map.moves.len());
     let meta_voters = node.meta.status().voters;
     let shard_bytes = node.leader_memory().shard_bytes.clone();
     let work = |map: &mut ClusterMap| {
+        // From the map being changed: the one read again after a lost race may hold more.
+        let budget = node.config.max_moves.saturating_sub(map.moves.len());
         let planned = Planner {
             map,
             infos: &infos,

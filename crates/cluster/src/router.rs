@@ -1216,8 +1216,10 @@ impl Node {
 
     /// Deletes every key starting with `prefix` in every shard; returns how many existed.
     /// From cluster version 4 one transaction across every shard: all or nothing, and no
-    /// reader sees some of the keys gone and others not. Before, atomic within each shard
-    /// only (and a split landing meanwhile could leave the keys it hands over untouched).
+    /// reader of a key or a consistent listing sees some of the keys gone and others not.
+    /// Before, or when a shard holds more keys under the prefix than one transaction may
+    /// (see [`crate::txn`]), atomic within each shard only (and a split landing meanwhile
+    /// could leave the keys it hands over untouched).
     pub async fn delete_prefix(&self, prefix: &[u8]) -> Result<u64, ClusterError> {
         self.check_key(prefix)?;
         let prefix = Bytes::copy_from_slice(prefix);
@@ -1225,15 +1227,24 @@ impl Node {
             && self.shard_map().shard_count() > 1
         {
             // One transaction over every shard: all of it is deleted, or none.
-            let outcome = self
-                .transaction_across_shards(vec![Command::DeletePrefix { prefix }])
-                .await?;
-            return match outcome.0.map(|mut results| results.pop()) {
-                Ok(Some(CommandResult::Deleted(n))) => Ok(n),
-                _ => Err(ClusterError::Internal(
-                    "a prefix delete answered something else".into(),
-                )),
+            let delete = Command::DeletePrefix {
+                prefix: prefix.clone(),
             };
+            match self.transaction_across_shards(vec![delete]).await {
+                Ok(outcome) => {
+                    return match outcome.0.map(|mut results| results.pop()) {
+                        Ok(Some(CommandResult::Deleted(n))) => Ok(n),
+                        _ => Err(ClusterError::Internal(
+                            "a prefix delete answered something else".into(),
+                        )),
+                    };
+                }
+                // Too many keys for one transaction: shard by shard, as before.
+                Err(e) if e.to_client().code == ErrorCode::RequestTooLarge => {
+                    tracing::info!(prefix = ?String::from_utf8_lossy(&prefix), "a recursive delete too large for one transaction goes shard by shard");
+                }
+                Err(e) => return Err(e),
+            }
         }
         let deleted = try_join_all(self.shard_map().shards().map(|shard| {
             let command = Command::DeletePrefix {

@@ -1,13 +1,19 @@
 //! Transactions across shards (see [`trireme_types::txn`] for the protocol): the node that
-//! takes the request coordinates it; any node that meets an intent waits it out, and past
-//! its transaction's lease settles it; each shard leader's resolver finishes transactions
-//! whose coordinator went away.
+//! takes the request coordinates it; any node that meets an intent waits it out, and settles
+//! it once its transaction is decided or its lease ran out; each shard leader's resolver
+//! finishes transactions whose coordinator went away.
 //!
-//! The coordinator prepares every participating shard at once, then writes the decision into
-//! the record (one entry of one log: the commit point), then resolves every shard and answers.
-//! A condition that fails in a prepare fails the transaction as it would in one shard; a key
-//! held by another transaction makes the coordinator abort its own and try again once that
-//! key is free (prepares never wait for each other, so two transactions cannot deadlock).
+//! The coordinator prepares every participating shard at once (a prefix read or delete:
+//! every shard, each fenced to the slots the coordinator's map gives it), then writes the
+//! decision into the record (one entry of one log: the commit point) and answers from what
+//! the prepares judged; a task per node resolves decided transactions in the background,
+//! many per command per shard, and then forgets their records. (Before cluster version 4
+//! the coordinator resolves every shard first, and answers from the resolves.) A condition
+//! that fails in a prepare fails the transaction as it would in one shard; a key held by
+//! another transaction makes the coordinator abort its own, drop its intents and try again
+//! once that key is free (prepares never wait for each other, so two transactions cannot
+//! deadlock). Only a transaction of prefix reads keeps what it prepared while it waits: it
+//! holds no key, and prefix reads share their prefixes.
 
 use crate::forward::{GetKeys, Write};
 use crate::request::TransactionOutcome;
@@ -35,6 +41,17 @@ const RESOLVE_INTERVAL: Duration = Duration::from_millis(250);
 /// forget it, before the resolver does.
 const RECORD_GRACE_MS: u64 = 1_000;
 
+/// How long a request waits on a key held by a decided transaction before it resolves the
+/// intent itself (from cluster version 4).
+const EARLY_SETTLE: Duration = Duration::from_millis(20);
+
+/// How many times a transaction of prefix reads tries with watches, which keep no write out,
+/// before it holds its prefixes against writes.
+const WATCH_TRIES: u32 = 3;
+
+/// How often a writer that met a listing's prefix hold looks whether it is gone.
+const HOLD_POLL: Duration = Duration::from_millis(5);
+
 /// The longest pause between two looks at a key held by a transaction.
 const MAX_INTENT_PAUSE: Duration = Duration::from_millis(50);
 
@@ -43,8 +60,8 @@ enum Attempt {
     /// Answered: applied, or a condition failed.
     Done(TransactionOutcome),
     /// Aborted without effect; to be tried again, once this key (held by another
-    /// transaction) is free.
-    Again(Option<Bytes>),
+    /// transaction) is free: an intent's key, or a prefix hold's key and its shard.
+    Again(Option<(Bytes, ShardId)>),
 }
 
 impl Node {
@@ -107,29 +124,73 @@ impl Node {
     ) -> Result<(), ClusterError> {
         let left = deadline.saturating_duration_since(Instant::now());
         if left.is_zero() {
-            return Err(ClusterError::Request(TriremeError::new(
-                ErrorCode::KeyInTransaction,
-                format!(
-                    "key {:?} is held by a transaction across shards that did not finish in time; nothing was done, try again",
-                    String::from_utf8_lossy(key)
-                ),
+            return Err(held_too_long(format!(
+                "key {:?}",
+                String::from_utf8_lossy(key)
             )));
         }
         let pause = Duration::from_millis(1 << waits.min(6)).min(MAX_INTENT_PAUSE);
         tokio::time::sleep(pause.min(left)).await;
-        // An intent outlives its lease only if its coordinator is gone: before a lease has
-        // passed, looking at it would only cost a read.
+        // Before cluster version 4 an intent is settled by others only once its lease ran
+        // out (its coordinator answers from its resolves). From then on the coordinator
+        // answers from its prepares, and an intent whose transaction is decided may be
+        // resolved by whoever meets it: after a short wait (the coordinator's resolution
+        // round usually comes first), and once the lease ran out in any case.
         let waited = self
             .config
             .timing
             .request_timeout
             .saturating_sub(deadline.saturating_duration_since(Instant::now()));
-        if waited >= self.transaction_lease()
+        let settle_after = if self.cluster_version() >= since::PREFIX_TRANSACTIONS {
+            EARLY_SETTLE
+        } else {
+            self.transaction_lease()
+        };
+        if waited >= settle_after
             && let Err(e) = self.settle_intent(key).await
         {
             tracing::debug!(key = ?String::from_utf8_lossy(key), error = %e, "cannot settle an intent yet");
         }
         Ok(())
+    }
+
+    /// Waits until the prefix hold at `key` is gone from `shard` (settling it once its lease
+    /// ran out), or the request's `deadline` passes: a writer that met a listing's hold lets
+    /// the listing finish rather than race it for the next shard.
+    async fn wait_out_hold(
+        &self,
+        shard: ShardId,
+        key: &Bytes,
+        deadline: Instant,
+    ) -> Result<(), ClusterError> {
+        loop {
+            let read = Self::read_of(
+                &self.shard_map(),
+                shard,
+                ReadMode::Default,
+                GetKeys(vec![key.clone()]),
+            );
+            let row = match self.on_shard_once(shard, &read).await {
+                Ok(mut rows) => rows.0.pop().flatten(),
+                // Moved by a split, or between leaders: the next try finds out.
+                Err(_) => return Ok(()),
+            };
+            let Some(hold) = row.and_then(|r| Intent::decode(&r.value)) else {
+                return Ok(());
+            };
+            if crate::now_ms() > hold.expires_ms {
+                return self.settle_hold(shard, key.clone(), &hold).await;
+            }
+            let left = deadline.saturating_duration_since(Instant::now());
+            if left.is_zero() {
+                let prefix = hold_target(key).map(|(_, p)| p).unwrap_or_default();
+                return Err(held_too_long(format!(
+                    "prefix {:?}",
+                    String::from_utf8_lossy(prefix)
+                )));
+            }
+            tokio::time::sleep(HOLD_POLL.min(left)).await;
+        }
     }
 
     /// Reads the internal row at `key` (an intent, a record), which no intent ever holds.
@@ -171,9 +232,8 @@ impl Node {
         .await
     }
 
-    /// Once the lease of the transaction holding `key` has run out: aborts it if it is still
-    /// pending, and resolves the intent as it was decided. Before that, its coordinator
-    /// resolves it (and answers its client with what the resolve returns).
+    /// Resolves the intent on `key` if its transaction is decided, aborting it first if its
+    /// lease ran out while it was pending (see [`Node::transaction_state`]).
     async fn settle_intent(&self, key: &Bytes) -> Result<(), ClusterError> {
         let row = self.read_internal_row(&intent_key(key)).await?;
         let Some(intent) = row.and_then(|r| Intent::decode(&r.value)) else {
@@ -206,6 +266,7 @@ impl Node {
         let log = LogCommand {
             now_ms: crate::now_ms(),
             command: Command::ResolveMany {
+                slots: Some(slots_of(&self.shard_map(), shard)),
                 resolutions: vec![Resolution {
                     txn: hold.txn,
                     keys: vec![key],
@@ -217,8 +278,9 @@ impl Node {
         Ok(())
     }
 
-    /// Where the transaction whose record is at `record` stands once its lease
-    /// (`expires_ms`) has run out (aborted first if it was still pending); `Pending` before.
+    /// Where the transaction whose record is at `record` stands: once its lease
+    /// (`expires_ms`) has run out, decided (aborted first if it was still pending); before,
+    /// as its record says from cluster version 4, else `Pending`.
     async fn transaction_state(
         &self,
         record: &Bytes,
@@ -226,6 +288,13 @@ impl Node {
     ) -> Result<TxnState, ClusterError> {
         if crate::now_ms() > expires_ms {
             return self.decide(record, Decision::AbortIfExpired).await;
+        }
+        if self.cluster_version() >= since::PREFIX_TRANSACTIONS {
+            // Decided already? Its intents are then anybody's to resolve.
+            let row = self.read_internal_row(record).await?;
+            if let Some(found) = row.and_then(|r| TxnRecord::decode(&r.value)) {
+                return Ok(found.state);
+            }
         }
         Ok(TxnState::Pending)
     }
@@ -261,9 +330,11 @@ impl Node {
             let keys = keys.clone();
             async move {
                 let per_shard = by_shard(&routing, keys);
+                let routing = &routing;
                 let answers = join_all(per_shard.into_iter().map(|(shard, keys)| async move {
                     let command = if at_prepare {
                         Command::ResolveMany {
+                            slots: Some(slots_of(routing, shard)),
                             resolutions: vec![Resolution {
                                 txn,
                                 keys: keys.clone(),
@@ -339,19 +410,144 @@ impl Node {
             }
         }
         let deadline = Instant::now() + self.config.timing.request_timeout;
+        if self.cluster_version() >= since::PREFIX_TRANSACTIONS
+            && commands
+                .iter()
+                .all(|c| matches!(c, Command::ReadPrefix { .. }))
+            && let Some(outcome) = Box::pin(self.read_with_watches(&commands, deadline)).await?
+        {
+            return Ok(outcome);
+        }
         let mut waits = 0;
         loop {
-            match self.try_across_shards(&commands).await? {
+            // Boxed: a request's future nests every layer from the front end down, and this
+            // one's is deep enough to pass the compiler's limit unboxed.
+            match Box::pin(self.try_across_shards(&commands)).await? {
                 Attempt::Done(outcome) => return Ok(outcome),
+                Attempt::Again(Some((hold, shard))) if hold_target(&hold).is_some() => {
+                    // A prefix read holds a key of this one: it goes as soon as it has read.
+                    Box::pin(self.wait_out_hold(shard, &hold, deadline)).await?;
+                }
                 Attempt::Again(blocker) => {
                     // Another transaction holds a key (or this one ran out of its lease):
                     // wait for it, settling it if it was abandoned.
-                    let key = blocker.unwrap_or_else(|| first_key(&commands));
+                    let key = blocker.map_or_else(|| first_key(&commands), |(key, _)| key);
                     self.wait_out_intent(&key, waits, deadline).await?;
                     waits += 1;
                 }
             }
         }
+    }
+
+    /// A transaction of prefix reads (a consistent listing, a `get-tree` alone) that keeps
+    /// no write out: each shard reads its part and watches the prefix (see
+    /// [`Command::WatchPrefix`]); once every shard has, their watches are read back, and if
+    /// none was broken by a write, no shard changed under the prefix between its read and
+    /// the moment the last one read: the reads are one moment of all of them. A few tries,
+    /// then `None`: the caller holds the prefixes against writes instead.
+    async fn read_with_watches(
+        &self,
+        commands: &[Command],
+        deadline: Instant,
+    ) -> Result<Option<TransactionOutcome>, ClusterError> {
+        let mut prefixes: Vec<Bytes> = Vec::new();
+        let mut part = Vec::with_capacity(commands.len());
+        for command in commands {
+            let Command::ReadPrefix { prefix } = command else {
+                return Ok(None);
+            };
+            if !prefixes.contains(prefix) {
+                prefixes.push(prefix.clone());
+            }
+            part.push(Command::WatchPrefix {
+                prefix: prefix.clone(),
+            });
+        }
+        for attempt in 0..WATCH_TRIES {
+            let seen = self.map_version();
+            let map = self.shard_map();
+            let shards: Vec<ShardId> = map.shards().collect();
+            // No record: nothing is ever committed; an abandoned watch's expired lease has
+            // its shard's resolver drop it.
+            let txn: u128 = rand::random();
+            let record = record_key(txn);
+            let expires_ms = crate::now_ms() + self.transaction_lease().as_millis() as u64;
+            let holds: Vec<Bytes> = prefixes.iter().map(|p| hold_key(txn, p)).collect();
+            let prepares = shards.iter().map(|&shard| {
+                let mut commands = vec![Command::OwnsSlots {
+                    slots: slots_of(&map, shard),
+                }];
+                commands.extend(part.iter().cloned());
+                let log = LogCommand {
+                    now_ms: crate::now_ms(),
+                    command: Command::Prepare {
+                        txn,
+                        record: record.clone(),
+                        expires_ms,
+                        creates_record: false,
+                        all_keys: Vec::new(),
+                        commands,
+                    },
+                };
+                async move { (shard, self.on_shard_once(shard, &Write(log)).await) }
+            });
+            let mut judged: Vec<Vec<CommandResult>> = vec![Vec::new(); commands.len()];
+            let mut blocker = None;
+            let mut ready = 0;
+            for (shard, answer) in join_all(prepares).await {
+                match answer {
+                    Ok(CommandResult::Prepared(PrepareOutcome::Ready(results))) => {
+                        for (position, result) in results.into_iter().enumerate() {
+                            if let Some(slot) = judged.get_mut(position) {
+                                slot.push(result);
+                            }
+                        }
+                        ready += 1;
+                    }
+                    Ok(CommandResult::Prepared(PrepareOutcome::Busy(key))) => {
+                        blocker = Some((key, shard))
+                    }
+                    _ => {}
+                }
+            }
+            let mut whole = false;
+            if ready == shards.len() {
+                let checks = join_all(shards.iter().map(|&shard| {
+                    let read =
+                        Self::read_of(&map, shard, ReadMode::Default, GetKeys(holds.clone()));
+                    async move { self.on_shard_once(shard, &read).await }
+                }))
+                .await;
+                whole = checks.into_iter().all(|rows| {
+                    rows.is_ok_and(|rows| {
+                        rows.0.iter().all(|row| {
+                            row.as_ref()
+                                .and_then(|r| Intent::decode(&r.value))
+                                .is_some_and(|hold| !hold.commands.is_empty())
+                        })
+                    })
+                });
+            }
+            // Dropped in the background, read or not.
+            self.txn_resolutions
+                .resolve(txn, record, holds.clone(), false);
+            if whole {
+                let expected = vec![shards.len(); commands.len()];
+                return Ok(merged(commands, judged, &expected).map(|r| TransactionOutcome(Ok(r))));
+            }
+            match blocker {
+                Some((hold, shard)) if hold_target(&hold).is_some() => {
+                    Box::pin(self.wait_out_hold(shard, &hold, deadline)).await?
+                }
+                Some((key, _)) => self.wait_out_intent(&key, attempt, deadline).await?,
+                None if ready < shards.len() => {
+                    // A split moved keys, or a shard is between leaders.
+                    self.map_change(seen, Duration::from_millis(100)).await;
+                }
+                None => {}
+            }
+        }
+        Ok(None)
     }
 
     /// One try: prepare everywhere, decide, resolve.
@@ -399,8 +595,18 @@ impl Node {
         let record_shard = map.shard_of_key(&record);
         parts.entry(record_shard).or_default();
         let expires_ms = crate::now_ms() + self.transaction_lease().as_millis() as u64;
+        // From protocol 4 each shard's part is fenced to the slots this map gives it: a
+        // prefix names no key that a split could refuse.
+        let fenced = self.cluster_version() >= since::PREFIX_TRANSACTIONS;
         let prepare = |shard: ShardId| {
             let creates_record = shard == record_shard;
+            let mut part = Vec::with_capacity(parts[&shard].1.len() + 1);
+            if fenced {
+                part.push(Command::OwnsSlots {
+                    slots: slots_of(&map, shard),
+                });
+            }
+            part.extend(parts[&shard].1.iter().cloned());
             let command = Command::Prepare {
                 txn,
                 record: record.clone(),
@@ -411,7 +617,7 @@ impl Node {
                 } else {
                     Vec::new()
                 },
-                commands: parts[&shard].1.clone(),
+                commands: part,
             };
             async move {
                 let log = LogCommand {
@@ -454,11 +660,23 @@ impl Node {
                             failed = Some(failed.map_or(position, |f| f.min(position)));
                         }
                     }
-                    Ok(CommandResult::Prepared(PrepareOutcome::Busy(key))) => blocker = Some(key),
+                    Ok(CommandResult::Prepared(PrepareOutcome::Busy(key))) => {
+                        blocker = Some((key, shard))
+                    }
                     Ok(CommandResult::Prepared(PrepareOutcome::Aborted) | CommandResult::Moved) => {
                     }
+                    Ok(CommandResult::Prepared(PrepareOutcome::TooLarge(found))) => {
+                        error = Some(ClusterError::Request(TriremeError::new(
+                            ErrorCode::RequestTooLarge,
+                            format!(
+                                "a prefix delete in a transaction may cover at most {MAX_PREFIX_DELETE_KEYS} keys in each shard; one shard holds {found} or more under it"
+                            ),
+                        )))
+                    }
                     Ok(other) => error = Some(unexpected("a prepare", &other)),
-                    Err(e) if crate::router::is_moved(&e) => {}
+                    // A split moved keys, or a shard is between leaders or not open here
+                    // yet (a split taking effect): tried again with a newer map.
+                    Err(e) if crate::router::is_moved(&e) || is_transient(&e) => {}
                     Err(e) => error = Some(e),
                 }
             }
@@ -472,8 +690,8 @@ impl Node {
             if !keep_waiting {
                 break blocker;
             }
-            tokio::time::sleep(Duration::from_millis(1 << pauses.min(6)).min(MAX_INTENT_PAUSE))
-                .await;
+            // Soon: the writers it met give way to it for a while (see `wait_out_intent`).
+            tokio::time::sleep(Duration::from_millis(1 << pauses.min(3))).await;
             pauses += 1;
         };
         if ready.len() < parts.len() {
@@ -492,7 +710,12 @@ impl Node {
             return Ok(Attempt::Again(blocker));
         }
         trireme_storage::crash::point("txn-prepared");
-        match self.decide(&record, Decision::Commit).await {
+        let commit = if fenced {
+            Decision::CommitIfPending
+        } else {
+            Decision::Commit
+        };
+        match self.decide(&record, commit).await {
             Ok(TxnState::Committed) => {}
             Ok(_) => {
                 self.abort_prepared(txn, &record, &all_keys).await;
@@ -514,7 +737,14 @@ impl Node {
             // Committed: the shards apply each key's part at its prepare's index, so what
             // the prepares judged is the answer, whoever resolves the intents and when.
             self.txn_resolutions.resolve(txn, record, all_keys, true);
-            return Ok(match merged(commands, judged) {
+            let shards_of = |position: usize| {
+                parts
+                    .values()
+                    .filter(|(at, _)| at.contains(&position))
+                    .count()
+            };
+            let expected: Vec<usize> = (0..commands.len()).map(shards_of).collect();
+            return Ok(match merged(commands, judged, &expected) {
                 Some(results) => Attempt::Done(TransactionOutcome(Ok(results))),
                 None => return Err(answers_lost()),
             });
@@ -595,11 +825,20 @@ fn answers(
 
 /// Each command's result from what its shards judged in their prepares: a key's command
 /// has one, a prefix command one per shard, merged (`None` if a command has none).
-fn merged(commands: &[Command], judged: Vec<Vec<CommandResult>>) -> Option<Vec<CommandResult>> {
+fn merged(
+    commands: &[Command],
+    judged: Vec<Vec<CommandResult>>,
+    expected: &[usize],
+) -> Option<Vec<CommandResult>> {
     commands
         .iter()
         .zip(judged)
-        .map(|(command, mut results)| {
+        .zip(expected)
+        .map(|((command, mut results), &expected)| {
+            // A shard whose prepare was sent twice answers nothing the second time.
+            if results.len() != expected {
+                return None;
+            }
             if prefix_of(command).is_none() {
                 return results.pop();
             }
@@ -629,11 +868,41 @@ fn merged(commands: &[Command], judged: Vec<Vec<CommandResult>>) -> Option<Vec<C
         .collect()
 }
 
+/// What a request answers when `what` (a key, a prefix) stayed held by a transaction for
+/// the whole of its timeout.
+fn held_too_long(what: String) -> ClusterError {
+    ClusterError::Request(TriremeError::new(
+        ErrorCode::KeyInTransaction,
+        format!(
+            "{what} is held by a transaction across shards that did not finish in time; nothing was done, try again"
+        ),
+    ))
+}
+
 fn answers_lost() -> ClusterError {
     ClusterError::Request(TriremeError::new(
         ErrorCode::Timeout,
         "the transaction was committed, but what some of its operations returned is lost: read its keys",
     ))
+}
+
+/// The most keys a prefix delete in a transaction may cover in one shard (the storage's
+/// limit, named in the error).
+const MAX_PREFIX_DELETE_KEYS: u64 = 10_000;
+
+/// `shard`'s slots in `map`, as a fence (see [`Command::OwnsSlots`]).
+fn slots_of(map: &ShardMap, shard: ShardId) -> (u16, u16) {
+    let slots = map.slots_of(shard);
+    (*slots.start(), *slots.end())
+}
+
+/// Whether `error` says a shard cannot answer just now (no leader, or not open on the node
+/// asked yet): worth trying again with a newer map.
+fn is_transient(error: &ClusterError) -> bool {
+    matches!(
+        error.to_client().code,
+        ErrorCode::NoLeader | ErrorCode::Unavailable
+    )
 }
 
 /// The prefix a prefix read or delete covers; `None` for any other command.
@@ -863,7 +1132,10 @@ async fn resolve_round(node: &Arc<Node>, decided: Vec<Decided>) {
     let answers = join_all(per_shard.into_iter().map(|(shard, (which, resolutions))| {
         let log = LogCommand {
             now_ms: crate::now_ms(),
-            command: Command::ResolveMany { resolutions },
+            command: Command::ResolveMany {
+                slots: Some(slots_of(&map, shard)),
+                resolutions,
+            },
         };
         async move { (which, node.on_shard_once(shard, &Write(log)).await) }
     }))

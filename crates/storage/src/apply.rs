@@ -133,6 +133,9 @@ struct Pending<'s> {
     /// While a prepare judges its commands: the keys each prefix delete among them found,
     /// in order, which the prepare then holds and deletes one by one.
     expanded: Option<Vec<Vec<Bytes>>>,
+    /// The intents, holds and records this batch wrote (some may be removed again since):
+    /// where a check for them looks among the batch's changes, instead of all of them.
+    txn_rows: Vec<Bytes>,
 }
 
 impl<'s> Pending<'s> {
@@ -247,6 +250,9 @@ impl<'s> Pending<'s> {
         } else if is_txn_row(&key) {
             // An intent or a transaction record: no expiry, no collection, never listed, so
             // its removal is no removal a Consul index counts.
+            if record.is_some() {
+                self.txn_rows.push(key.clone());
+            }
         } else {
             if !self.changes.contains_key(&key) && !self.stored_expiry.contains_key(&key) {
                 self.raw(&key)?;
@@ -676,6 +682,27 @@ impl<'s> Pending<'s> {
         let Some(owned) = self.owned else {
             return true;
         };
+        match command {
+            Command::ResolveMany {
+                slots: Some(slots), ..
+            } if *slots != owned => return false,
+            Command::Prepare {
+                commands,
+                creates_record,
+                record,
+                ..
+            } => {
+                for c in commands {
+                    if let Command::OwnsSlots { slots } = c
+                        && (*slots != owned
+                            || (*creates_record && !crate::store::in_slots(record, Some(owned))))
+                    {
+                        return false;
+                    }
+                }
+            }
+            _ => {}
+        }
         // A prefix hold's key names no slot: every shard may hold one.
         command
             .keys()
@@ -789,7 +816,7 @@ impl<'s> Pending<'s> {
                 let mut found = Vec::new();
                 for key in self.keys_under(prefix)? {
                     if let Some(raw) = self.raw(&key)? {
-                        removed += u64::from(self.as_judged || !raw.is_expired(now));
+                        removed += u64::from(!raw.is_expired(now));
                         self.set(key.clone(), None)?;
                         found.push(key);
                     }
@@ -799,7 +826,7 @@ impl<'s> Pending<'s> {
                 }
                 CommandResult::Deleted(removed)
             }
-            Command::ReadPrefix { prefix } => {
+            Command::ReadPrefix { prefix } | Command::WatchPrefix { prefix } => {
                 let mut entries = Vec::new();
                 for key in self.keys_under(prefix)? {
                     if member_slot(&key).is_some() {
@@ -869,6 +896,8 @@ impl<'s> Pending<'s> {
             }
             // Judged by the transaction around it; alone it changes nothing.
             Command::Check { .. } => CommandResult::Done,
+            // Judged by the prepare around it (see `owns_keys_of`).
+            Command::OwnsSlots { .. } => CommandResult::Done,
             Command::Edit { key, edit } => {
                 let current = self.live(key, now)?;
                 if current
@@ -924,7 +953,7 @@ impl<'s> Pending<'s> {
                 }
                 CommandResult::Done
             }
-            Command::ResolveMany { resolutions } => {
+            Command::ResolveMany { resolutions, .. } => {
                 for resolution in resolutions {
                     self.resolve_at_prepare(now, resolution)?;
                 }
@@ -1054,6 +1083,7 @@ impl Storage {
             intents_here: self.intents.may_block(shard),
             as_judged: false,
             expanded: None,
+            txn_rows: Vec::new(),
         };
         let mut results = Vec::with_capacity(entries.len());
         for entry in entries {

@@ -63,9 +63,9 @@ async fn killed_coordinator(point: &str, expected: &str) {
         );
     }
     eprintln!(
-        "a transaction whose coordinator died at {point} was settled for readers {} ms later (lease: the election timeout, {} ms)",
+        "a transaction whose coordinator died at {point} was settled for readers {} ms later (lease: the longest election timeout, {} ms)",
         started.elapsed().as_millis(),
-        ClusterOptions::default().timing.election_min.as_millis()
+        ClusterOptions::default().timing.election_max.as_millis()
     );
     // The keys are free again: plain writes go through.
     for key in &keys {
@@ -177,8 +177,11 @@ async fn prefix_operations_cover_every_shard_in_one_step() {
 }
 
 /// A reader listing `?recurse&consistent` while transfers move money between accounts in
-/// different shards sees the same total every time: the listing is one moment of all the
-/// shards, and no transfer shows half done.
+/// different shards sees the same total every time: no transfer shows half done, and the
+/// transfers still go through (a consistent listing keeps no write out unless it keeps
+/// meeting them; see the watches in `crates/cluster/src/txn.rs`). What tells a consistent
+/// listing from a default one, two single-key writes in two shards read at two moments, is
+/// too narrow a window to hit on purpose here; the storage tests cover the watches.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_consistent_listing_never_sees_half_a_transfer() {
     bounded(Duration::from_secs(150), async {
@@ -221,7 +224,7 @@ async fn a_consistent_listing_never_sees_half_a_transfer() {
             committed
         };
         let reader = async {
-            let mut reads = 0;
+            let (mut reads, mut busy) = (0, 0);
             while !done.load(std::sync::atomic::Ordering::SeqCst) || reads < 5 {
                 let url = format!(
                     "{}/v1/kv/iso/?recurse&consistent",
@@ -230,6 +233,12 @@ async fn a_consistent_listing_never_sees_half_a_transfer() {
                 let response = reqwest::get(url).await.expect("a listing");
                 let status = response.status().as_u16();
                 let body: Value = response.json().await.expect("a JSON answer");
+                if status == 503 && body["code"] == "key_in_transaction" {
+                    // The transfers kept a shard busy for the whole request timeout (a
+                    // loaded machine): nothing was read, which is allowed; try again.
+                    busy += 1;
+                    continue;
+                }
                 assert_eq!(status, 200, "listing {reads}: {body}");
                 let entries: Vec<Value> = serde_json::from_value(body).expect("entries");
                 assert_eq!(entries.len(), accounts.len(), "{entries:?}");
@@ -251,10 +260,14 @@ async fn a_consistent_listing_never_sees_half_a_transfer() {
                 );
                 reads += 1;
             }
-            reads
+            (reads, busy)
         };
-        let (committed, reads) = tokio::join!(transfers, reader);
-        eprintln!("{committed} transfers, {reads} consistent listings");
+        let (committed, (reads, busy)) = tokio::join!(transfers, reader);
+        eprintln!("{committed} transfers, {reads} consistent listings ({busy} timed out busy)");
+        assert!(
+            busy <= reads,
+            "{busy} listings timed out against {reads} answered"
+        );
         assert!(committed > 0, "no transfer committed");
     })
     .await;
@@ -308,6 +321,9 @@ async fn transfers_across_shards_keep_the_total() {
                                 .is_some_and(|w| w.contains("index")),
                             "{body}"
                         ),
+                        // Kept waiting for the others for the whole request timeout (a loaded
+                        // machine): nothing was done, as the answer says.
+                        Ok((503, body)) if body["code"] == "key_in_transaction" => {}
                         other => panic!("a transfer answered {other:?}\n{}", c.logs()),
                     }
                 }

@@ -262,6 +262,10 @@ pub enum Command {
     /// return, and the coordinator can answer its client before they are resolved.
     /// Answered with [`CommandResult::Done`]. From protocol 4.
     ResolveMany {
+        /// The slots the sender believes the shard owns: a shard that owns others (split
+        /// since) applies nothing and answers [`CommandResult::Moved`], since a hold's key
+        /// names no slot and would not be refused by itself.
+        slots: Option<(u16, u16)>,
         /// Which transactions, on which keys (a hold's internal key for a held prefix).
         resolutions: Vec<crate::txn::Resolution>,
     },
@@ -270,6 +274,25 @@ pub enum Command {
     /// protocol 4.
     ReadPrefix {
         /// The prefix; internal keys are left out unless it is one.
+        prefix: Bytes,
+    },
+    /// Inside a [`Command::Prepare`] (first among its commands): the shard owns exactly
+    /// `slots` (and the record's key, if it writes the record), or the prepare is refused
+    /// unapplied with [`CommandResult::Moved`]. A prefix names no key, so this is what keeps
+    /// a coordinator whose map is older than a split from preparing half of a prefix. It also
+    /// marks a prepare of protocol 4: one that removes its keys' expired records and whose
+    /// intents are resolved as judged. From protocol 4.
+    OwnsSlots {
+        /// The first and last slot.
+        slots: (u16, u16),
+    },
+    /// Inside a [`Command::Prepare`]: read every key under `prefix` as a
+    /// [`Command::ReadPrefix`] does, and hold the prefix with a *watch*, which keeps no
+    /// write out but is marked broken by the first one under the prefix: a listing that finds
+    /// every shard's watch whole once it has read them all read one moment of all of them.
+    /// Answered with [`CommandResult::Entries`]. From protocol 4.
+    WatchPrefix {
+        /// The prefix.
         prefix: Bytes,
     },
 }
@@ -744,6 +767,8 @@ impl Command {
             Command::Forget { .. } => "forget",
             Command::ResolveMany { .. } => "resolve_many",
             Command::ReadPrefix { .. } => "read_prefix",
+            Command::OwnsSlots { .. } => "owns_slots",
+            Command::WatchPrefix { .. } => "watch_prefix",
         }
     }
 
@@ -757,6 +782,7 @@ impl Command {
             self,
             Command::DeletePrefix { .. }
                 | Command::ReadPrefix { .. }
+                | Command::WatchPrefix { .. }
                 | Command::Batch(_)
                 | Command::Split { .. }
                 | Command::Check { .. }
@@ -779,7 +805,7 @@ impl Command {
             Command::Resolve { keys, .. } => keys.iter().collect(),
             Command::Decide { record, .. } => vec![record],
             Command::Forget { records } => records.iter().collect(),
-            Command::ResolveMany { resolutions } => {
+            Command::ResolveMany { resolutions, .. } => {
                 resolutions.iter().flat_map(|r| r.keys.iter()).collect()
             }
             Command::SortedSet { key, op } => {
@@ -819,6 +845,8 @@ impl Command {
                 .collect(),
             Command::DeletePrefix { .. }
             | Command::ReadPrefix { .. }
+            | Command::OwnsSlots { .. }
+            | Command::WatchPrefix { .. }
             | Command::Batch(_)
             | Command::Split { .. } => Vec::new(),
         }

@@ -322,6 +322,8 @@ names! {
         Command::Forget { .. } => "command.forget",
         Command::ResolveMany { .. } => "command.resolve_many",
         Command::ReadPrefix { .. } => "command.read_prefix",
+        Command::OwnsSlots { .. } => "command.owns_slots",
+        Command::WatchPrefix { .. } => "command.watch_prefix",
     }
 }
 
@@ -484,6 +486,7 @@ fn commands() -> Vec<Command> {
             records: vec![crate::txn::record_key(9)],
         },
         Command::ResolveMany {
+            slots: Some((0, 8191)),
             resolutions: vec![
                 crate::txn::Resolution {
                     txn: 9,
@@ -498,6 +501,12 @@ fn commands() -> Vec<Command> {
             ],
         },
         Command::ReadPrefix {
+            prefix: b("vault/"),
+        },
+        Command::OwnsSlots {
+            slots: (8192, 16383),
+        },
+        Command::WatchPrefix {
             prefix: b("vault/"),
         },
     ]

@@ -214,6 +214,11 @@ pub enum Decision {
     /// Another request met an intent of the transaction after it expired: abort it unless
     /// it was decided already, or it has not expired by the command's time.
     AbortIfExpired,
+    /// The coordinator commits a pending record whatever its lease: only a command that
+    /// writes the record ever aborts it, so a commit that comes late to a record nobody
+    /// aborted is as safe as one on time (a busy node's decision may take longer than the
+    /// lease; its prepares may not). From protocol 4.
+    CommitIfPending,
 }
 
 /// What a shard answers to a [`crate::Command::Prepare`].
@@ -231,6 +236,9 @@ pub enum PrepareOutcome {
     Busy(Bytes),
     /// The transaction was aborted already, or expired; nothing written.
     Aborted,
+    /// A prefix delete found more keys than a transaction may hold in one shard (this many
+    /// at least); nothing written. From protocol 4.
+    TooLarge(u64),
 }
 
 #[cfg(test)]

@@ -161,8 +161,8 @@ pub(crate) async fn txn(
             _ => return Err(ApiError::invalid(format!("operation {i} is empty"))),
         };
         let verb = kv.verb.as_str();
-        // A prefix operation may cover every key.
-        if kv.key.is_empty() && !matches!(verb, "get-tree" | "delete-tree") {
+        // A tree delete may cover every key, as in Consul.
+        if kv.key.is_empty() && verb != "delete-tree" {
             return Err(ApiError::invalid(format!(
                 "operation {i}: Key cannot be empty"
             )));

@@ -14,12 +14,38 @@ use trireme_types::txn::{
 };
 use trireme_types::{Command, CommandResult, Record};
 
-/// Whether a hold is a prefix delete's (which no other prefix read or delete may share).
-fn deletes_under(hold: &Intent) -> bool {
-    hold.commands
-        .iter()
-        .any(|c| matches!(c, Command::DeletePrefix { .. }))
+/// What a prefix hold is for, which says what it keeps out. Its row's commands say it: the
+/// prefix command that took it (a broken watch has none).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum HoldKind {
+    /// A prefix delete's: keeps out every write under its prefix, and every other prefix
+    /// read or delete over it.
+    Delete,
+    /// A prefix read's (a transaction that waits for its prefix): keeps out writes; other
+    /// reads share it.
+    Read,
+    /// A watch's (see [`Command::WatchPrefix`]): keeps nothing out; the first write under
+    /// its prefix breaks it.
+    Watch,
 }
+
+fn hold_kind(hold: &Intent) -> HoldKind {
+    match hold.commands.first() {
+        Some(Command::DeletePrefix { .. }) => HoldKind::Delete,
+        Some(Command::ReadPrefix { .. }) => HoldKind::Read,
+        _ => HoldKind::Watch,
+    }
+}
+
+/// What keeps a write out: holds of prefix deletes and of prefix reads.
+const WRITES_WAIT_FOR: &[HoldKind] = &[HoldKind::Delete, HoldKind::Read];
+/// What keeps a prefix read (or watch) out: a prefix delete's hold.
+const READS_WAIT_FOR: &[HoldKind] = &[HoldKind::Delete];
+
+/// The most keys one shard's part of a transaction may hold through its prefix deletes: the
+/// prepare and resolve of each are one log entry, which must stay small enough to commit
+/// within the transaction's lease.
+const MAX_PREPARED_KEYS: usize = 10_000;
 
 impl Pending<'_> {
     /// The intent on `key` as this batch sees it.
@@ -46,28 +72,42 @@ impl Pending<'_> {
         }
     }
 
-    /// A prefix held (by a transaction other than `except`) that `key` is under, or with
-    /// `overlapping` one under `key` too, as this batch sees the holds.
+    /// The row of a hold (of a transaction other than `except`) whose prefix `key` is under,
+    /// or with `overlapping` one under `key` too, as this batch sees the holds.
     fn hold_over(
         &mut self,
         key: &[u8],
         overlapping: bool,
         except: Option<u128>,
     ) -> Result<Option<Bytes>, StorageError> {
-        self.conflicting_hold(key, overlapping, except, true)
+        self.conflicting_hold(key, overlapping, except, WRITES_WAIT_FOR)
     }
 
-    /// [`Pending::hold_over`], counting only the holds of prefix deletes unless `any`: a
-    /// prefix read shares its prefix with other reads.
+    /// [`Pending::hold_over`], counting only the holds of the kinds in `kinds`.
     fn conflicting_hold(
         &mut self,
         key: &[u8],
         overlapping: bool,
         except: Option<u128>,
-        any: bool,
+        kinds: &[HoldKind],
     ) -> Result<Option<Bytes>, StorageError> {
+        for (row, held) in self.holds_covering(key, overlapping)? {
+            if Some(held.intent.txn) != except && kinds.contains(&hold_kind(&held.intent)) {
+                return Ok(Some(row));
+            }
+        }
+        Ok(None)
+    }
+
+    /// The holds (rows and what they say) whose prefixes `key` is under, or with
+    /// `overlapping` that are under `key` too, as this batch sees them.
+    fn holds_covering(
+        &mut self,
+        key: &[u8],
+        overlapping: bool,
+    ) -> Result<Vec<(Bytes, Held)>, StorageError> {
         if !self.intents_here {
-            return Ok(None);
+            return Ok(Vec::new());
         }
         let covers = |row: &[u8]| {
             hold_target(row).is_some_and(|(_, prefix)| {
@@ -79,22 +119,40 @@ impl Pending<'_> {
             .intents
             .holds_over(self.shard, key, overlapping);
         // Holds written by this batch, not yet in the table.
-        candidates.extend(
-            self.changes
-                .iter()
-                .filter(|(row, record)| record.is_some() && covers(row))
-                .map(|(row, _)| row.clone()),
-        );
+        candidates.extend(self.txn_rows.iter().filter(|row| covers(row)).cloned());
+        candidates.sort();
+        candidates.dedup();
+        let mut out = Vec::new();
         for row in candidates {
-            if let Some(held) = self.hold_on(&row)?
-                && Some(held.intent.txn) != except
-                && (any || deletes_under(&held.intent))
-            {
-                let prefix = hold_target(&row).map(|(_, p)| p).unwrap_or_default();
-                return Ok(Some(Bytes::copy_from_slice(prefix)));
+            if let Some(held) = self.hold_on(&row)? {
+                out.push((row, held));
             }
         }
-        Ok(None)
+        Ok(out)
+    }
+
+    /// A write under `key` (with `overlapping`, over or under it) is about to be applied:
+    /// every whole watch over it (but `except`'s) is marked broken.
+    fn break_watches(
+        &mut self,
+        key: &[u8],
+        overlapping: bool,
+        except: Option<u128>,
+    ) -> Result<(), StorageError> {
+        for (row, held) in self.holds_covering(key, overlapping)? {
+            let whole = matches!(
+                held.intent.commands.first(),
+                Some(Command::WatchPrefix { .. })
+            );
+            if whole && Some(held.intent.txn) != except {
+                let broken = Intent {
+                    commands: Vec::new(),
+                    ..(*held.intent).clone()
+                };
+                self.set(row, Some(Record::string(broken.encode(), held.index)))?;
+            }
+        }
+        Ok(())
     }
 
     /// A key under `prefix` that holds an intent of a transaction other than `except`.
@@ -106,20 +164,8 @@ impl Pending<'_> {
         if !self.intents_here {
             return Ok(None);
         }
-        let mut candidates: Vec<Bytes> = self
-            .storage
-            .intents
-            .under(self.shard, prefix)
-            .into_iter()
-            .collect();
-        candidates.extend(
-            self.changes
-                .iter()
-                .filter(|(_, record)| record.is_some())
-                .filter_map(|(row, _)| intent_target(row))
-                .filter(|target| target.starts_with(prefix))
-                .map(Bytes::copy_from_slice),
-        );
+        let mut candidates = self.storage.intents.under(self.shard, prefix);
+        candidates.extend(self.batch_intents_under(prefix));
         for key in candidates {
             if let Some(held) = self.intent_on(&key)?
                 && Some(held.intent.txn) != except
@@ -128,6 +174,16 @@ impl Pending<'_> {
             }
         }
         Ok(None)
+    }
+
+    /// The keys under `prefix` of the intents this batch wrote (some may be gone since).
+    fn batch_intents_under(&self, prefix: &[u8]) -> Vec<Bytes> {
+        self.txn_rows
+            .iter()
+            .filter_map(|row| intent_target(row))
+            .filter(|target| target.starts_with(prefix))
+            .map(Bytes::copy_from_slice)
+            .collect()
     }
 
     /// The first key of `command` that holds an intent or is under a held prefix, if any:
@@ -147,23 +203,35 @@ impl Pending<'_> {
             | Command::Resolve { .. }
             | Command::ResolveMany { .. }
             | Command::ReadPrefix { .. }
+            | Command::WatchPrefix { .. }
+            | Command::OwnsSlots { .. }
             | Command::Read { .. }
             | Command::Forget { .. } => Ok(None),
             Command::DeletePrefix { prefix } => {
                 if let Some(key) = self.intent_under(prefix, None)? {
                     return Ok(Some(key));
                 }
-                Ok(self.hold_over(prefix, true, None)?.map(|_| prefix.clone()))
+                if self.hold_over(prefix, true, None)?.is_some() {
+                    return Ok(Some(prefix.clone()));
+                }
+                self.break_watches(prefix, true, None)?;
+                Ok(None)
             }
             _ => {
-                for key in command.keys() {
-                    if is_internal_key(key) {
-                        continue;
-                    }
+                let keys: Vec<Bytes> = command
+                    .keys()
+                    .into_iter()
+                    .filter(|key| !is_internal_key(key))
+                    .cloned()
+                    .collect();
+                for key in &keys {
                     if self.intent_on(key)?.is_some() || self.hold_over(key, false, None)?.is_some()
                     {
                         return Ok(Some(key.clone()));
                     }
+                }
+                for key in &keys {
+                    self.break_watches(key, false, None)?;
                 }
                 Ok(None)
             }
@@ -194,12 +262,25 @@ impl Pending<'_> {
         }
         let mut prefixes: Vec<Bytes> = Vec::new();
         for command in commands {
-            if let Command::DeletePrefix { prefix } | Command::ReadPrefix { prefix } = command
+            if let Command::DeletePrefix { prefix }
+            | Command::ReadPrefix { prefix }
+            | Command::WatchPrefix { prefix } = command
                 && !prefixes.contains(prefix)
             {
                 prefixes.push(prefix.clone());
             }
         }
+        // What each prefix is held for: a delete over a read, a read over a watch.
+        let kind_of = |prefix: &Bytes| {
+            let has = |f: fn(&Command, &Bytes) -> bool| commands.iter().any(|c| f(c, prefix));
+            if has(|c, p| matches!(c, Command::DeletePrefix { prefix } if prefix == p)) {
+                HoldKind::Delete
+            } else if has(|c, p| matches!(c, Command::ReadPrefix { prefix } if prefix == p)) {
+                HoldKind::Read
+            } else {
+                HoldKind::Watch
+            }
+        };
         let mut mine = false;
         for key in &keys {
             match self.intent_on(key)? {
@@ -207,8 +288,10 @@ impl Pending<'_> {
                 Some(_) => return Ok(PrepareOutcome::Busy(key.clone())),
                 None => {}
             }
-            if self.hold_over(key, false, Some(txn))?.is_some() {
-                return Ok(PrepareOutcome::Busy(key.clone()));
+            // A hold's row as the key to wait on: the coordinator waits longer for a hold
+            // (a listing that needs every shard) than for a key.
+            if let Some(hold) = self.hold_over(key, false, Some(txn))? {
+                return Ok(PrepareOutcome::Busy(hold));
             }
         }
         for prefix in &prefixes {
@@ -218,14 +301,12 @@ impl Pending<'_> {
             if let Some(key) = self.intent_under(prefix, Some(txn))? {
                 return Ok(PrepareOutcome::Busy(key));
             }
-            let deletes = commands
-                .iter()
-                .any(|c| matches!(c, Command::DeletePrefix { prefix: p } if p == prefix));
-            if self
-                .conflicting_hold(prefix, true, Some(txn), deletes)?
-                .is_some()
-            {
-                return Ok(PrepareOutcome::Busy(prefix.clone()));
+            let waits_for = match kind_of(prefix) {
+                HoldKind::Delete => WRITES_WAIT_FOR,
+                HoldKind::Read | HoldKind::Watch => READS_WAIT_FOR,
+            };
+            if let Some(hold) = self.conflicting_hold(prefix, true, Some(txn), waits_for)? {
+                return Ok(PrepareOutcome::Busy(hold));
             }
         }
         if mine {
@@ -239,21 +320,44 @@ impl Pending<'_> {
                 TxnState::Pending => {}
             }
         }
-        // An expired key is removed now, as the judgement sees it: from here until it is
-        // resolved the key is judged as at this moment (see `as_judged`), which must not
-        // find it alive again.
-        for key in &keys {
-            if self.raw(key)?.is_some_and(|r| r.is_expired(now)) {
-                self.set(key.clone(), None)?;
+        // A prepare of protocol 4 removes its keys' expired records, as the judgement sees
+        // them: from here until it is resolved (as judged, see `as_judged`) the key is judged
+        // as at this moment, which must not find it alive again. One of protocol 3 leaves
+        // them, as the builds of that protocol still replicating it do.
+        let judged_at_prepare = commands
+            .iter()
+            .any(|c| matches!(c, Command::OwnsSlots { .. }));
+        if judged_at_prepare {
+            for key in &keys {
+                if self.raw(key)?.is_some_and(|r| r.is_expired(now)) {
+                    self.set(key.clone(), None)?;
+                }
             }
         }
         self.expanded = Some(Vec::new());
         let judged = self.judge_transaction(index, now, commands);
         let mut expanded = self.expanded.take().unwrap_or_default().into_iter();
-        let judged = match judged? {
+        // The coordinator does not know the fence is there: positions leave it out.
+        let fences: Vec<usize> = commands
+            .iter()
+            .enumerate()
+            .filter(|(_, c)| matches!(c, Command::OwnsSlots { .. }))
+            .map(|(i, _)| i)
+            .collect();
+        let mut judged = match judged? {
             Ok(results) => results,
-            Err(position) => return Ok(PrepareOutcome::Failed(position)),
+            Err(position) => {
+                let before = fences.iter().filter(|&&f| (f as u32) < position).count();
+                return Ok(PrepareOutcome::Failed(position - before as u32));
+            }
         };
+        let found: usize = expanded.as_slice().iter().map(Vec::len).sum();
+        if found > MAX_PREPARED_KEYS {
+            return Ok(PrepareOutcome::TooLarge(found as u64));
+        }
+        for i in fences.into_iter().rev() {
+            judged.remove(i);
+        }
         // A prefix delete becomes a delete of each key it found, in its place: the hold
         // keeps any other key from appearing under the prefix until the resolve.
         let mut parts: Vec<Command> = Vec::with_capacity(commands.len());
@@ -270,7 +374,9 @@ impl Pending<'_> {
                         });
                     }
                 }
-                Command::ReadPrefix { .. } => {}
+                Command::ReadPrefix { .. }
+                | Command::WatchPrefix { .. }
+                | Command::OwnsSlots { .. } => {}
                 other => parts.push(other.clone()),
             }
         }
@@ -292,16 +398,31 @@ impl Pending<'_> {
                 Some(Record::string(held(its).encode(), index)),
             )?;
         }
+        // The watches this transaction's writes fall under are broken by them (its own
+        // watches are not: a transaction reads its own writes).
+        let writes: Vec<Bytes> = parts
+            .iter()
+            .filter(|c| !matches!(c, Command::Read { .. } | Command::Check { .. }))
+            .flat_map(|c| c.keys().into_iter().cloned())
+            .collect();
+        for key in &writes {
+            self.break_watches(key, false, Some(txn))?;
+        }
         for prefix in &prefixes {
-            // What the hold is for, so that reads of a prefix can share it: never applied.
-            let what = match commands
-                .iter()
-                .any(|c| matches!(c, Command::DeletePrefix { prefix: p } if p == prefix))
-            {
-                true => Command::DeletePrefix {
+            if kind_of(prefix) == HoldKind::Delete {
+                self.break_watches(prefix, true, Some(txn))?;
+            }
+        }
+        for prefix in &prefixes {
+            // What the hold is for (see `HoldKind`): never applied.
+            let what = match kind_of(prefix) {
+                HoldKind::Delete => Command::DeletePrefix {
                     prefix: prefix.clone(),
                 },
-                false => Command::ReadPrefix {
+                HoldKind::Read => Command::ReadPrefix {
+                    prefix: prefix.clone(),
+                },
+                HoldKind::Watch => Command::WatchPrefix {
                     prefix: prefix.clone(),
                 },
             };
@@ -367,6 +488,7 @@ impl Pending<'_> {
             Decision::Abort => TxnState::Aborted,
             Decision::AbortIfExpired if expired => TxnState::Aborted,
             Decision::AbortIfExpired => return Ok(TxnState::Pending),
+            Decision::CommitIfPending => TxnState::Committed,
         };
         self.set(record.clone(), Some(Record::string(row.encode(), index)))?;
         Ok(row.state)
@@ -396,7 +518,19 @@ impl Pending<'_> {
                 out.push(Vec::new());
                 continue;
             }
-            out.push(self.apply_as_judged(index, now, &held.intent)?);
+            // Judged again, at the resolve's index, as protocol 3 applies it: replicas of
+            // that protocol may still apply this entry (`ResolveMany` applies as judged).
+            match self.apply_transaction(index, now, &[], &held.intent.commands)? {
+                Ok(results) => out.push(results),
+                Err(position) => {
+                    tracing::warn!(
+                        shard = self.shard,
+                        position,
+                        "a committed transaction's condition no longer held on one key; that key was left as it was"
+                    );
+                    out.push(Vec::new());
+                }
+            }
         }
         Ok(out)
     }
@@ -447,14 +581,7 @@ impl Pending<'_> {
     /// The keys under `prefix` that hold intents of `txn`, as this batch sees them.
     fn intents_of_under(&mut self, prefix: &[u8], txn: u128) -> Result<Vec<Bytes>, StorageError> {
         let mut candidates: Vec<Bytes> = self.storage.intents.under(self.shard, prefix);
-        candidates.extend(
-            self.changes
-                .iter()
-                .filter(|(_, record)| record.is_some())
-                .filter_map(|(row, _)| intent_target(row))
-                .filter(|target| target.starts_with(prefix))
-                .map(Bytes::copy_from_slice),
-        );
+        candidates.extend(self.batch_intents_under(prefix));
         candidates.sort();
         candidates.dedup();
         let mut out = Vec::new();
@@ -508,7 +635,7 @@ mod tests {
     use bytes::Bytes;
     use trireme_types::txn::{Decision, PrepareOutcome, Resolution, TxnState, record_key};
     use trireme_types::{
-        Command, CommandResult, KeyCheck, LockOp, LockOutcome, PutCondition, ShardId, TtlUpdate,
+        Command, CommandResult, KeyCheck, LockOp, PutCondition, ShardId, TtlUpdate,
     };
 
     fn put(key: &str, value: &str) -> Command {
@@ -522,14 +649,17 @@ mod tests {
         }
     }
 
+    /// A prepare of protocol 4 (fenced to every slot) of `commands`.
     fn prepare(txn: u128, expires_ms: u64, commands: Vec<Command>) -> Command {
+        let mut fenced = vec![Command::OwnsSlots { slots: (0, 16383) }];
+        fenced.extend(commands);
         Command::Prepare {
             txn,
             record: record_key(txn),
             expires_ms,
             creates_record: true,
             all_keys: bs(&["a", "b"]),
-            commands,
+            commands: fenced,
         }
     }
 
@@ -766,11 +896,7 @@ mod tests {
                     record: record_key(txn),
                     decision: Decision::Commit,
                 },
-                Command::Resolve {
-                    txn,
-                    keys: bs(keys),
-                    commit: true,
-                },
+                resolve_many(txn, bs(keys), true),
             ],
         )
     }
@@ -819,10 +945,7 @@ mod tests {
         );
         // Resolved after a's expiry: its part is applied as judged, not judged again.
         let resolved = commit_and_resolve(&storage, 4, 300, 5, &["a", "b", "c"]);
-        let CommandResult::Resolved(per_key) = &resolved[1] else {
-            panic!("{resolved:?}");
-        };
-        assert!(per_key.iter().all(|part| !part.is_empty()), "{per_key:?}");
+        assert_eq!(resolved[1], CommandResult::Done);
         let at = |key: &str| {
             storage
                 .get(ShardId(0), key.as_bytes(), 300)
@@ -862,13 +985,7 @@ mod tests {
         // The session's end reaches another key of the shard before the resolve ...
         run(&storage, 2, vec![ended("z")]);
         let resolved = commit_and_resolve(&storage, 3, 1, 6, &["a", "b"]);
-        let CommandResult::Resolved(per_key) = &resolved[1] else {
-            panic!("{resolved:?}");
-        };
-        assert_eq!(
-            per_key[0],
-            vec![CommandResult::Lock(LockOutcome::Done(true))]
-        );
+        assert_eq!(resolved[1], CommandResult::Done);
         let holder = |storage: &crate::Storage| {
             storage
                 .get(ShardId(0), b"a", 1)
@@ -884,6 +1001,7 @@ mod tests {
 
     fn resolve_many(txn: u128, keys: Vec<Bytes>, commit: bool) -> Command {
         Command::ResolveMany {
+            slots: None,
             resolutions: vec![Resolution { txn, keys, commit }],
         }
     }
@@ -1017,7 +1135,10 @@ mod tests {
         );
         assert_eq!(
             busy[0],
-            CommandResult::Prepared(PrepareOutcome::Busy(b("app/c")))
+            CommandResult::Prepared(PrepareOutcome::Busy(trireme_types::txn::hold_key(
+                12, b"app/"
+            ))),
+            "the hold to wait for"
         );
         assert!(matches!(
             busy[1],
@@ -1103,6 +1224,180 @@ mod tests {
         );
         let write = run(&storage, 8, vec![put("cfg/b", "2")]);
         assert!(matches!(write[0], CommandResult::Put { written: true, .. }));
+    }
+
+    #[test]
+    fn a_prepare_or_resolve_fenced_to_the_slots_before_a_split_is_moved() {
+        let (_dir, storage) = storage();
+        split_in_half(&storage);
+        let apply = |command: Command| {
+            crate::Storage::apply(
+                &storage,
+                ShardId(0),
+                &[crate::ApplyEntry {
+                    index: 200,
+                    command: Some(&trireme_types::LogCommand { now_ms: 1, command }),
+                }],
+                &[],
+            )
+            .unwrap()
+        };
+        // The coordinator's map is older than the split: every slot still in shard 0.
+        let stale = prepare(30, 1_000, vec![Command::ReadPrefix { prefix: b("") }]);
+        assert_eq!(apply(stale), vec![CommandResult::Moved]);
+        let resolve = Command::ResolveMany {
+            slots: Some((0, 16383)),
+            resolutions: Vec::new(),
+        };
+        assert_eq!(apply(resolve), vec![CommandResult::Moved]);
+        // With the slots it owns now, and its record's key among them.
+        let txn = (0..)
+            .find(|t| trireme_types::key_slot(&record_key(*t)) < 8192)
+            .unwrap();
+        let fresh = Command::Prepare {
+            txn,
+            record: record_key(txn),
+            expires_ms: 1_000,
+            creates_record: true,
+            all_keys: Vec::new(),
+            commands: vec![
+                Command::OwnsSlots { slots: (0, 8191) },
+                Command::ReadPrefix { prefix: b("") },
+            ],
+        };
+        assert!(matches!(
+            &apply(fresh)[..],
+            [CommandResult::Prepared(PrepareOutcome::Ready(judged))] if judged.len() == 1
+        ));
+    }
+
+    #[test]
+    fn a_late_commit_holds_unless_somebody_aborted_first() {
+        let (_dir, storage) = storage();
+        run_at(
+            &storage,
+            1,
+            100,
+            vec![
+                prepare(40, 500, vec![put("a", "v")]),
+                prepare(41, 500, vec![put("b", "v")]),
+            ],
+        );
+        let decide = |txn, decision| Command::Decide {
+            record: record_key(txn),
+            decision,
+        };
+        let late = run_at(
+            &storage,
+            3,
+            900,
+            vec![
+                decide(40, Decision::Commit),
+                decide(41, Decision::AbortIfExpired),
+                decide(41, Decision::CommitIfPending),
+            ],
+        );
+        assert_eq!(
+            late[0],
+            CommandResult::Decided(TxnState::Aborted),
+            "protocol 3's commit"
+        );
+        assert_eq!(late[2], CommandResult::Decided(TxnState::Aborted));
+        let on_time = run_at(
+            &storage,
+            6,
+            900,
+            vec![
+                prepare(42, 1_000, vec![put("c", "v")]),
+                decide(42, Decision::CommitIfPending),
+            ],
+        );
+        assert_eq!(on_time[1], CommandResult::Decided(TxnState::Committed));
+        let expired_unpushed = run_at(
+            &storage,
+            8,
+            5_000,
+            vec![
+                prepare(43, 4_000, vec![put("d", "v")]),
+                decide(43, Decision::CommitIfPending),
+            ],
+        );
+        assert!(matches!(
+            expired_unpushed[0],
+            CommandResult::Prepared(PrepareOutcome::Aborted)
+        ));
+        let (_dir, storage) = super::super::testing::storage();
+        run_at(
+            &storage,
+            1,
+            100,
+            vec![prepare(44, 500, vec![put("e", "v")])],
+        );
+        let committed = run_at(
+            &storage,
+            2,
+            900,
+            vec![decide(44, Decision::CommitIfPending)],
+        );
+        assert_eq!(
+            committed,
+            vec![CommandResult::Decided(TxnState::Committed)],
+            "nobody aborted it"
+        );
+    }
+
+    #[test]
+    fn a_watch_keeps_no_write_out_and_the_first_write_under_it_breaks_it() {
+        let (_dir, storage) = storage();
+        run(&storage, 1, vec![put("w/a", "1"), put("x", "1")]);
+        let watch = |txn| prepare(txn, 1_000, vec![Command::WatchPrefix { prefix: b("w/") }]);
+        let whole = |storage: &crate::Storage, txn| {
+            let row = storage
+                .get_raw(ShardId(0), &trireme_types::txn::hold_key(txn, b"w/"))
+                .unwrap()
+                .expect("the watch's row");
+            !trireme_types::txn::Intent::decode(&row.value)
+                .expect("a hold")
+                .commands
+                .is_empty()
+        };
+        let prepared = run(&storage, 3, vec![watch(50), watch(51)]);
+        let [CommandResult::Prepared(PrepareOutcome::Ready(judged)), _] = &prepared[..] else {
+            panic!("{prepared:?}");
+        };
+        assert!(
+            matches!(&judged[..], [CommandResult::Entries { entries, .. }] if entries.len() == 1)
+        );
+        // A write elsewhere leaves them whole; one under the prefix goes through, and breaks
+        // both.
+        run(&storage, 5, vec![put("x", "2")]);
+        assert!(whole(&storage, 50) && whole(&storage, 51));
+        let written = run(&storage, 6, vec![put("w/b", "2")]);
+        assert!(matches!(
+            written[0],
+            CommandResult::Put { written: true, .. }
+        ));
+        assert!(!whole(&storage, 50) && !whole(&storage, 51));
+        // A transaction's prepare of a write under a new watch breaks it too; a delete hold
+        // keeps a new watch out.
+        run(&storage, 7, vec![watch(52)]);
+        let results = run(
+            &storage,
+            8,
+            vec![
+                prepare(53, 1_000, vec![put("w/c", "3")]),
+                prepare(54, 1_000, vec![Command::DeletePrefix { prefix: b("w") }]),
+            ],
+        );
+        assert!(matches!(
+            results[0],
+            CommandResult::Prepared(PrepareOutcome::Ready(_))
+        ));
+        assert!(
+            matches!(results[1], CommandResult::Prepared(PrepareOutcome::Busy(_))),
+            "the intent on w/c: {results:?}"
+        );
+        assert!(!whole(&storage, 52));
     }
 
     #[test]
