@@ -9,7 +9,9 @@ Run by bench/console.sh (which starts the 3-node cluster); standard library only
            node, the JSON from synthesized fixtures served on 50 loopback ports (one per
            fixture node, so the page gathers them across origins as it would), N loads
   cpu      each node's CPU (user + system ticks from /proc/PID/stat) over SECONDS with no page
-           open, with the overview open and with the live figures open
+           open, with the overview open and with the live figures open, ROUNDS times; the
+           nodes of --control-pid (a cluster with `[ui] enabled = false`) measured in the
+           same windows, and the difference: what the console costs a node
 """
 
 import argparse
@@ -42,10 +44,22 @@ def request(method, url, body=None, timeout=60):
 
 
 class Browser:
-    """chromium and a chromedriver session attached to it, both stopped by PID."""
+    """chromium and a chromedriver session attached to it, both stopped by PID.
+
+    Whatever fails while they start (no DevTools port, no driver) stops what was started.
+    """
 
     def __init__(self, driver_port):
         self.dir = tempfile.TemporaryDirectory()
+        self.chromium = None
+        self.driver = None
+        try:
+            self._start(driver_port)
+        except BaseException:
+            self.close()
+            raise
+
+    def _start(self, driver_port):
         profile = os.path.join(self.dir.name, "profile")
         self.chromium = subprocess.Popen(
             ["/usr/bin/chromium", *FLAGS, f"--user-data-dir={profile}", "about:blank"],
@@ -98,14 +112,16 @@ class Browser:
             f.write(base64.b64decode(png))
 
     def close(self):
-        self.driver.kill()
-        self.driver.wait()
-        self.chromium.terminate()
-        try:
-            self.chromium.wait(5)
-        except subprocess.TimeoutExpired:
-            self.chromium.kill()
-            self.chromium.wait()
+        if self.driver is not None:
+            self.driver.kill()
+            self.driver.wait()
+        if self.chromium is not None:
+            self.chromium.terminate()
+            try:
+                self.chromium.wait(5)
+            except subprocess.TimeoutExpired:
+                self.chromium.kill()
+                self.chromium.wait()
         self.dir.cleanup()
 
 
@@ -207,7 +223,8 @@ def serve_fixture(nodes, shards, base_port, real):
                     return self.send(200, body, kind)
                 answers = {"/v1/cluster/status": status, "/v1/ui/node": summaries[name],
                            "/v1/ui/access": access,
-                           "/v1/ui/figures": {"node": name, "every_ms": 1000, "samples": []}}
+                           "/v1/ui/figures": {"node": name, "boot_ms": 1, "every_ms": 1000,
+                                              "samples": []}}
                 if path in answers:
                     return self.send(200, json.dumps(answers[path]).encode())
                 return self.send(404, b'{"error":"not in the fixture","code":"not_found"}')
@@ -230,17 +247,23 @@ def ticks(pid):
 
 
 def cpu_percent(pids, seconds):
+    """Each PID's CPU over the same window, in % of one core."""
     hz = os.sysconf("SC_CLK_TCK")
+    start = time.monotonic()
     before = [ticks(p) for p in pids]
     time.sleep(seconds)  # the measurement window itself, not a wait for a condition
     after = [ticks(p) for p in pids]
-    return [100.0 * (a - b) / hz / seconds for a, b in zip(after, before)]
+    took = time.monotonic() - start
+    return [100.0 * (a - b) / hz / took for a, b in zip(after, before)]
 
 
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--node", action="append", required=True, help="HTTP URL of a node")
     ap.add_argument("--pid", action="append", type=int, default=[], help="a node's PID")
+    ap.add_argument("--control-pid", action="append", type=int, default=[],
+                    help="a PID of a node of a cluster with the console off, measured alongside")
+    ap.add_argument("--rounds", type=int, default=1)
     ap.add_argument("--loads", type=int, default=10)
     ap.add_argument("--seconds", type=int, default=60)
     ap.add_argument("--fixture-port", type=int, default=18100)
@@ -275,16 +298,32 @@ def main():
                 s.shutdown()
         if "cpu" in what and args.pid:
             browser.goto("about:blank")
-            for label, url in [("no page open", None),
-                               ("overview open", f"{args.node[0]}/ui#/overview"),
-                               ("live figures open", f"{args.node[0]}/ui#/figures")]:
-                if url:
-                    browser.goto(url)
-                    browser.wait("return document.querySelector('table') !== null")
-                cpu = cpu_percent(args.pid, args.seconds)
-                shown = ", ".join(f"n{i + 1} {c:.2f}%" for i, c in enumerate(cpu))
-                print(f"CPU over {args.seconds} s, {label}: {shown} of one core", flush=True)
-                browser.goto("about:blank")
+            pids = args.pid + args.control_pid
+            windows = {}
+            for r in range(args.rounds):
+                for label, url in [("no page open", None),
+                                   ("overview open", f"{args.node[0]}/ui#/overview"),
+                                   ("live figures open", f"{args.node[0]}/ui#/figures")]:
+                    if url:
+                        browser.goto(url)
+                        browser.wait("return document.querySelector('table') !== null")
+                    cpu = cpu_percent(pids, args.seconds)
+                    on, off = cpu[:len(args.pid)], cpu[len(args.pid):]
+                    windows.setdefault(label, []).append((on, off))
+                    shown = ", ".join(f"n{i + 1} {c:.2f}%" for i, c in enumerate(on))
+                    line = f"round {r + 1}, CPU over {args.seconds} s, {label}: console on: {shown}"
+                    if off:
+                        control = ", ".join(f"n{i + 1} {c:.2f}%" for i, c in enumerate(off))
+                        line += (f"; console off: {control}; mean difference "
+                                 f"{statistics.mean(on) - statistics.mean(off):+.2f} points")
+                    print(line + " (of one core)", flush=True)
+                    browser.goto("about:blank")
+            if args.control_pid:
+                for label, runs in windows.items():
+                    diffs = [statistics.mean(on) - statistics.mean(off) for on, off in runs]
+                    print(f"{label}: console on minus off, per node, mean over {len(runs)} "
+                          f"round(s): {statistics.mean(diffs):+.2f} points of one core "
+                          f"(rounds: {', '.join(f'{d:+.2f}' for d in diffs)})", flush=True)
     finally:
         browser.close()
 

@@ -49,7 +49,7 @@ pub use error::ClusterError;
 pub use history::ShardEvent;
 pub use meta::{NodeInfo, NodeState};
 pub use node::{Node, NodeHealth, ShardInfo};
-pub use observe::ReplicaStats;
+pub use observe::{ReplicaCounts, ReplicaStats};
 pub use operator::RemoveOutcome;
 pub use pubsub::MessageSink;
 pub use rebalance::ElasticMetrics;

@@ -502,10 +502,12 @@ impl Node {
             ),
         }
         let map = Arc::new(map);
-        let before = current.replace(map.clone());
-        // Names are looked up through the map just written: release it first.
+        *current = Some(map.clone());
+        // Names are looked up through the map just written: release it first. The history
+        // keeps its own last map, so two threads applying maps here are recorded in epoch
+        // order whichever gets there first.
         drop(current);
-        self.history.record(before.as_deref(), &map, |id| {
+        self.history.record(&map, |id| {
             self.node_info(NodeId(id))
                 .map_or_else(|| format!("{id:016x}"), |n| n.name)
         });
@@ -1023,6 +1025,18 @@ impl Node {
         group.is_leader() || self.serves_stale(shard)
     }
 
+    /// Calls `f` with every shard replica on this node, under the read lock of the list and
+    /// without copying it (for readers that run often; `f` must not take the lock again).
+    pub(crate) fn for_each_group(&self, mut f: impl FnMut(&ShardGroup)) {
+        let groups = self
+            .groups
+            .read()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        for group in groups.iter().flatten() {
+            f(group);
+        }
+    }
+
     /// Every shard replica on this node.
     pub(crate) fn local_groups(&self) -> Vec<ShardGroup> {
         self.groups
@@ -1091,6 +1105,24 @@ impl Node {
             .values()
             .cloned()
             .collect()
+    }
+
+    /// The advertised HTTP addresses of the nodes that are not removed (joining, active or
+    /// draining), this node's own first: where the web console's pages may come from.
+    pub fn member_http_addrs(&self) -> Vec<String> {
+        let map = self.cluster_map();
+        let removed = |id: u64| {
+            map.as_ref()
+                .is_some_and(|m| m.state(id) == Some(NodeState::Removed))
+        };
+        let mut out = vec![self.me().http_addr.clone()];
+        for info in self.nodes() {
+            if !removed(info.id()) && !out.contains(&info.node.http_addr) {
+                out.push(info.node.http_addr);
+            }
+        }
+        out.retain(|addr| !addr.is_empty());
+        out
     }
 
     /// Whether the node has a link up to `id` (itself counts as linked).

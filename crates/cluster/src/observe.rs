@@ -30,7 +30,34 @@ pub struct ReplicaStats {
     pub follower_lag: Vec<(String, u64)>,
 }
 
+/// [`Node::replica_stats`] in three numbers: replicas held here, how many of them lead, and
+/// the most entries any follower of those is behind.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct ReplicaCounts {
+    /// Shard replicas held here.
+    pub replicas: u32,
+    /// Of those, the ones this node leads.
+    pub leaders: u32,
+    /// The most log entries any follower of a shard led here is behind (0 when it leads none).
+    pub max_lag: u64,
+}
+
 impl Node {
+    /// Replicas, leaders and the largest follower lag, read from each group's published
+    /// metrics without copying any group's status, naming a node or allocating: cheap enough
+    /// for a sampler that runs every second (the console's figures).
+    pub fn replica_counts(&self) -> ReplicaCounts {
+        let mut counts = ReplicaCounts::default();
+        self.for_each_group(|group| {
+            counts.replicas += 1;
+            if group.is_leader() {
+                counts.leaders += 1;
+                counts.max_lag = counts.max_lag.max(group.max_follower_lag());
+            }
+        });
+        counts
+    }
+
     /// Every shard replica held on this node, by shard.
     pub fn replica_stats(&self) -> Vec<ReplicaStats> {
         let mut out: Vec<ReplicaStats> = self

@@ -2,8 +2,15 @@
 //! already keeps for `/metrics` and turns the change since the last reading into one sample
 //! (requests per second and p50/p99 latency per front end, applies and fsyncs per second,
 //! the largest follower lag of the shards led here). The last 15 minutes of samples stay in a
-//! ring in memory, for `GET /v1/ui/figures`: the console needs no Prometheus to draw them,
-//! and opening it costs the node nothing but the requests it makes.
+//! ring in memory, for `GET /v1/ui/figures`: the console needs no Prometheus to draw them.
+//!
+//! The sampler runs while the console is on (`[ui] enabled`), whether or not a page is open:
+//! each second it reads the histograms' buckets and a few atomics per shard replica, and
+//! allocates nothing but the sample. An open page adds the requests it makes.
+//!
+//! Left out of the latency figures: the console's own requests, and the long polls (Consul
+//! blocking queries and the blocking RESP pops), whose time is the wait their client asked
+//! for. `/metrics` has both as series of their own.
 
 use crate::AppState;
 use serde::Serialize;
@@ -16,7 +23,7 @@ use trireme_types::BUCKET_BOUNDS_MICROS;
 pub(crate) const KEPT: usize = 15 * 60;
 
 /// How often a sample is taken.
-const EVERY: Duration = Duration::from_secs(1);
+pub(crate) const EVERY: Duration = Duration::from_secs(1);
 
 /// Bucket counts of a latency histogram, `+Inf` last (see
 /// [`trireme_types::LatencyHistogram::bucket_counts`]).
@@ -37,13 +44,13 @@ pub(crate) struct FrontEnd {
 #[derive(Debug, Clone, PartialEq, Serialize)]
 pub(crate) struct Sample {
     /// Numbers the samples of this process, from 1: a reader asks for those after the last
-    /// one it has.
+    /// one it has (and tells a restarted node by its [`Figures::boot_ms`]).
     pub seq: u64,
     /// When it was taken, Unix ms.
     pub at_ms: u64,
-    /// The HTTP front end, the console's own requests left out.
+    /// The HTTP front end, the console's own requests and Consul blocking queries left out.
     pub http: FrontEnd,
-    /// The RESP front end.
+    /// The RESP front end, the blocking pops (`BLPOP` and the like) left out.
     pub resp: FrontEnd,
     /// Batches of committed entries applied per second.
     pub applies: f64,
@@ -67,10 +74,22 @@ struct Reading {
     syncs: u64,
 }
 
-/// The ring of samples.
-#[derive(Debug, Default)]
+/// The ring of samples, and which process took them.
+#[derive(Debug)]
 pub struct Figures {
+    /// When this process began sampling, Unix ms: its samples' series. A reader holding
+    /// samples of another series (the node restarted) starts again from what is here.
+    boot_ms: u64,
     samples: Mutex<VecDeque<Sample>>,
+}
+
+impl Default for Figures {
+    fn default() -> Self {
+        Self {
+            boot_ms: trireme_cluster::now_ms(),
+            samples: Mutex::default(),
+        }
+    }
 }
 
 impl Figures {
@@ -85,19 +104,30 @@ impl Figures {
         samples.push_back(sample);
     }
 
-    /// The samples after `seq`, oldest first (all of them for 0).
-    pub(crate) fn since(&self, seq: u64) -> Vec<Sample> {
+    /// The series of this process (see the field).
+    pub(crate) fn boot_ms(&self) -> u64 {
+        self.boot_ms
+    }
+
+    /// What a reader that has the samples of series `boot` up to `seq` has not seen, oldest
+    /// first: those after `seq`, or every sample kept when the reader's are of another
+    /// series (`boot` is not this process's, or `seq` is past the newest sample here: the
+    /// node restarted and numbers from 1 again). A reader with nothing asks with `seq` 0.
+    pub(crate) fn since(&self, seq: u64, boot: Option<u64>) -> Vec<Sample> {
         let samples = self
             .samples
             .lock()
             .unwrap_or_else(std::sync::PoisonError::into_inner);
+        let newest = samples.back().map_or(0, |s| s.seq);
+        if boot.is_some_and(|b| b != self.boot_ms) || seq > newest {
+            return samples.iter().cloned().collect();
+        }
         // Sequence numbers are consecutive: skip straight to the first one wanted.
         let first = samples.front().map_or(0, |s| s.seq);
-        let skip = seq.saturating_sub(first).saturating_add(1);
         let skip = if seq < first {
             0
         } else {
-            usize::try_from(skip).unwrap_or(usize::MAX)
+            usize::try_from(seq - first + 1).unwrap_or(usize::MAX)
         };
         samples.iter().skip(skip).cloned().collect()
     }
@@ -137,14 +167,11 @@ pub fn spawn_figures(state: &AppState) -> tokio::task::JoinHandle<()> {
 
 /// The counters now.
 fn read(state: &AppState) -> Reading {
-    use crate::timing::{METHODS, ROUTES};
-    let console = ROUTES
-        .iter()
-        .position(|r| *r == "console")
-        .unwrap_or(usize::MAX);
+    use crate::timing::{BLOCKING, CONSOLE, METHODS};
     let mut http = [0; BUCKET_BOUNDS_MICROS.len() + 1];
     for (slot, histogram) in state.metrics.latency.iter().enumerate() {
-        if slot / METHODS.len() == console {
+        let route = slot / METHODS.len();
+        if route == CONSOLE || route == BLOCKING {
             continue;
         }
         add(&mut http, &histogram.bucket_counts());
@@ -166,13 +193,7 @@ fn add(into: &mut Buckets, counts: &Buckets) {
 
 /// The sample for the time between two readings `seconds` apart.
 fn sample(state: &AppState, seq: u64, last: &Reading, now: &Reading, seconds: f64) -> Sample {
-    let replicas = state.node.replica_stats();
-    let leaders = replicas.iter().filter(|r| r.role == "Leader").count() as u32;
-    let max_lag = replicas
-        .iter()
-        .flat_map(|r| r.follower_lag.iter().map(|(_, lag)| *lag))
-        .max()
-        .unwrap_or(0);
+    let replicas = state.node.replica_counts();
     let per_second = |now: u64, last: u64| now.saturating_sub(last) as f64 / seconds.max(0.001);
     Sample {
         seq,
@@ -181,9 +202,9 @@ fn sample(state: &AppState, seq: u64, last: &Reading, now: &Reading, seconds: f6
         resp: front_end(&last.resp, &now.resp, seconds),
         applies: per_second(now.applies, last.applies),
         fsyncs: per_second(now.syncs, last.syncs),
-        max_lag,
-        leaders,
-        replicas: replicas.len() as u32,
+        max_lag: replicas.max_lag,
+        leaders: replicas.leaders,
+        replicas: replicas.replicas,
     }
 }
 
@@ -291,15 +312,16 @@ mod tests {
     #[test]
     fn the_ring_keeps_fifteen_minutes_and_answers_what_is_new() {
         let figures = Figures::default();
-        assert!(figures.since(0).is_empty());
+        let boot = Some(figures.boot_ms());
+        assert!(figures.since(0, None).is_empty());
         for seq in 1..=(KEPT as u64 + 10) {
             figures.push(sample(seq));
         }
-        let all = figures.since(0);
+        let all = figures.since(0, boot);
         assert_eq!(all.len(), KEPT);
         assert_eq!(all[0].seq, 11, "the oldest went first");
         let seqs: Vec<u64> = figures
-            .since(KEPT as u64 + 7)
+            .since(KEPT as u64 + 7, boot)
             .iter()
             .map(|s| s.seq)
             .collect();
@@ -307,12 +329,47 @@ mod tests {
             seqs,
             vec![KEPT as u64 + 8, KEPT as u64 + 9, KEPT as u64 + 10]
         );
-        assert!(figures.since(KEPT as u64 + 10).is_empty());
-        assert!(figures.since(u64::MAX).is_empty());
+        assert!(
+            figures.since(KEPT as u64 + 10, boot).is_empty(),
+            "nothing new"
+        );
         assert_eq!(
-            figures.since(3).len(),
+            figures.since(3, boot).len(),
             KEPT,
             "older than the ring: all of it"
         );
+    }
+
+    #[test]
+    fn a_reader_of_a_restarted_node_gets_the_new_series_whole() {
+        // The page has samples 1..=120 of the node's first run; the node restarts and has
+        // taken 5 samples since, numbered from 1 again.
+        let before = Figures {
+            boot_ms: 1_000,
+            samples: Mutex::default(),
+        };
+        for seq in 1..=120 {
+            before.push(sample(seq));
+        }
+        let last = before.since(0, None).last().map(|s| s.seq).unwrap();
+        let after = Figures {
+            boot_ms: 2_000,
+            samples: Mutex::default(),
+        };
+        for seq in 1..=5 {
+            after.push(sample(seq));
+        }
+        let seqs = |samples: Vec<Sample>| samples.iter().map(|s| s.seq).collect::<Vec<_>>();
+        // Asked with the old series' name: everything of the new one.
+        assert_eq!(seqs(after.since(last, Some(1_000))), vec![1, 2, 3, 4, 5]);
+        // Asked by a reader that does not name its series: a number past the newest is
+        // of another run, so everything too.
+        assert_eq!(seqs(after.since(last, None)), vec![1, 2, 3, 4, 5]);
+        // A number inside the new run, from an older series: still everything (the old
+        // sample 3 is not the new one).
+        assert_eq!(seqs(after.since(3, Some(1_000))), vec![1, 2, 3, 4, 5]);
+        // Once the reader has the new series, only what is new.
+        assert_eq!(seqs(after.since(3, Some(2_000))), vec![4, 5]);
+        assert!(after.since(5, Some(2_000)).is_empty());
     }
 }

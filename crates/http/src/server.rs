@@ -129,7 +129,7 @@ pub fn router(state: AppState) -> Router {
         .route("/metrics", get(metrics::metrics));
     // The web console, unless `[ui] enabled = false`.
     let routes = if state.console {
-        routes.merge(ui::routes())
+        routes.merge(ui::routes(&state))
     } else {
         routes
     };

@@ -89,6 +89,9 @@ pub struct AppState {
     pub(crate) usage: Arc<crate::usage::UsageCache>,
     /// Serve the web console (`/ui`, `/v1/ui/...`); `[ui] enabled` in the config.
     pub console: bool,
+    /// Whether the HTTP listener speaks HTTPS (`[tls]`): the scheme of the console's pages,
+    /// and so of the origins it answers cross-origin requests from.
+    pub https: bool,
     /// The RESP front end's latency buckets, all commands together, for the console's
     /// figures (none until the server wires it).
     pub resp_latency: Arc<dyn Fn() -> crate::figures::Buckets + Send + Sync>,
@@ -105,6 +108,7 @@ impl AppState {
             extra_metrics: Arc::new(String::new),
             usage: Arc::default(),
             console: true,
+            https: false,
             resp_latency: Arc::new(<crate::figures::Buckets as Default>::default),
             figures: Arc::default(),
         }

@@ -14,7 +14,7 @@ use std::time::Instant;
 use tower::{Layer, Service};
 
 /// Route families, as the `route` label of `trireme_http_request_duration_seconds`.
-pub(crate) const ROUTES: [&str; 12] = [
+pub(crate) const ROUTES: [&str; 13] = [
     "kv",
     "document",
     "collection",
@@ -26,15 +26,29 @@ pub(crate) const ROUTES: [&str; 12] = [
     "backup",
     "acl",
     "console",
+    "blocking",
     "other",
 ];
+
+/// The route family of Consul blocking queries (`?index=`), whatever their path: they are
+/// long polls, whose time is mostly the wait the client asked for.
+pub(crate) const BLOCKING: usize = 11;
+/// The route family of the console's page and its `/v1/ui/...` requests.
+pub(crate) const CONSOLE: usize = 10;
 /// Methods, as its `method` label.
 pub(crate) const METHODS: [&str; 5] = ["GET", "PUT", "DELETE", "POST", "other"];
 
 /// The histogram slot of a request: route family × method.
 pub(crate) fn slot(method: &Method, uri: &Uri) -> usize {
     let path = uri.path();
-    let route = if path == "/v1/kv" || path.starts_with("/v1/kv/") {
+    let kv = path == "/v1/kv" || path.starts_with("/v1/kv/");
+    let route = if (kv || path.starts_with("/v1/session/"))
+        && *method == Method::GET
+        && blocks(uri.query())
+    {
+        // Held until a change or the wait: apart, so they do not read as slow requests.
+        BLOCKING
+    } else if kv {
         0
     } else if let Some(rest) = path.strip_prefix("/v0/") {
         if rest.trim_end_matches('/').contains('/') || rest.ends_with('/') {
@@ -64,9 +78,9 @@ pub(crate) fn slot(method: &Method, uri: &Uri) -> usize {
         9
     } else if path == "/ui" || path.starts_with("/ui/") || path.starts_with("/v1/ui/") {
         // The console's own page and polling, kept apart so its figures leave it out.
-        10
+        CONSOLE
     } else {
-        11
+        12
     };
     let method = match *method {
         Method::GET => 0,
@@ -76,6 +90,17 @@ pub(crate) fn slot(method: &Method, uri: &Uri) -> usize {
         _ => 4,
     };
     route * METHODS.len() + method
+}
+
+/// Whether a query string asks for a blocking query: an `index` other than 0 (see
+/// `blocking.rs`; a bad one is refused at once, and counts as blocking here all the same).
+fn blocks(query: Option<&str>) -> bool {
+    query.is_some_and(|q| {
+        q.split('&').any(|pair| {
+            pair.strip_prefix("index=")
+                .is_some_and(|v| !v.is_empty() && v.bytes().any(|b| b != b'0'))
+        })
+    })
 }
 
 /// Times every request through the router it wraps.
@@ -187,5 +212,26 @@ mod tests {
         assert_eq!(label(Method::GET, "/ui/js/app.js"), ("console", "GET"));
         assert_eq!(label(Method::GET, "/v1/ui/figures"), ("console", "GET"));
         assert_eq!(label(Method::GET, "/uix"), ("other", "GET"));
+        assert_eq!(
+            label(Method::GET, "/v1/kv/a?index=12&wait=5m"),
+            ("blocking", "GET")
+        );
+        assert_eq!(
+            label(Method::GET, "/v1/kv/a/?recurse&index=3"),
+            ("blocking", "GET")
+        );
+        assert_eq!(
+            label(Method::GET, "/v1/session/list?index=7"),
+            ("blocking", "GET")
+        );
+        // An index of 0 does not block; a write with an index is no query.
+        assert_eq!(label(Method::GET, "/v1/kv/a?index=0"), ("kv", "GET"));
+        assert_eq!(label(Method::GET, "/v1/kv/a?index="), ("kv", "GET"));
+        assert_eq!(label(Method::PUT, "/v1/kv/a?index=4"), ("kv", "PUT"));
+        assert_eq!(label(Method::GET, "/v1/kv/a?reindex=4"), ("kv", "GET"));
+        assert_eq!(label(Method::GET, "/v1/health?index=4"), ("status", "GET"));
+        assert_eq!(ROUTES[CONSOLE], "console");
+        assert_eq!(ROUTES[BLOCKING], "blocking");
+        assert_eq!(ROUTES[ROUTES.len() - 1], "other");
     }
 }

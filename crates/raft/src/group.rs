@@ -643,6 +643,22 @@ impl ShardGroup {
         })
     }
 
+    /// On a leader, the most log entries any follower (or learner) is behind; 0 on other
+    /// replicas. [`ShardGroup::follower_lag`] as one number, with nothing allocated, for a
+    /// reader that asks every second (the console's figures).
+    pub fn max_follower_lag(&self) -> u64 {
+        let m = self.metrics.borrow_watched();
+        let last = m.last_log_index.unwrap_or(0);
+        m.replication.as_ref().map_or(0, |replication| {
+            replication
+                .iter()
+                .filter(|(id, _)| **id != m.id)
+                .map(|(_, matched)| last.saturating_sub(matched.as_ref().map_or(0, |l| l.index)))
+                .max()
+                .unwrap_or(0)
+        })
+    }
+
     /// Adds `id` as a learner without waiting for it to catch up; a no-op when it is a member
     /// already. Only on the leader.
     pub async fn add_learner(&self, id: NodeId, node: PeerNode) -> Result<(), RaftLayerError> {

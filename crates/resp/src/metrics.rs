@@ -6,11 +6,50 @@ use std::time::Duration;
 use trireme_types::LatencyHistogram;
 
 /// Commands timed one by one in `/metrics`; every other name is counted as `other`.
-pub(crate) const TIMED_COMMANDS: [&str; 31] = [
-    "get", "set", "mget", "mset", "incr", "incrby", "decr", "decrby", "del", "unlink", "exists",
-    "expire", "pexpire", "ttl", "pttl", "persist", "type", "scan", "dbsize", "ping", "echo",
-    "hello", "select", "client", "auth", "quit", "info", "command", "config", "cluster", "other",
+/// The blocking pops come before `other`, under their own names: their time is mostly the
+/// wait their client asked for, so readers of latency (the console's figures) leave them out.
+pub(crate) const TIMED_COMMANDS: [&str; 37] = [
+    "get",
+    "set",
+    "mget",
+    "mset",
+    "incr",
+    "incrby",
+    "decr",
+    "decrby",
+    "del",
+    "unlink",
+    "exists",
+    "expire",
+    "pexpire",
+    "ttl",
+    "pttl",
+    "persist",
+    "type",
+    "scan",
+    "dbsize",
+    "ping",
+    "echo",
+    "hello",
+    "select",
+    "client",
+    "auth",
+    "quit",
+    "info",
+    "command",
+    "config",
+    "cluster",
+    "blpop",
+    "brpop",
+    "blmove",
+    "brpoplpush",
+    "bzpopmin",
+    "bzpopmax",
+    "other",
 ];
+
+/// The slots of [`TIMED_COMMANDS`] that hold the blocking pops.
+const BLOCKING_SLOTS: std::ops::Range<usize> = 30..36;
 
 /// The histogram slot of command `name` (any case).
 pub(crate) fn command_slot(name: &[u8]) -> usize {
@@ -61,11 +100,16 @@ impl RespMetrics {
         }
     }
 
-    /// Every command's latency buckets added up (see [`LatencyHistogram::bucket_counts`]):
-    /// the RESP front end as a whole, for the console's figures.
+    /// Every command's latency buckets added up (see [`LatencyHistogram::bucket_counts`]),
+    /// the blocking pops left out: the RESP front end as a whole, for the console's figures.
     pub fn latency_buckets(&self) -> [u64; trireme_types::BUCKET_BOUNDS_MICROS.len() + 1] {
         let mut total = [0; trireme_types::BUCKET_BOUNDS_MICROS.len() + 1];
-        for histogram in self.latency.iter() {
+        for (_, histogram) in self
+            .latency
+            .iter()
+            .enumerate()
+            .filter(|(slot, _)| !BLOCKING_SLOTS.contains(slot))
+        {
             for (sum, count) in total.iter_mut().zip(histogram.bucket_counts()) {
                 *sum += count;
             }
@@ -142,5 +186,27 @@ mod tests {
         );
         assert!(!text.contains("command=\"get\""), "{text}");
         assert!(text.contains("trireme_resp_connections_open 0\n"), "{text}");
+    }
+
+    #[test]
+    fn blocking_pops_are_timed_apart_and_left_out_of_the_front_end() {
+        for name in BLOCKING_SLOTS.map(|slot| TIMED_COMMANDS[slot]) {
+            assert!(name.starts_with('b'), "{name} is not a blocking pop");
+        }
+        assert_eq!(TIMED_COMMANDS[command_slot(b"BLPOP")], "blpop");
+        assert_eq!(TIMED_COMMANDS[command_slot(b"bzpopmax")], "bzpopmax");
+        assert_eq!(TIMED_COMMANDS[TIMED_COMMANDS.len() - 1], "other");
+        let metrics = RespMetrics::default();
+        metrics.record(command_slot(b"get"), Duration::from_micros(50));
+        metrics.record(command_slot(b"blpop"), Duration::from_secs(5));
+        metrics.record(command_slot(b"brpoplpush"), Duration::from_secs(5));
+        let buckets = metrics.latency_buckets();
+        assert_eq!(buckets.iter().sum::<u64>(), 1, "only the GET: {buckets:?}");
+        assert_eq!(buckets[0], 1);
+        assert!(
+            metrics
+                .prometheus()
+                .contains("trireme_resp_command_duration_seconds_count{command=\"blpop\"} 1\n")
+        );
     }
 }

@@ -135,6 +135,7 @@ async fn serve(mut config: ServerConfig) -> anyhow::Result<()> {
     });
     http_state.resp_latency = Arc::new(move || resp_metrics.latency_buckets());
     http_state.console = config.ui;
+    http_state.https = config.tls.is_some();
     if config.ui {
         trireme_http::spawn_figures(&http_state);
     }

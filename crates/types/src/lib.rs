@@ -22,6 +22,7 @@ pub mod histogram;
 pub mod ids;
 pub mod int;
 pub mod limits;
+pub mod process;
 pub mod record;
 pub mod session;
 pub mod slot;

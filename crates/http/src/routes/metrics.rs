@@ -294,7 +294,7 @@ fn requests(out: &mut String, m: &crate::HttpMetrics) {
         out,
         name,
         "histogram",
-        "Time from a request reaching the router to its response being ready, by route family (kv, document, collection, search, status, metrics, other) and method; a series appears with its first request.",
+        "Time from a request reaching the router to its response being ready, by route family (kv, document, collection, search, status, metrics, txn, session, backup, acl, console: the web console, blocking: Consul blocking queries with ?index=, other) and method; a series appears with its first request.",
     );
     for (slot, histogram) in m.latency.iter().enumerate() {
         if histogram.count() == 0 {

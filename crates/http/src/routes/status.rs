@@ -99,10 +99,16 @@ pub(crate) async fn shards(State(state): State<AppState>) -> Json<ShardsDoc> {
     })
 }
 
+/// Whether the node can serve: every shard it holds a voter of has a leader, its storage is
+/// sound and it is not stopping. What `/v1/health` answers, and the console shows.
+pub(crate) fn serving(node: &trireme_cluster::Node, health: &trireme_cluster::NodeHealth) -> bool {
+    health.all_shards_led && health.storage_ok && !node.is_stopping()
+}
+
 /// `GET /v1/health`: 200 when every shard has a leader and storage is sound, 503 otherwise.
 pub(crate) async fn health(State(state): State<AppState>) -> Response {
     let health = state.node.health();
-    let ok = health.all_shards_led && health.storage_ok && !state.node.is_stopping();
+    let ok = serving(&state.node, &health);
     let (status, code) = if ok {
         (HealthStatus::Ok, StatusCode::OK)
     } else {

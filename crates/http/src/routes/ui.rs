@@ -5,18 +5,22 @@
 //!
 //! A page served by one node reads the per-node endpoints (`/v1/ui/node`, `/v1/ui/figures`)
 //! of the others straight from the browser. Those two answer cross-origin requests, but only
-//! from the origins of this cluster's own nodes (`http(s)://` and a member's advertised HTTP
-//! address), so no other site can read them through a visitor's browser.
+//! from the origins of this cluster's own nodes (the listener's scheme and a member's
+//! advertised HTTP address, default ports filled in), so no other site can read them through
+//! a visitor's browser; the page's Content-Security-Policy lets it connect to those origins
+//! and no others.
 
 use crate::access::Access;
 use crate::{ApiError, AppState};
 use axum::Json;
 use axum::Router;
-use axum::extract::{Path, Query, State};
-use axum::http::{HeaderMap, HeaderValue, StatusCode, header};
+use axum::extract::{Path, Query, Request, State};
+use axum::http::{HeaderMap, HeaderValue, StatusCode, Uri, header};
+use axum::middleware::{self, Next};
 use axum::response::{IntoResponse, Response};
 use axum::routing::get;
 use serde::{Deserialize, Serialize};
+use std::ops::Bound;
 use trireme_cluster::{ReadMode, ShardEvent};
 use trireme_types::{
     HashAnswer, HashRead, ListAnswer, ListRead, SetAnswer, SetRead, ShardId, SortedSetAnswer,
@@ -69,29 +73,47 @@ const ASSETS: [Asset; 9] = [
 ];
 
 /// What the page may load and where it may connect: its own files only, and the cluster's
-/// nodes over HTTP(S) for their figures. No inline script, no frames of it elsewhere.
-const CONTENT_SECURITY_POLICY: &str = "default-src 'self'; script-src 'self'; style-src 'self'; img-src 'self' data:; connect-src 'self' http: https:; frame-ancestors 'none'; base-uri 'none'; form-action 'none'";
+/// nodes for their figures (`connect-src`, filled in per answer from the members'
+/// advertised addresses). No inline script, no frames of it elsewhere.
+const CONTENT_SECURITY_POLICY: [&str; 2] = [
+    "default-src 'self'; script-src 'self'; style-src 'self'; img-src 'self' data:; connect-src 'self'",
+    "; frame-ancestors 'none'; base-uri 'none'; form-action 'none'",
+];
 
 /// The console's routes, merged into the node's router when `[ui] enabled` (the default).
-pub(crate) fn routes() -> Router<AppState> {
+/// The two per-node endpoints a page of another node reads go through [`cors`], so that
+/// every answer of theirs (a refusal of the token too) carries the CORS headers.
+pub(crate) fn routes(state: &AppState) -> Router<AppState> {
+    let cors = middleware::from_fn_with_state(state.clone(), cors);
     Router::new()
         .route("/ui", get(index))
         .route("/ui/", get(index))
         .route("/ui/{*path}", get(asset))
         .route("/v1/ui/access", get(access_of))
-        .route("/v1/ui/node", get(node_summary).options(preflight))
-        .route("/v1/ui/figures", get(figures).options(preflight))
+        .route(
+            "/v1/ui/node",
+            get(node_summary).options(preflight).layer(cors.clone()),
+        )
+        .route(
+            "/v1/ui/figures",
+            get(figures).options(preflight).layer(cors),
+        )
+        .route("/v1/ui/keys", get(list_keys))
         .route("/v1/ui/kv/{*key}", get(key_details))
         .route("/v1/ui/shards/{shard}/history", get(shard_history))
 }
 
-async fn index(headers: HeaderMap) -> Response {
-    serve(&ASSETS[0], &headers)
+async fn index(State(state): State<AppState>, headers: HeaderMap) -> Response {
+    serve(&state, &ASSETS[0], &headers)
 }
 
-async fn asset(Path(path): Path<String>, headers: HeaderMap) -> Response {
+async fn asset(
+    State(state): State<AppState>,
+    Path(path): Path<String>,
+    headers: HeaderMap,
+) -> Response {
     match ASSETS.iter().find(|a| a.path == path) {
-        Some(asset) => serve(asset, &headers),
+        Some(asset) => serve(&state, asset, &headers),
         None => ApiError(trireme_types::TriremeError::new(
             trireme_types::ErrorCode::NotFound,
             format!("the console has no file {path:?}"),
@@ -100,9 +122,21 @@ async fn asset(Path(path): Path<String>, headers: HeaderMap) -> Response {
     }
 }
 
+/// The page's Content-Security-Policy: [`CONTENT_SECURITY_POLICY`] with the origins of the
+/// cluster's nodes in `connect-src`.
+fn content_security_policy(state: &AppState) -> String {
+    let mut policy = CONTENT_SECURITY_POLICY[0].to_string();
+    for origin in member_origins(state) {
+        policy.push(' ');
+        policy.push_str(&origin.to_string());
+    }
+    policy.push_str(CONTENT_SECURITY_POLICY[1]);
+    policy
+}
+
 /// A file with its type, its ETag (304 when the browser has it already) and the headers that
 /// keep the page to itself.
-fn serve(asset: &Asset, headers: &HeaderMap) -> Response {
+fn serve(state: &AppState, asset: &Asset, headers: &HeaderMap) -> Response {
     let etag = format!("\"{:016x}\"", asset.etag);
     let fresh = headers
         .get(header::IF_NONE_MATCH)
@@ -118,10 +152,10 @@ fn serve(asset: &Asset, headers: &HeaderMap) -> Response {
         h.insert(header::ETAG, value);
     }
     h.insert(header::CACHE_CONTROL, HeaderValue::from_static("no-cache"));
-    h.insert(
-        header::CONTENT_SECURITY_POLICY,
-        HeaderValue::from_static(CONTENT_SECURITY_POLICY),
-    );
+    // Every origin in it is made of checked characters (see `Origin::of_addr`).
+    if let Ok(policy) = HeaderValue::from_str(&content_security_policy(state)) {
+        h.insert(header::CONTENT_SECURITY_POLICY, policy);
+    }
     h.insert(
         header::X_CONTENT_TYPE_OPTIONS,
         HeaderValue::from_static("nosniff"),
@@ -163,45 +197,134 @@ async fn access_of(State(state): State<AppState>, access: Access) -> Json<Access
     })
 }
 
+/// A web origin: scheme, host (lower case; an IPv6 address in brackets) and port.
+#[derive(Debug, Clone, PartialEq, Eq)]
+struct Origin {
+    https: bool,
+    host: String,
+    port: u16,
+}
+
+impl Origin {
+    /// An `Origin` header's value: `http://host` or `https://host:port` (a browser leaves
+    /// the default port out); `None` for anything else (`null`, another scheme, a path).
+    fn parse(text: &str) -> Option<Origin> {
+        let (scheme, rest) = text.split_once("://")?;
+        let https = match scheme.to_ascii_lowercase().as_str() {
+            "http" => false,
+            "https" => true,
+            _ => return None,
+        };
+        Origin::of_addr(https, rest)
+    }
+
+    /// The origin of a page at `addr` (`host`, `host:port`, `[v6]:port`), as an advertised
+    /// HTTP address is written, with the scheme's default port when it names none. Only
+    /// the characters of host names and addresses are taken, so an origin is safe to put
+    /// in a header.
+    fn of_addr(https: bool, addr: &str) -> Option<Origin> {
+        let default = if https { 443 } else { 80 };
+        let (host, port) = if let Some(rest) = addr.strip_prefix('[') {
+            let (v6, after) = rest.split_once(']')?;
+            if v6.is_empty()
+                || !v6
+                    .chars()
+                    .all(|c| c.is_ascii_hexdigit() || c == ':' || c == '.')
+            {
+                return None;
+            }
+            (format!("[{v6}]"), after)
+        } else {
+            let cut = addr.find(':').unwrap_or(addr.len());
+            let host = &addr[..cut];
+            let ok = |c: char| c.is_ascii_alphanumeric() || c == '.' || c == '-' || c == '_';
+            if host.is_empty() || !host.chars().all(ok) {
+                return None;
+            }
+            (host.to_string(), &addr[cut..])
+        };
+        let port = match after_colon(port)? {
+            None => default,
+            Some(digits) => digits.parse().ok()?,
+        };
+        Some(Origin {
+            https,
+            host: host.to_ascii_lowercase(),
+            port,
+        })
+    }
+}
+
+/// What follows a host: nothing (`Some(None)`) or `:PORT` (`Some(Some(PORT))`).
+fn after_colon(rest: &str) -> Option<Option<&str>> {
+    if rest.is_empty() {
+        return Some(None);
+    }
+    let digits = rest.strip_prefix(':')?;
+    (!digits.is_empty() && digits.bytes().all(|b| b.is_ascii_digit())).then_some(Some(digits))
+}
+
+impl std::fmt::Display for Origin {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let scheme = if self.https { "https" } else { "http" };
+        write!(f, "{scheme}://{}:{}", self.host, self.port)
+    }
+}
+
+/// The origins of the pages of this cluster's nodes that are not removed: the listener's
+/// scheme (`https` with `[tls]`) and each one's advertised HTTP address.
+fn member_origins(state: &AppState) -> Vec<Origin> {
+    let mut out: Vec<Origin> = Vec::new();
+    for origin in state
+        .node
+        .member_http_addrs()
+        .iter()
+        .filter_map(|addr| Origin::of_addr(state.https, addr))
+    {
+        if !out.contains(&origin) {
+            out.push(origin);
+        }
+    }
+    out
+}
+
 /// The `Access-Control-Allow-Origin` to answer `headers` with: the request's origin when it is
 /// one of this cluster's nodes, else none (the browser then keeps the answer from the page).
 fn allowed_origin(state: &AppState, headers: &HeaderMap) -> Option<HeaderValue> {
     let origin = headers.get(header::ORIGIN)?;
-    let text = origin.to_str().ok()?;
-    let (scheme, host) = text.split_once("://")?;
-    if scheme != "http" && scheme != "https" {
-        return None;
-    }
-    let node = &state.node;
-    let member = std::iter::once(node.me().http_addr.clone())
-        .chain(node.nodes().into_iter().map(|n| n.node.http_addr))
-        .any(|addr| addr.eq_ignore_ascii_case(host));
-    member.then(|| origin.clone())
+    let wanted = Origin::parse(origin.to_str().ok()?)?;
+    member_origins(state)
+        .contains(&wanted)
+        .then(|| origin.clone())
 }
 
-/// Adds the CORS headers of an answer to a node of the cluster.
-fn with_cors(state: &AppState, headers: &HeaderMap, mut response: Response) -> Response {
-    if let Some(origin) = allowed_origin(state, headers) {
-        let h = response.headers_mut();
+/// The CORS headers of the per-node endpoints, on every answer they give (the handler's, a
+/// refusal of the caller's token, a preflight): `Vary: Origin` always, since the answer
+/// depends on it, and `Access-Control-Allow-Origin` for a page of one of the cluster's nodes.
+async fn cors(State(state): State<AppState>, request: Request, next: Next) -> Response {
+    let origin = allowed_origin(&state, request.headers());
+    let mut response = next.run(request).await;
+    let h = response.headers_mut();
+    h.append(header::VARY, HeaderValue::from_static("Origin"));
+    if let Some(origin) = origin {
         h.insert(header::ACCESS_CONTROL_ALLOW_ORIGIN, origin);
-        h.insert(header::VARY, HeaderValue::from_static("Origin"));
     }
     response
 }
 
 /// `OPTIONS` of the per-node endpoints: a browser's question whether a page of another node
-/// may send its token here. 204 for the cluster's own origins, 403 with a message otherwise.
+/// may send its token here. 204 for the cluster's own origins, 403 with a message otherwise
+/// ([`cors`] adds the origin).
 async fn preflight(State(state): State<AppState>, headers: HeaderMap) -> Response {
-    let Some(origin) = allowed_origin(&state, &headers) else {
+    if allowed_origin(&state, &headers).is_none() {
         return ApiError(trireme_types::TriremeError::new(
             trireme_types::ErrorCode::PermissionDenied,
             "cross-origin requests are answered only for pages of this cluster's nodes",
         ))
         .into_response();
-    };
+    }
     let mut response = StatusCode::NO_CONTENT.into_response();
     let h = response.headers_mut();
-    h.insert(header::ACCESS_CONTROL_ALLOW_ORIGIN, origin);
     h.insert(
         header::ACCESS_CONTROL_ALLOW_METHODS,
         HeaderValue::from_static("GET"),
@@ -214,7 +337,6 @@ async fn preflight(State(state): State<AppState>, headers: HeaderMap) -> Respons
         header::ACCESS_CONTROL_MAX_AGE,
         HeaderValue::from_static("600"),
     );
-    h.insert(header::VARY, HeaderValue::from_static("Origin"));
     response
 }
 
@@ -259,11 +381,10 @@ struct LedShard {
 
 async fn node_summary(
     State(state): State<AppState>,
-    headers: HeaderMap,
     access: Access,
-) -> Response {
-    let answer = access.operator_read().map(|()| Json(summary(&state)));
-    with_cors(&state, &headers, answer.into_response())
+) -> Result<Json<NodeDoc>, ApiError> {
+    access.operator_read()?;
+    Ok(Json(summary(&state)))
 }
 
 fn summary(state: &AppState) -> NodeDoc {
@@ -280,7 +401,7 @@ fn summary(state: &AppState) -> NodeDoc {
         http: me.http_addr.clone(),
         version: node.node_version(node.node_id()),
         uptime_secs: health.uptime_secs,
-        healthy: health.all_shards_led && health.storage_ok && !node.is_stopping(),
+        healthy: crate::routes::status::serving(node, &health),
         all_shards_led: health.all_shards_led,
         storage_ok: health.storage_ok,
         region: None,
@@ -290,7 +411,7 @@ fn summary(state: &AppState) -> NodeDoc {
         disk_min_free_bytes: node.config().storage.min_free_bytes,
         log_bytes: storage.log_disk_bytes(),
         table_bytes: storage.table_disk_bytes(),
-        memory_rss_bytes: resident_bytes(),
+        memory_rss_bytes: trireme_types::process::resident_bytes(),
         replicas: replicas.len() as u32,
         leaders: replicas.iter().filter(|r| r.role == "Leader").count() as u32,
         roles: replicas
@@ -308,46 +429,217 @@ fn summary(state: &AppState) -> NodeDoc {
     }
 }
 
-/// The process's resident memory, from `/proc/self/status` (Linux).
-fn resident_bytes() -> Option<u64> {
-    let status = std::fs::read_to_string("/proc/self/status").ok()?;
-    let line = status.lines().find(|l| l.starts_with("VmRSS:"))?;
-    let kib: u64 = line.split_whitespace().nth(1)?.parse().ok()?;
-    Some(kib * 1024)
-}
-
 /// Query of `GET /v1/ui/figures`.
 #[derive(Debug, Deserialize)]
 struct FiguresQuery {
     /// Only samples after this one (the `seq` of the last sample the page has).
     since: Option<String>,
+    /// The series the page's samples are of (`boot_ms` of the answer it had them from).
+    boot: Option<String>,
 }
 
-/// `GET /v1/ui/figures[?since=SEQ]`: this node's samples of the last 15 minutes, one a
-/// second, oldest first (see `figures.rs`). `operator:read`, like `/metrics`.
+/// `GET /v1/ui/figures[?since=SEQ&boot=MS]`: this node's samples of the last 15 minutes, one
+/// a second, oldest first (see `figures.rs`), with `boot_ms`, which names this process's
+/// series: a page whose samples are of another one (the node restarted) gets every sample
+/// kept here and starts again from them. `operator:read`, like `/metrics`.
 async fn figures(
     State(state): State<AppState>,
-    headers: HeaderMap,
     access: Access,
     Query(query): Query<FiguresQuery>,
-) -> Response {
-    let answer = (|| {
-        access.operator_read()?;
-        let since = match query.since.as_deref() {
-            None | Some("") => 0,
-            Some(text) => text.parse::<u64>().map_err(|_| {
-                ApiError::invalid(format!(
-                    "since must be a sample number (a whole number), got {text:?}"
-                ))
-            })?,
-        };
-        Ok::<_, ApiError>(Json(serde_json::json!({
-            "node": state.node.me().name,
-            "every_ms": 1000,
-            "samples": state.figures.since(since),
-        })))
-    })();
-    with_cors(&state, &headers, answer.into_response())
+) -> Result<Json<serde_json::Value>, ApiError> {
+    access.operator_read()?;
+    let number = |name: &str, text: Option<&str>| match text {
+        None | Some("") => Ok(None),
+        Some(text) => text
+            .parse::<u64>()
+            .map(Some)
+            .map_err(|_| ApiError::invalid(format!("{name} must be a whole number, got {text:?}"))),
+    };
+    let since = number("since (a sample number)", query.since.as_deref())?.unwrap_or(0);
+    let boot = number("boot (a series' boot_ms)", query.boot.as_deref())?;
+    Ok(Json(serde_json::json!({
+        "node": state.node.me().name,
+        "boot_ms": state.figures.boot_ms(),
+        "every_ms": crate::figures::EVERY.as_millis() as u64,
+        "samples": state.figures.since(since, boot),
+    })))
+}
+
+/// Entries a page of the keys view holds unless it asks for fewer.
+const KEYS_PAGE: usize = 200;
+/// The most entries a page may ask for.
+const KEYS_MOST: usize = 1_000;
+/// Rows one listing reads before it answers with what it has (and where to go on): a
+/// token may read few of the keys under a prefix, and a page then takes several reads.
+const KEYS_READ_MOST: usize = 10_000;
+
+/// One entry of the keys view: a key, or a folder (every key that goes on past the
+/// separator after the prefix, shown once, as Consul's `?keys&separator=` shows it).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+struct KeyEntry {
+    key: String,
+    folder: bool,
+}
+
+/// `GET /v1/ui/keys`'s answer.
+#[derive(Debug, Serialize)]
+struct KeysDoc {
+    prefix: String,
+    entries: Vec<KeyEntry>,
+    /// Where the next page starts (its `from`); null when this page is the last.
+    next: Option<String>,
+}
+
+/// A page of a keys listing, put together from rows read in key order: keys one level
+/// below the prefix, and folders, each read past once it is seen.
+struct Listing<'a> {
+    prefix: &'a [u8],
+    separator: &'a [u8],
+    limit: usize,
+    entries: Vec<KeyEntry>,
+    /// The key to read from next (inclusive); `None` once nothing is left.
+    next: Option<Vec<u8>>,
+}
+
+impl<'a> Listing<'a> {
+    fn new(prefix: &'a [u8], separator: &'a [u8], from: Option<Vec<u8>>, limit: usize) -> Self {
+        Listing {
+            prefix,
+            separator,
+            limit,
+            entries: Vec::new(),
+            next: Some(from.unwrap_or_else(|| prefix.to_vec())),
+        }
+    }
+
+    /// Where to read from, while the page has room and something may be left.
+    fn wanted(&self) -> Option<&[u8]> {
+        self.next
+            .as_deref()
+            .filter(|_| self.entries.len() < self.limit)
+    }
+
+    /// How many rows to ask for: the room left, and one more to learn whether more follow.
+    fn ask(&self) -> usize {
+        self.limit - self.entries.len() + 1
+    }
+
+    /// The folder `key` is in, one level below the prefix, if it is in one.
+    fn folder_of<'k>(&self, key: &'k [u8]) -> Option<&'k [u8]> {
+        if self.separator.is_empty() {
+            return None;
+        }
+        let rest = key.get(self.prefix.len()..)?;
+        let at = rest
+            .windows(self.separator.len())
+            .position(|w| w == self.separator)?;
+        Some(&key[..self.prefix.len() + at + self.separator.len()])
+    }
+
+    /// Takes the keys of rows read from [`Listing::wanted`] on, in key order; `all` is false
+    /// when the read answered fewer rows than asked (there are no more). Keys the caller may
+    /// not read are passed over. A folder ends the batch: the next read starts after it.
+    fn take(&mut self, keys: &[axum::body::Bytes], all: bool, readable: impl Fn(&[u8]) -> bool) {
+        for (i, key) in keys.iter().enumerate() {
+            // Right after this key: the key with a zero byte appended.
+            let mut after = key.to_vec();
+            after.push(0);
+            self.next = Some(after);
+            if !readable(key) {
+                continue;
+            }
+            if let Some(folder) = self.folder_of(key) {
+                self.entries.push(KeyEntry {
+                    key: text(folder),
+                    folder: true,
+                });
+                // Past every key in the folder; a folder of only 0xff bytes ends the space.
+                self.next = past(folder);
+                return;
+            }
+            self.entries.push(KeyEntry {
+                key: text(key),
+                folder: false,
+            });
+            if self.entries.len() == self.limit {
+                if i + 1 == keys.len() && !all {
+                    self.next = None;
+                }
+                return;
+            }
+        }
+        if !all {
+            self.next = None;
+        }
+    }
+}
+
+/// The first key after every key starting with `prefix`; `None` when there is none.
+fn past(prefix: &[u8]) -> Option<Vec<u8>> {
+    let mut end = prefix.to_vec();
+    while let Some(last) = end.pop() {
+        if last < u8::MAX {
+            end.push(last + 1);
+            return Some(end);
+        }
+    }
+    None
+}
+
+/// `GET /v1/ui/keys?prefix=P[&separator=/][&from=K][&limit=N]`: the keys view's listing,
+/// keys only and a page at a time: the keys under `P` one level down, and each folder below
+/// once (`separator` `/` by default; empty lists every key), in key order from `from` (the
+/// `next` of the page before), at most `limit` (200 by default, at most 1,000). A folder is
+/// read past once seen rather than read through, so a prefix over millions of keys in a few
+/// folders answers at once; each read asks every shard for one page of rows.
+///
+/// `key:list` on the prefix, and only keys the caller may read are shown, as
+/// `/v1/kv/P?keys&separator=/` does.
+async fn list_keys(
+    State(state): State<AppState>,
+    access: Access,
+    uri: Uri,
+) -> Result<Json<KeysDoc>, ApiError> {
+    let query = crate::query::Query::parse(uri.query());
+    let prefix = query.str("prefix").unwrap_or_default().as_bytes().to_vec();
+    let separator = query.str("separator").unwrap_or("/").as_bytes().to_vec();
+    let from = query.str("from").filter(|f| !f.is_empty());
+    let limit = match query.u64("limit")? {
+        None => KEYS_PAGE,
+        Some(n) if (1..=KEYS_MOST as u64).contains(&n) => n as usize,
+        Some(n) => {
+            return Err(ApiError::invalid(format!(
+                "limit must be from 1 to {KEYS_MOST}, got {n}"
+            )));
+        }
+    };
+    access.key_list(&prefix)?;
+    let can = access.can();
+    let mut listing = Listing::new(
+        &prefix,
+        &separator,
+        from.map(|f| f.as_bytes().to_vec()),
+        limit,
+    );
+    let mut read = 0;
+    while let Some(start) = listing.wanted() {
+        if read >= KEYS_READ_MOST {
+            break;
+        }
+        let ask = listing.ask();
+        let (rows, _) = state
+            .node
+            .list_range(&prefix, Bound::Included(start), ReadMode::Default, ask)
+            .await?;
+        read += rows.len();
+        let keys: Vec<axum::body::Bytes> = rows.into_iter().map(|(key, _)| key).collect();
+        listing.take(&keys, keys.len() >= ask, |k| can.key_read(k));
+    }
+    Ok(Json(KeysDoc {
+        prefix: text(&prefix),
+        next: listing.next.as_deref().map(text),
+        entries: listing.entries,
+    }))
 }
 
 /// How many members of a collection the keys view shows.
@@ -556,11 +848,17 @@ mod tests {
         // Every script and stylesheet the page names is served, and nothing from elsewhere.
         for asset in &ASSETS[1..] {
             let named = format!("/ui/{}", asset.path);
+            // Modules import each other by a path relative to `js/`: `./api.js`.
+            let relative = asset
+                .path
+                .strip_prefix("js/")
+                .map(|name| format!("'./{name}'"));
             let imported = ASSETS
                 .iter()
+                .filter(|a| a.path != asset.path)
                 .filter_map(|a| std::str::from_utf8(a.body).ok())
                 .any(|body| {
-                    body.contains(&named) || body.contains(&format!("./{}", &asset.path[3..]))
+                    body.contains(&named) || relative.as_ref().is_some_and(|r| body.contains(r))
                 });
             assert!(imported, "{} is served but nothing loads it", asset.path);
         }
@@ -576,6 +874,108 @@ mod tests {
             );
         }
         assert!(index.contains("/ui/js/app.js"));
+    }
+
+    #[test]
+    fn origins_compare_scheme_host_and_port_with_default_ports() {
+        let http = |addr: &str| Origin::of_addr(false, addr);
+        let parsed = |text: &str| Origin::parse(text);
+        // Browsers leave out the default port; an advertised address may name it.
+        assert_eq!(parsed("http://db1.internal"), http("db1.internal:80"));
+        assert_eq!(parsed("http://DB1.Internal:80"), http("db1.internal"));
+        assert_eq!(
+            parsed("https://db1.internal"),
+            Origin::of_addr(true, "db1.internal:443")
+        );
+        assert_eq!(parsed("http://127.0.0.1:7700"), http("127.0.0.1:7700"));
+        assert_eq!(parsed("http://[::1]:7700"), http("[::1]:7700"));
+        assert_ne!(parsed("http://127.0.0.1:7700"), http("127.0.0.1:7710"));
+        assert_ne!(parsed("https://127.0.0.1:7700"), http("127.0.0.1:7700"));
+        assert_ne!(parsed("http://db1.internal"), http("db1.internal:8080"));
+        for refused in [
+            "null",
+            "ftp://db1:21",
+            "http://",
+            "http://db1:",
+            "http://db1:port",
+            "http://db1:7700/path",
+            "http://db1 x:7700",
+            "http://db1;script-src *",
+            "http://[::1",
+            "http://a@b:80",
+        ] {
+            assert_eq!(parsed(refused), None, "{refused}");
+        }
+        assert_eq!(
+            http("Db1.Internal:80").unwrap().to_string(),
+            "http://db1.internal:80"
+        );
+        assert_eq!(
+            Origin::of_addr(true, "[::1]:7700").unwrap().to_string(),
+            "https://[::1]:7700"
+        );
+    }
+
+    fn keys(names: &[&str]) -> Vec<axum::body::Bytes> {
+        names
+            .iter()
+            .map(|n| axum::body::Bytes::copy_from_slice(n.as_bytes()))
+            .collect()
+    }
+
+    fn shown(listing: &Listing<'_>) -> Vec<String> {
+        listing
+            .entries
+            .iter()
+            .map(|e| format!("{}{}", e.key, if e.folder { " (folder)" } else { "" }))
+            .collect()
+    }
+
+    #[test]
+    fn a_listing_reads_past_each_folder_and_pages_by_limit() {
+        let mut listing = Listing::new(b"app/", b"/", None, 3);
+        assert_eq!(listing.wanted(), Some(&b"app/"[..]));
+        assert_eq!(listing.ask(), 4);
+        // A folder ends the batch: the next read starts after every key in it.
+        listing.take(&keys(&["app/a", "app/cfg/x", "app/cfg/y"]), true, |_| true);
+        assert_eq!(shown(&listing), ["app/a", "app/cfg/ (folder)"]);
+        assert_eq!(listing.wanted(), Some(&b"app/cfg0"[..]), "past app/cfg/");
+        assert_eq!(listing.ask(), 2);
+        // The page fills with rows left over: the next page starts right after the last.
+        listing.take(&keys(&["app/d", "app/e"]), true, |_| true);
+        assert_eq!(shown(&listing), ["app/a", "app/cfg/ (folder)", "app/d"]);
+        assert_eq!(listing.wanted(), None, "the page is full");
+        assert_eq!(listing.next.as_deref(), Some(&b"app/d\0"[..]));
+
+        // The next page, from there: fewer rows than asked means nothing is left.
+        let mut page = Listing::new(b"app/", b"/", Some(b"app/d\0".to_vec()), 3);
+        page.take(&keys(&["app/e"]), false, |_| true);
+        assert_eq!(shown(&page), ["app/e"]);
+        assert_eq!(page.next, None);
+    }
+
+    #[test]
+    fn a_listing_shows_only_what_the_caller_may_read() {
+        // An unreadable key does not hide a folder whose later keys are readable, and a
+        // page that ends on its last row when the read was short has no next page.
+        let mut listing = Listing::new(b"", b"/", None, 2);
+        let readable = |k: &[u8]| !k.starts_with(b"secret") && k != b"top/hidden";
+        listing.take(
+            &keys(&["secret/a", "secret/b", "top/hidden", "top/shown", "z"]),
+            false,
+            readable,
+        );
+        assert_eq!(shown(&listing), ["top/ (folder)"]);
+        assert_eq!(listing.wanted(), Some(&b"top0"[..]));
+        listing.take(&keys(&["z"]), false, readable);
+        assert_eq!(shown(&listing), ["top/ (folder)", "z"]);
+        assert_eq!(listing.next, None);
+        // Without a separator, every key is an entry.
+        let mut flat = Listing::new(b"a/", b"", None, 10);
+        flat.take(&keys(&["a/b/c", "a/d"]), false, |_| true);
+        assert_eq!(shown(&flat), ["a/b/c", "a/d"]);
+        assert_eq!(past(&[b'a', 0xff]), Some(vec![b'b']));
+        assert_eq!(past(&[0xff, 0xff]), None);
     }
 
     #[test]

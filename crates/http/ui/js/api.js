@@ -16,6 +16,17 @@ export function clearToken() {
   sessionStorage.removeItem(TOKEN_KEY);
 }
 
+/** Called when a request is refused because the stored token no longer exists. */
+let tokenGone = () => {};
+
+/**
+ * Sets what happens when any request answers 403 `acl_not_found` while a token is stored
+ * (the token was deleted, or the cluster forgot it): the token is cleared first.
+ */
+export function onTokenGone(handler) {
+  tokenGone = handler;
+}
+
 /** An answer other than 2xx, with the server's own message. */
 export class ApiError extends Error {
   constructor(status, message, code) {
@@ -27,9 +38,11 @@ export class ApiError extends Error {
 
 /**
  * Sends a request and returns the body as text; throws an ApiError carrying the server's
- * `error` message (or the bare status when the answer says nothing).
+ * `error` message (or the bare status when the answer says nothing). `body` may be text or
+ * bytes (a Uint8Array is sent as it is). `checkingToken` marks the login's own check of a
+ * secret: its refusal is the login's to show.
  */
-export async function call(path, {method = 'GET', body, base = '', timeoutMs = 10000} = {}) {
+export async function call(path, {method = 'GET', body, base = '', timeoutMs = 10000, checkingToken = false} = {}) {
   const headers = {};
   const secret = token();
   if (secret) headers['X-Consul-Token'] = secret;
@@ -57,7 +70,12 @@ export async function call(path, {method = 'GET', body, base = '', timeoutMs = 1
     } catch {
       // Not JSON: the text itself is the message.
     }
-    throw new ApiError(response.status, messageText || `${response.status} ${response.statusText}`, code);
+    const error = new ApiError(response.status, messageText || `${response.status} ${response.statusText}`, code);
+    if (response.status === 403 && code === 'acl_not_found' && secret && !checkingToken) {
+      clearToken();
+      tokenGone(error);
+    }
+    throw error;
   }
   return text;
 }
@@ -68,14 +86,20 @@ export async function json(path, options) {
   return text ? JSON.parse(text) : null;
 }
 
-/** The base URL of a node by its advertised HTTP address; '' for the node serving the page. */
-export function baseOf(httpAddr) {
-  return httpAddr === location.host ? '' : `${location.protocol}//${httpAddr}`;
+/**
+ * The base URL of a node of `/v1/cluster/status` (`{name, http}`): '' (this page's own
+ * origin) for the node that serves the page, whose name the status gives as `servedBy`, so
+ * that a page opened through an address the cluster does not advertise (a tunnel, a load
+ * balancer) still reads that node; the node's advertised address for the others.
+ */
+export function baseOf(node, servedBy) {
+  if (node.name === servedBy || node.http === location.host) return '';
+  return `${location.protocol}//${node.http}`;
 }
 
-/** A per-node endpoint of the node at `httpAddr`, asked from the browser directly. */
-export function fromNode(httpAddr, path, options = {}) {
-  return json(path, {...options, base: baseOf(httpAddr), timeoutMs: options.timeoutMs ?? 3000});
+/** A per-node endpoint of `node`, asked from the browser directly (see `baseOf`). */
+export function fromNode(node, servedBy, path, options = {}) {
+  return json(path, {...options, base: baseOf(node, servedBy), timeoutMs: options.timeoutMs ?? 3000});
 }
 
 /** A key or prefix as a URL path: every segment encoded, the slashes kept. */

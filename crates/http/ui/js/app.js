@@ -1,7 +1,7 @@
 // The console's entry point: finds out whether ACLs are on and what the token may do, shows
 // the login or the sections, and routes between the views by the address's #fragment.
 
-import {ApiError, clearToken, json, setToken, token} from './api.js';
+import {ApiError, clearToken, json, onTokenGone, setToken} from './api.js';
 import {fill, message} from './dom.js';
 import * as overview from './overview.js';
 import * as shards from './shards.js';
@@ -23,6 +23,9 @@ let access = null;
 /** Stops the current view's polling. */
 let stopView = () => {};
 
+/** Retries of /v1/ui/access that did not reach the node: none while it answers. */
+let retry = null;
+
 async function start() {
   document.getElementById('login-form').addEventListener('submit', login);
   document.getElementById('logout').addEventListener('click', () => {
@@ -31,21 +34,39 @@ async function start() {
     location.reload();
   });
   window.addEventListener('hashchange', route);
+  // The token was deleted while the page was open (any request says so): back to the
+  // login, saying why, and nothing more of the cluster shown.
+  onTokenGone((e) => {
+    stopView();
+    stopView = () => {};
+    access = null;
+    document.getElementById('view').replaceChildren();
+    showLogin(`${e.message}: the token this page used no longer exists. Log in again.`);
+  });
   await enter();
 }
 
 /** Asks what the current token may do, then shows the login or the console. */
 async function enter(loginError, fromLogin = false) {
+  clearTimeout(retry);
   try {
     access = await json('/v1/ui/access');
   } catch (e) {
-    // A stored secret that no longer matches a token: back to the login, saying why.
-    if (e instanceof ApiError && e.status === 403 && token()) {
+    // Refused (a stored secret that matches no token, or a malformed one): the login, with
+    // the server's message (for a deleted token, onTokenGone has shown it already).
+    const reached = e instanceof ApiError && e.status >= 400 && e.status < 500;
+    if (reached) {
       clearToken();
-      return showLogin(e.message);
+      if (document.getElementById('login').hidden) showLogin(e.message);
+      return;
     }
-    return showLogin(e.message);
+    // The node did not answer, or failed: say so and ask again. Not the login: on a
+    // cluster without ACLs there is nothing to log in to.
+    showUnreachable(e.message);
+    retry = setTimeout(() => enter(loginError, fromLogin), 2000);
+    return;
   }
+  document.getElementById('unreachable').hidden = true;
   if (access.acl && access.anonymous) return showLogin(loginError);
   document.getElementById('login').hidden = true;
   document.getElementById('nav').hidden = false;
@@ -65,7 +86,14 @@ async function enter(loginError, fromLogin = false) {
   }
 }
 
+function showUnreachable(error) {
+  const box = document.getElementById('unreachable');
+  fill(box, message('error', `${error}. Asking again every 2 s.`));
+  box.hidden = false;
+}
+
 function showLogin(error) {
+  document.getElementById('unreachable').hidden = true;
   document.getElementById('nav').hidden = true;
   document.getElementById('view').hidden = true;
   document.getElementById('session').hidden = true;
@@ -82,7 +110,7 @@ async function login(event) {
   input.value = '';
   setToken(secret);
   try {
-    await json('/v1/acl/token/self');
+    await json('/v1/acl/token/self', {checkingToken: true});
   } catch (e) {
     clearToken();
     return showLogin(e.message);

@@ -34,9 +34,57 @@ export function fill(node, ...children) {
   return node;
 }
 
-/** Escapes text for the few places that build markup as a string (the shard picture). */
-export function esc(text) {
-  return String(text).replace(/[&<>"']/g, (c) => `&#${c.charCodeAt(0)};`);
+const SVG = 'http://www.w3.org/2000/svg';
+
+/**
+ * Makes an SVG element as `el` makes HTML ones: attributes set one by one and text as text,
+ * so nothing from a node's answer is ever parsed as markup.
+ */
+export function svgEl(tag, attrs = {}, ...children) {
+  const node = document.createElementNS(SVG, tag);
+  for (const [name, value] of Object.entries(attrs)) {
+    if (value === false || value === null || value === undefined) continue;
+    node.setAttribute(name, String(value));
+  }
+  append(node, children);
+  return node;
+}
+
+/** What a cell shows, to tell whether it changed: its text, or its markup. */
+const shownIn = new WeakMap();
+
+/**
+ * Brings the rows of `tbody` to `rows` (`{key, cells}`; a cell is text or a node), keeping a
+ * row that is there already under its key, and in it every cell whose content has not
+ * changed: a table refreshed every few seconds keeps the keyboard focus, a text selection
+ * and its scroll position. A kept cell keeps its old nodes, so a button's handler must read
+ * what it acts on when it is pressed, not when it was made.
+ */
+export function syncRows(tbody, rows) {
+  const old = new Map([...tbody.children].map((tr) => [tr.dataset.key, tr]));
+  let at = 0;
+  for (const {key, cells} of rows) {
+    let tr = old.get(String(key));
+    if (tr) old.delete(String(key));
+    else tr = el('tr', {'data-key': key});
+    cells.forEach((content, i) => {
+      const isNode = content instanceof Node;
+      const shown = isNode ? `<${content.outerHTML ?? content.textContent}` : String(content ?? '');
+      let td = tr.children[i];
+      if (!td) {
+        td = el('td');
+        tr.append(td);
+      }
+      if (shownIn.get(td) !== shown) {
+        td.replaceChildren(isNode ? content : shown);
+        shownIn.set(td, shown);
+      }
+    });
+    while (tr.children.length > cells.length) tr.lastElementChild.remove();
+    if (tbody.children[at] !== tr) tbody.insertBefore(tr, tbody.children[at] ?? null);
+    at += 1;
+  }
+  for (const tr of old.values()) tr.remove();
 }
 
 /** A table with a caption, column headings and rows of cells (strings or nodes). */

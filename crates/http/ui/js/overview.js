@@ -3,21 +3,34 @@
 // with the operations on nodes (drain, cancel a drain, remove a dead node).
 
 import {ApiError, every, fromNode, json} from './api.js';
-import {bytes, confirmAction, duration, el, fill, message, table} from './dom.js';
+import {bytes, confirmAction, duration, el, fill, message, syncRows} from './dom.js';
 
-/** The node summaries of the last round, by node name, for the shards view too. */
+/**
+ * Every node's own summary (`/v1/ui/node`), by node name, asked of each node at once: the
+ * node serving the page through this page's own origin, the others at their advertised
+ * addresses. A node that does not answer has `{error}`.
+ */
 export async function gatherNodes(status) {
   const summaries = new Map();
   await Promise.all(status.nodes
     .filter((n) => n.state !== 'removed' && n.http)
     .map(async (n) => {
       try {
-        summaries.set(n.name, await fromNode(n.http, '/v1/ui/node'));
+        summaries.set(n.name, await fromNode(n, status.node, '/v1/ui/node'));
       } catch (e) {
         summaries.set(n.name, {error: e.message});
       }
     }));
   return summaries;
+}
+
+/** Why a node's summary says it is not healthy, in words (the rule of /v1/health). */
+function unhealthy(summary) {
+  if (!summary.storage_ok) return 'its storage failed a sync, so it refuses writes until restarted';
+  if (!summary.all_shards_led) {
+    return 'the metadata group, or a shard it holds a voter of, has no leader it knows of';
+  }
+  return 'it is stopping';
 }
 
 /** What needs attention, in words. */
@@ -41,10 +54,7 @@ export function warnings(status, summaries) {
       out.push(`Node ${node.name} did not answer this browser: ${summary.error}`);
       continue;
     }
-    if (!summary.healthy) {
-      const why = !summary.storage_ok ? 'its storage failed a sync' : 'a shard it holds has no leader';
-      out.push(`Node ${node.name} reports itself unavailable: ${why}.`);
-    }
+    if (!summary.healthy) out.push(`Node ${node.name} reports itself unavailable: ${unhealthy(summary)}.`);
     const free = summary.disk_free_bytes;
     const floor = summary.disk_min_free_bytes;
     if (free !== null && floor > 0 && free < 2 * floor) {
@@ -54,6 +64,9 @@ export function warnings(status, summaries) {
   return out;
 }
 
+const HEADINGS = ['Node', 'State', 'Region', 'Zone', 'Rack', 'Version', 'Health', 'Uptime', 'Disk',
+  'Data on disk', 'Memory', 'Replicas', 'Leaders', 'Operations'];
+
 export function render(container, {access}) {
   const heading = el('h1', {}, 'Overview');
   const cluster = el('div', {id: 'cluster'});
@@ -61,6 +74,14 @@ export function render(container, {access}) {
   const nodes = el('div', {id: 'nodes'});
   const result = el('div', {id: 'ops-result'});
   container.append(heading, cluster, warningBox, result, nodes);
+  // The table is made once and its rows updated in place (keyed by node), so a button
+  // that has the keyboard focus keeps it across refreshes.
+  const caption = el('caption');
+  const body = el('tbody');
+  const table = el('table', {id: 'node-table'}, caption,
+    el('thead', {}, el('tr', {}, HEADINGS.map((h) => el('th', {scope: 'col'}, h)))), body);
+  /** The latest status, which the operations' buttons read when they are pressed. */
+  const latest = {status: null};
   let marked = false;
 
   const refresh = async () => {
@@ -69,9 +90,11 @@ export function render(container, {access}) {
       status = await json('/v1/cluster/status');
     } catch (e) {
       fill(cluster, message('error', e.message));
+      table.remove();
       return;
     }
     const summaries = await gatherNodes(status);
+    latest.status = status;
     const self = summaries.get(status.node);
     const name = self && !self.error ? self.cluster : '';
     fill(document.getElementById('cluster-name'), name ? `cluster ${name}` : '');
@@ -91,7 +114,9 @@ export function render(container, {access}) {
       : el('section', {'aria-labelledby': 'warnings-title'},
         el('h2', {id: 'warnings-title'}, `Warnings (${found.length})`),
         el('ul', {class: 'warnings'}, found.map((w) => el('li', {}, w)))));
-    fill(nodes, nodeTable(status, summaries, access, result, refresh));
+    fill(caption, `Nodes (${status.nodes.length})`);
+    syncRows(body, nodeRows(status, summaries, access, latest, result, refresh));
+    if (!table.isConnected) nodes.append(table);
     if (!marked) {
       marked = true;
       performance.mark('overview-rendered');
@@ -100,9 +125,9 @@ export function render(container, {access}) {
   return every(2000, refresh);
 }
 
-function nodeTable(status, summaries, access, result, refresh) {
+function nodeRows(status, summaries, access, latest, result, refresh) {
   const byName = [...status.nodes].sort((a, b) => a.name.localeCompare(b.name, 'en', {numeric: true}));
-  const rows = byName.map((node) => {
+  return byName.map((node) => {
     const s = summaries.get(node.name);
     const ok = s && !s.error;
     const health = node.state === 'removed' ? '-'
@@ -110,7 +135,7 @@ function nodeTable(status, summaries, access, result, refresh) {
     const version = node.version ? `${node.version.build}/${node.version.protocol}` : '-';
     let state = node.state;
     if (node.drain) state += ` (${node.drain.replicas_left} replica(s) left to move)`;
-    return [
+    return {key: node.name, cells: [
       el('span', {class: 'node-name'}, node.name),
       state,
       ok && s.region ? s.region : '-',
@@ -124,61 +149,74 @@ function nodeTable(status, summaries, access, result, refresh) {
       ok ? bytes(s.memory_rss_bytes) : '-',
       String(node.replicas),
       ok ? String(s.leaders) : '-',
-      access.operator_write ? nodeActions(node, status, result, refresh) : '',
-    ];
+      access.operator_write ? nodeActions(node.name, node.state, latest, result, refresh) : '',
+    ]};
   });
-  return table(`Nodes (${status.nodes.length})`,
-    ['Node', 'State', 'Region', 'Zone', 'Rack', 'Version', 'Health', 'Uptime', 'Disk',
-      'Data on disk', 'Memory', 'Replicas', 'Leaders', 'Operations'],
-    rows, {id: 'node-table'});
 }
 
-function nodeActions(node, status, result, refresh) {
+/** The node's buttons. What a button says when pressed is read from the latest status then. */
+function nodeActions(name, state, latest, result, refresh) {
+  const path = (what) => `/v1/cluster/nodes/${encodeURIComponent(name)}/${what}`;
   const buttons = [];
-  const others = status.nodes.filter((n) => n.state === 'active' && n.name !== node.name).length;
-  if (node.state === 'active') {
+  if (state === 'active') {
     buttons.push(el('button', {
-      type: 'button', class: 'danger', 'aria-label': `Drain ${node.name}`, 'data-action': 'drain',
-      onclick: () => operate(result, refresh, `Drain ${node.name}?`,
-        `Node ${node.name}'s ${node.replicas} replica(s) move to the other ${others} active node(s), ` +
-        'its leaderships and metadata vote are handed over, then it is marked removed and stops by ' +
-        'itself (exit status 3). Its data directory cannot be used again. A drain can be cancelled ' +
-        'until it finishes.',
-        'Drain', `/v1/cluster/nodes/${encodeURIComponent(node.name)}/remove`),
+      type: 'button', class: 'danger', 'aria-label': `Drain ${name}`, 'data-action': 'drain',
+      onclick: () => {
+        const status = latest.status;
+        const node = status.nodes.find((n) => n.name === name);
+        const others = status.nodes.filter((n) => n.state === 'active' && n.name !== name).length;
+        return operate(result, refresh, `Drain ${name}?`,
+          `Node ${name}'s ${node ? node.replicas : 'every'} replica(s) move to the other ${others} active node(s), ` +
+          'its leaderships and metadata vote are handed over, then it is marked removed and stops by ' +
+          'itself (exit status 3). Its data directory cannot be used again. A drain can be cancelled ' +
+          'until it finishes.',
+          'Drain', path('remove'), removal);
+      },
     }, 'Drain'));
   }
-  if (node.state === 'draining') {
+  if (state === 'draining') {
     buttons.push(el('button', {
-      type: 'button', 'aria-label': `Cancel the drain of ${node.name}`, 'data-action': 'cancel-drain',
-      onclick: () => operate(result, refresh, `Cancel the drain of ${node.name}?`,
-        `Node ${node.name} becomes active again and keeps the replicas it still holds; moves away ` +
+      type: 'button', 'aria-label': `Cancel the drain of ${name}`, 'data-action': 'cancel-drain',
+      onclick: () => operate(result, refresh, `Cancel the drain of ${name}?`,
+        `Node ${name} becomes active again and keeps the replicas it still holds; moves away ` +
         'from it that are still catching up are given up.',
-        'Cancel the drain', `/v1/cluster/nodes/${encodeURIComponent(node.name)}/cancel-drain`),
+        'Cancel the drain', path('cancel-drain'), removal),
     }, 'Cancel drain'));
   }
-  if (node.state !== 'removed') {
+  if (state !== 'removed') {
     buttons.push(el('button', {
-      type: 'button', class: 'danger', 'aria-label': `Remove ${node.name} by force`, 'data-action': 'force',
-      onclick: () => operate(result, refresh, `Remove ${node.name} by force?`,
-        `Only for a node that is gone for good: ${node.name} is marked removed at once, without ` +
+      type: 'button', class: 'danger', 'aria-label': `Remove ${name} by force`, 'data-action': 'force',
+      onclick: () => operate(result, refresh, `Remove ${name} by force?`,
+        `Only for a node that is gone for good: ${name} is marked removed at once, without ` +
         'handing anything over, and each shard it held gets a new replica built from the others. ' +
         'Shards that had lost their quorum with it cannot be repaired this way. Its name can ' +
         'never be used again.',
-        'Remove by force', `/v1/cluster/nodes/${encodeURIComponent(node.name)}/remove?force=true`),
+        'Remove by force', `${path('remove')}?force=true`, removal),
     }, 'Remove…'));
   }
   return el('span', {class: 'buttons'}, buttons);
 }
 
+/** A removal's answer: the server's message, and the shards left without a quorum. */
+function removal(answer) {
+  const lost = answer.lost_quorum ?? [];
+  const said = /[.!]$/.test(answer.message) ? answer.message : `${answer.message}.`;
+  return [said, lost.length === 0 ? ''
+    : el('span', {class: 'lost-quorum', id: 'lost-quorum', 'data-shards': lost.join(',')},
+      ` Shards left without a quorum: ${lost.join(', ')}.`)];
+}
+
 /**
  * Asks for confirmation, then POSTs `path`; shows the server's own message either way (a
- * refusal is the server's decision, in its words).
+ * refusal is the server's decision, in its words). `describe` turns an answer into what is
+ * shown (by default its `message`).
  */
-export async function operate(result, refresh, title, text, action, path) {
+export async function operate(result, refresh, title, text, action, path, describe) {
   if (!(await confirmAction(title, text, action))) return;
   try {
     const answer = await json(path, {method: 'POST', timeoutMs: 30000});
-    const said = answer && answer.message ? answer.message : `${action}: done`;
+    const said = describe ? describe(answer)
+      : answer && answer.message ? answer.message : `${action}: done`;
     fill(result, message('ok', said));
   } catch (e) {
     const status = e instanceof ApiError && e.status ? ` (HTTP ${e.status})` : '';

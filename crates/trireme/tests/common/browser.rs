@@ -21,16 +21,51 @@ pub fn screenshot_dir() -> PathBuf {
     PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../target/console-screenshots")
 }
 
-/// How long a wait in the page may take before the test fails.
+/// How long a wait in the page may take before the test fails. Waits for the cluster itself
+/// (a drain, a split) poll its HTTP API under their own, longer deadlines, and then check the
+/// page with this one.
 pub const PAGE_DEADLINE: Duration = Duration::from_secs(20);
+
+/// Attempts of a click or a typing whose element the page replaced meanwhile.
+const STALE_ATTEMPTS: usize = 5;
 
 /// WebDriver's name for an element reference in JSON.
 const ELEMENT: &str = "element-6066-11e4-a52e-4f735466cecf";
 
+/// The processes a [`Browser`] started, stopped by their PIDs when it goes: made as soon as
+/// chromium runs, so a start that fails half way (no DevTools port, no driver) stops it too.
+struct Started {
+    chromium: Child,
+    driver: Option<Child>,
+}
+
+impl Drop for Started {
+    /// Stops chromedriver, then chromium (SIGTERM, so it takes its helper processes with it;
+    /// SIGKILL if it has not gone within 5 s), both by the PIDs this test started.
+    fn drop(&mut self) {
+        if let Some(driver) = &mut self.driver {
+            let _ = driver.kill();
+            let _ = driver.wait();
+        }
+        let _ = Command::new("kill")
+            .args(["-TERM", &self.chromium.id().to_string()])
+            .status();
+        let deadline = Instant::now() + Duration::from_secs(5);
+        while Instant::now() < deadline {
+            if let Ok(Some(_)) = self.chromium.try_wait() {
+                return;
+            }
+            std::thread::sleep(Duration::from_millis(50));
+        }
+        let _ = self.chromium.kill();
+        let _ = self.chromium.wait();
+    }
+}
+
 /// A headless chromium and the chromedriver session on it.
 pub struct Browser {
-    chromium: Child,
-    driver: Child,
+    /// Dropped first: the processes stop before their profile directory goes.
+    _started: Started,
     _profile: tempfile::TempDir,
     http: reqwest::Client,
     /// `http://127.0.0.1:PORT/session/ID`.
@@ -75,6 +110,11 @@ impl Browser {
             .stderr(log)
             .spawn()
             .expect("chromium starts");
+        // From here on, a failed assertion stops chromium on the way out.
+        let mut started = Started {
+            chromium,
+            driver: None,
+        };
         let port_file = profile.path().join("profile").join("DevToolsActivePort");
         let found = wait_until(
             Duration::from_secs(30),
@@ -97,13 +137,15 @@ impl Browser {
             .and_then(|l| l.parse().ok())
             .expect("a port");
         let driver_port = free_port_block(1);
-        let driver = Command::new("/usr/bin/chromedriver")
-            .arg(format!("--port={driver_port}"))
-            .stdin(Stdio::null())
-            .stdout(Stdio::null())
-            .stderr(Stdio::null())
-            .spawn()
-            .expect("chromedriver starts");
+        started.driver = Some(
+            Command::new("/usr/bin/chromedriver")
+                .arg(format!("--port={driver_port}"))
+                .stdin(Stdio::null())
+                .stdout(Stdio::null())
+                .stderr(Stdio::null())
+                .spawn()
+                .expect("chromedriver starts"),
+        );
         let http = reqwest::Client::builder()
             .no_proxy()
             .timeout(Duration::from_secs(60))
@@ -125,8 +167,7 @@ impl Browser {
         })
         .await;
         let mut browser = Browser {
-            chromium,
-            driver,
+            _started: started,
             _profile: profile,
             http,
             session: String::new(),
@@ -172,12 +213,54 @@ impl Browser {
 
     /// A command of this session: `path` after `/session/ID`.
     async fn command(&self, method: reqwest::Method, path: &str, body: Value) -> Value {
-        let url = format!("{}{path}", self.session);
-        match self.request(method, &url, body).await {
+        match self.try_command(method, path, body).await {
             Ok(v) => v,
             Err(e) => {
                 self.screenshot("failed-command").await;
                 panic!("WebDriver: {e}");
+            }
+        }
+    }
+
+    async fn try_command(
+        &self,
+        method: reqwest::Method,
+        path: &str,
+        body: Value,
+    ) -> Result<Value, String> {
+        let url = format!("{}{path}", self.session);
+        self.request(method, &url, body).await
+    }
+
+    /// Finds the element `css` selects and sends it the commands `then` names (`click`,
+    /// `clear`, ...), again from the start when the page replaced the element in between
+    /// (WebDriver's "stale element reference": a table the page re-renders).
+    async fn on_element(&self, css: &str, then: &[(&str, Value)]) {
+        for attempt in 1..=STALE_ATTEMPTS {
+            let id = self.find(css).await;
+            let mut stale = false;
+            for (what, body) in then {
+                match self
+                    .try_command(
+                        reqwest::Method::POST,
+                        &format!("/element/{id}/{what}"),
+                        body.clone(),
+                    )
+                    .await
+                {
+                    Ok(_) => {}
+                    Err(e) if e.contains("stale element reference") && attempt < STALE_ATTEMPTS => {
+                        stale = true;
+                        break;
+                    }
+                    Err(e) => {
+                        self.screenshot("failed-command").await;
+                        panic!("WebDriver, {what} on {css}: {e}");
+                    }
+                }
+            }
+            if !stale {
+                return;
             }
         }
     }
@@ -201,11 +284,27 @@ impl Browser {
         .await
     }
 
+    /// Runs `script` (a function body whose last argument is the callback to call with the
+    /// result) in the page, waiting for it: for a promise, such as a module's `import()`.
+    pub async fn eval_async(&self, script: &str, args: Value) -> Value {
+        self.command(
+            reqwest::Method::POST,
+            "/execute/async",
+            json!({"script": script, "args": args}),
+        )
+        .await
+    }
+
     /// Polls `script` until it returns something truthy (not false, null, 0 or ""), within
     /// [`PAGE_DEADLINE`]; returns that value. On a timeout: a screenshot named after `what`,
     /// and the page's text in the panic.
     pub async fn wait_for(&self, what: &str, script: &str) -> Value {
-        let deadline = Instant::now() + PAGE_DEADLINE;
+        self.wait_for_within(what, script, PAGE_DEADLINE).await
+    }
+
+    /// [`Browser::wait_for`] with another deadline.
+    pub async fn wait_for_within(&self, what: &str, script: &str, within: Duration) -> Value {
+        let deadline = Instant::now() + within;
         loop {
             let value = self.eval(script, json!([])).await;
             let truthy = match &value {
@@ -222,7 +321,7 @@ impl Browser {
                 let shot = self.screenshot(&format!("timeout-{what}")).await;
                 let text = self.eval("return document.body.innerText", json!([])).await;
                 panic!(
-                    "the page did not show {what} within {PAGE_DEADLINE:?} (screenshot {}); it shows:\n{}",
+                    "the page did not show {what} within {within:?} (screenshot {}); it shows:\n{}",
                     shot.display(),
                     text.as_str().unwrap_or_default()
                 );
@@ -254,28 +353,14 @@ impl Browser {
 
     /// Clicks the element `css` selects, as a user would (it must be visible).
     pub async fn click(&self, css: &str) {
-        let id = self.find(css).await;
-        self.command(
-            reqwest::Method::POST,
-            &format!("/element/{id}/click"),
-            json!({}),
-        )
-        .await;
+        self.on_element(css, &[("click", json!({}))]).await;
     }
 
     /// Clears the field `css` selects and types `text` into it.
     pub async fn type_into(&self, css: &str, text: &str) {
-        let id = self.find(css).await;
-        self.command(
-            reqwest::Method::POST,
-            &format!("/element/{id}/clear"),
-            json!({}),
-        )
-        .await;
-        self.command(
-            reqwest::Method::POST,
-            &format!("/element/{id}/value"),
-            json!({ "text": text }),
+        self.on_element(
+            css,
+            &[("clear", json!({})), ("value", json!({ "text": text }))],
         )
         .await;
     }
@@ -325,27 +410,6 @@ impl Browser {
             let _ = std::fs::write(&path, bytes);
         }
         path
-    }
-}
-
-impl Drop for Browser {
-    /// Stops chromedriver, then chromium (SIGTERM, so it takes its helper processes with it;
-    /// SIGKILL if it has not gone within 5 s), both by the PIDs this test started.
-    fn drop(&mut self) {
-        let _ = self.driver.kill();
-        let _ = self.driver.wait();
-        let _ = Command::new("kill")
-            .args(["-TERM", &self.chromium.id().to_string()])
-            .status();
-        let deadline = Instant::now() + Duration::from_secs(5);
-        while Instant::now() < deadline {
-            if let Ok(Some(_)) = self.chromium.try_wait() {
-                return;
-            }
-            std::thread::sleep(Duration::from_millis(50));
-        }
-        let _ = self.chromium.kill();
-        let _ = self.chromium.wait();
     }
 }
 
