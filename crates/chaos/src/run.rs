@@ -421,7 +421,9 @@ async fn drive(
     } else {
         elastic.settled = true;
     }
-    verify::wait_converged(&client, &all, Duration::from_secs(60)).await?;
+    if let Err(e) = verify::wait_converged(&client, &all, Duration::from_secs(60)).await {
+        return Err(verify::with_log_errors(e, &config.out));
+    }
     let converged_after = healed.elapsed();
     let (mut finals, divergent) =
         verify::final_reads(&client, &all, config.keys, clock, FINAL_CLIENT).await;

@@ -242,6 +242,34 @@ pub async fn wait_converged(
     }
 }
 
+/// `error`, followed by the last error lines of every node's log in `dir` (`n1.log`, ...):
+/// what stopped a replica is there, and the run's directory may be gone when this is read.
+pub fn with_log_errors(error: ChaosError, dir: &std::path::Path) -> ChaosError {
+    let mut text = error.to_string();
+    let mut logs: Vec<_> = std::fs::read_dir(dir)
+        .into_iter()
+        .flatten()
+        .flatten()
+        .map(|entry| entry.path())
+        .filter(|path| path.extension().is_some_and(|e| e == "log"))
+        .collect();
+    logs.sort();
+    for path in logs {
+        let Ok(log) = std::fs::read_to_string(&path) else {
+            continue;
+        };
+        let errors: Vec<&str> = log
+            .lines()
+            .filter(|line| line.contains("ERROR") || line.contains("panicked"))
+            .collect();
+        for line in &errors[errors.len().saturating_sub(5)..] {
+            let name = path.file_name().unwrap_or_default().to_string_lossy();
+            text.push_str(&format!("\n  {name}: {line}"));
+        }
+    }
+    ChaosError::Cluster(text)
+}
+
 /// One replica of a shard as its node reports it, for telling why replicas did not converge.
 #[derive(Debug)]
 struct ReplicaView {

@@ -479,7 +479,7 @@ async fn the_console_shows_and_operates_a_cluster() {
             )
             .await;
         let [lo, hi] = before.shards[0].slots;
-        let mid = (u32::from(lo) + u32::from(hi) + 1) / 2;
+        let mid = (u32::from(lo) + u32::from(hi)).div_ceil(2);
         browser.click("button[aria-label='Shard 0 details']").await;
         browser.click("#split-shard").await;
         let said = browser
