@@ -242,7 +242,7 @@ pub async fn wait_converged(
     }
 }
 
-/// `error`, followed by the last error lines of every node's log in `dir` (`n1.log`, ...):
+/// `error`, followed by the first error lines of every node's log in `dir` (`n1.log`, ...):
 /// what stopped a replica is there, and the run's directory may be gone when this is read.
 pub fn with_log_errors(error: ChaosError, dir: &std::path::Path) -> ChaosError {
     let mut text = error.to_string();
@@ -258,11 +258,20 @@ pub fn with_log_errors(error: ChaosError, dir: &std::path::Path) -> ChaosError {
         let Ok(log) = std::fs::read_to_string(&path) else {
             continue;
         };
-        let errors: Vec<&str> = log
-            .lines()
-            .filter(|line| line.contains("ERROR") || line.contains("panicked"))
+        // The first ones: a group that stopped says why once, then only what follows from it.
+        let lines: Vec<&str> = log.lines().collect();
+        let errors: Vec<&str> = lines
+            .iter()
+            .enumerate()
+            .filter(|(_, line)| line.contains(" ERROR ") || line.contains("panicked"))
+            .take(8)
+            .flat_map(|(i, line)| {
+                // A panic's message is on the line after it.
+                let message = lines.get(i + 1).filter(|_| line.contains("panicked"));
+                std::iter::once(*line).chain(message.copied())
+            })
             .collect();
-        for line in &errors[errors.len().saturating_sub(5)..] {
+        for line in errors {
             let name = path.file_name().unwrap_or_default().to_string_lossy();
             text.push_str(&format!("\n  {name}: {line}"));
         }
