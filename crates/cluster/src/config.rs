@@ -65,6 +65,10 @@ pub struct NodeConfig {
     pub storage: trireme_storage::StorageOptions,
     /// Mutual TLS on the peer links (`[peer_tls]`), if set.
     pub peer_tls: Option<std::sync::Arc<trireme_tls::PeerTls>>,
+    /// `[redis] cross_slot_transactions`: `MULTI`/`EXEC`, `MSET` and `MSETNX` may name keys
+    /// in several slots and run as one transaction across shards. Off, they keep Redis
+    /// Cluster's `CROSSSLOT` rule, which is what cluster clients expect.
+    pub redis_cross_slot: bool,
 }
 
 impl NodeConfig {
@@ -96,6 +100,7 @@ impl NodeConfig {
             search_commit_interval: trireme_search::DEFAULT_COMMIT_INTERVAL,
             storage: trireme_storage::StorageOptions::default(),
             peer_tls: None,
+            redis_cross_slot: false,
         }
     }
 }

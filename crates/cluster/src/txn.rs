@@ -31,7 +31,8 @@ use trireme_types::txn::{
 };
 use trireme_types::version::since;
 use trireme_types::{
-    Command, CommandResult, ErrorCode, LogCommand, Record, ShardId, ShardMap, TriremeError,
+    Command, CommandResult, ErrorCode, KeyCheck, LogCommand, Record, ShardId, ShardMap,
+    TriremeError,
 };
 
 /// How often each shard leader looks for transactions to finish.
@@ -372,6 +373,100 @@ impl Node {
         .await
     }
 
+    /// A Redis transaction whose keys may be in several slots (`[redis]
+    /// cross_slot_transactions`): `MULTI`/`EXEC` with its `WATCH`es, `MSET`, `MSETNX`. In one
+    /// shard it is one log entry, as always. Across shards each watch becomes a check in
+    /// front of the commands, and a command on several keys (`MSET`, `DEL a b`, `MGET`) one
+    /// command per key; the answers are put back together, one per command given. A failed
+    /// watch answers its position, as [`Command::Transaction`] does.
+    pub async fn transaction_across_slots(
+        &self,
+        watches: Vec<(Bytes, KeyCheck)>,
+        commands: Vec<Command>,
+    ) -> Result<TransactionOutcome, ClusterError> {
+        let map = self.shard_map();
+        let mut shards = watches.iter().map(|(key, _)| map.shard_of_key(key)).chain(
+            commands
+                .iter()
+                .flat_map(|c| c.keys())
+                .map(|k| map.shard_of_key(k)),
+        );
+        let first = shards.next();
+        if shards.all(|s| Some(s) == first) {
+            return self
+                .transaction(crate::request::TransactionRequest { watches, commands })
+                .await;
+        }
+        let mut bytes = 0;
+        for command in &commands {
+            for key in command.keys() {
+                self.check_key(key)?;
+                bytes += key.len();
+            }
+            match command {
+                Command::Put { value, .. } => {
+                    self.config.limits.check_value(value)?;
+                    bytes += value.len();
+                }
+                Command::PutMany { pairs } => {
+                    for (_, value) in pairs {
+                        self.config.limits.check_value(value)?;
+                        bytes += value.len();
+                    }
+                }
+                _ => {}
+            }
+        }
+        crate::router::check_entry_size(bytes)?;
+        let given = watches.len() + commands.len();
+        // For each command sent, the position among the watches and commands given.
+        let mut origin: Vec<usize> = Vec::new();
+        let mut parts: Vec<Command> = Vec::new();
+        let watched = watches.len();
+        for (position, (key, check)) in watches.into_iter().enumerate() {
+            parts.push(Command::Check { key, check });
+            origin.push(position);
+        }
+        for (position, command) in commands.into_iter().enumerate() {
+            for part in one_key_each(command) {
+                parts.push(part);
+                origin.push(watched + position);
+            }
+        }
+        let outcome = self.transaction_across_shards(parts).await?;
+        let results = match outcome.0 {
+            Ok(results) => results,
+            Err(at) => {
+                let position = origin.get(at as usize).copied().unwrap_or(0);
+                return Ok(TransactionOutcome(Err(position as u32)));
+            }
+        };
+        let mut answers: Vec<Option<CommandResult>> = vec![None; given];
+        for (result, &position) in results.into_iter().zip(&origin) {
+            if position < watched {
+                continue;
+            }
+            let slot = &mut answers[position];
+            *slot = Some(match (slot.take(), result) {
+                (None, result) => result,
+                (Some(CommandResult::Deleted(a)), CommandResult::Deleted(b)) => {
+                    CommandResult::Deleted(a + b)
+                }
+                (Some(CommandResult::Records(mut a)), CommandResult::Records(b)) => {
+                    a.extend(b);
+                    CommandResult::Records(a)
+                }
+                (Some(CommandResult::Done), CommandResult::Done) => CommandResult::Done,
+                (Some(_), other) => return Err(unexpected("a command split by key", &other)),
+            });
+        }
+        Ok(TransactionOutcome(Ok(answers
+            .into_iter()
+            .skip(watched)
+            .map(|a| a.unwrap_or(CommandResult::Done))
+            .collect())))
+    }
+
     /// Applies the commands of a Consul transaction whose keys are in several shards,
     /// atomically: one result per command, or the position of the first condition that
     /// failed (nothing applied). Each command names one key.
@@ -391,19 +486,25 @@ impl Node {
                 )?;
                 continue;
             }
+            // Commands on one string key (or lock) each: a prepare judges them and its
+            // intent applies them as judged; collections keep rows a prepare does not hold.
             let plain = matches!(
                 command,
                 Command::Check { .. }
                     | Command::Put { .. }
+                    | Command::PutMany { .. }
                     | Command::Read { .. }
                     | Command::Delete { .. }
                     | Command::Lock { .. }
+                    | Command::Incr { .. }
+                    | Command::Edit { .. }
+                    | Command::SetTtl { .. }
             );
             if !plain || command.keys().len() != 1 {
                 return Err(ClusterError::Request(TriremeError::new(
                     ErrorCode::InvalidArgument,
                     format!(
-                        "a transaction across shards takes key reads, writes, deletes, checks and locks of one key each, and prefix reads and deletes, not {}",
+                        "a transaction across shards takes commands on one string key each (reads, writes, deletes, checks, locks, increments, edits, expiries) and prefix reads and deletes, not {}",
                         command.name()
                     ),
                 )));
@@ -903,6 +1004,29 @@ fn is_transient(error: &ClusterError) -> bool {
         error.to_client().code,
         ErrorCode::NoLeader | ErrorCode::Unavailable
     )
+}
+
+/// `command` as commands of one key each, in order: `MSET`, `DEL` and `MGET` of several
+/// keys become one per key (their answers add up again: `Done`, the count, the records).
+fn one_key_each(command: Command) -> Vec<Command> {
+    match command {
+        Command::PutMany { pairs } if pairs.len() > 1 => pairs
+            .into_iter()
+            .map(|pair| Command::PutMany { pairs: vec![pair] })
+            .collect(),
+        Command::Delete { keys, cas } if keys.len() > 1 => keys
+            .into_iter()
+            .map(|key| Command::Delete {
+                keys: vec![key],
+                cas,
+            })
+            .collect(),
+        Command::Read { keys } if keys.len() > 1 => keys
+            .into_iter()
+            .map(|key| Command::Read { keys: vec![key] })
+            .collect(),
+        other => vec![other],
+    }
 }
 
 /// The prefix a prefix read or delete covers; `None` for any other command.

@@ -113,6 +113,16 @@ pub struct FileConfig {
     tls: Option<TlsSection>,
     peer_tls: Option<TlsSection>,
     ui: Option<UiSection>,
+    redis: Option<RedisSection>,
+}
+
+/// `[redis]`: the RESP front end.
+#[derive(Deserialize, Debug, Default)]
+#[serde(deny_unknown_fields)]
+struct RedisSection {
+    /// Let `MULTI`/`EXEC`, `MSET` and `MSETNX` span slots as one transaction across shards
+    /// (default false: `CROSSSLOT`, as Redis Cluster answers).
+    cross_slot_transactions: Option<bool>,
 }
 
 /// `[ui]`: the web console at `/ui` on the HTTP port.
@@ -585,6 +595,10 @@ impl ServerArgs {
         }
         node.rack = self.rack.or(file.rack);
         node.zone = self.zone.or(file.zone);
+        node.redis_cross_slot = file
+            .redis
+            .and_then(|r| r.cross_slot_transactions)
+            .unwrap_or(false);
         Ok(ServerConfig {
             node,
             listen,
@@ -825,6 +839,17 @@ mod tests {
         assert!(err.to_string().contains("cache_bytes"), "{err}");
         let err = from_file(&path, "[storage]\nblock_cache = 5\n").unwrap_err();
         assert!(format!("{err:#}").contains("block_cache"), "{err:#}");
+    }
+
+    #[test]
+    fn cross_slot_redis_transactions_are_off_unless_turned_on() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("t.toml");
+        assert!(!from_file(&path, "").unwrap().node.redis_cross_slot);
+        let on = "[redis]\ncross_slot_transactions = true\n";
+        assert!(from_file(&path, on).unwrap().node.redis_cross_slot);
+        let err = from_file(&path, "[redis]\ncross_slot = true\n").unwrap_err();
+        assert!(format!("{err:#}").contains("cross_slot"), "{err:#}");
     }
 
     #[test]

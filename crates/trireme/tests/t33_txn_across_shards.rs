@@ -4,6 +4,7 @@
 //! meanwhile nobody reads a value it may still change. Concurrent transfers between accounts
 //! in different shards never create or lose money.
 
+use crate::common::clients;
 use crate::common::cluster::{ClusterOptions, TestCluster, bounded};
 use serde_json::{Value, json};
 use std::time::{Duration, Instant};
@@ -343,4 +344,46 @@ async fn transfers_across_shards_keep_the_total() {
         assert!(committed > 0, "no transfer committed");
     })
     .await;
+}
+
+/// redis-py with its defaults, against nodes with `[redis] cross_slot_transactions = true`:
+/// `MSET`, `MSETNX` and `MULTI`/`EXEC` over keys in four shards are each one transaction
+/// (answers in order, a watch in another shard undoes it, a hash in it refuses it whole),
+/// and four clients moving units with `WATCH` keep the total.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn redis_clients_run_transactions_across_slots_when_configured() {
+    let options = ClusterOptions {
+        extra_toml: "[redis]\ncross_slot_transactions = true\n".into(),
+        ..ClusterOptions::default().shards(8)
+    };
+    let c = TestCluster::start(options).await;
+    let python = concat!(
+        env!("CARGO_MANIFEST_DIR"),
+        "/../../target/test-venv/bin/python"
+    );
+    let mut client = tokio::process::Command::new(python);
+    client.arg(clients::source("redis_cross_slot.py")).args([
+        "127.0.0.1",
+        &c.node(0).resp_addr().port().to_string(),
+        "8",
+    ]);
+    let output = clients::run_bounded(client, Duration::from_secs(120), "redis-py").await;
+    let seen = clients::json_line(&output, &c.logs());
+    assert_eq!(seen["protocol"], 3, "{seen}");
+    assert_eq!(seen["shards"].as_array().map(Vec::len), Some(4), "{seen}");
+    assert_eq!(seen["mset"], json!([100, 100, 100, 100]), "{seen}");
+    assert_eq!(seen["msetnx_first"], true, "{seen}");
+    assert_eq!(seen["msetnx_second"], false, "{seen}");
+    assert_eq!(seen["msetnx_after"], json!(["1", "1", null]), "{seen}");
+    assert_eq!(seen["exec"], json!([true, 107, "100", 2, "5"]), "{seen}");
+    let refusal = seen["hash_refused"].as_str().unwrap_or_default();
+    assert!(refusal.contains("across shards"), "{seen}");
+    assert_eq!(seen["after_refusal"], "5", "{seen}");
+    assert_eq!(seen["watch_broken"], true, "{seen}");
+    assert_eq!(seen["after_watch"], "5", "{seen}");
+    let final_total: i64 = seen["final"]
+        .as_array()
+        .map(|v| v.iter().filter_map(Value::as_i64).sum())
+        .unwrap_or(0);
+    assert_eq!(final_total, 400, "{seen}");
 }

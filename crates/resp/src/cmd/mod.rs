@@ -143,8 +143,10 @@ pub(crate) async fn execute(
             .map(|n| String::from_utf8_lossy(n).to_ascii_lowercase())
             .unwrap_or_default();
         if !transaction::runs_inside_multi(&name) {
-            let max_queued = shared.node.config().limits.max_multi_commands;
-            return Flow::Reply(transaction::queue(multi, request, max_queued));
+            let config = shared.node.config();
+            let (max_queued, cross_slot) =
+                (config.limits.max_multi_commands, config.redis_cross_slot);
+            return Flow::Reply(transaction::queue(multi, request, max_queued, cross_slot));
         }
     }
     dispatch(shared, client, Args::new(request)).await

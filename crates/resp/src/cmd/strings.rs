@@ -141,7 +141,8 @@ pub(crate) async fn mget(ctx: &mut Ctx<'_>, args: &mut Args) -> CmdResult {
     ))
 }
 
-/// `MSET k v [k v ...]`: atomic per shard, not across shards.
+/// `MSET k v [k v ...]`: atomic per shard, or across shards with `[redis]
+/// cross_slot_transactions`.
 pub(crate) async fn mset(ctx: &mut Ctx<'_>, args: &mut Args) -> CmdResult {
     let rest = args.rest();
     if rest.is_empty() || !rest.len().is_multiple_of(2) {
@@ -151,7 +152,14 @@ pub(crate) async fn mset(ctx: &mut Ctx<'_>, args: &mut Args) -> CmdResult {
         .chunks_exact(2)
         .map(|kv| (kv[0].clone(), kv[1].clone()))
         .collect();
-    ctx.shared.node.put_many(pairs).await?;
+    let node = &ctx.shared.node;
+    if node.config().redis_cross_slot {
+        let command = trireme_cluster::Command::PutMany { pairs };
+        node.transaction_across_slots(Vec::new(), vec![command])
+            .await?;
+    } else {
+        node.put_many(pairs).await?;
+    }
     Ok(Reply::ok())
 }
 

@@ -5,7 +5,9 @@
 //! the watched keys and the `ModifyIndex` each had at `WATCH`, as one
 //! [`Command::Transaction`] to the shard of their slot: the state machine applies all of
 //! them or, if a watched key changed, none (`EXEC` answers a null). Keys in more than one
-//! slot get `CROSSSLOT`, as Redis Cluster answers.
+//! slot get `CROSSSLOT`, as Redis Cluster answers, unless `[redis] cross_slot_transactions`
+//! is on: then a transaction whose keys are in several shards runs as a transaction across
+//! shards (see `Node::transaction_across_slots`), on string keys only.
 
 use super::{CmdError, CmdResult, Ctx, hashes, keys, lists, no_more, sets, sorted_sets, strings};
 use crate::{ArgError, Args, Reply};
@@ -104,7 +106,7 @@ pub(crate) async fn watch(ctx: &mut Ctx<'_>, args: &mut Args) -> CmdResult {
     if keys.is_empty() {
         return Err(args.wrong_arity().into());
     }
-    if !one_slot(keys.iter()) {
+    if !one_slot(keys.iter()) && !ctx.shared.node.config().redis_cross_slot {
         return Err(CmdError::Reply(CROSSSLOT.into()));
     }
     let records = ctx.shared.node.get_many(&keys, ReadMode::Default).await?;
@@ -129,8 +131,13 @@ fn one_slot<'a>(mut keys: impl Iterator<Item = &'a Bytes>) -> bool {
 /// Queues a request of an open `MULTI`: checked as Redis checks it before `EXEC` (a known
 /// command, its arity, and here its slot), answered `QUEUED`, or refused and the
 /// transaction marked to be discarded.
-pub(crate) fn queue(multi: &mut Multi, request: Vec<Bytes>, max_queued: usize) -> Reply {
-    match check_queueable(multi, &request, max_queued) {
+pub(crate) fn queue(
+    multi: &mut Multi,
+    request: Vec<Bytes>,
+    max_queued: usize,
+    cross_slot: bool,
+) -> Reply {
+    match check_queueable(multi, &request, max_queued, cross_slot) {
         Ok(()) => {
             multi.queued.push(request);
             Reply::simple("QUEUED")
@@ -146,6 +153,7 @@ fn check_queueable(
     multi: &mut Multi,
     request: &[Bytes],
     max_queued: usize,
+    cross_slot: bool,
 ) -> Result<(), CmdError> {
     let mut args = Args::new(request.to_vec());
     let name = args.command_name();
@@ -179,7 +187,10 @@ fn check_queueable(
     for key in super::server::keys_of(request) {
         let slot = key_slot(&key);
         if *multi.slot.get_or_insert(slot) != slot {
-            return Err(CmdError::Reply(CROSSSLOT.into()));
+            if !cross_slot {
+                return Err(CmdError::Reply(CROSSSLOT.into()));
+            }
+            multi.cross_slot = true;
         }
     }
     multi.bytes += bytes;
@@ -198,11 +209,15 @@ pub(crate) async fn exec(ctx: &mut Ctx<'_>, args: &mut Args) -> CmdResult {
             "EXECABORT Transaction discarded because of previous errors.".into(),
         ));
     }
-    if let Some(slot) = multi.slot
-        && watches.iter().any(|(k, _)| key_slot(k) != slot)
-    {
+    let cross_slot = ctx.shared.node.config().redis_cross_slot;
+    let watched_elsewhere = match multi.slot {
+        Some(slot) => watches.iter().any(|(k, _)| key_slot(k) != slot),
+        None => !one_slot(watches.iter().map(|(k, _)| k)),
+    };
+    if watched_elsewhere && !cross_slot {
         return Err(CmdError::Reply(CROSSSLOT.into()));
     }
+    let across = multi.cross_slot || watched_elsewhere;
     let limits = &ctx.shared.node.config().limits;
     let (max_value, max_read) = (limits.max_value_bytes as u64, limits.max_collection_read);
     // Each queued command becomes a log command and a way to read its result; one whose
@@ -220,17 +235,17 @@ pub(crate) async fn exec(ctx: &mut Ctx<'_>, args: &mut Args) -> CmdResult {
         }
         steps.push(step);
     }
-    let outcome = ctx
-        .shared
-        .node
-        .transaction(TransactionRequest {
-            watches: watches
-                .into_iter()
-                .map(|(key, index)| (key, KeyCheck::At(index)))
-                .collect(),
-            commands,
-        })
-        .await?;
+    let watches: Vec<(Bytes, KeyCheck)> = watches
+        .into_iter()
+        .map(|(key, index)| (key, KeyCheck::At(index)))
+        .collect();
+    let node = &ctx.shared.node;
+    let outcome = if across {
+        node.transaction_across_slots(watches, commands).await?
+    } else {
+        node.transaction(TransactionRequest { watches, commands })
+            .await?
+    };
     let Ok(results) = outcome.0 else {
         return Ok(Reply::NullArray);
     };
