@@ -414,6 +414,15 @@ impl Node {
                         bytes += value.len();
                     }
                 }
+                Command::Edit {
+                    edit:
+                        trireme_types::StringEdit::Append { bytes: added, .. }
+                        | trireme_types::StringEdit::SetRange { bytes: added, .. },
+                    ..
+                } => {
+                    self.config.limits.check_value(added)?;
+                    bytes += added.len();
+                }
                 _ => {}
             }
         }
