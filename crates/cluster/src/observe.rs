@@ -4,7 +4,7 @@
 
 use crate::Node;
 use std::sync::atomic::Ordering;
-use trireme_types::ShardId;
+use trireme_types::{NodeId, ShardId};
 
 /// One shard replica on this node.
 #[derive(Debug, Clone)]
@@ -28,6 +28,9 @@ pub struct ReplicaStats {
     /// On a leader: each follower's name (or id, if unknown) and how many entries it is
     /// behind the leader's log.
     pub follower_lag: Vec<(String, u64)>,
+    /// On a leader: each snapshot being sent to a follower, as its name (or id), the bytes
+    /// it has acknowledged and the snapshot's size.
+    pub snapshots: Vec<(String, u64, u64)>,
 }
 
 /// [`Node::replica_stats`] in three numbers: replicas held here, how many of them lead, and
@@ -60,6 +63,11 @@ impl Node {
 
     /// Every shard replica held on this node, by shard.
     pub fn replica_stats(&self) -> Vec<ReplicaStats> {
+        let transfers = self.transport.snapshot_transfers();
+        let name_of = |id: NodeId| {
+            self.node_info(id)
+                .map_or_else(|| id.0.to_string(), |n| n.name)
+        };
         let mut out: Vec<ReplicaStats> = self
             .local_groups()
             .into_iter()
@@ -69,12 +77,12 @@ impl Node {
                 let follower_lag = group
                     .follower_lag()
                     .into_iter()
-                    .map(|(id, lag)| {
-                        let name = self
-                            .node_info(id)
-                            .map_or_else(|| id.0.to_string(), |n| n.name);
-                        (name, lag)
-                    })
+                    .map(|(id, lag)| (name_of(id), lag))
+                    .collect();
+                let snapshots = transfers
+                    .iter()
+                    .filter(|t| t.group == group.group_id())
+                    .map(|t| (name_of(t.target), t.sent, t.total))
                     .collect();
                 ReplicaStats {
                     shard: group.shard(),
@@ -86,6 +94,7 @@ impl Node {
                     leader_changes: events.leader_changes.load(Ordering::Relaxed),
                     elections: events.elections.load(Ordering::Relaxed),
                     follower_lag,
+                    snapshots,
                 }
             })
             .collect();

@@ -22,7 +22,7 @@ pub use group::{GroupEvents, GroupStatus, RaftTiming, ReadMode, ShardGroup};
 pub use log_store::LogStore;
 pub use peer::{
     DEFAULT_SNAPSHOT_CHUNK_BYTES, ForwardHandler, IntakeGate, JoinHandler,
-    MAX_SNAPSHOT_CHUNK_BYTES, PeerError, PeerTransport,
+    MAX_SNAPSHOT_CHUNK_BYTES, PeerError, PeerTransport, SnapshotTransfer,
 };
 pub use state_machine::ShardStateMachine;
 pub use types::{PeerNode, TypeConfig};

@@ -562,6 +562,25 @@ async fn the_console_shows_and_operates_a_cluster() {
         }
         let exit = c.nodes[2].wait_exit().await;
         assert_eq!(exit.code(), Some(3), "a drained node exits with status 3");
+        // The snapshots a leader is sending, for the moves' progress in bytes. Those of this
+        // cluster's tiny shards take milliseconds, so only the field's shape is checked.
+        let node: Value = c
+            .http
+            .get(format!("{}/v1/ui/node", c.node(0).http_url()))
+            .send()
+            .await
+            .expect("GET /v1/ui/node")
+            .json()
+            .await
+            .expect("node JSON");
+        let snapshots = node["snapshots"].as_array().expect("a snapshots array");
+        for s in snapshots {
+            assert!(
+                s["shard"].is_u64() && s["target"].is_string() && s["total"].is_u64(),
+                "{s}"
+            );
+            assert!(s["sent"].as_u64() <= s["total"].as_u64(), "{s}");
+        }
 
         // The page shows each move in the shard's history.
         browser.goto(&format!("{ui}#/shards")).await;

@@ -341,8 +341,8 @@ async fn preflight(State(state): State<AppState>, headers: HeaderMap) -> Respons
 }
 
 /// `GET /v1/ui/node`: this node as only it knows itself: version, health, uptime, disk and
-/// memory, the shards it holds and leads, and how far behind each follower of those it leads
-/// is. `operator:read`, like `/v1/cluster/status`.
+/// memory, the shards it holds and leads, how far behind each follower of those it leads is,
+/// and the snapshots it is sending them. `operator:read`, like `/v1/cluster/status`.
 #[derive(Debug, Serialize)]
 struct NodeDoc {
     node: String,
@@ -371,12 +371,24 @@ struct NodeDoc {
     roles: Vec<(u32, String)>,
     /// Per shard led here: each follower's name and how many log entries it is behind.
     lag: Vec<LedShard>,
+    /// Per shard led here: the snapshots being sent, so a move shows its progress in bytes.
+    snapshots: Vec<SnapshotSent>,
 }
 
 #[derive(Debug, Serialize)]
 struct LedShard {
     shard: u32,
     followers: Vec<(String, u64)>,
+}
+
+#[derive(Debug, Serialize)]
+struct SnapshotSent {
+    shard: u32,
+    /// The follower's name, as in `lag`.
+    target: String,
+    /// Bytes the follower has acknowledged.
+    sent: u64,
+    total: u64,
 }
 
 async fn node_summary(
@@ -417,6 +429,20 @@ fn summary(state: &AppState) -> NodeDoc {
         roles: replicas
             .iter()
             .map(|r| (r.shard.0, r.role.clone()))
+            .collect(),
+        snapshots: replicas
+            .iter()
+            .filter(|r| r.role == "Leader")
+            .flat_map(|r| {
+                r.snapshots
+                    .iter()
+                    .map(|(target, sent, total)| SnapshotSent {
+                        shard: r.shard.0,
+                        target: target.clone(),
+                        sent: *sent,
+                        total: *total,
+                    })
+            })
             .collect(),
         lag: replicas
             .into_iter()

@@ -1,17 +1,22 @@
 // Shards: which slots each shard owns, where its replicas are (the leader marked, each
-// follower's lag), the moves and splits in progress, a picture of it all, and per shard the
+// follower's lag), the moves and splits in progress (in snapshot bytes while the shard's leader
+// sends one, otherwise in log entries), a picture of it all, and per shard the
 // history of its placement as the node serving the page saw it.
 
 import {every, json} from './api.js';
-import {el, fill, message, svgEl, syncRows} from './dom.js';
+import {bytes, el, fill, message, svgEl, syncRows} from './dom.js';
 import {gatherNodes, operate} from './overview.js';
 
 const SLOTS = 16384;
 
-/** Puts the cluster's status and every node's own view of its replicas together. */
+/**
+ * Puts the cluster's status and every node's own view of its replicas together: the shards,
+ * and the snapshots each shard's leader is sending ("shard/target" -> {sent, total}).
+ */
 function combine(status, summaries) {
   const leaderOf = new Map();
   const lagOf = new Map(); // "shard/node" -> entries behind
+  const sentBy = []; // [leader, transfer]
   for (const [name, s] of summaries) {
     if (s.error) continue;
     for (const [shard, role] of s.roles) if (role === 'Leader') leaderOf.set(shard, name);
@@ -19,10 +24,18 @@ function combine(status, summaries) {
       lagOf.set(`${led.shard}/${name}`, 0);
       for (const [follower, lag] of led.followers) lagOf.set(`${led.shard}/${follower}`, lag);
     }
+    // A node of a build before the field sends none.
+    for (const t of s.snapshots ?? []) sentBy.push([name, t]);
+  }
+  const sending = new Map();
+  for (const [name, t] of sentBy) {
+    if (leaderOf.get(t.shard) === name) {
+      sending.set(`${t.shard}/${t.target}`, {sent: Number(t.sent), total: Number(t.total)});
+    }
   }
   const moves = new Map(status.moves.map((m) => [m.shard, m]));
   const splits = new Map(status.splits.map((s) => [s.shard, s]));
-  return status.shards.map((shard) => ({
+  const shards = status.shards.map((shard) => ({
     shard: shard.shard,
     slots: shard.slots,
     leader: leaderOf.get(shard.shard) ?? shard.leader ?? null,
@@ -30,6 +43,7 @@ function combine(status, summaries) {
     move: moves.get(shard.shard) ?? null,
     split: splits.get(shard.shard) ?? null,
   }));
+  return {shards, sending};
 }
 
 export function render(container, {access}) {
@@ -69,12 +83,12 @@ export function render(container, {access}) {
   const draw = () => {
     if (!last) return;
     const started = performance.now();
-    const {status, shards} = last;
+    const {status, shards, sending} = last;
     const only = filter.value;
     const shown = only ? shards.filter((s) => s.replicas.some((r) => r.name === only)) : shards;
     fill(summary, `${shown.length} of ${shards.length} shards, epoch ${status.epoch}, ` +
       `answered by ${status.node}.`);
-    fill(progress, inProgress(status));
+    fill(progress, inProgress(status, sending));
     const lanes = nodeNames.filter((n) => status.nodes.some((s) => s.name === n && s.state !== 'removed'));
     // The picture is drawn again only when what it shows changed.
     const key = JSON.stringify([lanes, shown.map((s) => [s.shard, s.slots, s.leader, s.replicas, s.move?.to])]);
@@ -107,7 +121,7 @@ export function render(container, {access}) {
       fill(filter, el('option', {value: ''}, 'every node'),
         names.map((n) => el('option', {value: n, selected: n === chosen}, n)));
     }
-    last = {status, shards: combine(status, summaries)};
+    last = {status, ...combine(status, summaries)};
     draw();
   };
   filter.addEventListener('change', draw);
@@ -118,22 +132,29 @@ export function render(container, {access}) {
   return every(2000, refresh);
 }
 
-function inProgress(status) {
+/** The moves and splits in progress; `sending` as `combine` makes it. */
+function inProgress(status, sending) {
   if (status.moves.length === 0 && status.splits.length === 0) {
     return message('note', 'No replica moves or splits in progress.');
   }
   const items = [];
   for (const mv of status.moves) {
     const [last, matched] = mv.progress ?? [null, null];
+    const snapshot = sending.get(`${mv.shard}/${mv.to}`);
     let bar;
     let words;
-    if (last !== null && matched !== null && last > 0) {
+    if (snapshot && snapshot.total > 0) {
+      const sent = Math.min(snapshot.sent, snapshot.total);
+      bar = el('progress', {max: snapshot.total, value: sent,
+        'aria-label': `shard ${mv.shard} move progress`, 'data-unit': 'bytes'});
+      words = `${bytes(sent)} of ${bytes(snapshot.total)} sent (snapshot)`;
+    } else if (last !== null && matched !== null && last > 0) {
       bar = el('progress', {max: last, value: Math.min(matched, last),
-        'aria-label': `shard ${mv.shard} move progress`});
-      words = `${matched} of ${last} log entries; bytes sent / total are not known (the node counts snapshot bytes for all transfers together, not per move)`;
+        'aria-label': `shard ${mv.shard} move progress`, 'data-unit': 'entries'});
+      words = `${matched} of ${last} log entries`;
     } else if (last !== null) {
       bar = el('progress', {'aria-label': `shard ${mv.shard} move progress`});
-      words = `waiting for a snapshot (leader at entry ${last}); its size and the bytes sent are not known per move`;
+      words = `waiting for a snapshot (leader at entry ${last})`;
     } else {
       bar = el('progress', {'aria-label': `shard ${mv.shard} move progress`});
       words = mv.phase === 'voter' ? 'caught up: becoming a voter' : 'no progress figures from the shard leader yet';

@@ -40,8 +40,8 @@ use tokio::io::AsyncWriteExt;
 use tokio::net::TcpListener;
 use tokio::sync::Notify;
 use tokio_util::codec::{FramedRead, LengthDelimitedCodec};
-use trireme_types::NodeId;
 use trireme_types::version::Version;
+use trireme_types::{GroupId, NodeId};
 
 /// How long a dialer waits for a connection and for the answer to its `Hello`.
 const HANDSHAKE_TIMEOUT: Duration = Duration::from_secs(2);
@@ -100,6 +100,19 @@ pub enum PeerError {
     Failed(NodeId, String),
 }
 
+/// A snapshot being sent (see [`PeerTransport::snapshot_transfers`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct SnapshotTransfer {
+    /// The group whose snapshot it is.
+    pub group: GroupId,
+    /// The node it is sent to.
+    pub target: NodeId,
+    /// Bytes the target has acknowledged.
+    pub sent: u64,
+    /// The snapshot's size.
+    pub total: u64,
+}
+
 /// A group registered with the transport, so RPCs addressed to it reach its Raft.
 struct GroupEntry {
     raft: GroupRaft,
@@ -138,6 +151,8 @@ struct Inner {
     snapshot_bytes_received: AtomicU64,
     /// Snapshots being received in chunks.
     uploads: Mutex<snapshot::Uploads>,
+    /// Snapshots being sent, with their progress.
+    outgoing: snapshot::Outgoing,
     stopped: AtomicBool,
     /// Mutual TLS on every link, when the cluster has `[peer_tls]`.
     tls: OnceLock<Arc<trireme_tls::PeerTls>>,
@@ -193,6 +208,7 @@ impl PeerTransport {
                 snapshot_bytes_sent: AtomicU64::new(0),
                 snapshot_bytes_received: AtomicU64::new(0),
                 uploads: Mutex::default(),
+                outgoing: snapshot::Outgoing::default(),
                 stopped: AtomicBool::new(false),
                 tls: OnceLock::new(),
                 version: announced_version(),
@@ -298,6 +314,22 @@ impl PeerTransport {
             self.inner.snapshot_bytes_sent.load(Ordering::Relaxed),
             self.inner.snapshot_bytes_received.load(Ordering::Relaxed),
         )
+    }
+
+    /// The snapshots this node is sending now, each with the bytes its target has
+    /// acknowledged: a replica move's progress in bytes.
+    pub fn snapshot_transfers(&self) -> Vec<SnapshotTransfer> {
+        self.inner
+            .outgoing
+            .list()
+            .into_iter()
+            .map(|(group, target, sent, total)| SnapshotTransfer {
+                group: GroupId(group),
+                target: NodeId(target),
+                sent,
+                total,
+            })
+            .collect()
     }
 
     /// Asks the member at `addr` to let this node join `cluster`, on a connection of its own
@@ -1115,6 +1147,7 @@ impl GroupRouter<TypeConfig, u32> for PeerTransport {
         let data = snapshot.snapshot.into_inner();
         let total = data.len() as u64;
         let started = Instant::now();
+        let transfer = self.inner.outgoing.start(group, target, total);
         let send_all = async {
             for (offset, chunk) in snapshot::chunks(&data, self.snapshot_chunk_bytes) {
                 if self.snapshot_rate > 0 {
@@ -1144,6 +1177,7 @@ impl GroupRouter<TypeConfig, u32> for PeerTransport {
                         self.inner
                             .snapshot_bytes_sent
                             .fetch_add(chunk.len() as u64, Ordering::Relaxed);
+                        transfer.acknowledged(offset + chunk.len() as u64);
                     }
                     (true, wire::Response::Snapshot(r)) => {
                         self.inner
@@ -1187,6 +1221,140 @@ impl RaftNetworkFactory<TypeConfig> for GroupNetworkFactory<PeerTransport, u32> 
 #[cfg(test)]
 mod tests {
     use super::*;
+    use openraft::impls::Vote;
+    use tokio::sync::{mpsc, oneshot};
+    use tokio::task::JoinHandle;
+
+    /// A chunk a [`Receiver`] got, with the means to answer it.
+    type Chunk = (u64, oneshot::Sender<wire::Response>);
+
+    /// A peer that hands every snapshot chunk it receives to the test, which answers it.
+    struct Receiver {
+        chunks: mpsc::UnboundedSender<Chunk>,
+    }
+
+    impl Inbound for Receiver {
+        async fn serve(self: Arc<Self>, _peer: u64, request: wire::Request) -> wire::Response {
+            let wire::Request::SnapshotChunk { offset, .. } = request else {
+                return wire::Response::Failed("only snapshot chunks here".into());
+            };
+            let (answer, answered) = oneshot::channel();
+            let _ = self.chunks.send((offset, answer));
+            answered
+                .await
+                .unwrap_or_else(|_| wire::Response::Failed("not answered".into()))
+        }
+
+        fn closed(&self, _peer: u64, _serial: u64) {}
+    }
+
+    /// A transport of node `n1` that sends snapshots in chunks of 4 bytes, linked to a
+    /// [`Receiver`] as node `n2`.
+    async fn linked() -> (PeerTransport, u64, mpsc::UnboundedReceiver<Chunk>) {
+        let sender = PeerTransport::new("n1", "c").with_snapshot_chunk_bytes(4);
+        let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let addr = listener.local_addr().unwrap();
+        let (dialed, accepted) =
+            tokio::join!(tokio::net::TcpStream::connect(addr), listener.accept());
+        let target = NodeId::from_name("n2").0;
+        let stream = PeerStream::Plain(dialed.unwrap());
+        sender.inner.install(target, stream, announced_version());
+        let (chunks, received) = mpsc::unbounded_channel();
+        let stream = PeerStream::Plain(accepted.unwrap().0);
+        Link::start(stream, sender.inner.me, 1, Arc::new(Receiver { chunks }));
+        (sender, target, received)
+    }
+
+    type Sent = Result<SnapshotResponse<TypeConfig>, StreamingError<TypeConfig>>;
+
+    /// Sends a 10-byte snapshot of group 5 to `target` (chunks at 0, 4 and 8).
+    fn send(
+        sender: &PeerTransport,
+        target: u64,
+        cancel: impl Future<Output = ReplicationClosed> + Send + 'static,
+    ) -> JoinHandle<Sent> {
+        let sender = sender.clone();
+        tokio::spawn(async move {
+            let snapshot = SnapshotOf::<TypeConfig, Cursor<Vec<u8>>> {
+                meta: Default::default(),
+                snapshot: Cursor::new(vec![7; 10]),
+            };
+            let option = RPCOption::new(Duration::from_secs(30));
+            sender
+                .full_snapshot(target, 5, Vote::new(1, 1), snapshot, cancel, option)
+                .await
+        })
+    }
+
+    fn progress(sender: &PeerTransport) -> Vec<(u32, u64, u64, u64)> {
+        sender
+            .snapshot_transfers()
+            .into_iter()
+            .map(|t| (t.group.0, t.target.0, t.sent, t.total))
+            .collect()
+    }
+
+    async fn next(chunks: &mut mpsc::UnboundedReceiver<Chunk>, offset: u64) -> Chunk {
+        let chunk = chunks.recv().await.expect("a chunk");
+        assert_eq!(chunk.0, offset);
+        chunk
+    }
+
+    /// What the console shows of a move in bytes: listed from the first chunk, the bytes
+    /// acknowledged as they are, gone once the target installed it.
+    #[tokio::test]
+    async fn a_snapshot_being_sent_is_listed_until_it_is_installed() {
+        let (sender, n2, mut chunks) = linked().await;
+        let sending = send(&sender, n2, futures::future::pending());
+        for offset in [0, 4] {
+            let (_, answer) = next(&mut chunks, offset).await;
+            assert_eq!(progress(&sender), [(5, n2, offset, 10)]);
+            answer.send(wire::Response::ChunkReceived).unwrap();
+        }
+        let (_, answer) = next(&mut chunks, 8).await;
+        assert_eq!(progress(&sender), [(5, n2, 8, 10)]);
+        let installed = SnapshotResponse::new(Vote::new(1, 1));
+        answer.send(wire::Response::Snapshot(installed)).unwrap();
+        assert!(sending.await.unwrap().is_ok());
+        assert_eq!(progress(&sender), []);
+    }
+
+    /// A refused chunk, a cancelled replication and a dropped send leave nothing listed.
+    #[tokio::test]
+    async fn a_snapshot_that_fails_or_is_dropped_is_no_longer_listed() {
+        let (sender, n2, mut chunks) = linked().await;
+
+        let refused = send(&sender, n2, futures::future::pending());
+        let (_, answer) = next(&mut chunks, 0).await;
+        answer
+            .send(wire::Response::Failed("disk full".into()))
+            .unwrap();
+        assert!(refused.await.unwrap().is_err());
+        assert_eq!(progress(&sender), []);
+
+        let (close, closed) = oneshot::channel::<()>();
+        let cancelled = send(&sender, n2, async move {
+            let _ = closed.await;
+            ReplicationClosed::new("replication stopped")
+        });
+        let (_, _unanswered) = next(&mut chunks, 0).await;
+        assert_eq!(progress(&sender), [(5, n2, 0, 10)]);
+        close.send(()).unwrap();
+        assert!(matches!(
+            cancelled.await.unwrap(),
+            Err(StreamingError::Closed(_))
+        ));
+        assert_eq!(progress(&sender), []);
+
+        let dropped = send(&sender, n2, futures::future::pending());
+        let (_, answer) = next(&mut chunks, 0).await;
+        answer.send(wire::Response::ChunkReceived).unwrap();
+        let (_, _unanswered) = next(&mut chunks, 4).await;
+        assert_eq!(progress(&sender), [(5, n2, 4, 10)]);
+        dropped.abort();
+        assert!(dropped.await.unwrap_err().is_cancelled());
+        assert_eq!(progress(&sender), []);
+    }
 
     /// Forwarding errors reach clients in messages; a `NodeId` prints as the bare id did.
     #[test]

@@ -9,6 +9,8 @@
 
 use openraft::type_config::alias::SnapshotMetaOf;
 use std::collections::HashMap;
+use std::sync::Mutex;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
 
 use crate::TypeConfig;
@@ -110,6 +112,76 @@ impl Uploads {
     }
 }
 
+/// Snapshots this node is sending, by (group, target): bytes acknowledged so far and the
+/// total, so a replica move shows its progress in bytes rather than only in log entries.
+#[derive(Default)]
+pub(crate) struct Outgoing {
+    open: Mutex<HashMap<(u32, u64), Sending>>,
+    next_serial: AtomicU64,
+}
+
+#[derive(Clone, Copy)]
+struct Sending {
+    serial: u64,
+    sent: u64,
+    total: u64,
+}
+
+impl Outgoing {
+    /// Records a transfer of `total` bytes of `group` to `target`, until the guard drops.
+    pub(crate) fn start(&self, group: u32, target: u64, total: u64) -> Transfer<'_> {
+        let serial = self.next_serial.fetch_add(1, Ordering::Relaxed);
+        let sending = Sending {
+            serial,
+            sent: 0,
+            total,
+        };
+        super::lock(&self.open).insert((group, target), sending);
+        Transfer {
+            outgoing: self,
+            key: (group, target),
+            serial,
+        }
+    }
+
+    /// `(group, target, sent, total)` of every transfer in flight.
+    pub(crate) fn list(&self) -> Vec<(u32, u64, u64, u64)> {
+        super::lock(&self.open)
+            .iter()
+            .map(|(&(group, target), s)| (group, target, s.sent, s.total))
+            .collect()
+    }
+}
+
+/// One transfer in flight. Dropping it forgets the transfer however it ended: done, failed,
+/// or its future dropped because openraft cancelled the replication.
+pub(crate) struct Transfer<'a> {
+    outgoing: &'a Outgoing,
+    key: (u32, u64),
+    /// Tells this transfer from a newer one to the same target that replaced its entry.
+    serial: u64,
+}
+
+impl Transfer<'_> {
+    /// The target has acknowledged the first `sent` bytes.
+    pub(crate) fn acknowledged(&self, sent: u64) {
+        if let Some(s) = super::lock(&self.outgoing.open).get_mut(&self.key)
+            && s.serial == self.serial
+        {
+            s.sent = sent;
+        }
+    }
+}
+
+impl Drop for Transfer<'_> {
+    fn drop(&mut self) {
+        let mut open = super::lock(&self.outgoing.open);
+        if open.get(&self.key).is_some_and(|s| s.serial == self.serial) {
+            open.remove(&self.key);
+        }
+    }
+}
+
 /// How long the last chunk may take to be answered: the follower installs the snapshot before
 /// it answers, writing every row of the shard. A timeout makes the leader send the whole
 /// snapshot again, so it grows with the snapshot (a second per 16 MiB) rather than cut a large
@@ -172,6 +244,22 @@ mod tests {
         assert_eq!((exact.data, exact.chunks), (data, 2));
         let empty = send(&mut uploads, 3, &[], 500);
         assert_eq!((empty.data.len(), empty.chunks), (0, 1));
+    }
+
+    #[test]
+    fn a_transfer_is_listed_until_its_guard_drops() {
+        let outgoing = Outgoing::default();
+        let first = outgoing.start(7, 2, 10);
+        assert_eq!(outgoing.list(), [(7, 2, 0, 10)]);
+        first.acknowledged(4);
+        assert_eq!(outgoing.list(), [(7, 2, 4, 10)]);
+        // A new transfer to the same target replaces the entry; the old guard leaves it be.
+        let second = outgoing.start(7, 2, 20);
+        first.acknowledged(8);
+        drop(first);
+        assert_eq!(outgoing.list(), [(7, 2, 0, 20)]);
+        drop(second);
+        assert!(outgoing.list().is_empty());
     }
 
     #[test]
