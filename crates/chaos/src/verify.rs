@@ -258,25 +258,28 @@ pub fn with_log_errors(error: ChaosError, dir: &std::path::Path) -> ChaosError {
         let Ok(log) = std::fs::read_to_string(&path) else {
             continue;
         };
-        // The first ones: a group that stopped says why once, then only what follows from it.
-        let lines: Vec<&str> = log.lines().collect();
-        let errors: Vec<&str> = lines
-            .iter()
-            .enumerate()
-            .filter(|(_, line)| line.contains(" ERROR ") || line.contains("panicked"))
-            .take(8)
-            .flat_map(|(i, line)| {
-                // A panic's message is on the line after it.
-                let message = lines.get(i + 1).filter(|_| line.contains("panicked"));
-                std::iter::once(*line).chain(message.copied())
-            })
-            .collect();
-        for line in errors {
+        for line in first_log_errors(&log, 8) {
             let name = path.file_name().unwrap_or_default().to_string_lossy();
             text.push_str(&format!("\n  {name}: {line}"));
         }
     }
     ChaosError::Cluster(text)
+}
+
+/// The first `most` error and panic lines of a node's log, each panic with its message (the
+/// line after it): a group that stopped says why once, then only what follows from it.
+pub fn first_log_errors(log: &str, most: usize) -> Vec<&str> {
+    let lines: Vec<&str> = log.lines().collect();
+    lines
+        .iter()
+        .enumerate()
+        .filter(|(_, line)| line.contains(" ERROR ") || line.contains("panicked"))
+        .take(most)
+        .flat_map(|(i, line)| {
+            let message = lines.get(i + 1).filter(|_| line.contains("panicked"));
+            std::iter::once(*line).chain(message.copied())
+        })
+        .collect()
 }
 
 /// One replica of a shard as its node reports it, for telling why replicas did not converge.

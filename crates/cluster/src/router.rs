@@ -1075,29 +1075,7 @@ impl Node {
         bytes += keys.iter().map(Bytes::len).sum::<usize>();
         if let Command::Transaction { commands, .. } = &command {
             for c in commands {
-                match c {
-                    Command::Put { value, .. } => {
-                        self.config.limits.check_value(value)?;
-                        bytes += value.len();
-                    }
-                    // As `edit` checks them alone: a growing edit's bytes are a value's.
-                    Command::Edit {
-                        edit:
-                            StringEdit::Append { bytes: added, .. }
-                            | StringEdit::SetRange { bytes: added, .. },
-                        ..
-                    } => {
-                        self.config.limits.check_value(added)?;
-                        bytes += added.len();
-                    }
-                    Command::PutMany { pairs } => {
-                        for (_, value) in pairs {
-                            self.config.limits.check_value(value)?;
-                            bytes += value.len();
-                        }
-                    }
-                    _ => {}
-                }
+                bytes += self.checked_value_bytes(c)?;
             }
         }
         check_entry_size(bytes)?;
@@ -1138,6 +1116,34 @@ impl Node {
             };
         }
         self.write_key(&first, command).await
+    }
+
+    /// The bytes of the values `command` writes, each checked against the value limit (a
+    /// growing edit's bytes count as a value's, as `edit` checks them alone).
+    pub(crate) fn checked_value_bytes(&self, command: &Command) -> Result<usize, ClusterError> {
+        let mut bytes = 0;
+        match command {
+            Command::Put { value, .. } => {
+                self.config.limits.check_value(value)?;
+                bytes += value.len();
+            }
+            Command::Edit {
+                edit:
+                    StringEdit::Append { bytes: added, .. } | StringEdit::SetRange { bytes: added, .. },
+                ..
+            } => {
+                self.config.limits.check_value(added)?;
+                bytes += added.len();
+            }
+            Command::PutMany { pairs } => {
+                for (_, value) in pairs {
+                    self.config.limits.check_value(value)?;
+                    bytes += value.len();
+                }
+            }
+            _ => {}
+        }
+        Ok(bytes)
     }
 
     /// Changes the expiry of `key` (`EXPIRE`, `PERSIST`); whether the key exists and its

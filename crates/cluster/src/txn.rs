@@ -403,28 +403,7 @@ impl Node {
                 self.check_key(key)?;
                 bytes += key.len();
             }
-            match command {
-                Command::Put { value, .. } => {
-                    self.config.limits.check_value(value)?;
-                    bytes += value.len();
-                }
-                Command::PutMany { pairs } => {
-                    for (_, value) in pairs {
-                        self.config.limits.check_value(value)?;
-                        bytes += value.len();
-                    }
-                }
-                Command::Edit {
-                    edit:
-                        trireme_types::StringEdit::Append { bytes: added, .. }
-                        | trireme_types::StringEdit::SetRange { bytes: added, .. },
-                    ..
-                } => {
-                    self.config.limits.check_value(added)?;
-                    bytes += added.len();
-                }
-                _ => {}
-            }
+            bytes += self.checked_value_bytes(command)?;
         }
         crate::router::check_entry_size(bytes)?;
         let given = watches.len() + commands.len();
@@ -1168,7 +1147,7 @@ async fn finish_record(node: &Node, key: &Bytes, record: TxnRecord) -> Result<()
 
 /// A decided transaction whose intents are still to be resolved.
 #[derive(Debug)]
-struct Decided {
+pub(crate) struct Decided {
     txn: u128,
     record: Bytes,
     keys: Vec<Bytes>,
@@ -1180,26 +1159,45 @@ struct Decided {
 /// resolves them in the background, many in one command per shard, then forgets their
 /// records. Until then their keys stay held: a reader waits the few milliseconds that
 /// takes, never sees the old value after the client was answered.
+pub(crate) type Resolutions = BackgroundQueue<Decided>;
+
+/// Work for one background task of the node: anyone hands items in, and the task takes the
+/// receiving end once, when it starts.
 #[derive(Debug)]
-pub(crate) struct Resolutions {
-    sender: tokio::sync::mpsc::UnboundedSender<Decided>,
-    receiver: std::sync::Mutex<Option<tokio::sync::mpsc::UnboundedReceiver<Decided>>>,
+pub(crate) struct BackgroundQueue<T> {
+    sender: tokio::sync::mpsc::UnboundedSender<T>,
+    receiver: std::sync::Mutex<Option<tokio::sync::mpsc::UnboundedReceiver<T>>>,
 }
 
-impl Default for Resolutions {
+impl<T> Default for BackgroundQueue<T> {
     fn default() -> Self {
         let (sender, receiver) = tokio::sync::mpsc::unbounded_channel();
-        Resolutions {
+        BackgroundQueue {
             sender,
             receiver: std::sync::Mutex::new(Some(receiver)),
         }
     }
 }
 
+impl<T> BackgroundQueue<T> {
+    /// Hands `item` to the task. Dropped only once the node stops; what is left then is
+    /// finished by the shards' resolvers.
+    fn push(&self, item: T) {
+        let _ = self.sender.send(item);
+    }
+
+    /// The receiving end, for the task that starts first; `None` after.
+    fn take_receiver(&self) -> Option<tokio::sync::mpsc::UnboundedReceiver<T>> {
+        self.receiver
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .take()
+    }
+}
+
 impl Resolutions {
     fn resolve(&self, txn: u128, record: Bytes, keys: Vec<Bytes>, commit: bool) {
-        // Gone only when the node stops; the shards' resolvers finish what is left.
-        let _ = self.sender.send(Decided {
+        self.push(Decided {
             txn,
             record,
             keys,
@@ -1215,13 +1213,7 @@ const RESOLUTION_ROUNDS: usize = 4;
 /// Starts the task that resolves the transactions handed to [`Resolutions`]: each round
 /// takes every one waiting and sends one `ResolveMany` per shard.
 pub(crate) fn spawn_resolutions(node: &Arc<Node>) {
-    let Some(mut receiver) = node
-        .txn_resolutions
-        .receiver
-        .lock()
-        .unwrap_or_else(|e| e.into_inner())
-        .take()
-    else {
+    let Some(mut receiver) = node.txn_resolutions.take_receiver() else {
         return;
     };
     let weak = Arc::downgrade(node);
@@ -1301,38 +1293,17 @@ async fn resolve_round(node: &Arc<Node>, decided: Vec<Decided>) {
 /// Records of committed transactions whose every intent is resolved, to delete: the
 /// coordinator answers its client without waiting for that, and one task per node deletes
 /// them in the background.
-#[derive(Debug)]
-pub(crate) struct Forgets {
-    sender: tokio::sync::mpsc::UnboundedSender<Bytes>,
-    receiver: std::sync::Mutex<Option<tokio::sync::mpsc::UnboundedReceiver<Bytes>>>,
-}
-
-impl Default for Forgets {
-    fn default() -> Self {
-        let (sender, receiver) = tokio::sync::mpsc::unbounded_channel();
-        Forgets {
-            sender,
-            receiver: std::sync::Mutex::new(Some(receiver)),
-        }
-    }
-}
+pub(crate) type Forgets = BackgroundQueue<Bytes>;
 
 impl Forgets {
     fn forget(&self, record: Bytes) {
-        // Gone only when the node stops; the resolver forgets what is left.
-        let _ = self.sender.send(record);
+        self.push(record);
     }
 }
 
 /// Starts the task that deletes the records handed to [`Forgets`], several at a time.
 pub(crate) fn spawn_forgetter(node: &Arc<Node>) {
-    let Some(mut receiver) = node
-        .txn_forgets
-        .receiver
-        .lock()
-        .unwrap_or_else(|e| e.into_inner())
-        .take()
-    else {
+    let Some(mut receiver) = node.txn_forgets.take_receiver() else {
         return;
     };
     let weak = Arc::downgrade(node);

@@ -65,17 +65,7 @@ fn print_node_logs(seed_dir: &Path) {
     for log in logs {
         let text = std::fs::read_to_string(&log).unwrap_or_default();
         let lines: Vec<&str> = text.lines().collect();
-        // A panic's message is on the line after it.
-        let first_errors: Vec<&str> = lines
-            .iter()
-            .enumerate()
-            .filter(|(_, l)| l.contains(" ERROR ") || l.contains("panicked"))
-            .take(20)
-            .flat_map(|(i, l)| {
-                let message = lines.get(i + 1).filter(|_| l.contains("panicked"));
-                std::iter::once(*l).chain(message.copied())
-            })
-            .collect();
+        let first_errors = trireme_chaos::verify::first_log_errors(&text, 20);
         eprintln!(
             "--- first {} errors of {} ---",
             first_errors.len(),
