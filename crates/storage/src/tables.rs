@@ -58,17 +58,7 @@ fn tagged(space: Space, key: &[u8]) -> Vec<u8> {
     out
 }
 
-/// The smallest key after every key starting with `prefix` (`None`: there is none).
-pub(crate) fn prefix_end(prefix: &[u8]) -> Option<Vec<u8>> {
-    let mut end = prefix.to_vec();
-    while let Some(last) = end.pop() {
-        if last < u8::MAX {
-            end.push(last + 1);
-            return Some(end);
-        }
-    }
-    None
-}
+pub(crate) use trireme_types::keys::prefix_end;
 
 /// One stored row: key (without the tag) and value.
 pub(crate) type Row = (Slice, Slice);
@@ -827,12 +817,5 @@ mod tests {
         cache.fill(b"gone".to_vec(), Some(Slice::from(&b"old"[..])), 4);
         assert_eq!(cache.get(b"gone", 6), Some(None));
         assert_eq!(cache.get(b"gone", 5), None, "not seen by an older snapshot");
-    }
-
-    #[test]
-    fn prefix_end_is_the_next_key_after_the_prefix() {
-        assert_eq!(prefix_end(b"ab"), Some(b"ac".to_vec()));
-        assert_eq!(prefix_end(&[1, 0xff]), Some(vec![2]));
-        assert_eq!(prefix_end(&[0xff, 0xff]), None);
     }
 }

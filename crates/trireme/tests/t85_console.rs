@@ -708,24 +708,13 @@ async fn with_acls_the_console_asks_for_a_token_and_shows_what_it_may_read() {
 
         // A token that may only write under app/.
         let http = http_client();
-        let policy = http
-            .put(format!("{base}/v1/acl/policy"))
-            .header("X-Consul-Token", MANAGEMENT)
-            .json(&json!({"Name": "app-only", "Rules": "key_prefix \"app/\" { policy = \"write\" }"}))
-            .send()
-            .await
-            .expect("policy");
-        assert!(policy.status().is_success(), "{:?}", policy.text().await);
-        let token: Value = http
-            .put(format!("{base}/v1/acl/token"))
-            .header("X-Consul-Token", MANAGEMENT)
-            .json(&json!({"Description": "console test", "Policies": [{"Name": "app-only"}]}))
-            .send()
-            .await
-            .expect("token")
-            .json()
-            .await
-            .expect("token JSON");
+        let token = token_with_rules(
+            &http,
+            &base,
+            "app-only",
+            "key_prefix \"app/\" { policy = \"write\" }",
+        )
+        .await;
         let secret = token["SecretID"].as_str().expect("a secret").to_string();
         let put = http
             .put(format!("{base}/v1/kv/app/config"))
@@ -839,24 +828,8 @@ async fn with_acls_the_console_asks_for_a_token_and_shows_what_it_may_read() {
 
         // A token deleted while its page is open: the page's next request is refused with
         // "ACL not found", and the page goes back to the login, the secret forgotten.
-        let policy = http
-            .put(format!("{base}/v1/acl/policy"))
-            .header("X-Consul-Token", MANAGEMENT)
-            .json(&json!({"Name": "operator-read", "Rules": "operator = \"read\""}))
-            .send()
-            .await
-            .expect("policy");
-        assert!(policy.status().is_success(), "{:?}", policy.text().await);
-        let operator: Value = http
-            .put(format!("{base}/v1/acl/token"))
-            .header("X-Consul-Token", MANAGEMENT)
-            .json(&json!({"Description": "console operator", "Policies": [{"Name": "operator-read"}]}))
-            .send()
-            .await
-            .expect("token")
-            .json()
-            .await
-            .expect("token JSON");
+        let operator =
+            token_with_rules(&http, &base, "operator-read", "operator = \"read\"").await;
         browser.click("#logout").await;
         browser
             .wait_for(
@@ -1207,4 +1180,28 @@ async fn the_console_can_be_turned_off_and_refuses_bad_input() {
         .await
         .expect("health");
     assert_eq!(health.status().as_u16(), 200, "the node keeps serving");
+}
+
+/// A new token with one new policy named `name` holding `rules`, made with the management
+/// token through `base`: the token's JSON as the ACL API answers it.
+async fn token_with_rules(http: &reqwest::Client, base: &str, name: &str, rules: &str) -> Value {
+    let policy = http
+        .put(format!("{base}/v1/acl/policy"))
+        .header("X-Consul-Token", MANAGEMENT)
+        .json(&json!({"Name": name, "Rules": rules}))
+        .send()
+        .await
+        .expect("policy");
+    assert!(policy.status().is_success(), "{:?}", policy.text().await);
+    http.put(format!("{base}/v1/acl/token"))
+        .header("X-Consul-Token", MANAGEMENT)
+        .json(
+            &json!({"Description": format!("console test: {name}"), "Policies": [{"Name": name}]}),
+        )
+        .send()
+        .await
+        .expect("token")
+        .json()
+        .await
+        .expect("token JSON")
 }

@@ -21,6 +21,7 @@ mod golden_samples;
 pub mod histogram;
 pub mod ids;
 pub mod int;
+pub mod keys;
 pub mod limits;
 pub mod process;
 pub mod record;

@@ -580,7 +580,7 @@ impl<'a> Listing<'a> {
                     folder: true,
                 });
                 // Past every key in the folder; a folder of only 0xff bytes ends the space.
-                self.next = past(folder);
+                self.next = trireme_types::keys::prefix_end(folder);
                 return;
             }
             self.entries.push(KeyEntry {
@@ -598,18 +598,6 @@ impl<'a> Listing<'a> {
             self.next = None;
         }
     }
-}
-
-/// The first key after every key starting with `prefix`; `None` when there is none.
-fn past(prefix: &[u8]) -> Option<Vec<u8>> {
-    let mut end = prefix.to_vec();
-    while let Some(last) = end.pop() {
-        if last < u8::MAX {
-            end.push(last + 1);
-            return Some(end);
-        }
-    }
-    None
 }
 
 /// `GET /v1/ui/keys?prefix=P[&separator=/][&from=K][&limit=N]`: the keys view's listing,
@@ -1000,8 +988,6 @@ mod tests {
         let mut flat = Listing::new(b"a/", b"", None, 10);
         flat.take(&keys(&["a/b/c", "a/d"]), false, |_| true);
         assert_eq!(shown(&flat), ["a/b/c", "a/d"]);
-        assert_eq!(past(&[b'a', 0xff]), Some(vec![b'b']));
-        assert_eq!(past(&[0xff, 0xff]), None);
     }
 
     #[test]
