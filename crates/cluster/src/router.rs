@@ -259,15 +259,10 @@ impl Node {
     }
 
     /// Live keys starting with `prefix`, in key order, as they all were at one moment: a
-    /// `consistent` listing (Consul's `?recurse&consistent`). Across several shards every
-    /// shard is read twice, the second round after the whole first one; when no shard's part
-    /// of the index moved between its two reads, nothing under the prefix changed in any
-    /// shard from the last first-round read to the first second-round one, so the reads are
-    /// one moment of all of them. (A write after a shard's first read carries a higher index
-    /// than any row that read saw, a removal raises the watermark, and reads wait out keys a
-    /// transaction holds.) After a few rounds that kept moving, it becomes a transaction that
-    /// only reads, which holds the prefix still. Default and stale listings read each shard
-    /// at its own moment instead.
+    /// `consistent` listing (Consul's `?recurse&consistent`). Across several shards it is a
+    /// transaction of one prefix read (see [`Node::transaction_across_shards`]: read twice
+    /// without the logs first, held only when writes keep moving it). Default and stale
+    /// listings read each shard at its own moment instead.
     pub async fn list_consistent(
         &self,
         prefix: &[u8],
@@ -277,18 +272,6 @@ impl Node {
             || self.shard_map().shard_count() <= 1
         {
             return self.list(prefix, ReadMode::Consistent, usize::MAX).await;
-        }
-        let (_, _, mut before) = self
-            .list_indexed(prefix, Bound::Unbounded, ReadMode::Consistent, usize::MAX)
-            .await?;
-        for _ in 0..DOUBLE_READ_TRIES {
-            let (rows, meta, after) = self
-                .list_indexed(prefix, Bound::Unbounded, ReadMode::Consistent, usize::MAX)
-                .await?;
-            if after == before {
-                return Ok((rows, meta));
-            }
-            before = after;
         }
         let read = Command::ReadPrefix {
             prefix: Bytes::copy_from_slice(prefix),
@@ -1284,9 +1267,6 @@ impl Node {
 pub(crate) fn is_moved(error: &ClusterError) -> bool {
     matches!(error, ClusterError::Remote(e) | ClusterError::Request(e) if e.code == ErrorCode::Moved)
 }
-
-/// How many second rounds a consistent listing reads before it holds the prefix instead.
-const DOUBLE_READ_TRIES: u32 = 4;
 
 /// One shard's part of the index of a Consul query (`X-Consul-Index`).
 ///

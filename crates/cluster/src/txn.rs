@@ -17,6 +17,7 @@
 
 use crate::forward::{GetKeys, Write};
 use crate::request::TransactionOutcome;
+use crate::router::ShardIndex;
 use crate::{ClusterError, Node};
 use bytes::Bytes;
 use futures::future::join_all;
@@ -46,9 +47,9 @@ const RECORD_GRACE_MS: u64 = 1_000;
 /// intent itself (from cluster version 4).
 const EARLY_SETTLE: Duration = Duration::from_millis(20);
 
-/// How many times a transaction of prefix reads tries with watches, which keep no write out,
-/// before it holds its prefixes against writes.
-const WATCH_TRIES: u32 = 3;
+/// How many second rounds a transaction of prefix reads reads before it holds its prefixes
+/// against writes instead.
+const DOUBLE_READ_TRIES: u32 = 4;
 
 /// How often a writer that met a listing's prefix hold looks whether it is gone.
 const HOLD_POLL: Duration = Duration::from_millis(5);
@@ -503,9 +504,9 @@ impl Node {
             && commands
                 .iter()
                 .all(|c| matches!(c, Command::ReadPrefix { .. }))
-            && let Some(outcome) = Box::pin(self.read_with_watches(&commands, deadline)).await?
+            && let Some(results) = Box::pin(self.read_prefixes_twice(&commands)).await?
         {
-            return Ok(outcome);
+            return Ok(TransactionOutcome(Ok(results)));
         }
         let mut waits = 0;
         loop {
@@ -528,113 +529,52 @@ impl Node {
         }
     }
 
-    /// A transaction of prefix reads (a consistent listing, a `get-tree` alone) that keeps
-    /// no write out: each shard reads its part and watches the prefix (see
-    /// [`Command::WatchPrefix`]); once every shard has, their watches are read back, and if
-    /// none was broken by a write, no shard changed under the prefix between its read and
-    /// the moment the last one read: the reads are one moment of all of them. A few tries,
-    /// then `None`: the caller holds the prefixes against writes instead.
-    async fn read_with_watches(
+    /// A transaction of prefix reads (a consistent listing, a `get-tree` alone) read without
+    /// the logs: every prefix is read in every shard twice (`consistent` reads), the second
+    /// round after the whole first. When no shard's part of any prefix's index moved between
+    /// its two reads, nothing under the prefixes changed anywhere from the last read of the
+    /// first round to the first of the second, so the second round is one moment of them
+    /// all: a write after a shard's first read has a higher index than any row that read saw
+    /// (a transaction's rows carry their prepare's index, also above it, and a prepared key
+    /// makes the read wait), and a removal raises the watermark. `None` after a few second
+    /// rounds that kept moving: the caller then holds the prefixes.
+    async fn read_prefixes_twice(
         &self,
         commands: &[Command],
-        deadline: Instant,
-    ) -> Result<Option<TransactionOutcome>, ClusterError> {
-        let mut prefixes: Vec<Bytes> = Vec::new();
-        let mut part = Vec::with_capacity(commands.len());
-        for command in commands {
-            let Command::ReadPrefix { prefix } = command else {
-                return Ok(None);
-            };
-            if !prefixes.contains(prefix) {
-                prefixes.push(prefix.clone());
-            }
-            part.push(Command::WatchPrefix {
-                prefix: prefix.clone(),
-            });
-        }
-        for attempt in 0..WATCH_TRIES {
-            let seen = self.map_version();
-            let map = self.shard_map();
-            let shards: Vec<ShardId> = map.shards().collect();
-            // No record: nothing is ever committed; an abandoned watch's expired lease has
-            // its shard's resolver drop it.
-            let txn: u128 = rand::random();
-            let record = record_key(txn);
-            let expires_ms = crate::now_ms() + self.transaction_lease().as_millis() as u64;
-            let holds: Vec<Bytes> = prefixes.iter().map(|p| hold_key(txn, p)).collect();
-            let prepares = shards.iter().map(|&shard| {
-                let mut commands = vec![Command::OwnsSlots {
-                    slots: slots_of(&map, shard),
-                }];
-                commands.extend(part.iter().cloned());
-                let log = LogCommand {
-                    now_ms: crate::now_ms(),
-                    command: Command::Prepare {
-                        txn,
-                        record: record.clone(),
-                        expires_ms,
-                        creates_record: false,
-                        all_keys: Vec::new(),
-                        commands,
-                    },
+    ) -> Result<Option<Vec<CommandResult>>, ClusterError> {
+        let round = || {
+            futures::future::try_join_all(commands.iter().filter_map(|c| {
+                let Command::ReadPrefix { prefix } = c else {
+                    return None;
                 };
-                async move { (shard, self.on_shard_once(shard, &Write(log)).await) }
-            });
-            let mut judged: Vec<Vec<CommandResult>> = vec![Vec::new(); commands.len()];
-            let mut blocker = None;
-            let mut ready = 0;
-            for (shard, answer) in join_all(prepares).await {
-                match answer {
-                    Ok(CommandResult::Prepared(PrepareOutcome::Ready(results))) => {
-                        for (position, result) in results.into_iter().enumerate() {
-                            if let Some(slot) = judged.get_mut(position) {
-                                slot.push(result);
-                            }
-                        }
-                        ready += 1;
-                    }
-                    Ok(CommandResult::Prepared(PrepareOutcome::Busy(key))) => {
-                        blocker = Some((key, shard))
-                    }
-                    _ => {}
-                }
-            }
-            let mut whole = false;
-            if ready == shards.len() {
-                let checks = join_all(shards.iter().map(|&shard| {
-                    let read =
-                        Self::read_of(&map, shard, ReadMode::Default, GetKeys(holds.clone()));
-                    async move { self.on_shard_once(shard, &read).await }
-                }))
-                .await;
-                whole = checks.into_iter().all(|rows| {
-                    rows.is_ok_and(|rows| {
-                        rows.0.iter().all(|row| {
-                            row.as_ref()
-                                .and_then(|r| Intent::decode(&r.value))
-                                .is_some_and(|hold| !hold.commands.is_empty())
+                Some(self.list_indexed(
+                    prefix,
+                    std::ops::Bound::Unbounded,
+                    ReadMode::Consistent,
+                    usize::MAX,
+                ))
+            }))
+        };
+        let mut before: Vec<Vec<ShardIndex>> = round()
+            .await?
+            .into_iter()
+            .map(|(_, _, parts)| parts)
+            .collect();
+        for _ in 0..DOUBLE_READ_TRIES {
+            let answers = round().await?;
+            let after: Vec<Vec<ShardIndex>> = answers.iter().map(|a| a.2.clone()).collect();
+            if after == before {
+                return Ok(Some(
+                    answers
+                        .into_iter()
+                        .map(|(entries, meta, _)| CommandResult::Entries {
+                            entries,
+                            index: meta.index,
                         })
-                    })
-                });
+                        .collect(),
+                ));
             }
-            // Dropped in the background, read or not.
-            self.txn_resolutions
-                .resolve(txn, record, holds.clone(), false);
-            if whole {
-                let expected = vec![shards.len(); commands.len()];
-                return Ok(merged(commands, judged, &expected).map(|r| TransactionOutcome(Ok(r))));
-            }
-            match blocker {
-                Some((hold, shard)) if hold_target(&hold).is_some() => {
-                    Box::pin(self.wait_out_hold(shard, &hold, deadline)).await?
-                }
-                Some((key, _)) => self.wait_out_intent(&key, attempt, deadline).await?,
-                None if ready < shards.len() => {
-                    // A split moved keys, or a shard is between leaders.
-                    self.map_change(seen, Duration::from_millis(100)).await;
-                }
-                None => {}
-            }
+            before = after;
         }
         Ok(None)
     }

@@ -826,7 +826,7 @@ impl<'s> Pending<'s> {
                 }
                 CommandResult::Deleted(removed)
             }
-            Command::ReadPrefix { prefix } | Command::WatchPrefix { prefix } => {
+            Command::ReadPrefix { prefix } => {
                 let mut entries = Vec::new();
                 for key in self.keys_under(prefix)? {
                     if member_slot(&key).is_some() {

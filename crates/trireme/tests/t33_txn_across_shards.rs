@@ -180,10 +180,9 @@ async fn prefix_operations_cover_every_shard_in_one_step() {
 /// A reader listing `?recurse&consistent` while transfers move money between accounts in
 /// different shards sees the same total every time: no transfer shows half done, and the
 /// transfers still go through (a consistent listing keeps no write out unless it keeps
-/// meeting them; see `Node::list_consistent` and the watches in `crates/cluster/src/txn.rs`).
-/// What tells a consistent
-/// listing from a default one, two single-key writes in two shards read at two moments, is
-/// too narrow a window to hit on purpose here; the storage tests cover the watches.
+/// meeting them; see `read_prefixes_twice` in `crates/cluster/src/txn.rs`). What tells a
+/// consistent listing from a default one, two single-key writes in two shards read at two
+/// moments, is too narrow a window to hit on purpose here.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_consistent_listing_never_sees_half_a_transfer() {
     bounded(Duration::from_secs(150), async {

@@ -286,15 +286,6 @@ pub enum Command {
         /// The first and last slot.
         slots: (u16, u16),
     },
-    /// Inside a [`Command::Prepare`]: read every key under `prefix` as a
-    /// [`Command::ReadPrefix`] does, and hold the prefix with a *watch*, which keeps no
-    /// write out but is marked broken by the first one under the prefix: a listing that finds
-    /// every shard's watch whole once it has read them all read one moment of all of them.
-    /// Answered with [`CommandResult::Entries`]. From protocol 4.
-    WatchPrefix {
-        /// The prefix.
-        prefix: Bytes,
-    },
 }
 
 /// An end of a list.
@@ -768,7 +759,6 @@ impl Command {
             Command::ResolveMany { .. } => "resolve_many",
             Command::ReadPrefix { .. } => "read_prefix",
             Command::OwnsSlots { .. } => "owns_slots",
-            Command::WatchPrefix { .. } => "watch_prefix",
         }
     }
 
@@ -782,7 +772,6 @@ impl Command {
             self,
             Command::DeletePrefix { .. }
                 | Command::ReadPrefix { .. }
-                | Command::WatchPrefix { .. }
                 | Command::Batch(_)
                 | Command::Split { .. }
                 | Command::Check { .. }
@@ -846,7 +835,6 @@ impl Command {
             Command::DeletePrefix { .. }
             | Command::ReadPrefix { .. }
             | Command::OwnsSlots { .. }
-            | Command::WatchPrefix { .. }
             | Command::Batch(_)
             | Command::Split { .. } => Vec::new(),
         }

@@ -323,7 +323,6 @@ names! {
         Command::ResolveMany { .. } => "command.resolve_many",
         Command::ReadPrefix { .. } => "command.read_prefix",
         Command::OwnsSlots { .. } => "command.owns_slots",
-        Command::WatchPrefix { .. } => "command.watch_prefix",
     }
 }
 
@@ -505,9 +504,6 @@ fn commands() -> Vec<Command> {
         },
         Command::OwnsSlots {
             slots: (8192, 16383),
-        },
-        Command::WatchPrefix {
-            prefix: b("vault/"),
         },
     ]
 }

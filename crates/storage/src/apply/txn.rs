@@ -15,7 +15,7 @@ use trireme_types::txn::{
 use trireme_types::{Command, CommandResult, Record};
 
 /// What a prefix hold is for, which says what it keeps out. Its row's commands say it: the
-/// prefix command that took it (a broken watch has none).
+/// prefix command that took it.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 enum HoldKind {
     /// A prefix delete's: keeps out every write under its prefix, and every other prefix
@@ -24,22 +24,18 @@ enum HoldKind {
     /// A prefix read's (a transaction that waits for its prefix): keeps out writes; other
     /// reads share it.
     Read,
-    /// A watch's (see [`Command::WatchPrefix`]): keeps nothing out; the first write under
-    /// its prefix breaks it.
-    Watch,
 }
 
 fn hold_kind(hold: &Intent) -> HoldKind {
     match hold.commands.first() {
         Some(Command::DeletePrefix { .. }) => HoldKind::Delete,
-        Some(Command::ReadPrefix { .. }) => HoldKind::Read,
-        _ => HoldKind::Watch,
+        _ => HoldKind::Read,
     }
 }
 
 /// What keeps a write out: holds of prefix deletes and of prefix reads.
 const WRITES_WAIT_FOR: &[HoldKind] = &[HoldKind::Delete, HoldKind::Read];
-/// What keeps a prefix read (or watch) out: a prefix delete's hold.
+/// What keeps a prefix read out: a prefix delete's hold.
 const READS_WAIT_FOR: &[HoldKind] = &[HoldKind::Delete];
 
 /// The most keys one shard's part of a transaction may hold through its prefix deletes: the
@@ -131,30 +127,6 @@ impl Pending<'_> {
         Ok(out)
     }
 
-    /// A write under `key` (with `overlapping`, over or under it) is about to be applied:
-    /// every whole watch over it (but `except`'s) is marked broken.
-    fn break_watches(
-        &mut self,
-        key: &[u8],
-        overlapping: bool,
-        except: Option<u128>,
-    ) -> Result<(), StorageError> {
-        for (row, held) in self.holds_covering(key, overlapping)? {
-            let whole = matches!(
-                held.intent.commands.first(),
-                Some(Command::WatchPrefix { .. })
-            );
-            if whole && Some(held.intent.txn) != except {
-                let broken = Intent {
-                    commands: Vec::new(),
-                    ..(*held.intent).clone()
-                };
-                self.set(row, Some(Record::string(broken.encode(), held.index)))?;
-            }
-        }
-        Ok(())
-    }
-
     /// A key under `prefix` that holds an intent of a transaction other than `except`.
     fn intent_under(
         &mut self,
@@ -203,7 +175,6 @@ impl Pending<'_> {
             | Command::Resolve { .. }
             | Command::ResolveMany { .. }
             | Command::ReadPrefix { .. }
-            | Command::WatchPrefix { .. }
             | Command::OwnsSlots { .. }
             | Command::Read { .. }
             | Command::Forget { .. } => Ok(None),
@@ -214,7 +185,6 @@ impl Pending<'_> {
                 if self.hold_over(prefix, true, None)?.is_some() {
                     return Ok(Some(prefix.clone()));
                 }
-                self.break_watches(prefix, true, None)?;
                 Ok(None)
             }
             _ => {
@@ -229,9 +199,6 @@ impl Pending<'_> {
                     {
                         return Ok(Some(key.clone()));
                     }
-                }
-                for key in &keys {
-                    self.break_watches(key, false, None)?;
                 }
                 Ok(None)
             }
@@ -260,27 +227,20 @@ impl Pending<'_> {
                 keys.push(key.clone());
             }
         }
-        let mut prefixes: Vec<Bytes> = Vec::new();
+        // Each prefix, with what it is held for: a delete over a read.
+        let mut prefixes: Vec<(Bytes, HoldKind)> = Vec::new();
         for command in commands {
-            if let Command::DeletePrefix { prefix }
-            | Command::ReadPrefix { prefix }
-            | Command::WatchPrefix { prefix } = command
-                && !prefixes.contains(prefix)
-            {
-                prefixes.push(prefix.clone());
+            let (prefix, kind) = match command {
+                Command::DeletePrefix { prefix } => (prefix, HoldKind::Delete),
+                Command::ReadPrefix { prefix } => (prefix, HoldKind::Read),
+                _ => continue,
+            };
+            match prefixes.iter_mut().find(|(p, _)| p == prefix) {
+                Some((_, held)) if kind == HoldKind::Delete => *held = kind,
+                Some(_) => {}
+                None => prefixes.push((prefix.clone(), kind)),
             }
         }
-        // What each prefix is held for: a delete over a read, a read over a watch.
-        let kind_of = |prefix: &Bytes| {
-            let has = |f: fn(&Command, &Bytes) -> bool| commands.iter().any(|c| f(c, prefix));
-            if has(|c, p| matches!(c, Command::DeletePrefix { prefix } if prefix == p)) {
-                HoldKind::Delete
-            } else if has(|c, p| matches!(c, Command::ReadPrefix { prefix } if prefix == p)) {
-                HoldKind::Read
-            } else {
-                HoldKind::Watch
-            }
-        };
         let mut mine = false;
         for key in &keys {
             match self.intent_on(key)? {
@@ -294,16 +254,16 @@ impl Pending<'_> {
                 return Ok(PrepareOutcome::Busy(hold));
             }
         }
-        for prefix in &prefixes {
+        for (prefix, kind) in &prefixes {
             if self.hold_on(&hold_key(txn, prefix))?.is_some() {
                 mine = true;
             }
             if let Some(key) = self.intent_under(prefix, Some(txn))? {
                 return Ok(PrepareOutcome::Busy(key));
             }
-            let waits_for = match kind_of(prefix) {
+            let waits_for = match kind {
                 HoldKind::Delete => WRITES_WAIT_FOR,
-                HoldKind::Read | HoldKind::Watch => READS_WAIT_FOR,
+                HoldKind::Read => READS_WAIT_FOR,
             };
             if let Some(hold) = self.conflicting_hold(prefix, true, Some(txn), waits_for)? {
                 return Ok(PrepareOutcome::Busy(hold));
@@ -374,9 +334,7 @@ impl Pending<'_> {
                         });
                     }
                 }
-                Command::ReadPrefix { .. }
-                | Command::WatchPrefix { .. }
-                | Command::OwnsSlots { .. } => {}
+                Command::ReadPrefix { .. } | Command::OwnsSlots { .. } => {}
                 other => parts.push(other.clone()),
             }
         }
@@ -398,31 +356,13 @@ impl Pending<'_> {
                 Some(Record::string(held(its).encode(), index)),
             )?;
         }
-        // The watches this transaction's writes fall under are broken by them (its own
-        // watches are not: a transaction reads its own writes).
-        let writes: Vec<Bytes> = parts
-            .iter()
-            .filter(|c| !matches!(c, Command::Read { .. } | Command::Check { .. }))
-            .flat_map(|c| c.keys().into_iter().cloned())
-            .collect();
-        for key in &writes {
-            self.break_watches(key, false, Some(txn))?;
-        }
-        for prefix in &prefixes {
-            if kind_of(prefix) == HoldKind::Delete {
-                self.break_watches(prefix, true, Some(txn))?;
-            }
-        }
-        for prefix in &prefixes {
+        for (prefix, kind) in &prefixes {
             // What the hold is for (see `HoldKind`): never applied.
-            let what = match kind_of(prefix) {
+            let what = match kind {
                 HoldKind::Delete => Command::DeletePrefix {
                     prefix: prefix.clone(),
                 },
                 HoldKind::Read => Command::ReadPrefix {
-                    prefix: prefix.clone(),
-                },
-                HoldKind::Watch => Command::WatchPrefix {
                     prefix: prefix.clone(),
                 },
             };
@@ -1344,60 +1284,6 @@ mod tests {
             vec![CommandResult::Decided(TxnState::Committed)],
             "nobody aborted it"
         );
-    }
-
-    #[test]
-    fn a_watch_keeps_no_write_out_and_the_first_write_under_it_breaks_it() {
-        let (_dir, storage) = storage();
-        run(&storage, 1, vec![put("w/a", "1"), put("x", "1")]);
-        let watch = |txn| prepare(txn, 1_000, vec![Command::WatchPrefix { prefix: b("w/") }]);
-        let whole = |storage: &crate::Storage, txn| {
-            let row = storage
-                .get_raw(ShardId(0), &trireme_types::txn::hold_key(txn, b"w/"))
-                .unwrap()
-                .expect("the watch's row");
-            !trireme_types::txn::Intent::decode(&row.value)
-                .expect("a hold")
-                .commands
-                .is_empty()
-        };
-        let prepared = run(&storage, 3, vec![watch(50), watch(51)]);
-        let [CommandResult::Prepared(PrepareOutcome::Ready(judged)), _] = &prepared[..] else {
-            panic!("{prepared:?}");
-        };
-        assert!(
-            matches!(&judged[..], [CommandResult::Entries { entries, .. }] if entries.len() == 1)
-        );
-        // A write elsewhere leaves them whole; one under the prefix goes through, and breaks
-        // both.
-        run(&storage, 5, vec![put("x", "2")]);
-        assert!(whole(&storage, 50) && whole(&storage, 51));
-        let written = run(&storage, 6, vec![put("w/b", "2")]);
-        assert!(matches!(
-            written[0],
-            CommandResult::Put { written: true, .. }
-        ));
-        assert!(!whole(&storage, 50) && !whole(&storage, 51));
-        // A transaction's prepare of a write under a new watch breaks it too; a delete hold
-        // keeps a new watch out.
-        run(&storage, 7, vec![watch(52)]);
-        let results = run(
-            &storage,
-            8,
-            vec![
-                prepare(53, 1_000, vec![put("w/c", "3")]),
-                prepare(54, 1_000, vec![Command::DeletePrefix { prefix: b("w") }]),
-            ],
-        );
-        assert!(matches!(
-            results[0],
-            CommandResult::Prepared(PrepareOutcome::Ready(_))
-        ));
-        assert!(
-            matches!(results[1], CommandResult::Prepared(PrepareOutcome::Busy(_))),
-            "the intent on w/c: {results:?}"
-        );
-        assert!(!whole(&storage, 52));
     }
 
     #[test]
