@@ -1088,15 +1088,10 @@ impl Node {
         let map = self.shard_map();
         let shard = map.shard_of_key(&first);
         if keys.iter().any(|k| map.shard_of_key(k) != shard) {
-            return match command {
-                Command::Transaction { watches, commands } if watches.is_empty() => {
-                    self.transaction_across_shards(commands).await
-                }
-                _ => Err(ClusterError::Request(TriremeError::new(
-                    ErrorCode::InvalidArgument,
-                    "a transaction that watches keys must have all its keys in one shard: put them under one {hash tag}",
-                ))),
+            let Command::Transaction { watches, commands } = command else {
+                return Err(ClusterError::Internal("a transaction was built".into()));
             };
+            return self.across_shards_key_by_key(watches, commands).await;
         }
         self.write_key(&first, command).await
     }

@@ -374,39 +374,17 @@ impl Node {
         .await
     }
 
-    /// A Redis transaction whose keys may be in several slots (`[redis]
-    /// cross_slot_transactions`): `MULTI`/`EXEC` with its `WATCH`es, `MSET`, `MSETNX`. In one
-    /// shard it is one log entry, as always. Across shards each watch becomes a check in
-    /// front of the commands, and a command on several keys (`MSET`, `DEL a b`, `MGET`) one
-    /// command per key; the answers are put back together, one per command given. A failed
-    /// watch answers its position, as [`Command::Transaction`] does.
-    pub async fn transaction_across_slots(
+    /// A transaction whose keys are in several shards, as [`Node::transaction`] takes it:
+    /// each watch (Redis `WATCH`) becomes a check in front of the commands, and a command on
+    /// several keys (`MSET`, `DEL a b`, `MGET`) one command per key, for
+    /// [`Node::transaction_across_shards`]; the answers are put back together, one per
+    /// command given. A failed watch answers its position, as [`Command::Transaction`]
+    /// does. The caller has checked the keys and values.
+    pub(crate) async fn across_shards_key_by_key(
         &self,
         watches: Vec<(Bytes, KeyCheck)>,
         commands: Vec<Command>,
     ) -> Result<TransactionOutcome, ClusterError> {
-        let map = self.shard_map();
-        let mut shards = watches.iter().map(|(key, _)| map.shard_of_key(key)).chain(
-            commands
-                .iter()
-                .flat_map(|c| c.keys())
-                .map(|k| map.shard_of_key(k)),
-        );
-        let first = shards.next();
-        if shards.all(|s| Some(s) == first) {
-            return self
-                .transaction(crate::request::TransactionRequest { watches, commands })
-                .await;
-        }
-        let mut bytes = 0;
-        for command in &commands {
-            for key in command.keys() {
-                self.check_key(key)?;
-                bytes += key.len();
-            }
-            bytes += self.checked_value_bytes(command)?;
-        }
-        crate::router::check_entry_size(bytes)?;
         let given = watches.len() + commands.len();
         // For each command sent, the position among the watches and commands given.
         let mut origin: Vec<usize> = Vec::new();

@@ -46,8 +46,6 @@ pub(crate) struct Multi {
     pub(crate) failed: bool,
     /// The slot every key so far is in.
     pub(crate) slot: Option<u16>,
-    /// Keys in more than one slot were queued (only with `[redis] cross_slot_transactions`).
-    pub(crate) cross_slot: bool,
     /// Bytes queued so far.
     pub(crate) bytes: usize,
 }

@@ -398,17 +398,9 @@ pub(crate) async fn msetnx(ctx: &mut Ctx<'_>, args: &mut Args) -> CmdResult {
         .map(|kv| (kv[0].clone(), kv[1].clone()))
         .collect();
     let keys: Vec<Bytes> = pairs.iter().map(|(k, _)| k.clone()).collect();
-    if ctx.shared.node.config().redis_cross_slot {
-        let absent = keys.into_iter().map(|k| (k, KeyCheck::At(None))).collect();
-        let command = Command::PutMany { pairs };
-        let outcome = ctx
-            .shared
-            .node
-            .transaction_across_slots(absent, vec![command])
-            .await?;
-        return Ok(Reply::integer(i64::from(outcome.0.is_ok())));
+    if !ctx.shared.node.config().redis_cross_slot {
+        same_slot(&keys)?;
     }
-    same_slot(&keys)?;
     // Watching every key as missing is the whole condition: if the transaction is refused,
     // one of them exists by then, and MSETNX answers 0 as it would have.
     let absent = vec![None; keys.len()];

@@ -154,9 +154,13 @@ pub(crate) async fn mset(ctx: &mut Ctx<'_>, args: &mut Args) -> CmdResult {
         .collect();
     let node = &ctx.shared.node;
     if node.config().redis_cross_slot {
-        let command = trireme_cluster::Command::PutMany { pairs };
-        node.transaction_across_slots(Vec::new(), vec![command])
-            .await?;
+        // One transaction, across shards if it must be.
+        let commands = vec![trireme_cluster::Command::PutMany { pairs }];
+        node.transaction(trireme_cluster::TransactionRequest {
+            watches: Vec::new(),
+            commands,
+        })
+        .await?;
     } else {
         node.put_many(pairs).await?;
     }

@@ -7,7 +7,7 @@
 //! them or, if a watched key changed, none (`EXEC` answers a null). Keys in more than one
 //! slot get `CROSSSLOT`, as Redis Cluster answers, unless `[redis] cross_slot_transactions`
 //! is on: then a transaction whose keys are in several shards runs as a transaction across
-//! shards (see `Node::transaction_across_slots`), on string keys only.
+//! shards (see `Node::transaction`), on string keys only.
 
 use super::{CmdError, CmdResult, Ctx, hashes, keys, lists, no_more, sets, sorted_sets, strings};
 use crate::{ArgError, Args, Reply};
@@ -186,11 +186,8 @@ fn check_queueable(
     }
     for key in super::server::keys_of(request) {
         let slot = key_slot(&key);
-        if *multi.slot.get_or_insert(slot) != slot {
-            if !cross_slot {
-                return Err(CmdError::Reply(CROSSSLOT.into()));
-            }
-            multi.cross_slot = true;
+        if *multi.slot.get_or_insert(slot) != slot && !cross_slot {
+            return Err(CmdError::Reply(CROSSSLOT.into()));
         }
     }
     multi.bytes += bytes;
@@ -209,15 +206,13 @@ pub(crate) async fn exec(ctx: &mut Ctx<'_>, args: &mut Args) -> CmdResult {
             "EXECABORT Transaction discarded because of previous errors.".into(),
         ));
     }
-    let cross_slot = ctx.shared.node.config().redis_cross_slot;
-    let watched_elsewhere = match multi.slot {
+    let watched_apart = match multi.slot {
         Some(slot) => watches.iter().any(|(k, _)| key_slot(k) != slot),
         None => !one_slot(watches.iter().map(|(k, _)| k)),
     };
-    if watched_elsewhere && !cross_slot {
+    if watched_apart && !ctx.shared.node.config().redis_cross_slot {
         return Err(CmdError::Reply(CROSSSLOT.into()));
     }
-    let across = multi.cross_slot || watched_elsewhere;
     let limits = &ctx.shared.node.config().limits;
     let (max_value, max_read) = (limits.max_value_bytes as u64, limits.max_collection_read);
     // Each queued command becomes a log command and a way to read its result; one whose
@@ -235,17 +230,17 @@ pub(crate) async fn exec(ctx: &mut Ctx<'_>, args: &mut Args) -> CmdResult {
         }
         steps.push(step);
     }
-    let watches: Vec<(Bytes, KeyCheck)> = watches
-        .into_iter()
-        .map(|(key, index)| (key, KeyCheck::At(index)))
-        .collect();
-    let node = &ctx.shared.node;
-    let outcome = if across {
-        node.transaction_across_slots(watches, commands).await?
-    } else {
-        node.transaction(TransactionRequest { watches, commands })
-            .await?
-    };
+    let outcome = ctx
+        .shared
+        .node
+        .transaction(TransactionRequest {
+            watches: watches
+                .into_iter()
+                .map(|(key, index)| (key, KeyCheck::At(index)))
+                .collect(),
+            commands,
+        })
+        .await?;
     let Ok(results) = outcome.0 else {
         return Ok(Reply::NullArray);
     };
