@@ -474,7 +474,12 @@ impl Node {
             .cluster_map
             .write()
             .unwrap_or_else(std::sync::PoisonError::into_inner);
-        if current.as_ref().is_some_and(|c| **c == map) {
+        // Read outside the lock, so another thread may have written a newer map meanwhile:
+        // every change bumps the epoch, and a node never goes back to an older one.
+        if current
+            .as_ref()
+            .is_some_and(|c| **c == map || c.epoch > map.epoch)
+        {
             return false;
         }
         self.transport
