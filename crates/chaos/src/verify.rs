@@ -246,15 +246,7 @@ pub async fn wait_converged(
 /// what stopped a replica is there, and the run's directory may be gone when this is read.
 pub fn with_log_errors(error: ChaosError, dir: &std::path::Path) -> ChaosError {
     let mut text = error.to_string();
-    let mut logs: Vec<_> = std::fs::read_dir(dir)
-        .into_iter()
-        .flatten()
-        .flatten()
-        .map(|entry| entry.path())
-        .filter(|path| path.extension().is_some_and(|e| e == "log"))
-        .collect();
-    logs.sort();
-    for path in logs {
+    for path in node_logs(dir) {
         let Ok(log) = std::fs::read_to_string(&path) else {
             continue;
         };
@@ -264,6 +256,19 @@ pub fn with_log_errors(error: ChaosError, dir: &std::path::Path) -> ChaosError {
         }
     }
     ChaosError::Cluster(text)
+}
+
+/// The nodes' logs of a run's seed directory (`n1.log`, ...), in name order.
+pub fn node_logs(dir: &std::path::Path) -> Vec<std::path::PathBuf> {
+    let mut logs: Vec<_> = std::fs::read_dir(dir)
+        .into_iter()
+        .flatten()
+        .flatten()
+        .map(|entry| entry.path())
+        .filter(|path| path.extension().is_some_and(|e| e == "log"))
+        .collect();
+    logs.sort();
+    logs
 }
 
 /// The first `most` error and panic lines of a node's log, each panic with its message (the

@@ -363,12 +363,7 @@ where
     let deadline = Instant::now() + META_WAIT;
     loop {
         match attempt().await {
-            Err(e)
-                if matches!(
-                    e.to_client().code,
-                    ErrorCode::NoLeader | ErrorCode::Unavailable
-                ) && Instant::now() < deadline =>
-            {
+            Err(e) if crate::router::is_transient(&e) && Instant::now() < deadline => {
                 tracing::info!(error = %e, "operator command: no metadata leader yet; trying again");
                 tokio::time::sleep(Duration::from_millis(200)).await;
             }

@@ -1258,6 +1258,15 @@ impl Node {
     }
 }
 
+/// Whether `error` says a group cannot answer just now (no leader, or not open on the node
+/// asked yet): worth trying again shortly, with a newer map.
+pub(crate) fn is_transient(error: &ClusterError) -> bool {
+    matches!(
+        error.to_client().code,
+        ErrorCode::NoLeader | ErrorCode::Unavailable
+    )
+}
+
 /// Whether `error` is a shard's refusal of keys a split moved away.
 pub(crate) fn is_moved(error: &ClusterError) -> bool {
     matches!(error, ClusterError::Remote(e) | ClusterError::Request(e) if e.code == ErrorCode::Moved)

@@ -676,14 +676,15 @@ impl Node {
                         error = Some(ClusterError::Request(TriremeError::new(
                             ErrorCode::RequestTooLarge,
                             format!(
-                                "a prefix delete in a transaction may cover at most {MAX_PREFIX_DELETE_KEYS} keys in each shard; one shard holds {found} or more under it"
+                                "a prefix delete in a transaction may cover at most {} keys in each shard; one shard holds {found} or more under it",
+                                trireme_types::txn::MAX_PREFIX_DELETE_KEYS
                             ),
                         )))
                     }
                     Ok(other) => error = Some(unexpected("a prepare", &other)),
                     // A split moved keys, or a shard is between leaders or not open here
                     // yet (a split taking effect): tried again with a newer map.
-                    Err(e) if crate::router::is_moved(&e) || is_transient(&e) => {}
+                    Err(e) if crate::router::is_moved(&e) || crate::router::is_transient(&e) => {}
                     Err(e) => error = Some(e),
                 }
             }
@@ -893,23 +894,10 @@ fn answers_lost() -> ClusterError {
     ))
 }
 
-/// The most keys a prefix delete in a transaction may cover in one shard (the storage's
-/// limit, named in the error).
-const MAX_PREFIX_DELETE_KEYS: u64 = 10_000;
-
 /// `shard`'s slots in `map`, as a fence (see [`Command::OwnsSlots`]).
 fn slots_of(map: &ShardMap, shard: ShardId) -> (u16, u16) {
     let slots = map.slots_of(shard);
     (*slots.start(), *slots.end())
-}
-
-/// Whether `error` says a shard cannot answer just now (no leader, or not open on the node
-/// asked yet): worth trying again with a newer map.
-fn is_transient(error: &ClusterError) -> bool {
-    matches!(
-        error.to_client().code,
-        ErrorCode::NoLeader | ErrorCode::Unavailable
-    )
 }
 
 /// `command` as commands of one key each, in order: `MSET`, `DEL` and `MGET` of several

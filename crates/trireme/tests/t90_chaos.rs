@@ -53,16 +53,7 @@ fn summary(out: &Path, seed: u64) -> serde_json::Value {
 /// The first errors and panics, then the last lines, of every node's log in `seed_dir`, on
 /// stderr: a replica's group that stopped logs why once, and then only its consequences.
 fn print_node_logs(seed_dir: &Path) {
-    let Ok(entries) = std::fs::read_dir(seed_dir) else {
-        return;
-    };
-    let mut logs: Vec<_> = entries
-        .filter_map(Result::ok)
-        .map(|e| e.path())
-        .filter(|p| p.extension().is_some_and(|x| x == "log"))
-        .collect();
-    logs.sort();
-    for log in logs {
+    for log in trireme_chaos::verify::node_logs(seed_dir) {
         let text = std::fs::read_to_string(&log).unwrap_or_default();
         let lines: Vec<&str> = text.lines().collect();
         let first_errors = trireme_chaos::verify::first_log_errors(&text, 20);

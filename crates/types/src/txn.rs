@@ -35,6 +35,11 @@ const RECORDS: &[u8] = b"txn/";
 /// What follows [`INTERNAL_KEY_PREFIX`] in every prefix hold's key.
 const HOLDS: &[u8] = b"H/";
 
+/// The most keys one shard's part of a transaction may hold through its prefix deletes: the
+/// prepare and resolve of each are one log entry, which must stay small enough to commit
+/// within the transaction's lease. A prepare past it answers `TooLarge`.
+pub const MAX_PREFIX_DELETE_KEYS: u64 = 10_000;
+
 /// The first bytes of every intent's key.
 pub fn intents_prefix() -> Bytes {
     let mut out = INTERNAL_KEY_PREFIX.to_vec();

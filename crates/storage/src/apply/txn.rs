@@ -38,11 +38,6 @@ const WRITES_WAIT_FOR: &[HoldKind] = &[HoldKind::Delete, HoldKind::Read];
 /// What keeps a prefix read out: a prefix delete's hold.
 const READS_WAIT_FOR: &[HoldKind] = &[HoldKind::Delete];
 
-/// The most keys one shard's part of a transaction may hold through its prefix deletes: the
-/// prepare and resolve of each are one log entry, which must stay small enough to commit
-/// within the transaction's lease.
-const MAX_PREPARED_KEYS: usize = 10_000;
-
 impl Pending<'_> {
     /// The intent on `key` as this batch sees it.
     pub(super) fn intent_on(&mut self, key: &Bytes) -> Result<Option<Held>, StorageError> {
@@ -312,7 +307,7 @@ impl Pending<'_> {
             }
         };
         let found: usize = expanded.as_slice().iter().map(Vec::len).sum();
-        if found > MAX_PREPARED_KEYS {
+        if found as u64 > trireme_types::txn::MAX_PREFIX_DELETE_KEYS {
             return Ok(PrepareOutcome::TooLarge(found as u64));
         }
         for i in fences.into_iter().rev() {
