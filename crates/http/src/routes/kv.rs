@@ -157,13 +157,8 @@ pub(crate) async fn get(
         let separator = query.str("separator").filter(|s| !s.is_empty());
         let mut keys: Vec<String> = Vec::with_capacity(entries.len());
         for (k, _) in &entries {
-            let mut shown: &[u8] = k;
-            if let Some(sep) = separator {
-                let rest = &k[key.len()..];
-                if let Some(at) = rest.windows(sep.len()).position(|w| w == sep.as_bytes()) {
-                    shown = &k[..key.len() + at + sep.len()];
-                }
-            }
+            let sep = separator.unwrap_or_default().as_bytes();
+            let shown = folder_of(k, key.len(), sep).unwrap_or(k);
             let shown = String::from_utf8_lossy(shown).into_owned();
             if keys.last() != Some(&shown) {
                 keys.push(shown);
@@ -298,6 +293,22 @@ pub(crate) async fn delete(
     let request = DeleteRequest::new(key).if_modify_index(cas);
     let deleted = state.node.delete(request).await?;
     Ok(bool_response(cas.is_none() || deleted))
+}
+
+/// The folder `key` is in one level below its first `prefix_len` bytes (Consul's
+/// `?keys&separator=`): up to and with the first `separator` after them. `None` when there
+/// is none, or no separator.
+pub(crate) fn folder_of<'k>(
+    key: &'k [u8],
+    prefix_len: usize,
+    separator: &[u8],
+) -> Option<&'k [u8]> {
+    if separator.is_empty() {
+        return None;
+    }
+    let rest = key.get(prefix_len..)?;
+    let at = rest.windows(separator.len()).position(|w| w == separator)?;
+    Some(&key[..prefix_len + at + separator.len()])
 }
 
 #[cfg(test)]

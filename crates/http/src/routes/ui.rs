@@ -552,25 +552,21 @@ impl<'a> Listing<'a> {
 
     /// The folder `key` is in, one level below the prefix, if it is in one.
     fn folder_of<'k>(&self, key: &'k [u8]) -> Option<&'k [u8]> {
-        if self.separator.is_empty() {
-            return None;
-        }
-        let rest = key.get(self.prefix.len()..)?;
-        let at = rest
-            .windows(self.separator.len())
-            .position(|w| w == self.separator)?;
-        Some(&key[..self.prefix.len() + at + self.separator.len()])
+        super::kv::folder_of(key, self.prefix.len(), self.separator)
     }
 
     /// Takes the keys of rows read from [`Listing::wanted`] on, in key order; `all` is false
     /// when the read answered fewer rows than asked (there are no more). Keys the caller may
     /// not read are passed over. A folder ends the batch: the next read starts after it.
     fn take(&mut self, keys: &[axum::body::Bytes], all: bool, readable: impl Fn(&[u8]) -> bool) {
-        for (i, key) in keys.iter().enumerate() {
-            // Right after this key: the key with a zero byte appended.
-            let mut after = key.to_vec();
+        // Right after `key`: the key with a zero byte appended.
+        let after = |key: &[u8]| {
+            let mut after = Vec::with_capacity(key.len() + 1);
+            after.extend_from_slice(key);
             after.push(0);
-            self.next = Some(after);
+            after
+        };
+        for (i, key) in keys.iter().enumerate() {
             if !readable(key) {
                 continue;
             }
@@ -588,15 +584,14 @@ impl<'a> Listing<'a> {
                 folder: false,
             });
             if self.entries.len() == self.limit {
-                if i + 1 == keys.len() && !all {
-                    self.next = None;
-                }
+                self.next = (i + 1 < keys.len() || all).then(|| after(key));
                 return;
             }
         }
-        if !all {
-            self.next = None;
-        }
+        self.next = match keys.last() {
+            Some(last) if all => Some(after(last)),
+            _ => None,
+        };
     }
 }
 
