@@ -50,6 +50,8 @@ pub struct NodeConfig {
     pub rack: Option<String>,
     /// Zone label, for placing replicas apart.
     pub zone: Option<String>,
+    /// Region label: stale reads prefer replicas in the node's own region.
+    pub region: Option<String>,
     /// Raft timing.
     pub timing: RaftTiming,
     /// Request limits.
@@ -93,6 +95,7 @@ impl NodeConfig {
             balance_leaders: true,
             rack: None,
             zone: None,
+            region: None,
             timing: RaftTiming::default(),
             limits: Limits::default(),
             expiry_interval: Duration::from_millis(250),

@@ -861,7 +861,7 @@ impl Node {
         if let Some(leader) = hint.filter(|l| *l != me) {
             return Some(Target::Remote(leader));
         }
-        let others: Vec<u64> = self
+        let mut others: Vec<u64> = self
             .replicas_of(shard)
             .into_iter()
             .filter(|r| *r != me)
@@ -869,6 +869,15 @@ impl Node {
         if hint == Some(me) || others.is_empty() {
             tokio::time::sleep(OPENING_PAUSE.min(left)).await;
             return None;
+        }
+        if op.any_replica() {
+            // A stale read goes to the nearest replica, learners included: one in this
+            // node's region first.
+            others.extend(self.learners_of(shard).into_iter().filter(|l| *l != me));
+            let mine = self.config.region.clone();
+            if mine.is_some() {
+                others.sort_by_key(|r| self.region_of(NodeId(*r)) != mine);
+            }
         }
         Some(Target::Remote(others[attempt % others.len()]))
     }
@@ -1097,6 +1106,10 @@ impl Node {
     }
 }
 
+/// What a read reports as its staleness when the replica cannot bound it: more than any
+/// `max_stale`, so such a read is run again on the leader.
+pub(crate) const UNKNOWN_STALENESS_MS: u64 = u64::MAX / 2;
+
 /// The freshness of `group`'s replica, read after the rows it served: the removal watermark
 /// `removed` then covers every removal the rows reflect (see
 /// [`Storage::removal_watermark`]). `view_index` is the applied index of the view it read,
@@ -1109,7 +1122,7 @@ fn freshness(group: &ShardGroup, removed: u64, view_index: Option<u64>) -> Fresh
         known_leader,
         applied,
         removed,
-        last_contact_ms: group.last_contact_ms().unwrap_or(u64::MAX / 2),
+        last_contact_ms: group.staleness_ms().unwrap_or(UNKNOWN_STALENESS_MS),
     }
 }
 

@@ -71,6 +71,7 @@ fn node_info() -> NodeInfo {
         node: peer("n4", 4),
         rack: Some("r2".into()),
         zone: Some("eu-west-1b".into()),
+        region: None,
     }
 }
 
@@ -108,6 +109,7 @@ fn a_move() -> Move {
         to: 4,
         phase: MovePhase::Voter,
         started_ms: 1_700_000_100_000,
+        learner: false,
     }
 }
 
@@ -136,6 +138,8 @@ fn cluster_map() -> ClusterMap {
         splits: [(1, pending_split())].into_iter().collect(),
         origins: [(4, (0, 4_096))].into_iter().collect(),
         cluster_version: 0,
+        home_region: None,
+        learners: Default::default(),
     }
 }
 
@@ -631,8 +635,21 @@ fn metadata_and_forwarded_requests_keep_their_encoding() {
         "stored.node_row",
         &NodeRow {
             info: node_info(),
+            region: None,
             version: Some(trireme_types::version::Version {
                 protocol: 2,
+                build: "0.1.0".into(),
+            }),
+        },
+    );
+    json(
+        &mut golden,
+        "stored.node_row.region",
+        &NodeRow {
+            info: node_info(),
+            region: Some("eu-west-1".into()),
+            version: Some(trireme_types::version::Version {
+                protocol: 5,
                 build: "0.1.0".into(),
             }),
         },
@@ -652,6 +669,25 @@ fn metadata_and_forwarded_requests_keep_their_encoding() {
         &ClusterMap {
             cluster_version: 2,
             ..cluster_map()
+        },
+    );
+    json(
+        &mut golden,
+        "stored.cluster_map.regions",
+        &ClusterMap {
+            cluster_version: 5,
+            home_region: Some("eu-west-1".into()),
+            learners: [(0, vec![4]), (1, vec![1])].into_iter().collect(),
+            ..cluster_map()
+        },
+    );
+    json(
+        &mut golden,
+        "stored.move.learner",
+        &Move {
+            from: None,
+            learner: true,
+            ..a_move()
         },
     );
     json(&mut golden, "stored.acl_policy", &acl_policy());

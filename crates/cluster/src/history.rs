@@ -258,6 +258,8 @@ mod tests {
             splits: Default::default(),
             origins: Default::default(),
             cluster_version: 0,
+            home_region: None,
+            learners: Default::default(),
         })
     }
 
@@ -279,6 +281,7 @@ mod tests {
             to,
             phase,
             started_ms: 0,
+            learner: false,
         }
     }
 

@@ -117,6 +117,7 @@ pub(crate) async fn refuse_if_cluster_exists(
         },
         rack: None,
         zone: None,
+        region: None,
     };
     let payload = postcard::to_stdvec(&JoinRequest { info, probe: true })
         .map_err(|e| ClusterError::Config(format!("cannot encode a probe: {e}")))?;

@@ -40,6 +40,11 @@ pub struct NodeInfo {
     pub rack: Option<String>,
     /// Zone label; replicas of a shard avoid sharing one before racks are considered.
     pub zone: Option<String>,
+    /// Region label. Not part of a join request's encoding (postcard, where a new field
+    /// would shift what follows it): it travels in the node's row ([`NodeRow::region`]),
+    /// which the node writes itself at every start.
+    #[serde(skip)]
+    pub region: Option<String>,
 }
 
 /// A node's row in the metadata group: its [`NodeInfo`] and the build it runs. A separate
@@ -51,6 +56,10 @@ pub(crate) struct NodeRow {
     /// Name, addresses, labels.
     #[serde(flatten)]
     pub info: NodeInfo,
+    /// The region label (see [`NodeInfo::region`]); absent in rows of nodes without one and
+    /// of builds from before regions.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub region: Option<String>,
     /// The build and protocol it runs, as it last registered (none: a build from before
     /// protocol 2, which did not record it). What the cluster version waits for.
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -115,6 +124,10 @@ pub struct Move {
     pub phase: MovePhase,
     /// When it started, Unix ms.
     pub started_ms: u64,
+    /// The replica stays a learner: once caught up it is recorded among the shard's learners
+    /// instead of replacing a voter (a replica in a region other than the home region).
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub learner: bool,
 }
 
 /// A split the metadata leader has decided and not yet finished: the shard's leader is asked
@@ -171,6 +184,15 @@ pub(crate) struct ClusterMap {
     /// left out, so such a map is written as it was.
     #[serde(default, skip_serializing_if = "is_zero")]
     pub cluster_version: u32,
+    /// The region whose nodes hold every shard's voters; each other region holds one learner
+    /// of every shard. `None` (no node declared a region at bootstrap): voters go anywhere and
+    /// there are no learners. Set from cluster version
+    /// [`trireme_types::version::since::REGIONS`] on.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub home_region: Option<String>,
+    /// Learners of each shard, by shard id: asynchronous replicas that never vote.
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub learners: BTreeMap<u32, Vec<u64>>,
 }
 
 impl ClusterMap {
@@ -191,10 +213,45 @@ impl ClusterMap {
             .is_some_and(|r| r.contains(&id))
     }
 
-    /// Whether node `id` should have `shard`'s group open: it is a voter, or a move is bringing
-    /// a replica to it.
+    /// Whether node `id` holds a learner of `shard`.
+    pub fn is_learner(&self, shard: ShardId, id: u64) -> bool {
+        self.learners.get(&shard.0).is_some_and(|l| l.contains(&id))
+    }
+
+    /// The learners of `shard`.
+    pub fn learners_of(&self, shard: ShardId) -> &[u64] {
+        self.learners.get(&shard.0).map_or(&[], Vec::as_slice)
+    }
+
+    /// How many shards node `id` holds a learner of.
+    pub fn learner_count(&self, id: u64) -> usize {
+        self.learners.values().filter(|l| l.contains(&id)).count()
+    }
+
+    /// Records a learner move's replica as one of the shard's learners, and forgets the move.
+    pub fn finish_learner(&mut self, shard: ShardId, mv: &Move) {
+        let learners = self.learners.entry(shard.0).or_default();
+        if !learners.contains(&mv.to) {
+            learners.push(mv.to);
+        }
+        self.moves.remove(&shard.0);
+    }
+
+    /// Forgets a learner of `shard` (its replica was removed from the group).
+    pub fn drop_learner(&mut self, shard: ShardId, id: u64) {
+        if let Some(learners) = self.learners.get_mut(&shard.0) {
+            learners.retain(|l| *l != id);
+            if learners.is_empty() {
+                self.learners.remove(&shard.0);
+            }
+        }
+    }
+
+    /// Whether node `id` should have `shard`'s group open: it is a voter or a learner, or a
+    /// move is bringing a replica to it.
     pub fn should_open(&self, shard: ShardId, id: u64) -> bool {
         self.hosts(shard, id)
+            || self.is_learner(shard, id)
             || self
                 .moves
                 .get(&shard.0)
@@ -319,11 +376,40 @@ pub(crate) fn member(node: &PeerNode) -> PeerNode {
     }
 }
 
+/// The home region of a cluster bootstrapped by `nodes`: the region most of them are in (of
+/// those that declare one; the first by name on a tie). `None` when none declares one.
+pub(crate) fn bootstrap_home_region(nodes: &[NodeInfo]) -> Option<String> {
+    let mut counts: BTreeMap<&str, usize> = BTreeMap::new();
+    for region in nodes.iter().filter_map(|n| n.region.as_deref()) {
+        *counts.entry(region).or_default() += 1;
+    }
+    let most = counts.values().copied().max()?;
+    counts
+        .into_iter()
+        .find(|(_, n)| *n == most)
+        .map(|(region, _)| region.to_owned())
+}
+
+/// Whether a node labelled `region` may hold voters when the home region is `home`: any node
+/// without a home region, and a node that declares no region counts as in the home region.
+pub(crate) fn in_home_region(home: Option<&str>, region: Option<&str>) -> bool {
+    match (home, region) {
+        (Some(home), Some(region)) => home == region,
+        _ => true,
+    }
+}
+
 /// Places `shards` shards of `factor` voters each on `nodes`: distinct nodes per shard, zones
 /// spread first, then racks, and the first replica (where the election usually lands first)
-/// rotated so leaders and load spread evenly. Deterministic for the same input.
+/// rotated so leaders and load spread evenly; voters only in the home region (see
+/// [`bootstrap_home_region`]), whose other regions' learners the metadata leader adds later.
+/// Deterministic for the same input.
 pub(crate) fn place(nodes: &[NodeInfo], shards: u32, factor: usize) -> ClusterMap {
-    let mut sorted: Vec<&NodeInfo> = nodes.iter().collect();
+    let home_region = bootstrap_home_region(nodes);
+    let mut sorted: Vec<&NodeInfo> = nodes
+        .iter()
+        .filter(|n| in_home_region(home_region.as_deref(), n.region.as_deref()))
+        .collect();
     // Interleave racks and zones in the ring so consecutive picks land apart.
     sorted.sort_by(|a, b| a.node.name.cmp(&b.node.name));
     let factor = factor.clamp(1, sorted.len().max(1));
@@ -370,6 +456,8 @@ pub(crate) fn place(nodes: &[NodeInfo], shards: u32, factor: usize) -> ClusterMa
         splits: BTreeMap::new(),
         origins: BTreeMap::new(),
         cluster_version: 0,
+        home_region,
+        learners: BTreeMap::new(),
     }
 }
 
@@ -440,6 +528,7 @@ mod tests {
             },
             rack: rack.map(Into::into),
             zone: zone.map(Into::into),
+            region: None,
         }
     }
 

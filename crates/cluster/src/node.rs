@@ -118,6 +118,8 @@ pub struct ShardInfo {
     pub leader: Option<PeerNode>,
     /// The voters.
     pub replicas: Vec<PeerNode>,
+    /// The learners: asynchronous replicas in the regions other than the home region.
+    pub learners: Vec<PeerNode>,
     /// This node's role in the group (`Leader`, `Follower`, ...), or `None` when it holds no
     /// replica of the shard.
     pub role: Option<String>,
@@ -213,6 +215,7 @@ impl Node {
                             node: me.clone(),
                             rack: config.rack.clone(),
                             zone: config.zone.clone(),
+                            region: config.region.clone(),
                         };
                         let answer = crate::join::ask(&config, info, member).await?;
                         for (id, addr) in &answer.peers {
@@ -369,7 +372,9 @@ impl Node {
                 node: self.me.clone(),
                 rack: self.config.rack.clone(),
                 zone: self.config.zone.clone(),
+                region: None,
             },
+            region: self.config.region.clone(),
             version: Some(self.transport.own_version()),
         };
         let value = serde_json::to_vec(&row).map_err(|e| ClusterError::Config(e.to_string()))?;
@@ -910,7 +915,12 @@ impl Node {
         let mut versions = BTreeMap::new();
         for (key, record) in rows {
             match serde_json::from_slice::<NodeRow>(&record.value) {
-                Ok(NodeRow { info, version }) => {
+                Ok(NodeRow {
+                    mut info,
+                    region,
+                    version,
+                }) => {
+                    info.region = region;
                     self.transport
                         .set_peer_addr(NodeId(info.id()), &info.node.peer_addr);
                     if let Some(version) = version {
@@ -1007,7 +1017,8 @@ impl Node {
         let Some(map) = self.cluster_map() else {
             return false;
         };
-        map.hosts(shard, self.node_id) && self.owned_slots(shard).ok().flatten().is_some()
+        (map.hosts(shard, self.node_id) || map.is_learner(shard, self.node_id))
+            && self.owned_slots(shard).ok().flatten().is_some()
     }
 
     /// Whether this node's replica `group` of `shard` may answer a request: the leader
@@ -1068,6 +1079,14 @@ impl Node {
             .unwrap_or_default()
     }
 
+    /// The learners of `shard` the map places (none for the metadata group here: its
+    /// learners are every node beyond its voters).
+    pub(crate) fn learners_of(&self, shard: ShardId) -> Vec<u64> {
+        self.cluster_map()
+            .map(|m| m.learners_of(shard).to_vec())
+            .unwrap_or_default()
+    }
+
     /// Name and current addresses of node `id`.
     pub fn node_info(&self, id: NodeId) -> Option<PeerNode> {
         if id.0 == self.node_id {
@@ -1086,6 +1105,28 @@ impl Node {
     }
 
     /// Every registered node by id.
+    /// Node `id`'s region label, as its row in the metadata group says (this node's own from
+    /// its configuration).
+    pub fn region_of(&self, id: NodeId) -> Option<String> {
+        if id.0 == self.node_id {
+            return self.config.region.clone();
+        }
+        self.directory
+            .read()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .get(&id.0)
+            .and_then(|info| info.region.clone())
+    }
+
+    /// This node's datacenter, in Consul's terms: its region, or without one the cluster's
+    /// name.
+    pub fn datacenter(&self) -> String {
+        self.config
+            .region
+            .clone()
+            .unwrap_or_else(|| self.config.cluster_name.clone())
+    }
+
     pub(crate) fn directory_snapshot(&self) -> BTreeMap<u64, NodeInfo> {
         self.directory
             .read()
@@ -1153,11 +1194,17 @@ impl Node {
                     .into_iter()
                     .filter_map(|id| self.node_info(NodeId(id)))
                     .collect();
+                let learners: Vec<PeerNode> = self
+                    .learners_of(shard)
+                    .into_iter()
+                    .filter_map(|id| self.node_info(NodeId(id)))
+                    .collect();
                 let mut info = ShardInfo {
                     shard,
                     slots: (*slots.start(), *slots.end()),
                     leader: None,
                     replicas,
+                    learners,
                     role: None,
                     term: 0,
                     applied_index: 0,

@@ -5,13 +5,13 @@
 //! written with a compare-and-set: a bad or conflicting command changes nothing.
 
 use crate::membership::{MembershipOp, MembershipReply, refused};
-use crate::meta::{ClusterMap, MovePhase, NodeState, PendingSplit};
+use crate::meta::{ClusterMap, MovePhase, NodeInfo, NodeState, PendingSplit};
 use crate::{ClusterError, Node};
-use std::collections::BTreeSet;
+use std::collections::{BTreeMap, BTreeSet};
 use std::time::{Duration, Instant};
 use trireme_types::cluster_status::{
-    ClusterStatus, DrainProgress, FinalizeResult, MoveStatus, NodeStatus, RemoveResult,
-    ShardPlacement, SplitResult,
+    ClusterStatus, DrainProgress, FinalizeResult, MoveStatus, NodeStatus, Placement,
+    PlacementChange, RegionNodes, RemoveResult, ShardPlacement, SplitResult,
 };
 use trireme_types::{ErrorCode, NodeId, ShardId};
 
@@ -333,7 +333,69 @@ impl Node {
     }
 }
 
+/// The survival goals the placement knows.
+const SURVIVAL_GOALS: &[&str] = &["zone"];
+
 impl Node {
+    /// Where voters and learners go, as the cluster map says now.
+    pub fn placement(&self) -> Placement {
+        match self.cluster_map() {
+            Some(map) => placement_of(&map, &self.directory_snapshot()),
+            None => Placement {
+                home_region: None,
+                survival: "zone".into(),
+                regions: Vec::new(),
+                epoch: 0,
+            },
+        }
+    }
+
+    /// Changes the home region (and checks the survival goal): the rebalancer then moves
+    /// voters into the new home region, learner first, and keeps a learner in every other
+    /// region. Refused, with the map unchanged, for a region with no active node, a survival
+    /// goal other than `zone`, or below cluster version
+    /// [`trireme_types::version::since::REGIONS`].
+    pub async fn set_placement(&self, change: PlacementChange) -> Result<Placement, ClusterError> {
+        self.require_cluster_version(trireme_types::version::since::REGIONS, "a home region")?;
+        if let Some(goal) = change.survival.as_deref()
+            && !SURVIVAL_GOALS.contains(&goal)
+        {
+            return Err(refused(
+                ErrorCode::InvalidArgument,
+                format!(
+                    "survival {goal:?} is not supported: this build places voters for survival \"zone\" only (voters in the home region, a learner in every other region)"
+                ),
+            ));
+        }
+        let directory = self.directory_snapshot();
+        with_meta_leader(|| async {
+            crate::rebalance::update_map(self, |map| {
+                let Some(home) = change.home_region.as_deref() else {
+                    return Ok(None);
+                };
+                let active = map.nodes_in(NodeState::Active);
+                let has_nodes = active
+                    .iter()
+                    .any(|id| directory.get(id).and_then(|i| i.region.as_deref()) == Some(home));
+                if !has_nodes {
+                    return Err(refused(
+                        ErrorCode::InvalidArgument,
+                        format!("home region {home:?} has no active node; nothing was changed"),
+                    ));
+                }
+                if map.home_region.as_deref() == Some(home) {
+                    return Ok(None);
+                }
+                tracing::info!(from = ?map.home_region, to = home, "the home region changes");
+                map.home_region = Some(home.to_owned());
+                Ok(Some(()))
+            })
+            .await
+        })
+        .await?;
+        Ok(self.placement())
+    }
+
     /// Splits `shard` in two at `at_slot` (default: the middle of its range): the metadata
     /// leader has the shard's leader apply the split, then gives the upper slots to a new
     /// shard on the same voters, which the rebalancer moves like any other. Returns once the
@@ -344,6 +406,34 @@ impl Node {
         at_slot: Option<u16>,
     ) -> Result<SplitResult, ClusterError> {
         with_meta_leader(|| plan_split(self, ShardId(shard), at_slot)).await
+    }
+}
+
+/// The placement `map` describes, with each active node's region from `directory`.
+fn placement_of(map: &ClusterMap, directory: &BTreeMap<u64, NodeInfo>) -> Placement {
+    let home = map.home_region.as_deref();
+    let mut regions: BTreeMap<Option<String>, RegionNodes> = BTreeMap::new();
+    for id in map.nodes_in(NodeState::Active) {
+        let info = directory.get(&id);
+        let region = info.and_then(|i| i.region.clone());
+        let entry = regions
+            .entry(region.clone())
+            .or_insert_with(|| RegionNodes {
+                home: crate::meta::in_home_region(home, region.as_deref()),
+                region,
+                nodes: Vec::new(),
+                learners: 0,
+            });
+        entry
+            .nodes
+            .push(info.map_or_else(|| format!("{id:016x}"), |i| i.node.name.clone()));
+        entry.learners += map.learner_count(id);
+    }
+    Placement {
+        home_region: map.home_region.clone(),
+        survival: "zone".into(),
+        regions: regions.into_values().collect(),
+        epoch: map.epoch,
     }
 }
 
@@ -564,6 +654,7 @@ mod tests {
                 },
                 rack: None,
                 zone: None,
+                region: None,
             })
             .collect()
     }
@@ -628,6 +719,7 @@ mod tests {
                 to: infos[0].id(),
                 phase: MovePhase::Learner,
                 started_ms: 0,
+                learner: false,
             },
         );
         let e = check_split(&map, ShardId(2), None, 1).unwrap_err();
@@ -652,6 +744,7 @@ mod tests {
                     to: n4,
                     phase,
                     started_ms: 0,
+                    learner: false,
                 },
             );
         }

@@ -10,8 +10,9 @@
 //! how many replicas each node holds. Preferred leaders (each shard's first voter) are
 //! spread the same way, without moving any data.
 
-use crate::meta::{ClusterMap, Move, MovePhase, NodeInfo, NodeState};
+use crate::meta::{self, ClusterMap, Move, MovePhase, NodeInfo, NodeState};
 use std::collections::{BTreeMap, BTreeSet};
+use trireme_types::ShardId;
 
 /// The inputs of a plan.
 pub(crate) struct Planner<'a> {
@@ -29,9 +30,102 @@ pub(crate) struct Planner<'a> {
 /// [`Planner::min_bytes_gap`] of the metadata leader.
 pub(crate) const MIN_BYTES_GAP: u64 = 64 << 20;
 
-impl Planner<'_> {
+impl<'a> Planner<'a> {
+    /// The metadata leader's planner over `map`, with [`MIN_BYTES_GAP`].
+    pub fn of_leader(
+        map: &'a ClusterMap,
+        infos: &'a BTreeMap<u64, NodeInfo>,
+        factor: usize,
+        shard_bytes: &'a BTreeMap<u32, u64>,
+    ) -> Self {
+        Planner {
+            map,
+            infos,
+            factor,
+            shard_bytes,
+            min_bytes_gap: MIN_BYTES_GAP,
+        }
+    }
+    /// The active nodes that may hold voters: those in the home region, when there is one.
     fn active(&self) -> BTreeSet<u64> {
-        self.map.nodes_in(NodeState::Active)
+        let home = self.map.home_region.as_deref();
+        self.map
+            .nodes_in(NodeState::Active)
+            .into_iter()
+            .filter(|id| meta::in_home_region(home, self.region(*id)))
+            .collect()
+    }
+
+    fn region(&self, id: u64) -> Option<&str> {
+        self.infos.get(&id).and_then(|i| i.region.as_deref())
+    }
+
+    /// Learner moves, at most `budget`: a learner of every shard in each region other than
+    /// the home region, on the active node there holding the fewest learners; and the removal
+    /// of learners that are not wanted (on a node that is leaving, in the home region, or a
+    /// second one in a region). Shards with a move in progress wait for it.
+    pub fn learner_moves(&self, budget: usize, now_ms: u64) -> Vec<(u32, Move)> {
+        let mut planned: Vec<(u32, Move)> = Vec::new();
+        let Some(home) = self.map.home_region.as_deref() else {
+            return planned;
+        };
+        let active = self.map.nodes_in(NodeState::Active);
+        let mut by_region: BTreeMap<&str, Vec<u64>> = BTreeMap::new();
+        for id in &active {
+            if let Some(region) = self.region(*id).filter(|r| *r != home) {
+                by_region.entry(region).or_default().push(*id);
+            }
+        }
+        let mut load: BTreeMap<u64, usize> = active
+            .iter()
+            .map(|id| (*id, self.map.learner_count(*id)))
+            .collect();
+        let learner_move = |to: u64, phase: MovePhase| Move {
+            from: None,
+            to,
+            phase,
+            started_ms: now_ms,
+            learner: true,
+        };
+        for shard in 0..self.map.shard_count() {
+            if planned.len() >= budget {
+                break;
+            }
+            if self.map.moves.contains_key(&shard) || self.map.splits.contains_key(&shard) {
+                continue;
+            }
+            let learners = self.map.learners_of(ShardId(shard));
+            // One unwanted learner at a time goes first.
+            let mut covered = BTreeSet::new();
+            let unwanted = learners.iter().copied().find(|id| {
+                let wanted = active.contains(id)
+                    && self
+                        .region(*id)
+                        .is_some_and(|r| r != home && covered.insert(r));
+                !wanted
+            });
+            if let Some(id) = unwanted {
+                planned.push((shard, learner_move(id, MovePhase::Cancel)));
+                continue;
+            }
+            let voters = self.map.replicas.get(shard as usize);
+            let missing = by_region
+                .iter()
+                .find(|(region, _)| !covered.contains(**region));
+            let Some((_, nodes)) = missing else {
+                continue;
+            };
+            let to = nodes
+                .iter()
+                .copied()
+                .filter(|id| !voters.is_some_and(|v| v.contains(id)))
+                .min_by_key(|id| (load.get(id).copied().unwrap_or(0), *id));
+            if let Some(to) = to {
+                *load.entry(to).or_default() += 1;
+                planned.push((shard, learner_move(to, MovePhase::Learner)));
+            }
+        }
+        planned
     }
 
     fn labels(&self, id: u64) -> (Option<&str>, Option<&str>) {
@@ -263,6 +357,7 @@ fn push_move(
             to,
             phase: MovePhase::Learner,
             started_ms: now_ms,
+            learner: false,
         },
     ));
 }
@@ -379,6 +474,7 @@ mod tests {
             },
             rack: rack.map(Into::into),
             zone: zone.map(Into::into),
+            region: None,
         }
     }
 
@@ -412,19 +508,107 @@ mod tests {
         panic!("the planner never settles");
     }
 
-    fn plan(map: &ClusterMap, infos: &BTreeMap<u64, NodeInfo>, budget: usize) -> Vec<(u32, Move)> {
+    /// A planner for 3 voters per shard that does not weigh bytes.
+    fn planner<'a>(map: &'a ClusterMap, infos: &'a BTreeMap<u64, NodeInfo>) -> Planner<'a> {
         Planner {
             map,
             infos,
             factor: 3,
-            shard_bytes: &BTreeMap::new(),
+            shard_bytes: const { &BTreeMap::new() },
             min_bytes_gap: 0,
         }
-        .next_moves(budget, 0)
+    }
+
+    fn plan(map: &ClusterMap, infos: &BTreeMap<u64, NodeInfo>, budget: usize) -> Vec<(u32, Move)> {
+        planner(map, infos).next_moves(budget, 0)
     }
 
     fn join(map: &mut ClusterMap, node: &NodeInfo) {
         map.states.insert(node.id(), NodeState::Active);
+    }
+
+    fn in_region(name: &str, region: &str) -> NodeInfo {
+        NodeInfo {
+            region: Some(region.into()),
+            ..info(name, None, None)
+        }
+    }
+
+    fn learner_plan(map: &ClusterMap, infos: &BTreeMap<u64, NodeInfo>) -> Vec<(u32, Move)> {
+        planner(map, infos).learner_moves(100, 0)
+    }
+
+    #[test]
+    fn voters_stay_home_and_every_other_region_gets_one_learner_per_shard() {
+        let nodes = vec![
+            in_region("a1", "home"),
+            in_region("a2", "home"),
+            in_region("a3", "home"),
+            in_region("b1", "west"),
+            in_region("b2", "west"),
+            in_region("c1", "east"),
+        ];
+        let all = infos(&nodes);
+        let mut map = place(&nodes, 4, 3);
+        assert_eq!(map.home_region.as_deref(), Some("home"));
+        for voters in &map.replicas {
+            assert!(
+                voters
+                    .iter()
+                    .all(|v| all[v].region.as_deref() == Some("home")),
+                "{voters:?}"
+            );
+        }
+        // Nothing for the voters to do: the other regions hold no voters.
+        assert!(plan(&map, &all, 8).is_empty());
+        // One learner move per shard at a time; settled, each shard has one learner in west
+        // and one in east, west's spread over both nodes.
+        for _ in 0..4 {
+            let planned = learner_plan(&map, &all);
+            assert!(
+                planned
+                    .iter()
+                    .all(|(_, m)| m.learner && m.phase == MovePhase::Learner)
+            );
+            for (shard, mv) in planned {
+                map.finish_learner(ShardId(shard), &mv);
+            }
+        }
+        assert!(learner_plan(&map, &all).is_empty(), "settled");
+        for shard in 0..4 {
+            let regions: Vec<_> = map
+                .learners_of(ShardId(shard))
+                .iter()
+                .map(|l| all[l].region.clone().unwrap())
+                .collect();
+            assert_eq!(regions.len(), 2, "{regions:?}");
+            assert!(regions.contains(&"west".into()) && regions.contains(&"east".into()));
+        }
+        let b = |n: &str| map.learner_count(nodes.iter().find(|i| i.node.name == n).unwrap().id());
+        assert_eq!((b("b1"), b("b2"), b("c1")), (2, 2, 4));
+
+        // A learner on a draining node is removed first; then a new one is placed.
+        let b1 = nodes[3].id();
+        map.states.insert(b1, NodeState::Draining);
+        let planned = learner_plan(&map, &all);
+        assert!(!planned.is_empty());
+        for (shard, mv) in &planned {
+            assert_eq!((mv.to, mv.phase), (b1, MovePhase::Cancel), "shard {shard}");
+            map.drop_learner(ShardId(*shard), b1);
+        }
+        for (_, mv) in learner_plan(&map, &all) {
+            assert_eq!((mv.to, mv.phase), (nodes[4].id(), MovePhase::Learner));
+        }
+    }
+
+    #[test]
+    fn without_a_home_region_there_are_no_learners() {
+        let nodes: Vec<NodeInfo> = (1..=4)
+            .map(|i| info(&format!("n{i}"), None, None))
+            .collect();
+        let map = place(&nodes, 4, 3);
+        assert_eq!(map.home_region, None);
+        assert!(learner_plan(&map, &infos(&nodes)).is_empty());
     }
 
     /// 16 shards placed on n1-n3, and n4 just joined (active, no replica yet).

@@ -128,6 +128,11 @@ async fn write_first_map(node: &Node) {
         .map(|info| node.version_of(info.id()).1.map_or(0, |v| v.protocol))
         .min()
         .unwrap_or(0);
+    if map.cluster_version < trireme_types::version::since::REGIONS {
+        // A metadata leader of the older build would drop it; an operator sets it once the
+        // upgrade is done.
+        map.home_region = None;
+    }
     match write_map(node, &map, PutCondition::IfAbsent).await {
         Ok(true) => tracing::info!(shards = node.bootstrap_shards, "placed every shard"),
         Ok(false) => tracing::info!("placement written by another node"),
@@ -622,6 +627,16 @@ async fn step(
             };
             if matched.is_some_and(|m| m + CAUGHT_UP_SLACK >= last_index) {
                 node.leader_memory().progress.remove(&shard.0);
+                if mv.learner {
+                    // It stays a learner: recorded as one, the move is done.
+                    if change_move(node, shard, mv, |map| map.finish_learner(shard, mv)).await? {
+                        node.elastic_metrics
+                            .moves_completed
+                            .fetch_add(1, Ordering::Relaxed);
+                        tracing::info!(shard = shard.0, to = %format_args!("{:016x}", mv.to), "learner placed");
+                    }
+                    return Ok(());
+                }
                 return set_phase(node, shard, mv, MovePhase::Voter).await;
             }
             if stalled && !node.is_linked(NodeId(mv.to)) {
@@ -671,6 +686,9 @@ async fn step(
             }
             if change_move(node, shard, mv, |map| {
                 map.moves.remove(&shard.0);
+                if mv.learner {
+                    map.drop_learner(shard, mv.to);
+                }
             })
             .await?
             {
@@ -735,14 +753,8 @@ async fn plan(node: &Node, map: &ClusterMap) -> Result<(), ClusterError> {
     let work = |map: &mut ClusterMap| {
         // From the map being changed: the one read again after a lost race may hold more.
         let budget = node.config.max_moves.saturating_sub(map.moves.len());
-        let planned = Planner {
-            map,
-            infos: &infos,
-            factor,
-            shard_bytes: &shard_bytes,
-            min_bytes_gap: crate::plan::MIN_BYTES_GAP,
-        }
-        .next_moves(budget, crate::now_ms());
+        let planned = Planner::of_leader(map, &infos, factor, &shard_bytes)
+            .next_moves(budget, crate::now_ms());
         // A shard being split keeps its voters until the split is done: they seed the new
         // shard.
         let planned: Vec<_> = planned
@@ -753,11 +765,25 @@ async fn plan(node: &Node, map: &ClusterMap) -> Result<(), ClusterError> {
         for (shard, mv) in planned {
             map.moves.insert(shard, mv);
         }
+        // Learners in the other regions, once every member keeps them in the map.
+        if map.cluster_version >= trireme_types::version::since::REGIONS {
+            let budget = node.config.max_moves.saturating_sub(map.moves.len());
+            let learners = Planner::of_leader(map, &infos, factor, &shard_bytes)
+                .learner_moves(budget, crate::now_ms());
+            started += learners.len();
+            for (shard, mv) in learners {
+                map.moves.insert(shard, mv);
+            }
+        }
         let mut changed = started > 0;
         changed |= spread_preferred(map);
         for id in map.nodes_in(NodeState::Draining) {
             let referenced = map.moves.values().any(|m| m.to == id || m.from == Some(id));
-            if map.replica_count(id) == 0 && !referenced && !meta_voters.contains(&NodeId(id)) {
+            if map.replica_count(id) == 0
+                && map.learner_count(id) == 0
+                && !referenced
+                && !meta_voters.contains(&NodeId(id))
+            {
                 map.states.insert(id, NodeState::Removed);
                 changed = true;
             }

@@ -91,6 +91,7 @@ pub fn router(state: AppState) -> Router {
         .route("/v1/agent/self", get(status::agent_self))
         .route("/v1/status/leader", get(status::leader))
         .route("/v1/status/peers", get(status::peers))
+        .route("/v1/catalog/datacenters", get(status::datacenters))
         .route("/v1/cluster/shards", get(status::shards))
         .route("/v1/cluster/status", get(admin::status))
         .route("/v1/cluster/nodes/{name}/remove", post(admin::remove_node))
@@ -103,6 +104,10 @@ pub fn router(state: AppState) -> Router {
             post(admin::finalize_upgrade),
         )
         .route("/v1/cluster/shards/{shard}/split", post(admin::split_shard))
+        .route(
+            "/v1/cluster/placement",
+            get(admin::placement).put(admin::set_placement),
+        )
         .route("/v1/backup/shard/{shard}", get(backup::export))
         .route("/v1/backup/restore", post(backup::restore))
         .route("/v1/acl/bootstrap", put(acl::bootstrap))

@@ -63,6 +63,7 @@ pub(crate) fn slot(method: &Method, uri: &Uri) -> usize {
         }
     } else if path.starts_with("/v1/status/")
         || path.starts_with("/v1/cluster/")
+        || path.starts_with("/v1/catalog/")
         || path == "/v1/health"
     {
         4

@@ -142,6 +142,16 @@ fn requests() -> Vec<Request> {
         Request::Admin {
             payload: vec![6, 5],
         },
+        Request::AppendStamped {
+            group: 5,
+            rpc: AppendEntriesRequest {
+                vote: vote(3, 2, true),
+                prev_log_id: Some(log_id(3, 2, 12)),
+                entries: Vec::new(),
+                leader_commit: Some(log_id(3, 2, 12)),
+            },
+            leader_ms: 1_764_000_000_000,
+        },
     ]
 }
 
@@ -154,6 +164,7 @@ fn request_name(request: &Request) -> &'static str {
         Request::TransferLeader { .. } => "request.transfer_leader",
         Request::Forward { .. } => "request.forward",
         Request::Admin { .. } => "request.admin",
+        Request::AppendStamped { .. } => "request.append_stamped",
     }
 }
 

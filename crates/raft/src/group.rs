@@ -2,6 +2,7 @@
 
 use crate::batcher::ProposalMetrics;
 use crate::compaction::{LogBudget, run_compaction};
+use crate::freshness::Freshness;
 use crate::{LogStore, PeerNode, PeerTransport, RaftLayerError, ShardStateMachine, TypeConfig};
 use openraft::type_config::async_runtime::WatchReceiver;
 use openraft::{Config, Raft, ReadPolicy, ServerState, SnapshotPolicy};
@@ -140,6 +141,8 @@ pub struct ShardGroup {
     transport: PeerTransport,
     /// When this node last received AppendEntries for the group, stamped by the transport.
     last_append: Arc<Mutex<Option<Instant>>>,
+    /// How old this replica's state may be (see `freshness.rs`).
+    freshness: Arc<Freshness>,
     raft: ShardRaft,
     timeout: Duration,
     /// How long after a quorum acknowledged this leader it may serve reads alone. Followers
@@ -262,11 +265,15 @@ impl ShardGroup {
         let budget = Arc::new(budget);
         let budget_seen_by_compaction = Arc::downgrade(&budget);
         let opened_with = storage.last_log_index(group);
+        let lease = timing.election_min;
+        let freshness = Arc::new(Freshness::new(lease));
         let raft = Raft::new(
             node_id.0,
             config,
             GroupNetworkFactory::new(transport.clone(), group.0),
-            LogStore::new(storage.clone(), group).with_budget(budget.clone()),
+            LogStore::new(storage.clone(), group)
+                .with_budget(budget.clone())
+                .with_clock(freshness.clone()),
             ShardStateMachine::new(storage.clone(), shard)
                 .on_node(node_id.0)
                 .with_budget(budget),
@@ -279,7 +286,8 @@ impl ShardGroup {
             compaction_events,
             timing.keep_after_snapshot_bytes,
         ));
-        let last_append = transport.register(group.0, raft.clone());
+        freshness.set_metrics(raft.metrics());
+        let last_append = transport.register(group.0, raft.clone(), freshness.clone());
         let metrics = raft.metrics();
         let events = Arc::new(GroupEvents::default());
         watch_events(raft.metrics(), events.clone());
@@ -292,10 +300,11 @@ impl ShardGroup {
             group,
             transport: transport.clone(),
             last_append,
+            freshness,
             proposals,
             raft,
             timeout: timing.request_timeout,
-            lease: timing.election_min,
+            lease,
             metrics,
             events,
             recovered,
@@ -329,8 +338,26 @@ impl ShardGroup {
         self.metrics.borrow_watched().current_leader.map(NodeId)
     }
 
+    /// How many milliseconds old this replica's state may be: every write acknowledged
+    /// longer ago than that is applied here, as far as the nodes' clocks agree (see
+    /// `freshness.rs`). `None` when it cannot tell: no leader stamp is covered yet, or this
+    /// leader lost its lease. A follower whose leader never stamps anything (a build from
+    /// before stamps, during an upgrade) has only [`ShardGroup::last_contact_ms`] to go by.
+    pub fn staleness_ms(&self) -> Option<u64> {
+        if self.is_leader() {
+            return self.freshness.leader_bound();
+        }
+        let applied = self.metrics.borrow_watched().last_applied.as_ref()?.index;
+        match self.freshness.follower_bound(applied) {
+            Some(bound) => Some(bound),
+            None if !self.freshness.has_stamps() => self.last_contact_ms(),
+            None => None,
+        }
+    }
+
     /// Milliseconds since this replica last heard from its leader: 0 on the leader itself,
-    /// `None` when it never has.
+    /// `None` when it never has. Says nothing of what it has applied: a leader of a build that
+    /// sends no stamps leaves only this.
     pub fn last_contact_ms(&self) -> Option<u64> {
         if self.is_leader() {
             return Some(0);
@@ -547,26 +574,10 @@ impl ShardGroup {
     }
 
     /// Whether this node may serve a default-mode read from its own state without asking
-    /// anyone: it leads, a quorum acknowledged it within the lease (or it is the only voter),
-    /// and it has applied an entry of its own term, so everything committed by earlier
-    /// leaders is applied here. Reads only the published metrics: no round trip to the Raft
-    /// task. Stale metrics can only make this answer `false` too late by at most the lease,
-    /// which is what the lease is for.
+    /// anyone (see [`crate::freshness::holds_lease`]). Reads only the published metrics: no
+    /// round trip to the Raft task.
     fn holds_lease(&self) -> bool {
-        let m = self.metrics.borrow_watched();
-        if m.state != ServerState::Leader || m.current_leader != Some(m.id) {
-            return false;
-        }
-        if m.last_applied.as_ref().map(|l| l.leader_id.term) != Some(m.current_term) {
-            return false;
-        }
-        let membership = m.membership_config.membership();
-        let mut voters = membership.voter_ids();
-        let only_voter = matches!((voters.next(), voters.next()), (Some(id), None) if id == m.id);
-        only_voter
-            || m.last_quorum_acked
-                .as_ref()
-                .is_some_and(|acked| openraft::Instant::elapsed(&acked.into_inner()) < self.lease)
+        crate::freshness::holds_lease(&self.metrics.borrow_watched(), self.lease)
     }
 
     /// Whether a leader is known, and the last applied index: the cheap part of

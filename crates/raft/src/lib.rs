@@ -8,6 +8,7 @@
 mod batcher;
 mod compaction;
 mod error;
+mod freshness;
 #[cfg(test)]
 mod golden_samples;
 mod group;

@@ -8,6 +8,7 @@
 
 use crate::TypeConfig;
 use crate::compaction::LogBudget;
+use crate::freshness::Freshness;
 use openraft::entry::RaftEntry;
 use openraft::storage::{IOFlushed, RaftLogStorage};
 use openraft::type_config::alias::{EntryOf, LogIdOf, VoteOf};
@@ -32,6 +33,7 @@ pub struct LogStore {
     group: GroupId,
     recent: Arc<Mutex<RecentEntries>>,
     budget: Option<Arc<LogBudget>>,
+    clock: Option<Arc<Freshness>>,
 }
 
 /// Most entries, and most encoded bytes, kept in [`RecentEntries`] per group.
@@ -118,7 +120,14 @@ impl LogStore {
             group,
             recent: Arc::default(),
             budget: None,
+            clock: None,
         }
+    }
+
+    /// Tells `clock` when entries are appended and cut, for the leader's freshness stamps.
+    pub(crate) fn with_clock(mut self, clock: Arc<Freshness>) -> Self {
+        self.clock = Some(clock);
+        self
     }
 
     /// Counts appended bytes against `budget`, which asks for snapshots by log size.
@@ -267,6 +276,11 @@ impl RaftLogStorage<TypeConfig> for LogStore {
         I::IntoIter: OptionalSend,
     {
         let entries: Vec<EntryOf<TypeConfig>> = entries.into_iter().collect();
+        if let (Some(clock), Some(first), Some(last)) =
+            (&self.clock, entries.first(), entries.last())
+        {
+            clock.appended(first.index(), last.index());
+        }
         let rows = entries
             .iter()
             .map(|entry| Ok((entry.index(), encode(entry)?)))
@@ -301,6 +315,9 @@ impl RaftLogStorage<TypeConfig> for LogStore {
     ) -> Result<(), io::Error> {
         let from = last_log_id.map_or(0, |id| id.index() + 1);
         self.recent().truncate(from);
+        if let Some(clock) = &self.clock {
+            clock.truncated(from);
+        }
         if let Some(budget) = &self.budget {
             budget.truncated(from);
         }

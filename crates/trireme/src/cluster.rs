@@ -86,6 +86,13 @@ enum ClusterCommand {
     /// refused (an unknown shard, a slot outside it, a shard moving a replica, another split
     /// in progress).
     Split(crate::cluster_admin::SplitArgs),
+    /// Show where voters and learners go (the home region, the survival goal, each region's
+    /// nodes), or change the home region with --home-region: the voters then move there,
+    /// learner first, and every other region keeps a learner of every shard.
+    ///
+    /// Exits non-zero when the change is refused (a region with no active node, a survival
+    /// goal other than zone, a cluster still upgrading to the build that brought regions).
+    Placement(crate::cluster_admin::PlacementArgs),
 }
 
 /// Flags of `trireme cluster up`.
@@ -159,6 +166,7 @@ pub fn run(args: ClusterArgs) -> anyhow::Result<()> {
             runtime.block_on(crate::cluster_admin::cancel_drain(args))
         }
         ClusterCommand::Split(args) => runtime.block_on(crate::cluster_admin::split(args)),
+        ClusterCommand::Placement(args) => runtime.block_on(crate::cluster_admin::placement(args)),
         ClusterCommand::FinalizeUpgrade(args) => {
             runtime.block_on(crate::cluster_admin::finalize_upgrade(args))
         }
@@ -807,6 +815,8 @@ mod tests {
             resp: format!("{name}:2"),
             peer: format!("{name}:3"),
             version: None,
+            region: None,
+            role: None,
         };
         let report = StatusReport {
             target: "http://n1:1".into(),

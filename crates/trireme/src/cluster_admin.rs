@@ -6,7 +6,9 @@ use anyhow::{anyhow, bail};
 use clap::Args;
 use std::fmt::Write as _;
 use std::time::Duration;
-use trireme_types::cluster_status::{ClusterStatus, FinalizeResult, RemoveResult, SplitResult};
+use trireme_types::cluster_status::{
+    ClusterStatus, FinalizeResult, Placement, PlacementChange, RemoveResult, SplitResult,
+};
 
 /// Flags of `trireme cluster remove`.
 #[derive(Args, Debug)]
@@ -34,11 +36,7 @@ async fn post<T: serde::de::DeserializeOwned>(url: &str) -> anyhow::Result<T> {
     let status = response.status();
     let body = response.text().await.unwrap_or_default();
     if !status.is_success() {
-        let message = serde_json::from_str::<serde_json::Value>(&body)
-            .ok()
-            .and_then(|v| v.get("error").and_then(|e| e.as_str()).map(str::to_owned))
-            .unwrap_or(body);
-        bail!("{message} ({status})");
+        bail!("{} ({status})", error_message(&body));
     }
     serde_json::from_str(&body).map_err(|e| anyhow!("POST {url}: unexpected answer {body:?}: {e}"))
 }
@@ -77,6 +75,84 @@ pub async fn finalize_upgrade(args: FinalizeArgs) -> anyhow::Result<()> {
     let result: FinalizeResult = post(&format!("{target}/v1/cluster/finalize-upgrade")).await?;
     println!("{}", result.message);
     Ok(())
+}
+
+/// Flags of `trireme cluster placement`.
+#[derive(Args, Debug)]
+pub struct PlacementArgs {
+    /// Make this region the home region: it holds every shard's voters.
+    #[arg(long)]
+    home_region: Option<String>,
+    /// The survival goal (only `zone` so far).
+    #[arg(long)]
+    survival: Option<String>,
+    /// Any node's HTTP URL.
+    #[arg(long, default_value = "http://127.0.0.1:7700")]
+    target: String,
+}
+
+/// Shows the placement, after changing it when asked to.
+pub async fn placement(args: PlacementArgs) -> anyhow::Result<()> {
+    let target = normalize_target(&args.target)?;
+    let url = format!("{target}/v1/cluster/placement");
+    let client = http_client(Duration::from_secs(30))?;
+    let request = if args.home_region.is_some() || args.survival.is_some() {
+        client.put(&url).json(&PlacementChange {
+            home_region: args.home_region,
+            survival: args.survival,
+        })
+    } else {
+        client.get(&url)
+    };
+    let response = request
+        .send()
+        .await
+        .map_err(|e| anyhow!("{url}: {}", root_cause(&e)))?;
+    let status = response.status();
+    let body = response.text().await.unwrap_or_default();
+    if !status.is_success() {
+        bail!("{} ({status})", error_message(&body));
+    }
+    let placement: Placement = serde_json::from_str(&body)
+        .map_err(|e| anyhow!("{url}: unexpected answer {body:?}: {e}"))?;
+    print!("{}", render_placement(&placement));
+    Ok(())
+}
+
+/// The server's `{"error": ...}` message, or the body as it is.
+fn error_message(body: &str) -> String {
+    serde_json::from_str::<serde_json::Value>(body)
+        .ok()
+        .and_then(|v| v.get("error").and_then(|e| e.as_str()).map(str::to_owned))
+        .unwrap_or_else(|| body.to_owned())
+}
+
+/// `cluster placement`'s table.
+fn render_placement(p: &Placement) -> String {
+    let mut out = String::new();
+    let _ = writeln!(
+        out,
+        "home region: {}   survival: {}   epoch: {}",
+        p.home_region.as_deref().unwrap_or("(none)"),
+        p.survival,
+        p.epoch
+    );
+    let _ = writeln!(
+        out,
+        "{:<16} {:<8} {:>8}  NODES",
+        "REGION", "HOLDS", "LEARNERS"
+    );
+    for r in &p.regions {
+        let _ = writeln!(
+            out,
+            "{:<16} {:<8} {:>8}  {}",
+            r.region.as_deref().unwrap_or("-"),
+            if r.home { "voters" } else { "learners" },
+            r.learners,
+            r.nodes.join(",")
+        );
+    }
+    out
 }
 
 /// Flags of `trireme cluster split`.

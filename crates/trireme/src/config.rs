@@ -57,6 +57,10 @@ pub struct ServerArgs {
     /// Zone label used to spread replicas.
     #[arg(long)]
     pub zone: Option<String>,
+    /// Region label (a datacenter): stale reads prefer replicas in the reader's region, and
+    /// Consul's `/v1/catalog/datacenters` lists the regions.
+    #[arg(long)]
+    pub region: Option<String>,
     /// Name of the cluster; a data dir from a cluster with another name is refused.
     #[arg(long)]
     pub cluster_name: Option<String>,
@@ -100,6 +104,7 @@ pub struct FileConfig {
     replication_factor: Option<u32>,
     rack: Option<String>,
     zone: Option<String>,
+    region: Option<String>,
     cluster_name: Option<String>,
     /// Hand shard leadership to each shard's preferred replica (default true).
     balance_leaders: Option<bool>,
@@ -595,6 +600,7 @@ impl ServerArgs {
         }
         node.rack = self.rack.or(file.rack);
         node.zone = self.zone.or(file.zone);
+        node.region = self.region.or(file.region);
         node.redis_cross_slot = file
             .redis
             .and_then(|r| r.cross_slot_transactions)

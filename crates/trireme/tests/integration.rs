@@ -37,6 +37,7 @@ mod t63_snapshots;
 mod t64_peer_port;
 mod t65_restart_read;
 mod t66_mixed_versions;
+mod t67_regions;
 mod t70_cluster_up;
 mod t75_kv_cli;
 mod t76_backup;

@@ -448,7 +448,11 @@ async fn status_cluster_health_and_metrics() {
         assert_eq!(leader.peer, ep.peer.to_string());
         assert_eq!(leader.http, ep.http.to_string());
         assert_eq!(leader.resp, ep.resp.to_string());
-        assert_eq!(s.replicas, vec![leader.clone()]);
+        let as_replica = trireme_types::admin::NodeAddrs {
+            role: Some("voter".into()),
+            ..leader.clone()
+        };
+        assert_eq!(s.replicas, vec![as_replica]);
         assert_eq!(s.local_role.as_deref(), Some("Leader"));
         assert!(s.term >= 1);
         assert!(

@@ -184,6 +184,8 @@ fn one_node_behind(cluster: &str) -> ClusterOptions {
                 (PROTOCOL - 1).to_string(),
             )],
         ],
+        // In one region, whose placement the newest protocol lets an operator set.
+        node_args: vec![vec!["--region".to_string(), "r1".to_string()]; 3],
         ..ClusterOptions::default()
     }
 }
@@ -208,22 +210,18 @@ async fn finalize(c: &TestCluster, via: usize) -> (u16, serde_json::Value) {
     (status, response.json().await.expect("a JSON answer"))
 }
 
-/// The replicated feature of the newest protocol: a Consul transaction that reads a prefix
-/// (in every shard) and writes a key, through node `via`; its status and body.
+/// The replicated feature of the newest protocol: setting the home region (which a metadata
+/// leader of an older build would drop from the map), through node `via`; its status and
+/// body.
 async fn newest_feature(c: &TestCluster, via: usize) -> (u16, String) {
-    let keys = c.key_per_shard("feature/");
-    let ops = serde_json::json!([
-        {"KV": {"Verb": "get-tree", "Key": "feature/"}},
-        {"KV": {"Verb": "set", "Key": keys[1], "Value": "MQ=="}},
-    ]);
-    let url = format!("{}/v1/txn", c.node(via).http_url());
+    let url = format!("{}/v1/cluster/placement", c.node(via).http_url());
     let response = c
         .http
         .put(&url)
-        .json(&ops)
+        .json(&serde_json::json!({"home_region": "r1"}))
         .send()
         .await
-        .expect("PUT /v1/txn");
+        .expect("PUT /v1/cluster/placement");
     let status = response.status().as_u16();
     (status, response.text().await.unwrap_or_default())
 }

@@ -27,6 +27,12 @@ pub struct NodeAddrs {
     /// (the answering node's own for itself); absent without a link.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub version: Option<crate::version::Version>,
+    /// The node's region label (`--region`), `null` without one.
+    #[serde(default)]
+    pub region: Option<String>,
+    /// As a shard's replica: `voter` or `learner`. Absent elsewhere (a shard's leader).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub role: Option<String>,
 }
 
 /// `GET /v1/cluster/shards`: the shard map as the answering node sees it.
@@ -170,6 +176,8 @@ mod tests {
             http: format!("{name}:2"),
             resp: format!("{name}:3"),
             version: None,
+            region: None,
+            role: None,
         }
     }
 

@@ -143,6 +143,46 @@ pub struct RemoveResult {
     pub message: String,
 }
 
+/// `GET /v1/cluster/placement`, and the answer to `PUT` on it: where voters and learners go.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Placement {
+    /// The region whose nodes hold every shard's voters; `None` when no node declared a
+    /// region at bootstrap (voters then go anywhere, and there are no learners).
+    pub home_region: Option<String>,
+    /// What the placement survives: `zone` (voters in distinct zones of the home region, one
+    /// learner of every shard in every other region).
+    pub survival: String,
+    /// Every region with active nodes (`null`: nodes that declare none, counted as in the
+    /// home region).
+    pub regions: Vec<RegionNodes>,
+    /// The cluster map's epoch the answer was read at.
+    pub epoch: u64,
+}
+
+/// The active nodes of one region.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct RegionNodes {
+    /// The region label, `null` for nodes without one.
+    pub region: Option<String>,
+    /// Whether voters go here.
+    pub home: bool,
+    /// The nodes' names.
+    pub nodes: Vec<String>,
+    /// How many learners they hold, together.
+    pub learners: usize,
+}
+
+/// The body of `PUT /v1/cluster/placement`: what to change (absent: unchanged).
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct PlacementChange {
+    /// The new home region: it must have an active node.
+    #[serde(default)]
+    pub home_region: Option<String>,
+    /// The survival goal: only `zone` so far.
+    #[serde(default)]
+    pub survival: Option<String>,
+}
+
 /// The answer to `POST /v1/cluster/finalize-upgrade`.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct FinalizeResult {

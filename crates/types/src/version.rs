@@ -24,7 +24,9 @@ use std::fmt;
 /// - 4: transactions across shards resolved at their prepares' indexes, many at once;
 ///   prefix reads and deletes in them (`get-tree`, `delete-tree`, recursive deletes), with
 ///   prefix holds.
-pub const PROTOCOL: u32 = 4;
+/// - 5: AppendEntries carry the leader's freshness stamp (what bounds a stale read's age);
+///   regions: a home region and learners in the cluster map.
+pub const PROTOCOL: u32 = 5;
 
 /// The cluster version from which each replicated feature may be used: the protocol that
 /// brought it. Below it, the feature answers an error naming both versions.
@@ -36,6 +38,12 @@ pub mod since {
     /// [`crate::Command::ResolveMany`], [`crate::Command::ReadPrefix`] and prefix holds:
     /// transactions across shards answered once decided, and over prefixes.
     pub const PREFIX_TRANSACTIONS: u32 = 4;
+    /// Stamped AppendEntries on a peer link. Nothing replicated changes, so this waits only
+    /// for the peer's own protocol, as its link announced it, not for the cluster version.
+    pub const STAMPED_APPENDS: u32 = 5;
+    /// A home region and learners in the cluster map, which a metadata leader of an older
+    /// build would drop when it rewrites the map.
+    pub const REGIONS: u32 = 5;
 }
 
 /// The environment variable that makes a node announce another protocol number than

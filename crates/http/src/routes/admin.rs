@@ -7,7 +7,9 @@ use crate::{ApiError, AppState};
 use axum::Json;
 use axum::extract::{Path, Query, State};
 use serde::Deserialize;
-use trireme_types::cluster_status::{ClusterStatus, FinalizeResult, RemoveResult, SplitResult};
+use trireme_types::cluster_status::{
+    ClusterStatus, FinalizeResult, Placement, PlacementChange, RemoveResult, SplitResult,
+};
 
 /// `GET /v1/cluster/status`.
 pub(crate) async fn status(
@@ -70,6 +72,34 @@ pub(crate) async fn finalize_upgrade(
 ) -> Result<Json<FinalizeResult>, ApiError> {
     access.operator_write()?;
     Ok(Json(state.node.finalize_upgrade().await?))
+}
+
+/// `GET /v1/cluster/placement`: the home region, the survival goal, and each region's
+/// active nodes.
+pub(crate) async fn placement(
+    State(state): State<AppState>,
+    access: Access,
+) -> Result<Json<Placement>, ApiError> {
+    access.operator_read()?;
+    Ok(Json(state.node.placement()))
+}
+
+/// `PUT /v1/cluster/placement` with `{"home_region": "R", "survival": "zone"}` (either may
+/// be left out): moves the voters to region R. 400 for a region with no active node or an
+/// unknown survival goal, 409 below the cluster version that brought regions; the map is
+/// unchanged then.
+pub(crate) async fn set_placement(
+    State(state): State<AppState>,
+    access: Access,
+    body: axum::body::Bytes,
+) -> Result<Json<Placement>, ApiError> {
+    access.operator_write()?;
+    let change: PlacementChange = serde_json::from_slice(&body).map_err(|e| {
+        ApiError::invalid(format!(
+            "expected {{\"home_region\": \"R\", \"survival\": \"zone\"}}: {e}"
+        ))
+    })?;
+    Ok(Json(state.node.set_placement(change).await?))
 }
 
 /// Query of `POST /v1/cluster/shards/{id}/split`.

@@ -24,7 +24,8 @@ fn key_of(uri: &Uri) -> Vec<u8> {
 }
 
 pub(crate) fn read_mode(query: &Query) -> Result<ReadMode, ApiError> {
-    match (query.flag("consistent")?, query.flag("stale")?) {
+    let stale = query.flag("stale")? || max_stale(query)?.is_some();
+    match (query.flag("consistent")?, stale) {
         (true, true) => Err(ApiError::invalid(
             "Cannot specify ?stale with ?consistent, conflicting semantics.",
         )),
@@ -32,6 +33,26 @@ pub(crate) fn read_mode(query: &Query) -> Result<ReadMode, ApiError> {
         (false, true) => Ok(ReadMode::Stale),
         (false, false) => Ok(ReadMode::Default),
     }
+}
+
+/// Consul's `?max_stale=D` (a Go duration), in milliseconds: a stale read from a replica that
+/// may be older than `D` is run again on the leader. As in Consul, it implies `?stale`.
+pub(crate) fn max_stale(query: &Query) -> Result<Option<u64>, ApiError> {
+    let Some(raw) = query.str("max_stale") else {
+        return Ok(None);
+    };
+    let bound = crate::blocking::parse_go_duration(raw).ok_or_else(|| {
+        ApiError::invalid(format!(
+            "Invalid max_stale {raw:?}: expected a duration such as 5s or 250ms"
+        ))
+    })?;
+    Ok(Some(bound.as_millis() as u64).filter(|ms| *ms > 0))
+}
+
+/// Whether a read answered with `meta` must run again on the leader: it was stale, and its
+/// replica could be older than `max_stale` allows.
+pub(crate) fn too_stale(mode: ReadMode, max_stale: Option<u64>, meta: &ReadMeta) -> bool {
+    mode == ReadMode::Stale && max_stale.is_some_and(|max| meta.last_contact_ms > max)
 }
 
 /// Consul's array of entries (`LockIndex`, `Key`, `Flags`, `Value` in base64 or `null`,
@@ -141,13 +162,21 @@ pub(crate) async fn get(
     let key = key_of(&uri);
     let query = Query::parse(uri.query());
     let mode = read_mode(&query)?;
+    let max_stale = max_stale(&query)?;
     let node = &state.node;
 
     let block = crate::blocking::blocking(&query)?;
-    let list = async |prefix: &[u8]| match block {
+    let list_in = async |prefix: &[u8], mode: ReadMode| match block {
         Some(block) => node.list_blocking(prefix, mode, block).await,
         None if mode == ReadMode::Consistent => node.list_consistent(prefix).await,
         None => node.list(prefix, mode, usize::MAX).await,
+    };
+    let list = async |prefix: &[u8]| {
+        let answer = list_in(prefix, mode).await?;
+        if too_stale(mode, max_stale, &answer.1) {
+            return list_in(prefix, ReadMode::Default).await;
+        }
+        Ok::<_, trireme_cluster::ClusterError>(answer)
     };
 
     if query.flag("keys")? {
@@ -187,10 +216,14 @@ pub(crate) async fn get(
         return Err(ApiError::invalid("Missing key name"));
     }
     access.key_read(&key)?;
-    let (record, meta) = match block {
-        Some(block) => node.get_blocking(&key, mode, block).await?,
-        None => node.get(&key, mode).await?,
+    let get_in = async |mode: ReadMode| match block {
+        Some(block) => node.get_blocking(&key, mode, block).await,
+        None => node.get(&key, mode).await,
     };
+    let (mut record, mut meta) = get_in(mode).await?;
+    if too_stale(mode, max_stale, &meta) {
+        (record, meta) = get_in(ReadMode::Default).await?;
+    }
     let headers = consul_headers(&meta);
     let Some(record) = record else {
         return Ok(not_found(headers));

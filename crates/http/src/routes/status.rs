@@ -34,10 +34,9 @@ pub(crate) async fn agent_self(State(state): State<AppState>) -> Json<serde_json
             )
         })
         .unwrap_or_default();
-    let config = node.config();
     Json(serde_json::json!({
         "Config": {
-            "Datacenter": config.cluster_name,
+            "Datacenter": node.datacenter(),
             "NodeName": me.name,
             "NodeID": format!("{:016x}", node.node_id()),
             "Server": true,
@@ -48,11 +47,30 @@ pub(crate) async fn agent_self(State(state): State<AppState>) -> Json<serde_json
             "Name": me.name,
             "Addr": host,
             "Port": port,
-            "Tags": {"role": "trireme", "dc": config.cluster_name},
+            "Tags": {"role": "trireme", "dc": node.datacenter()},
             "Status": 1,
         },
         "Meta": {},
     }))
+}
+
+/// `GET /v1/catalog/datacenters`: the regions the cluster's nodes are in (a node without a
+/// region label counts as the cluster's name, as `Config.Datacenter` says), this node's own
+/// first, then by name. Consul orders them by estimated round trip; this node's region is
+/// the nearest.
+pub(crate) async fn datacenters(State(state): State<AppState>) -> Json<Vec<String>> {
+    let node = &state.node;
+    let own = node.datacenter();
+    let others: BTreeSet<String> = node
+        .nodes()
+        .into_iter()
+        .map(|n| {
+            n.region
+                .unwrap_or_else(|| node.config().cluster_name.clone())
+        })
+        .filter(|dc| *dc != own)
+        .collect();
+    Json(std::iter::once(own).chain(others).collect())
 }
 
 /// `GET /v1/status/peers`: peer addresses of every node in the cluster.
@@ -75,6 +93,12 @@ pub(crate) async fn shards(State(state): State<AppState>) -> Json<ShardsDoc> {
         http: n.http_addr.clone(),
         resp: n.resp_addr.clone(),
         version: node.node_version(trireme_types::NodeId::from_name(&n.name)),
+        region: node.region_of(trireme_types::NodeId::from_name(&n.name)),
+        role: None,
+    };
+    let replica = |n: &trireme_cluster::PeerNode, role: &str| NodeAddrs {
+        role: Some(role.into()),
+        ..addrs(n)
     };
     let shards = node
         .shards()
@@ -83,7 +107,12 @@ pub(crate) async fn shards(State(state): State<AppState>) -> Json<ShardsDoc> {
             shard: s.shard,
             slots: [s.slots.0, s.slots.1],
             leader: s.leader.as_ref().map(addrs),
-            replicas: s.replicas.iter().map(addrs).collect(),
+            replicas: s
+                .replicas
+                .iter()
+                .map(|n| replica(n, "voter"))
+                .chain(s.learners.iter().map(|n| replica(n, "learner")))
+                .collect(),
             local_role: s.role,
             term: s.term,
             applied_index: s.applied_index,

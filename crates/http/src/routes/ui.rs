@@ -353,7 +353,7 @@ struct NodeDoc {
     healthy: bool,
     all_shards_led: bool,
     storage_ok: bool,
-    /// Region, zone and rack labels; nodes have no region label yet, so it is always null.
+    /// Region, zone and rack labels (null where the node has none).
     region: Option<String>,
     zone: Option<String>,
     rack: Option<String>,
@@ -416,7 +416,7 @@ fn summary(state: &AppState) -> NodeDoc {
         healthy: crate::routes::status::serving(node, &health),
         all_shards_led: health.all_shards_led,
         storage_ok: health.storage_ok,
-        region: None,
+        region: node.config().region.clone(),
         zone: labels.as_ref().and_then(|l| l.zone.clone()),
         rack: labels.as_ref().and_then(|l| l.rack.clone()),
         disk_free_bytes: (free != u64::MAX).then_some(free),

@@ -17,6 +17,7 @@ pub(crate) mod wire;
 
 use stream::PeerStream;
 
+use crate::freshness::Freshness;
 use crate::{PeerNode, TypeConfig};
 use bytes::BytesMut;
 use futures::StreamExt;
@@ -40,7 +41,7 @@ use tokio::io::AsyncWriteExt;
 use tokio::net::TcpListener;
 use tokio::sync::Notify;
 use tokio_util::codec::{FramedRead, LengthDelimitedCodec};
-use trireme_types::version::Version;
+use trireme_types::version::{Version, since::STAMPED_APPENDS};
 use trireme_types::{GroupId, NodeId};
 
 /// How long a dialer waits for a connection and for the answer to its `Hello`.
@@ -118,6 +119,8 @@ struct GroupEntry {
     raft: GroupRaft,
     /// When this node last received AppendEntries for the group (heartbeats included).
     last_append: Arc<Mutex<Option<Instant>>>,
+    /// The group's freshness stamps, sent as leader and received as follower.
+    freshness: Arc<Freshness>,
 }
 
 /// Node ids are kept as the `u64` that `Hello` frames and openraft's targets carry; the
@@ -433,13 +436,19 @@ impl PeerTransport {
 
     /// Registers a group's Raft so RPCs for `group` reach it; returns the cell the transport
     /// stamps on every AppendEntries received for the group (how fresh a follower is).
-    pub(crate) fn register(&self, group: u32, raft: GroupRaft) -> Arc<Mutex<Option<Instant>>> {
+    pub(crate) fn register(
+        &self,
+        group: u32,
+        raft: GroupRaft,
+        freshness: Arc<Freshness>,
+    ) -> Arc<Mutex<Option<Instant>>> {
         let last_append = Arc::new(Mutex::new(None));
         write_lock(&self.inner.groups).insert(
             group,
             GroupEntry {
                 raft,
                 last_append: last_append.clone(),
+                freshness,
             },
         );
         last_append
@@ -624,6 +633,34 @@ impl Inner {
             .map(|g| (g.raft.clone(), g.last_append.clone()))
     }
 
+    fn freshness(&self, group: u32) -> Option<Arc<Freshness>> {
+        self.groups
+            .read()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .get(&group)
+            .map(|g| g.freshness.clone())
+    }
+
+    /// The stamp a leader puts on an AppendEntries for `group` to `peer` (see
+    /// `freshness.rs`): only for a peer that reads [`wire::Request::AppendStamped`], and only
+    /// when this leader can back it.
+    fn stamp_for(
+        &self,
+        peer: u64,
+        group: u32,
+        rpc: &AppendEntriesRequest<TypeConfig>,
+    ) -> Option<u64> {
+        let commit = rpc.leader_commit.as_ref()?;
+        let speaks = lock(&self.peer_versions)
+            .get(&peer)
+            .is_some_and(|v| v.protocol >= STAMPED_APPENDS);
+        if !speaks {
+            return None;
+        }
+        self.freshness(group)?
+            .stamp(commit.index, commit.leader_id.term)
+    }
+
     /// Whether a peer that announced `peer` may link with this node (see [`Version::admits`]).
     fn admits(&self, peer: &Version) -> Result<(), String> {
         self.version
@@ -641,6 +678,33 @@ impl Inner {
         self.link_up.notify_waiters();
         link
     }
+    /// AppendEntries for `group`, with the leader's freshness stamp if it sent one.
+    async fn serve_append(
+        &self,
+        group: u32,
+        rpc: AppendEntriesRequest<TypeConfig>,
+        stamped_at: Option<u64>,
+    ) -> wire::Response {
+        use wire::Response;
+        let Some((raft, last_append)) = self.group(group) else {
+            return Response::Failed(format!("group {group} is not open on this node"));
+        };
+        *lock(&last_append) = Some(Instant::now());
+        if let (Some(leader_ms), Some(commit)) = (stamped_at, rpc.leader_commit.as_ref())
+            && let Some(freshness) = self.freshness(group)
+        {
+            freshness.received(leader_ms, commit.index);
+        }
+        if !rpc.entries.is_empty()
+            && let Err(reason) = self.intake_allows(group, 0)
+        {
+            return Response::Failed(reason);
+        }
+        match raft.append_entries(rpc).await {
+            Ok(r) => Response::Append(r),
+            Err(e) => Response::Failed(e.to_string()),
+        }
+    }
 }
 
 impl Inbound for Inner {
@@ -649,21 +713,12 @@ impl Inbound for Inner {
         let no_group =
             |group: u32| Response::Failed(format!("group {group} is not open on this node"));
         match request {
-            Request::Append { group, rpc } => {
-                let Some((raft, last_append)) = self.group(group) else {
-                    return no_group(group);
-                };
-                *lock(&last_append) = Some(Instant::now());
-                if !rpc.entries.is_empty()
-                    && let Err(reason) = self.intake_allows(group, 0)
-                {
-                    return Response::Failed(reason);
-                }
-                match raft.append_entries(rpc).await {
-                    Ok(r) => Response::Append(r),
-                    Err(e) => Response::Failed(e.to_string()),
-                }
-            }
+            Request::Append { group, rpc } => self.serve_append(group, rpc, None).await,
+            Request::AppendStamped {
+                group,
+                rpc,
+                leader_ms,
+            } => self.serve_append(group, rpc, Some(leader_ms)).await,
             Request::Vote { group, rpc } => match self.group(group) {
                 Some((raft, _)) => match raft.vote(rpc).await {
                     Ok(r) => Response::Vote(r),
@@ -1094,8 +1149,15 @@ impl GroupRouter<TypeConfig, u32> for PeerTransport {
         rpc: AppendEntriesRequest<TypeConfig>,
         option: RPCOption,
     ) -> Result<AppendEntriesResponse<TypeConfig>, RPCError<TypeConfig>> {
-        self.rpc(target, wire::Request::Append { group, rpc }, &option)
-            .await
+        let request = match self.inner.stamp_for(target, group, &rpc) {
+            Some(leader_ms) => wire::Request::AppendStamped {
+                group,
+                rpc,
+                leader_ms,
+            },
+            None => wire::Request::Append { group, rpc },
+        };
+        self.rpc(target, request, &option).await
     }
 
     async fn vote(

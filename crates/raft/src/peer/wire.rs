@@ -135,6 +135,17 @@ pub(crate) enum Request {
         /// The cluster layer's encoded request.
         payload: Vec<u8>,
     },
+    /// AppendEntries with the leader's freshness stamp (see `freshness.rs`): sent only to
+    /// peers of protocol [`trireme_types::version::since::STAMPED_APPENDS`] or later.
+    AppendStamped {
+        /// The Raft group.
+        group: u32,
+        /// The RPC.
+        rpc: AppendEntriesRequest<TypeConfig>,
+        /// The leader's clock, Unix ms, no later than any entry after the RPC's commit index
+        /// was committed.
+        leader_ms: u64,
+    },
 }
 
 /// Answers, one kind per request kind, or why the request could not be served.

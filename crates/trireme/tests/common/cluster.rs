@@ -111,6 +111,8 @@ pub struct ClusterOptions {
     pub node_env: Vec<Vec<(String, String)>>,
     /// `replication_factor` in the nodes' config (the server's default, 3, when `None`).
     pub replication_factor: Option<u32>,
+    /// More command-line arguments of each node, by node index (`--region r1` ...).
+    pub node_args: Vec<Vec<String>>,
 }
 
 impl Default for ClusterOptions {
@@ -130,6 +132,7 @@ impl Default for ClusterOptions {
             data_dirs: Vec::new(),
             node_env: Vec::new(),
             replication_factor: None,
+            node_args: Vec::new(),
         }
     }
 }
@@ -345,6 +348,7 @@ impl TestCluster {
                 initial_cluster: Some(initial.clone()),
                 data_dir: opts.data_dirs.get(i).cloned(),
                 env: opts.node_env.get(i).cloned().unwrap_or_default(),
+                extra_args: opts.node_args.get(i).cloned().unwrap_or_default(),
                 ..StartOptions::default()
             })
             .collect();
