@@ -506,7 +506,8 @@ func TestRunOkWritesNothing(t *testing.T) {
 		t.Fatalf("exit = %d; stderr %s", code, stderr.String())
 	}
 	want := `{"ops":2,"checked_ops":2,"keys":1,"stale_reads":0,"linearizable":"ok","illegal_keys":[],"stale_violations":0,"unknown_writes":0,` +
-		`"txns":0,"txn_groups":0,"txn_linearizable":"ok","illegal_groups":[],"lock_holds":0,"lock_violations":0}` + "\n"
+		`"txns":0,"txn_groups":0,"txn_linearizable":"ok","illegal_groups":[],"lock_holds":0,"lock_violations":0,` +
+		`"bounded_stale_reads":0,"bound_violations":0}` + "\n"
 	if stdout.String() != want {
 		t.Fatalf("stdout = %q, want %q", stdout.String(), want)
 	}
@@ -541,5 +542,49 @@ func TestLanes(t *testing.T) {
 	}
 	if b.Ops[0].Return != infinity || b.Ops[1].Return != 30 {
 		t.Fatalf("returns = %d, %d", b.Ops[0].Return, b.Ops[1].Return)
+	}
+}
+
+func TestStaleReadBounds(t *testing.T) {
+	stale := func(v any, bound int64, call, ret int64) m {
+		return read(1, "a", v, call, ret).with("mode", "stale").with("node", "n2").with("bound", bound)
+	}
+	history := func(reads ...m) []m {
+		return append([]m{
+			write(0, "a", "c0-1", 0, 10),
+			write(0, "a", "c0-2", 20, 30),
+		}, reads...)
+	}
+	// c0-2 was acknowledged at 30: a read at 100 that may be 50 old must show
+	// it; one that may be 80 old may still show c0-1, or the key absent only
+	// if it may be older than c0-1 too.
+	for _, tc := range []struct {
+		name       string
+		read       m
+		violations int
+	}{
+		{"fresh enough and new", stale("c0-2", 50, 100, 110), 0},
+		{"fresh enough but old", stale("c0-1", 50, 100, 110), 1},
+		{"old bound, old value", stale("c0-1", 80, 100, 110), 0},
+		{"absent within a bound that covers a write", stale(nil, 50, 100, 110), 1},
+		{"absent within a bound older than every write", stale(nil, 95, 100, 110), 0},
+		{"unknown value left to linearizability", stale("c9-9", 50, 100, 110), 0},
+	} {
+		rep := analyze(t, history(tc.read)...)
+		if rep.Summary.BoundViolations != tc.violations || rep.Summary.BoundedReads != 1 {
+			t.Fatalf("%s: summary = %+v", tc.name, rep.Summary)
+		}
+		if tc.violations > 0 && rep.ExitCode() != 1 {
+			t.Fatalf("%s: exit %d", tc.name, rep.ExitCode())
+		}
+	}
+	// A write whose outcome is unknown may have produced the value at any time.
+	rep := analyze(t,
+		write(0, "a", "c0-1", 0, 10).with("status", "unknown"),
+		write(0, "a", "c0-2", 20, 30),
+		stale("c0-1", 50, 100, 110),
+	)
+	if rep.Summary.BoundViolations != 0 {
+		t.Fatalf("unknown write: summary = %+v", rep.Summary)
 	}
 }

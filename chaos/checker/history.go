@@ -48,6 +48,7 @@ type Record struct {
 	Expect *string // cas only: required current value (nil = key must be absent)
 	Result bool    // cas, txn, acquire, release with status ok: whether it applied
 	Index  *int64  // reads only: ModifyIndex of the record read, if known
+	Bound  *int64  // stale reads only: how old the answer said it may be (ns), if it said
 	Status string  // ok, fail, unknown
 	Call   int64
 	Return int64
@@ -103,6 +104,7 @@ type rawRecord struct {
 	Expect optString `json:"expect"`
 	Result *bool     `json:"result"`
 	Index  *int64    `json:"index"`
+	Bound  *int64    `json:"bound"`
 	Status *string   `json:"status"`
 	Call   *int64    `json:"call"`
 	Return *int64    `json:"return"`
@@ -201,6 +203,7 @@ func parseLine(text []byte, line int) (Record, error) {
 		}
 		rec.Value = raw.Value.ptr()
 		rec.Index = raw.Index
+		rec.Bound = raw.Bound
 	case opWrite:
 		rec.Value = raw.Value.ptr()
 		if rec.Value == nil && rec.Status != statusFail {

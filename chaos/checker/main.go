@@ -39,6 +39,8 @@
 //     after the call of a successful create or renew no other session may
 //     take a lock this one holds.
 //   - index (reads only, int or null): the record's ModifyIndex when known.
+//   - bound (stale reads only, int ns, optional): how old the answer said it
+//     may be (X-Consul-LastContact).
 //   - status (required): "ok" (completed, result known), "fail" (certainly
 //     did not take effect), "unknown" (timed out or connection broke: a
 //     write/cas/delete may or may not have taken effect; a read's answer is
@@ -63,6 +65,9 @@
 //     (partitioned by group), failed and unknown ones as in 1.
 //  4. Locks: the spans in which a session certainly held a lock (lock.go)
 //     must not overlap between sessions.
+//  5. Stale read bounds (bound.go): a stale read with a bound must not show a
+//     value overwritten by a write acknowledged before its call minus its
+//     bound.
 //
 // Output: one JSON summary line on stdout,
 //
@@ -109,6 +114,8 @@ type Summary struct {
 	IllegalGroups   []string `json:"illegal_groups"`
 	LockHolds       int      `json:"lock_holds"`
 	LockViolations  int      `json:"lock_violations"`
+	BoundedReads    int      `json:"bounded_stale_reads"`
+	BoundViolations int      `json:"bound_violations"`
 }
 
 // Options controls a check.
@@ -124,6 +131,7 @@ type Report struct {
 	Violations []StaleViolation
 	Txn        TxnResult
 	Locks      []LockViolation
+	Bounds     []BoundViolation
 }
 
 // ExitCode is 1 on any violation, 2 when the check timed out without finding
@@ -131,7 +139,7 @@ type Report struct {
 func (r Report) ExitCode() int {
 	switch {
 	case r.Lin.Verdict == verdictIllegal || len(r.Violations) > 0 ||
-		r.Txn.Verdict == verdictIllegal || len(r.Locks) > 0:
+		r.Txn.Verdict == verdictIllegal || len(r.Locks) > 0 || len(r.Bounds) > 0:
 		return 1
 	case r.Lin.Verdict == verdictUnknown || r.Txn.Verdict == verdictUnknown:
 		return 2
@@ -146,6 +154,7 @@ func Analyze(recs []Record, opts Options) Report {
 	viol := CheckMonotonicReads(recs, opts.MonotonicAllModes)
 	txn := CheckTransactions(recs, opts.Timeout)
 	holds, locks := CheckLocks(recs)
+	bounded, bounds := CheckStaleBounds(recs)
 	return Report{
 		Summary: Summary{
 			Ops:             len(recs),
@@ -162,11 +171,14 @@ func Analyze(recs []Record, opts Options) Report {
 			IllegalGroups:   txn.IllegalGroups,
 			LockHolds:       len(holds),
 			LockViolations:  len(locks),
+			BoundedReads:    bounded,
+			BoundViolations: len(bounds),
 		},
 		Lin:        lin,
 		Violations: viol,
 		Txn:        txn,
 		Locks:      locks,
+		Bounds:     bounds,
 	}
 }
 
@@ -243,6 +255,11 @@ func printHuman(w io.Writer, rep Report, timeout time.Duration) {
 		fmt.Fprintf(w, "  client %d on node %s, key %s: index %d (line %d) after index %d (line %d)\n",
 			v.Client, v.Node, v.Key, v.LaterIndex, v.LaterLine, v.EarlierIndex, v.EarlierLine)
 	}
+	fmt.Fprintf(w, "stale read bounds: %d checked, %d violation(s)\n", s.BoundedReads, len(rep.Bounds))
+	for _, v := range rep.Bounds {
+		fmt.Fprintf(w, "  client %d on node %s, key %s (line %d, bound %d ns): overwritten by line %d\n",
+			v.Client, v.Node, v.Key, v.ReadLine, v.Bound, v.NewerLine)
+	}
 	switch s.TxnLinearizable {
 	case verdictOk:
 		fmt.Fprintf(w, "transactions: %d over %d groups, linearizable\n", s.Txns, s.TxnGroups)
@@ -302,6 +319,10 @@ func writeArtifacts(dir string, rep Report, timeout time.Duration, stderr io.Wri
 	if len(rep.Violations) > 0 {
 		p := filepath.Join(dir, "stale_violations.jsonl")
 		written(p, writeLines(p, rep.Violations))
+	}
+	if len(rep.Bounds) > 0 {
+		p := filepath.Join(dir, "bound_violations.jsonl")
+		written(p, writeLines(p, rep.Bounds))
 	}
 	if len(rep.Locks) > 0 {
 		p := filepath.Join(dir, "lock_violations.jsonl")

@@ -88,6 +88,10 @@ pub struct Event {
     /// HTTP reads that found a value: its ModifyIndex.
     #[serde(skip_serializing_if = "Option::is_none", default)]
     pub index: Option<u64>,
+    /// Stale reads: how old the answer said it may be (`X-Consul-LastContact`), in
+    /// nanoseconds.
+    #[serde(skip_serializing_if = "Option::is_none", default)]
+    pub bound: Option<u64>,
     /// How it ended.
     pub status: Status,
     /// Invocation, nanoseconds since the run's clock started.
@@ -122,6 +126,7 @@ impl Event {
             expect: None,
             result: None,
             index: None,
+            bound: None,
             status: Status::Ok,
             call,
             ret: call,
@@ -163,6 +168,7 @@ mod tests {
                 expect: None,
                 result: Some(false),
                 index: None,
+                bound: None,
                 status: Status::Ok,
                 call: 20,
                 ret: 30,
@@ -181,6 +187,7 @@ mod tests {
                 expect: None,
                 result: None,
                 index: None,
+                bound: None,
                 status: Status::Unknown,
                 call: 10,
                 ret: 40,

@@ -374,6 +374,7 @@ pub async fn final_reads(
                     expect: None,
                     result: None,
                     index: found.map(|(_, i)| i),
+                    bound: None,
                     status: Status::Ok,
                     call,
                     ret: since(clock),

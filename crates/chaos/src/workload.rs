@@ -177,6 +177,17 @@ pub async fn http_read(
     key: &str,
     mode: &str,
 ) -> Outcome<Found> {
+    http_read_bounded(client, base, key, mode).await.0
+}
+
+/// [`http_read`], with the age the answer said it may have (`X-Consul-LastContact`, in ms)
+/// when it came with one.
+pub async fn http_read_bounded(
+    client: &reqwest::Client,
+    base: &str,
+    key: &str,
+    mode: &str,
+) -> (Outcome<Found>, Option<u64>) {
     let url = match mode {
         "consistent" => format!("{}?consistent", kv_url(base, key)),
         "stale" => format!("{}?stale", kv_url(base, key)),
@@ -184,16 +195,21 @@ pub async fn http_read(
     };
     let resp = match client.get(url).send().await {
         Ok(r) => r,
-        Err(e) => return unanswered(&e),
+        Err(e) => return (unanswered(&e), None),
     };
+    let bound = resp
+        .headers()
+        .get("X-Consul-LastContact")
+        .and_then(|v| v.to_str().ok())
+        .and_then(|v| v.parse().ok());
     match resp.status().as_u16() {
-        404 => return Outcome::Ok(None),
+        404 => return (Outcome::Ok(None), bound),
         200 => {}
-        _ => return refused(resp.status()),
+        _ => return (refused(resp.status()), None),
     }
     let body: serde_json::Value = match resp.json().await {
         Ok(v) => v,
-        Err(e) => return Outcome::Unknown(format!("bad read body: {e}")),
+        Err(e) => return (Outcome::Unknown(format!("bad read body: {e}")), None),
     };
     let entry = &body[0];
     let index = entry["ModifyIndex"].as_u64();
@@ -202,8 +218,11 @@ pub async fn http_read(
         .and_then(|b64| base64::engine::general_purpose::STANDARD.decode(b64).ok())
         .and_then(|bytes| String::from_utf8(bytes).ok());
     match (value, index) {
-        (Some(value), Some(index)) => Outcome::Ok(Some((value, index))),
-        _ => Outcome::Unknown(format!("unexpected read body {body}")),
+        (Some(value), Some(index)) => (Outcome::Ok(Some((value, index))), bound),
+        _ => (
+            Outcome::Unknown(format!("unexpected read body {body}")),
+            None,
+        ),
     }
 }
 
@@ -385,7 +404,11 @@ async fn read(
         call: since(work.clock),
         ..base
     };
-    let outcome = http_read(http, &node.http_base, &e.key, mode).await;
+    let (outcome, bound) = http_read_bounded(http, &node.http_base, &e.key, mode).await;
+    if mode == "stale" {
+        // The checker holds the answer to it: nothing acknowledged longer ago is missing.
+        e.bound = bound.map(|ms| ms.saturating_mul(1_000_000));
+    }
     let mut found = None;
     finish(&mut e, work.clock, outcome, |e, f: Found| {
         if let Some((v, i)) = &f {

@@ -178,7 +178,7 @@ pub fn run(args: ChaosArgs) -> anyhow::Result<()> {
         };
         let summary = trireme_chaos::run(&config).with_context(|| format!("seed {seed}"))?;
         println!(
-            "seed {seed}: {} — {} ops ({} ok, {} unknown, {} failed), {} acknowledged writes, {} faults, linearizable: {}, transactions: {}, stale violations: {}, lock holds: {} with {} overlaps, divergent keys: {}, longest recovery after a partition: {}",
+            "seed {seed}: {} — {} ops ({} ok, {} unknown, {} failed), {} acknowledged writes, {} faults, linearizable: {}, transactions: {}, stale violations: {}, stale reads bounded: {} with {} older than their bound, lock holds: {} with {} overlaps, divergent keys: {}, longest recovery after a partition: {}",
             if summary.passed { "PASS" } else { "FAIL" },
             summary.ops,
             summary.ops_ok,
@@ -189,6 +189,8 @@ pub fn run(args: ChaosArgs) -> anyhow::Result<()> {
             summary.checker.summary["linearizable"],
             summary.checker.summary["txn_linearizable"],
             summary.checker.summary["stale_violations"],
+            summary.checker.summary["bounded_stale_reads"],
+            summary.checker.summary["bound_violations"],
             summary.checker.summary["lock_holds"],
             summary.checker.summary["lock_violations"],
             summary.divergent_keys.len(),

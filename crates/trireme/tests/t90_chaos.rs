@@ -81,6 +81,11 @@ fn assert_clean(s: &serde_json::Value) {
     assert_eq!(checked["stale_violations"], 0, "{s:#}");
     assert_eq!(checked["txn_linearizable"], "ok", "{s:#}");
     assert_eq!(checked["lock_violations"], 0, "{s:#}");
+    assert_eq!(checked["bound_violations"], 0, "{s:#}");
+    assert!(
+        checked["bounded_stale_reads"].as_u64() > Some(0),
+        "stale reads carried their bound: {s:#}"
+    );
     assert!(
         checked["txns"].as_u64() > Some(50),
         "transactions ran: {s:#}"
