@@ -170,6 +170,10 @@ fn kv_url(base: &str, key: &str) -> String {
     format!("{base}/v1/kv/{key}")
 }
 
+/// A stale read's `X-Consul-LastContact` at or past this (over 30 years) says the replica
+/// could not bound its age.
+const UNBOUNDED_MS: u64 = 1 << 40;
+
 /// GET `/v1/kv/<key>` in `mode` (`default`, `consistent`, `stale`).
 pub async fn http_read(
     client: &reqwest::Client,
@@ -407,7 +411,11 @@ async fn read(
     let (outcome, bound) = http_read_bounded(http, &node.http_base, &e.key, mode).await;
     if mode == "stale" {
         // The checker holds the answer to it: nothing acknowledged longer ago is missing.
-        e.bound = bound.map(|ms| ms.saturating_mul(1_000_000));
+        // A replica that cannot bound its age says so with a huge number: nothing to hold
+        // it to.
+        e.bound = bound
+            .filter(|ms| *ms < UNBOUNDED_MS)
+            .map(|ms| ms * 1_000_000);
     }
     let mut found = None;
     finish(&mut e, work.clock, outcome, |e, f: Found| {

@@ -600,7 +600,7 @@ fn render_status(report: &StatusReport) -> String {
         },
         report.status_peers.join(", ")
     );
-    let mut rows = vec![row(["NODE", "HTTP", "RESP", "PEER", "HEALTH"])];
+    let mut rows = vec![row(["NODE", "HTTP", "RESP", "PEER", "HEALTH", "REGION"])];
     for n in &report.nodes {
         rows.push(vec![
             n.addrs.name.clone(),
@@ -608,6 +608,7 @@ fn render_status(report: &StatusReport) -> String {
             n.addrs.resp.clone(),
             n.addrs.peer.clone(),
             n.health.clone(),
+            n.addrs.region.clone().unwrap_or_else(dash),
         ]);
     }
     out.push_str(&table(&rows));

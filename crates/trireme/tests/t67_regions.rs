@@ -347,6 +347,35 @@ async fn a_region_without_voters_holds_a_learner_of_every_shard_that_serves_stal
             get_json(format!("{}/v1/cluster/placement", c.node(3).http_url())).await;
         assert_eq!(placement.home_region.as_deref(), Some("home"));
         assert_eq!(placement.survival, "zone");
+        // The same through the CLI, and a refusal it names.
+        let target = c.node(1).http_url();
+        let (ok, out, err) = crate::common::run_program_async(
+            crate::common::binary(),
+            &["cluster", "placement", "--target", &target],
+            Duration::from_secs(30),
+        )
+        .await;
+        assert!(ok, "{err}");
+        assert!(out.contains("home region: home"), "{out}");
+        assert!(
+            out.lines()
+                .any(|l| l.starts_with("west") && l.contains("learners") && l.contains("n4")),
+            "{out}"
+        );
+        let (ok, _, err) = crate::common::run_program_async(
+            crate::common::binary(),
+            &[
+                "cluster",
+                "placement",
+                "--home-region",
+                "mars",
+                "--target",
+                &target,
+            ],
+            Duration::from_secs(30),
+        )
+        .await;
+        assert!(!ok && err.contains("mars"), "{err}");
         let west = placement
             .regions
             .iter()
