@@ -7,6 +7,10 @@
 //! Each proxy runs on a thread of its own that moved into the node's namespace, so its
 //! listener and its connections to the node belong there; partition rules (which match source
 //! addresses at INPUT) still apply to the redirected traffic.
+//!
+//! With regions, a connection between nodes of two regions carries the run's fixed
+//! inter-region delay in each direction on top of any fault's: the link between datacenters,
+//! which `tc netem` would otherwise give.
 
 use std::net::SocketAddr;
 use std::sync::Arc;
@@ -35,7 +39,21 @@ pub struct DelayLine {
 
 impl DelayLine {
     /// Starts one proxy per node and redirects the node's incoming peer connections to it.
-    pub fn start(lab: &Lab) -> Result<DelayLine, ChaosError> {
+    /// `regions[i]` is the region of lab node `i` (empty: one region); a connection between
+    /// two regions is held `between_regions` longer each way.
+    pub fn start(
+        lab: &Lab,
+        regions: &[Option<String>],
+        between_regions: Duration,
+    ) -> Result<DelayLine, ChaosError> {
+        let region_by_ip: Arc<std::collections::HashMap<std::net::IpAddr, Option<String>>> =
+            Arc::new(
+                lab.nodes()
+                    .iter()
+                    .enumerate()
+                    .map(|(i, n)| (n.ip.into(), regions.get(i).cloned().flatten()))
+                    .collect(),
+            );
         let delay_ms = Arc::new(AtomicU64::new(0));
         let (stop, _) = watch::channel(false);
         let mut line = DelayLine {
@@ -50,6 +68,11 @@ impl DelayLine {
             let netns = node.netns.clone();
             let delay = line.delay_ms.clone();
             let stop = line.stop.subscribe();
+            let link = Link {
+                region: region_by_ip.get(&listen.ip()).cloned().flatten(),
+                region_by_ip: region_by_ip.clone(),
+                between_regions,
+            };
             line.threads.push(std::thread::spawn(move || {
                 let bound = Lab::enter(&netns).and_then(|()| {
                     let runtime = tokio::runtime::Builder::new_current_thread()
@@ -64,7 +87,7 @@ impl DelayLine {
                 match bound {
                     Ok((runtime, listener)) => {
                         let _ = ready_tx.send(Ok(()));
-                        runtime.block_on(serve(listener, upstream, delay, stop));
+                        runtime.block_on(serve(listener, upstream, delay, link, stop));
                     }
                     Err(e) => {
                         let _ = ready_tx.send(Err(e));
@@ -95,22 +118,45 @@ impl Drop for DelayLine {
     }
 }
 
+/// Where a proxy's node is, to tell how far each connecting peer is from it.
+struct Link {
+    /// The node's region.
+    region: Option<String>,
+    region_by_ip: Arc<std::collections::HashMap<std::net::IpAddr, Option<String>>>,
+    between_regions: Duration,
+}
+
+impl Link {
+    /// The fixed delay of a connection from `peer`: the inter-region one when it is in
+    /// another region.
+    fn fixed_delay(&self, peer: SocketAddr) -> Duration {
+        let theirs = self.region_by_ip.get(&peer.ip()).cloned().flatten();
+        if self.region.is_some() && theirs.is_some() && theirs != self.region {
+            self.between_regions
+        } else {
+            Duration::ZERO
+        }
+    }
+}
+
 async fn serve(
     listener: TcpListener,
     upstream: SocketAddr,
     delay: Arc<AtomicU64>,
+    link: Link,
     mut stop: watch::Receiver<bool>,
 ) {
     loop {
         tokio::select! {
             accepted = listener.accept() => {
-                let Ok((incoming, _)) = accepted else { continue };
+                let Ok((incoming, from)) = accepted else { continue };
                 let delay = delay.clone();
+                let fixed = link.fixed_delay(from);
                 let stop = stop.clone();
                 tokio::spawn(async move {
                     // The node may be down: then the connection just closes, as it would.
                     if let Ok(outgoing) = TcpStream::connect(upstream).await {
-                        relay(incoming, outgoing, delay, stop).await;
+                        relay(incoming, outgoing, delay, fixed, stop).await;
                     }
                 });
             }
@@ -120,23 +166,30 @@ async fn serve(
 }
 
 /// Both directions of one connection; ends when either side closes or the run stops.
-async fn relay(a: TcpStream, b: TcpStream, delay: Arc<AtomicU64>, mut stop: watch::Receiver<bool>) {
+async fn relay(
+    a: TcpStream,
+    b: TcpStream,
+    delay: Arc<AtomicU64>,
+    fixed: Duration,
+    mut stop: watch::Receiver<bool>,
+) {
     let _ = a.set_nodelay(true);
     let _ = b.set_nodelay(true);
     let (a_read, a_write) = a.into_split();
     let (b_read, b_write) = b.into_split();
     tokio::select! {
-        () = pump(a_read, b_write, delay.clone()) => {}
-        () = pump(b_read, a_write, delay) => {}
+        () = pump(a_read, b_write, delay.clone(), fixed) => {}
+        () = pump(b_read, a_write, delay, fixed) => {}
         _ = stop.changed() => {}
     }
 }
 
-/// Copies `from` to `to`, each chunk held until `delay` after it was read.
+/// Copies `from` to `to`, each chunk held until `fixed` plus `delay` after it was read.
 async fn pump(
     mut from: tokio::net::tcp::OwnedReadHalf,
     mut to: tokio::net::tcp::OwnedWriteHalf,
     delay: Arc<AtomicU64>,
+    fixed: Duration,
 ) {
     let (tx, mut rx) = mpsc::unbounded_channel::<(tokio::time::Instant, Vec<u8>)>();
     let writer = async move {
@@ -154,7 +207,7 @@ async fn pump(
                 Ok(0) | Err(_) => return,
                 Ok(n) => {
                     let ms = delay.load(Ordering::Relaxed);
-                    let due = tokio::time::Instant::now() + Duration::from_millis(ms);
+                    let due = tokio::time::Instant::now() + fixed + Duration::from_millis(ms);
                     if tx.send((due, buf[..n].to_vec())).is_err() {
                         return;
                     }

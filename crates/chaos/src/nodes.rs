@@ -61,6 +61,15 @@ pub struct ServerSettings {
     pub shards: u32,
     /// Directory holding each node's data dir, config and log.
     pub dir: PathBuf,
+    /// Regions the lab slots are spread over, round-robin (`r1`, `r2`, ...); 0: no region
+    /// labels.
+    pub regions: u32,
+}
+
+/// The region of lab slot `slot` when the nodes are spread over `regions` regions.
+#[must_use]
+pub fn region_of_slot(slot: usize, regions: u32) -> Option<String> {
+    (regions > 0).then(|| format!("r{}", slot % regions as usize + 1))
 }
 
 /// The `[raft]` timing of chaos nodes: elections within a second, and snapshots often enough
@@ -232,6 +241,9 @@ pub fn prepare(
             command.shards = Some(settings.shards);
             command.config = Some(config.clone());
             command.log = Some("info,openraft=warn".into());
+            if let Some(region) = region_of_slot(slot, settings.regions) {
+                command.extra = vec!["--region".into(), region];
+            }
             let log = settings.dir.join(format!("{}.log", lab.name));
             NodeProcess {
                 https: security.is_some(),

@@ -72,6 +72,10 @@ pub struct ChaosConfig {
     pub checker: PathBuf,
     /// ACLs (default deny) and TLS on every port, with a CA and a token made for the run.
     pub secure: bool,
+    /// Regions the nodes are spread over, round-robin (0 or 1: no region labels).
+    pub regions: u32,
+    /// One-way delay of every peer link between two regions.
+    pub region_delay: Duration,
 }
 
 /// A fault as it happened.
@@ -166,14 +170,23 @@ pub fn run(config: &ChaosConfig) -> Result<RunSummary, ChaosError> {
     let spares = usize::from(config.membership);
     let lab = Lab::create(&tag, config.nodes + spares as u32)?;
     crate::secure::prepare(&config.out, config.secure.then(|| lab.nodes()))?;
+    let regions = if config.regions > 1 {
+        config.regions
+    } else {
+        0
+    };
     let settings = ServerSettings {
         exe: config.exe.clone(),
         shards: config.shards,
         dir: config.out.clone(),
+        regions,
     };
     let mut servers = nodes::prepare(lab.nodes(), &settings, spares)?;
     // Before any server starts, so every peer connection goes through the proxies.
-    let delay = DelayLine::start(&lab)?;
+    let region_of: Vec<Option<String>> = (0..lab.nodes().len())
+        .map(|slot| nodes::region_of_slot(slot, regions))
+        .collect();
+    let delay = DelayLine::start(&lab, &region_of, config.region_delay)?;
     let extent = match config.fault_count {
         Some(count) => Extent::Count(count),
         None => Extent::Within(config.duration),

@@ -91,6 +91,15 @@ pub struct ChaosArgs {
     /// management token and trust a CA made for the run.
     #[arg(long)]
     pub secure: bool,
+    /// Spread the nodes over this many regions, round-robin (`--region r1`, `r2`, ...): every
+    /// shard's voters stay in the home region and each other region holds a learner, which
+    /// answers the stale reads sent to its node; every stale read is checked against the age
+    /// it reports
+    #[arg(long, default_value_t = 0)]
+    pub regions: u32,
+    /// With --regions: the one-way delay of every peer link between two regions, e.g. 40ms
+    #[arg(long, default_value = "40ms")]
+    pub region_delay: String,
     /// The Go checker's source directory.
     #[arg(long, default_value = concat!(env!("CARGO_MANIFEST_DIR"), "/../../chaos/checker"))]
     pub checker: PathBuf,
@@ -99,6 +108,12 @@ pub struct ChaosArgs {
 pub fn run(args: ChaosArgs) -> anyhow::Result<()> {
     let duration = humantime::parse_duration(&args.duration)
         .with_context(|| format!("--duration {:?} is not a duration like 30s", args.duration))?;
+    let region_delay = humantime::parse_duration(&args.region_delay).with_context(|| {
+        format!(
+            "--region-delay {:?} is not a duration like 40ms",
+            args.region_delay
+        )
+    })?;
     let reshapes = args.splits > 0 || args.membership;
     let faults = if args.faults.is_empty() {
         let mut kinds = FaultKind::ALL.to_vec();
@@ -175,6 +190,8 @@ pub fn run(args: ChaosArgs) -> anyhow::Result<()> {
             out: out.join(format!("seed-{seed}")),
             checker: checker.clone(),
             secure: args.secure,
+            regions: args.regions,
+            region_delay,
         };
         let summary = trireme_chaos::run(&config).with_context(|| format!("seed {seed}"))?;
         println!(

@@ -170,6 +170,42 @@ fn a_secure_cluster_keeps_every_promise_under_faults() {
     );
 }
 
+/// Five nodes in two regions with 40 ms between them (`--regions 2`): n1, n3 and n5 hold the
+/// voters, n2 and n4 a learner of every shard, which answers the stale reads sent there.
+/// Every promise holds, and every stale read shows what its bound says it must.
+#[test]
+fn nodes_in_two_regions_keep_every_promise_and_every_stale_bound() {
+    let _turn = cluster_turn_blocking();
+    let out = tempfile::tempdir().expect("tempdir");
+    let run = chaos(
+        out.path(),
+        &[
+            "--seed",
+            "41",
+            "--nodes",
+            "5",
+            "--regions",
+            "2",
+            "--region-delay",
+            "40ms",
+            "--duration",
+            "25s",
+        ],
+    );
+    assert!(run.status.success(), "seed 41 failed");
+    let s = summary(out.path(), 41);
+    assert_clean(&s);
+    // The metadata leader, whichever node it was, logged the learners it placed.
+    let placed = (1..=5)
+        .filter_map(|i| std::fs::read_to_string(out.path().join(format!("seed-41/n{i}.log"))).ok())
+        .map(|log| log.matches("learner placed").count())
+        .sum::<usize>();
+    assert!(
+        placed >= 4,
+        "a learner of each of the 4 shards in the other region: {placed}"
+    );
+}
+
 /// Transaction clients whose groups' keys are in several shards (`--txn`): every transaction
 /// commits across shards while nodes are killed, paused and cut off, and the history of
 /// transactions stays linearizable.
