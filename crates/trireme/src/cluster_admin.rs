@@ -28,17 +28,25 @@ pub struct RemoveArgs {
 /// message.
 async fn post<T: serde::de::DeserializeOwned>(url: &str) -> anyhow::Result<T> {
     let client = http_client(Duration::from_secs(30))?;
-    let response = client
-        .post(url)
+    answer(client.post(url), &format!("POST {url}")).await
+}
+
+/// Sends `request` and reads the JSON answer; a refusal becomes an error with the server's
+/// message. `what` names the request in other errors.
+async fn answer<T: serde::de::DeserializeOwned>(
+    request: reqwest::RequestBuilder,
+    what: &str,
+) -> anyhow::Result<T> {
+    let response = request
         .send()
         .await
-        .map_err(|e| anyhow!("POST {url}: {}", root_cause(&e)))?;
+        .map_err(|e| anyhow!("{what}: {}", root_cause(&e)))?;
     let status = response.status();
     let body = response.text().await.unwrap_or_default();
     if !status.is_success() {
         bail!("{} ({status})", error_message(&body));
     }
-    serde_json::from_str(&body).map_err(|e| anyhow!("POST {url}: unexpected answer {body:?}: {e}"))
+    serde_json::from_str(&body).map_err(|e| anyhow!("{what}: unexpected answer {body:?}: {e}"))
 }
 
 /// Flags of `trireme cluster cancel-drain`.
@@ -104,17 +112,7 @@ pub async fn placement(args: PlacementArgs) -> anyhow::Result<()> {
     } else {
         client.get(&url)
     };
-    let response = request
-        .send()
-        .await
-        .map_err(|e| anyhow!("{url}: {}", root_cause(&e)))?;
-    let status = response.status();
-    let body = response.text().await.unwrap_or_default();
-    if !status.is_success() {
-        bail!("{} ({status})", error_message(&body));
-    }
-    let placement: Placement = serde_json::from_str(&body)
-        .map_err(|e| anyhow!("{url}: unexpected answer {body:?}: {e}"))?;
+    let placement: Placement = answer(request, &url).await?;
     print!("{}", render_placement(&placement));
     Ok(())
 }
