@@ -140,6 +140,7 @@ fn cluster_map() -> ClusterMap {
         cluster_version: 0,
         home_region: None,
         learners: Default::default(),
+        survival: Default::default(),
     }
 }
 
@@ -678,6 +679,16 @@ fn metadata_and_forwarded_requests_keep_their_encoding() {
             cluster_version: 5,
             home_region: Some("eu-west-1".into()),
             learners: [(0, vec![4]), (1, vec![1])].into_iter().collect(),
+            ..cluster_map()
+        },
+    );
+    json(
+        &mut golden,
+        "stored.cluster_map.survival_region",
+        &ClusterMap {
+            cluster_version: 5,
+            home_region: Some("eu-west-1".into()),
+            survival: crate::meta::Survival::Region,
             ..cluster_map()
         },
     );

@@ -260,6 +260,7 @@ mod tests {
             cluster_version: 0,
             home_region: None,
             learners: Default::default(),
+            survival: Default::default(),
         })
     }
 

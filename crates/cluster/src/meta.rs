@@ -193,6 +193,46 @@ pub(crate) struct ClusterMap {
     /// Learners of each shard, by shard id: asynchronous replicas that never vote.
     #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
     pub learners: BTreeMap<u32, Vec<u64>>,
+    /// What the placement survives: the loss of a zone (voters in the home region) or of a
+    /// whole region (voters in distinct regions).
+    #[serde(default, skip_serializing_if = "Survival::is_zone")]
+    pub survival: Survival,
+}
+
+/// What losing part of the cluster may cost: the placement's goal, set by the operator.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Survival {
+    /// A shard's voters in distinct zones of the home region, one learner in every other
+    /// region: writes commit inside the home region, and stop if it is lost.
+    #[default]
+    Zone,
+    /// A shard's voters in distinct regions (leaders kept in the home region, learners in
+    /// regions beyond the voters): writes pay a round trip to the nearest other region, and
+    /// go on when a region is lost.
+    Region,
+}
+
+impl Survival {
+    /// Every goal, by the name an operator gives it.
+    pub const ALL: [Survival; 2] = [Survival::Zone, Survival::Region];
+
+    /// Its name in the API and the CLI.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Survival::Zone => "zone",
+            Survival::Region => "region",
+        }
+    }
+
+    /// The goal named `name`.
+    pub fn parse(name: &str) -> Option<Survival> {
+        Survival::ALL.into_iter().find(|s| s.as_str() == name)
+    }
+
+    fn is_zone(&self) -> bool {
+        *self == Survival::Zone
+    }
 }
 
 impl ClusterMap {
@@ -344,8 +384,10 @@ impl ClusterMap {
 
     /// Completes a move: `to` replaces `from` in `shard`'s voters (at the same position, so a
     /// preferred leader that leaves is succeeded by the newcomer), and the move is forgotten.
+    /// A learner that became a voter is a learner no more.
     pub fn finish_move(&mut self, shard: ShardId, mv: &Move) {
         let index = shard.0 as usize;
+        self.drop_learner(shard, mv.to);
         if let Some(voters) = self.replicas.get_mut(index) {
             match mv.from.and_then(|f| voters.iter().position(|v| *v == f)) {
                 Some(at) if !voters.contains(&mv.to) => voters[at] = mv.to,
@@ -458,6 +500,7 @@ pub(crate) fn place(nodes: &[NodeInfo], shards: u32, factor: usize) -> ClusterMa
         cluster_version: 0,
         home_region,
         learners: BTreeMap::new(),
+        survival: Survival::Zone,
     }
 }
 

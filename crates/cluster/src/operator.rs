@@ -5,7 +5,7 @@
 //! written with a compare-and-set: a bad or conflicting command changes nothing.
 
 use crate::membership::{MembershipOp, MembershipReply, refused};
-use crate::meta::{ClusterMap, MovePhase, NodeInfo, NodeState, PendingSplit};
+use crate::meta::{ClusterMap, MovePhase, NodeInfo, NodeState, PendingSplit, Survival};
 use crate::{ClusterError, Node};
 use std::collections::{BTreeMap, BTreeSet};
 use std::time::{Duration, Instant};
@@ -333,8 +333,8 @@ impl Node {
     }
 }
 
-/// The survival goals the placement knows.
-const SURVIVAL_GOALS: &[&str] = &["zone"];
+/// Distinct regions survival `region` needs: a shard's three voters, one in each.
+const REGIONS_TO_SURVIVE_ONE: usize = 3;
 
 impl Node {
     /// Where voters and learners go, as the cluster map says now.
@@ -343,57 +343,91 @@ impl Node {
             Some(map) => placement_of(&map, &self.directory_snapshot()),
             None => Placement {
                 home_region: None,
-                survival: "zone".into(),
+                survival: Survival::Zone.as_str().into(),
                 regions: Vec::new(),
                 epoch: 0,
             },
         }
     }
 
-    /// Changes the home region (and checks the survival goal): the rebalancer then moves
-    /// voters into the new home region, learner first, and keeps a learner in every other
-    /// region. Refused, with the map unchanged, for a region with no active node, a survival
-    /// goal other than `zone`, or below cluster version
-    /// [`trireme_types::version::since::REGIONS`].
+    /// Changes the home region and the survival goal: the rebalancer then moves voters
+    /// where the goal wants them (learner first: into the home region for `zone`, one per
+    /// region for `region`), keeps a learner in every region without a voter, and hands
+    /// leaderships to the home region. Refused, with the map unchanged, for a region with no
+    /// active node, an unknown goal, survival `region` with fewer than three regions holding
+    /// active nodes, or below cluster version [`trireme_types::version::since::REGIONS`].
     pub async fn set_placement(&self, change: PlacementChange) -> Result<Placement, ClusterError> {
         self.require_cluster_version(trireme_types::version::since::REGIONS, "a home region")?;
-        if let Some(goal) = change.survival.as_deref()
-            && !SURVIVAL_GOALS.contains(&goal)
-        {
-            return Err(refused(
-                ErrorCode::InvalidArgument,
-                format!(
-                    "survival {goal:?} is not supported: this build places voters for survival \"zone\" only (voters in the home region, a learner in every other region)"
-                ),
-            ));
-        }
+        let survival = match change.survival.as_deref() {
+            None => None,
+            Some(name) => Some(Survival::parse(name).ok_or_else(|| {
+                let known: Vec<&str> = Survival::ALL.iter().map(|s| s.as_str()).collect();
+                refused(
+                    ErrorCode::InvalidArgument,
+                    format!(
+                        "survival {name:?} is not a survival goal (known: {}); nothing was changed",
+                        known.join(", ")
+                    ),
+                )
+            })?),
+        };
         let directory = self.directory_snapshot();
-        with_meta_leader(|| async {
+        let written = with_meta_leader(|| async {
             crate::rebalance::update_map(self, |map| {
-                let Some(home) = change.home_region.as_deref() else {
-                    return Ok(None);
-                };
                 let active = map.nodes_in(NodeState::Active);
-                let has_nodes = active
-                    .iter()
-                    .any(|id| directory.get(id).and_then(|i| i.region.as_deref()) == Some(home));
-                if !has_nodes {
+                let region_of = |id: &u64| directory.get(id).and_then(|i| i.region.clone());
+                let home = change
+                    .home_region
+                    .clone()
+                    .or_else(|| map.home_region.clone());
+                if let Some(wanted) = change.home_region.as_deref()
+                    && !active.iter().any(|id| region_of(id).as_deref() == Some(wanted))
+                {
                     return Err(refused(
                         ErrorCode::InvalidArgument,
-                        format!("home region {home:?} has no active node; nothing was changed"),
+                        format!("home region {wanted:?} has no active node; nothing was changed"),
                     ));
                 }
-                if map.home_region.as_deref() == Some(home) {
+                let survival = survival.unwrap_or(map.survival);
+                if survival == Survival::Region {
+                    // A node without a region counts as in the home region.
+                    let regions: BTreeSet<String> = active
+                        .iter()
+                        .filter_map(|id| region_of(id).or_else(|| home.clone()))
+                        .collect();
+                    if regions.len() < REGIONS_TO_SURVIVE_ONE {
+                        return Err(refused(
+                            ErrorCode::InvalidArgument,
+                            format!(
+                                "survival \"region\" puts each shard's voters in {REGIONS_TO_SURVIVE_ONE} regions, and active nodes are in {} ({}); nothing was changed",
+                                regions.len(),
+                                regions.into_iter().collect::<Vec<_>>().join(", ")
+                            ),
+                        ));
+                    }
+                }
+                if map.home_region == home && map.survival == survival {
                     return Ok(None);
                 }
-                tracing::info!(from = ?map.home_region, to = home, "the home region changes");
-                map.home_region = Some(home.to_owned());
+                tracing::info!(
+                    from = ?(map.home_region.as_deref(), map.survival.as_str()),
+                    to = ?(home.as_deref(), survival.as_str()),
+                    "the placement changes"
+                );
+                map.home_region = home;
+                map.survival = survival;
                 Ok(Some(()))
             })
             .await
         })
         .await?;
-        Ok(self.placement())
+        // The map as written (or as read, unchanged), not this node's copy, which may not
+        // have caught up yet.
+        let map = match written {
+            Some((map, ())) => map,
+            None => self.read_map_with_index().await?.0,
+        };
+        Ok(placement_of(&map, &directory))
     }
 
     /// Splits `shard` in two at `at_slot` (default: the middle of its range): the metadata
@@ -431,7 +465,7 @@ fn placement_of(map: &ClusterMap, directory: &BTreeMap<u64, NodeInfo>) -> Placem
     }
     Placement {
         home_region: map.home_region.clone(),
-        survival: "zone".into(),
+        survival: map.survival.as_str().into(),
         regions: regions.into_values().collect(),
         epoch: map.epoch,
     }

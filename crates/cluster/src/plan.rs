@@ -6,11 +6,14 @@
 //! busiest node gives a replica to the idlest while their counts differ by more than one;
 //! then, with counts even and nothing moving, a node far above the mean in bytes trades a big
 //! shard for a small one of a node below it.
-//! Targets are chosen so a shard's voters stay spread over zones first, then racks, then by
-//! how many replicas each node holds. Preferred leaders (each shard's first voter) are
-//! spread the same way, without moving any data.
+//! Targets are chosen so a shard's voters stay spread over regions first (with survival
+//! `region`; otherwise they are all in the home region), then zones, then racks, then by how
+//! many replicas each node holds. Preferred leaders (each shard's first voter) are spread the
+//! same way, without moving any data, over the nodes that may lead: with survival `region`
+//! only those of the home region, so writes commit a round trip from where they usually
+//! come from.
 
-use crate::meta::{self, ClusterMap, Move, MovePhase, NodeInfo, NodeState};
+use crate::meta::{self, ClusterMap, Move, MovePhase, NodeInfo, NodeState, Survival};
 use std::collections::{BTreeMap, BTreeSet};
 use trireme_types::ShardId;
 
@@ -46,13 +49,15 @@ impl<'a> Planner<'a> {
             min_bytes_gap: MIN_BYTES_GAP,
         }
     }
-    /// The active nodes that may hold voters: those in the home region, when there is one.
+    /// The active nodes that may hold voters: with survival `zone`, those in the home region
+    /// (when there is one); with survival `region`, all.
     fn active(&self) -> BTreeSet<u64> {
         let home = self.map.home_region.as_deref();
+        let anywhere = self.map.survival == Survival::Region;
         self.map
             .nodes_in(NodeState::Active)
             .into_iter()
-            .filter(|id| meta::in_home_region(home, self.region(*id)))
+            .filter(|id| anywhere || meta::in_home_region(home, self.region(*id)))
             .collect()
     }
 
@@ -60,10 +65,16 @@ impl<'a> Planner<'a> {
         self.infos.get(&id).and_then(|i| i.region.as_deref())
     }
 
+    /// The region `id` counts in: its label, or the home region for a node without one.
+    fn region_or_home(&self, id: u64) -> Option<&str> {
+        self.region(id).or(self.map.home_region.as_deref())
+    }
+
     /// Learner moves, at most `budget`: a learner of every shard in each region other than
-    /// the home region, on the active node there holding the fewest learners; and the removal
-    /// of learners that are not wanted (on a node that is leaving, in the home region, or a
-    /// second one in a region). Shards with a move in progress wait for it.
+    /// the home region that holds none of its voters, on the active node there holding the
+    /// fewest learners; and the removal of learners that are not wanted (on a node that is
+    /// leaving, in the home region, in a region with a voter, or a second one in a region).
+    /// Shards with a move in progress wait for it.
     pub fn learner_moves(&self, budget: usize, now_ms: u64) -> Vec<(u32, Move)> {
         let mut planned: Vec<(u32, Move)> = Vec::new();
         let Some(home) = self.map.home_region.as_deref() else {
@@ -95,8 +106,15 @@ impl<'a> Planner<'a> {
                 continue;
             }
             let learners = self.map.learners_of(ShardId(shard));
+            let voters = self.map.replicas.get(shard as usize);
+            // Regions that hold a voter need no learner.
+            let mut covered: BTreeSet<&str> = voters
+                .into_iter()
+                .flatten()
+                .filter_map(|v| self.region(*v))
+                .collect();
+            covered.remove(home);
             // One unwanted learner at a time goes first.
-            let mut covered = BTreeSet::new();
             let unwanted = learners.iter().copied().find(|id| {
                 let wanted = active.contains(id)
                     && self
@@ -108,7 +126,6 @@ impl<'a> Planner<'a> {
                 planned.push((shard, learner_move(id, MovePhase::Cancel)));
                 continue;
             }
-            let voters = self.map.replicas.get(shard as usize);
             let missing = by_region
                 .iter()
                 .find(|(region, _)| !covered.contains(**region));
@@ -134,11 +151,14 @@ impl<'a> Planner<'a> {
             .map_or((None, None), |i| (i.zone.as_deref(), i.rack.as_deref()))
     }
 
-    /// (distinct zones, distinct racks) of a set of nodes: higher is better spread.
-    fn spread(&self, nodes: impl IntoIterator<Item = u64>) -> (usize, usize) {
+    /// (distinct regions, distinct zones, distinct racks) of a set of nodes: higher is better
+    /// spread. Regions only differ with survival `region`; otherwise voters are all home.
+    fn spread(&self, nodes: impl IntoIterator<Item = u64>) -> (usize, usize, usize) {
+        let mut regions = BTreeSet::new();
         let mut zones = BTreeSet::new();
         let mut racks = BTreeSet::new();
         for (i, id) in nodes.into_iter().enumerate() {
+            regions.insert(self.region_or_home(id));
             let (zone, rack) = self.labels(id);
             // Unlabelled nodes count as apart from everyone.
             zones.insert(zone.map_or(format!("\0{i}"), str::to_owned));
@@ -147,7 +167,7 @@ impl<'a> Planner<'a> {
                 (z, Some(r)) => format!("{}/{r}", z.unwrap_or("")),
             });
         }
-        (zones.len(), racks.len())
+        (regions.len(), zones.len(), racks.len())
     }
 
     /// Replicas each active node will hold once the moves in progress are done.
@@ -219,6 +239,39 @@ impl<'a> Planner<'a> {
             }
             if planned.len() >= budget {
                 return planned;
+            }
+        }
+
+        // 1b. With survival `region`: a shard whose voters share a region while a region
+        //     without one of them has a free node moves one voter there (not the preferred
+        //     leader while another can go).
+        if self.map.survival == Survival::Region {
+            let regions: BTreeSet<Option<&str>> =
+                active.iter().map(|id| self.region_or_home(*id)).collect();
+            for (shard, voters) in self.map.replicas.iter().enumerate() {
+                let shard = shard as u32;
+                if planned.len() >= budget {
+                    return planned;
+                }
+                let spread = self.spread(voters.iter().copied()).0;
+                if busy(shard, &planned) || spread >= regions.len().min(voters.len()) {
+                    continue;
+                }
+                let doubled = voters.iter().rev().copied().find(|v| {
+                    voters
+                        .iter()
+                        .filter(|o| self.region_or_home(**o) == self.region_or_home(*v))
+                        .count()
+                        > 1
+                });
+                let Some(from) = doubled else { continue };
+                let staying: Vec<u64> = voters.iter().copied().filter(|v| *v != from).collect();
+                if let Some(to) = self.target(&staying, &load) {
+                    let after = staying.iter().copied().chain([to]);
+                    if self.spread(after).0 > spread {
+                        push_move(&mut planned, &mut load, shard, Some(from), to, now_ms);
+                    }
+                }
             }
         }
 
@@ -362,9 +415,22 @@ fn push_move(
     ));
 }
 
-/// Rotates shards' voters so every active node is the preferred (first) voter of about as
-/// many shards as the others, and no leaving node is preferred. Returns whether the map
-/// changed.
+/// The nodes that may be a shard's preferred leader: the active ones, and with survival
+/// `region` only those in the home region (a node without a region counts as there).
+pub(crate) fn may_lead(map: &ClusterMap, infos: &BTreeMap<u64, NodeInfo>) -> BTreeSet<u64> {
+    let home = map.home_region.as_deref();
+    map.nodes_in(NodeState::Active)
+        .into_iter()
+        .filter(|id| {
+            map.survival == Survival::Zone
+                || meta::in_home_region(home, infos.get(id).and_then(|i| i.region.as_deref()))
+        })
+        .collect()
+}
+
+/// Rotates shards' voters so every node that may lead (`leaders`, see [`may_lead`]) is the
+/// preferred (first) voter of about as many shards as the others, and no other node is
+/// preferred while a voter that may lead is there. Returns whether the map changed.
 ///
 /// A preference can only go to another voter of the same shard, so the node preferred most
 /// and the one preferred least may share no shard. The spreading therefore follows chains: the
@@ -373,10 +439,11 @@ fn push_move(
 /// (a shortest such chain, found breadth-first). Every chain lowers the busiest node's count
 /// by one and raises no count above it, so the counts end as even as the placement allows;
 /// a shortest chain moves as few leaderships as possible.
-pub(crate) fn spread_preferred(map: &mut ClusterMap) -> bool {
-    let active = map.nodes_in(NodeState::Active);
+pub(crate) fn spread_preferred(map: &mut ClusterMap, leaders: &BTreeSet<u64>) -> bool {
+    let active = leaders;
     let mut changed = false;
-    // A leaving node gives up its preference to the staying voter preferred least.
+    // A leaving node (or one that may not lead) gives up its preference to the voter that
+    // may lead preferred least.
     for shard in 0..map.replicas.len() {
         let first = map.replicas[shard].first().copied();
         if first.is_some_and(|f| !active.contains(&f)) {
@@ -402,7 +469,7 @@ pub(crate) fn spread_preferred(map: &mut ClusterMap) -> bool {
         busiest.sort_by(|a, b| b.cmp(a));
         let chain = busiest
             .iter()
-            .find_map(|&(high, from)| handover_chain(map, &active, &counts, from, high));
+            .find_map(|&(high, from)| handover_chain(map, active, &counts, from, high));
         match chain {
             Some(chain) => {
                 for (shard, to) in chain {
@@ -523,6 +590,12 @@ mod tests {
         planner(map, infos).next_moves(budget, 0)
     }
 
+    /// [`spread_preferred`] over the nodes that may lead.
+    fn prefer(map: &mut ClusterMap, infos: &BTreeMap<u64, NodeInfo>) -> bool {
+        let leaders = may_lead(map, infos);
+        spread_preferred(map, &leaders)
+    }
+
     fn join(map: &mut ClusterMap, node: &NodeInfo) {
         map.states.insert(node.id(), NodeState::Active);
     }
@@ -534,20 +607,22 @@ mod tests {
         }
     }
 
+    /// a1-a3 in `home`, b1-b2 in `west`, c1 in `east`.
+    fn home_west_east() -> Vec<NodeInfo> {
+        [("a1", "home"), ("a2", "home"), ("a3", "home")]
+            .into_iter()
+            .chain([("b1", "west"), ("b2", "west"), ("c1", "east")])
+            .map(|(name, region)| in_region(name, region))
+            .collect()
+    }
+
     fn learner_plan(map: &ClusterMap, infos: &BTreeMap<u64, NodeInfo>) -> Vec<(u32, Move)> {
         planner(map, infos).learner_moves(100, 0)
     }
 
     #[test]
     fn voters_stay_home_and_every_other_region_gets_one_learner_per_shard() {
-        let nodes = vec![
-            in_region("a1", "home"),
-            in_region("a2", "home"),
-            in_region("a3", "home"),
-            in_region("b1", "west"),
-            in_region("b2", "west"),
-            in_region("c1", "east"),
-        ];
+        let nodes = home_west_east();
         let all = infos(&nodes);
         let mut map = place(&nodes, 4, 3);
         assert_eq!(map.home_region.as_deref(), Some("home"));
@@ -611,6 +686,73 @@ mod tests {
         assert!(learner_plan(&map, &infos(&nodes)).is_empty());
     }
 
+    /// Settles voter and learner moves together, as the rebalancer does, and spreads the
+    /// preferred leaders.
+    fn settle_all(map: &mut ClusterMap, infos: &BTreeMap<u64, NodeInfo>) {
+        for _ in 0..100 {
+            let mut planned = plan(map, infos, 4);
+            if planned.is_empty() {
+                planned = learner_plan(map, infos);
+            }
+            if planned.is_empty() {
+                prefer(map, infos);
+                return;
+            }
+            for (shard, mv) in planned {
+                let shard = ShardId(shard);
+                match (mv.learner, mv.phase) {
+                    (true, MovePhase::Cancel) => map.drop_learner(shard, mv.to),
+                    (true, _) => map.finish_learner(shard, &mv),
+                    (false, _) => map.finish_move(shard, &mv),
+                }
+            }
+        }
+        panic!("the planner never settles: {map:?}");
+    }
+
+    #[test]
+    fn survival_region_puts_voters_in_three_regions_and_leaders_at_home() {
+        let mut nodes = home_west_east();
+        nodes.push(in_region("d1", "north"));
+        let all = infos(&nodes);
+        let mut map = place(&nodes, 6, 3);
+        settle_all(&mut map, &all);
+        assert!(
+            map.learners_of(ShardId(0)).len() == 3,
+            "zone: learners only"
+        );
+
+        map.survival = Survival::Region;
+        settle_all(&mut map, &all);
+        let region = |id: &u64| all[id].region.clone().unwrap();
+        for (shard, voters) in map.replicas.iter().enumerate() {
+            let regions: BTreeSet<String> = voters.iter().map(region).collect();
+            assert_eq!(regions.len(), 3, "shard {shard}: voters {voters:?}");
+            assert_eq!(region(&voters[0]), "home", "shard {shard} is led from home");
+            // A learner only in the region left without a voter.
+            let learners = map.learners_of(ShardId(shard as u32));
+            assert_eq!(learners.len(), 1, "shard {shard}: {learners:?}");
+            assert!(!regions.contains(&region(&learners[0])));
+        }
+        // Preferences spread over the home region's nodes that hold voters.
+        let home_preferred: usize = nodes[..3].iter().map(|n| map.preferred_count(n.id())).sum();
+        assert_eq!(home_preferred, 6);
+        for n in &nodes[3..] {
+            assert_eq!(map.preferred_count(n.id()), 0, "{}", n.node.name);
+        }
+        // Back to zone: the voters go home again.
+        map.survival = Survival::Zone;
+        settle_all(&mut map, &all);
+        for voters in &map.replicas {
+            assert!(voters.iter().all(|v| region(v) == "home"), "{voters:?}");
+        }
+        assert!(
+            (0..6).all(|s| map.learners_of(ShardId(s)).len() == 3),
+            "{:?}",
+            map.learners
+        );
+    }
+
     /// 16 shards placed on n1-n3, and n4 just joined (active, no replica yet).
     fn three_nodes_and_a_newcomer() -> (ClusterMap, BTreeMap<u64, NodeInfo>) {
         let mut nodes: Vec<NodeInfo> = (1..=3)
@@ -637,7 +779,7 @@ mod tests {
         for voters in &map.replicas {
             assert_eq!(voters.iter().collect::<BTreeSet<_>>().len(), 3);
         }
-        assert!(spread_preferred(&mut map));
+        assert!(prefer(&mut map, &all));
         for id in all.keys() {
             assert_eq!(
                 map.preferred_count(*id),
@@ -645,7 +787,7 @@ mod tests {
                 "16 preferred leaders over 4 nodes"
             );
         }
-        assert!(!spread_preferred(&mut map), "once spread, nothing changes");
+        assert!(!prefer(&mut map, &all), "once spread, nothing changes");
     }
 
     #[test]
@@ -718,7 +860,8 @@ mod tests {
             unreachable!()
         };
         map.replicas = vec![vec![n1, n2], vec![n1, n2], vec![n2, n3], vec![n3, n4]];
-        assert!(spread_preferred(&mut map));
+        let all = infos(&nodes);
+        assert!(prefer(&mut map, &all));
         for id in [n1, n2, n3, n4] {
             assert_eq!(map.preferred_count(id), 1, "{:?}", map.replicas);
         }
@@ -729,7 +872,7 @@ mod tests {
             .map(|v| v.iter().copied().collect())
             .collect();
         assert_eq!(sets[3], BTreeSet::from([n3, n4]));
-        assert!(!spread_preferred(&mut map), "once even, nothing changes");
+        assert!(!prefer(&mut map, &all), "once even, nothing changes");
     }
 
     #[test]
@@ -747,7 +890,7 @@ mod tests {
                 }
                 let all = infos(&nodes);
                 settle(&mut map, &all, 3);
-                spread_preferred(&mut map);
+                prefer(&mut map, &all);
                 let counts: Vec<usize> = all.keys().map(|id| map.preferred_count(*id)).collect();
                 let most = counts.iter().max().copied().unwrap_or(0);
                 let least = counts.iter().min().copied().unwrap_or(0);

@@ -677,12 +677,17 @@ async fn step(
             Ok(())
         }
         MovePhase::Cancel => {
-            match node
-                .on_shard_leader(shard, MembershipOp::RemoveLearner { node: mv.to })
-                .await?
-            {
-                MembershipReply::Done => {}
-                other => return Err(step_failed(shard, "removing a learner", other)),
+            // A voter move to a node that already held a learner of the shard leaves that
+            // learner in place.
+            let keep = !mv.learner && map.is_learner(shard, mv.to);
+            if !keep {
+                match node
+                    .on_shard_leader(shard, MembershipOp::RemoveLearner { node: mv.to })
+                    .await?
+                {
+                    MembershipReply::Done => {}
+                    other => return Err(step_failed(shard, "removing a learner", other)),
+                }
             }
             if change_move(node, shard, mv, |map| {
                 map.moves.remove(&shard.0);
@@ -776,7 +781,7 @@ async fn plan(node: &Node, map: &ClusterMap) -> Result<(), ClusterError> {
             }
         }
         let mut changed = started > 0;
-        changed |= spread_preferred(map);
+        changed |= spread_preferred(map, &crate::plan::may_lead(map, &infos));
         for id in map.nodes_in(NodeState::Draining) {
             let referenced = map.moves.values().any(|m| m.to == id || m.from == Some(id));
             if map.replica_count(id) == 0

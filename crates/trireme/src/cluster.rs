@@ -87,11 +87,14 @@ enum ClusterCommand {
     /// in progress).
     Split(crate::cluster_admin::SplitArgs),
     /// Show where voters and learners go (the home region, the survival goal, each region's
-    /// nodes), or change the home region with --home-region: the voters then move there,
-    /// learner first, and every other region keeps a learner of every shard.
+    /// nodes), or change them: --home-region R moves leaders (and, with survival zone, every
+    /// voter) to R; --survival zone keeps voters in the home region and a learner of every
+    /// shard in each other region; --survival region puts each shard's voters in three
+    /// regions, so writes go on when one is lost.
     ///
-    /// Exits non-zero when the change is refused (a region with no active node, a survival
-    /// goal other than zone, a cluster still upgrading to the build that brought regions).
+    /// Exits non-zero when the change is refused (a region with no active node, an unknown
+    /// goal, survival region with fewer than three regions, a cluster still upgrading to the
+    /// build that brought regions).
     Placement(crate::cluster_admin::PlacementArgs),
 }
 

@@ -88,10 +88,12 @@ pub async fn finalize_upgrade(args: FinalizeArgs) -> anyhow::Result<()> {
 /// Flags of `trireme cluster placement`.
 #[derive(Args, Debug)]
 pub struct PlacementArgs {
-    /// Make this region the home region: it holds every shard's voters.
+    /// Make this region the home region: it holds every shard's leader (and with survival
+    /// zone, every voter).
     #[arg(long)]
     home_region: Option<String>,
-    /// The survival goal (only `zone` so far).
+    /// The survival goal: `zone` (voters in the home region) or `region` (voters in three
+    /// regions).
     #[arg(long)]
     survival: Option<String>,
     /// Any node's HTTP URL.

@@ -150,7 +150,8 @@ pub struct Placement {
     /// region at bootstrap (voters then go anywhere, and there are no learners).
     pub home_region: Option<String>,
     /// What the placement survives: `zone` (voters in distinct zones of the home region, one
-    /// learner of every shard in every other region).
+    /// learner of every shard in every other region) or `region` (voters in three regions,
+    /// leaders in the home region, learners in the regions beyond).
     pub survival: String,
     /// Every region with active nodes (`null`: nodes that declare none, counted as in the
     /// home region).
@@ -164,7 +165,8 @@ pub struct Placement {
 pub struct RegionNodes {
     /// The region label, `null` for nodes without one.
     pub region: Option<String>,
-    /// Whether voters go here.
+    /// Whether this is the home region: leaders go here (and with survival `zone`, every
+    /// voter).
     pub home: bool,
     /// The nodes' names.
     pub nodes: Vec<String>,
@@ -178,7 +180,7 @@ pub struct PlacementChange {
     /// The new home region: it must have an active node.
     #[serde(default)]
     pub home_region: Option<String>,
-    /// The survival goal: only `zone` so far.
+    /// The survival goal: `zone` or `region`.
     #[serde(default)]
     pub survival: Option<String>,
 }

@@ -84,10 +84,11 @@ pub(crate) async fn placement(
     Ok(Json(state.node.placement()))
 }
 
-/// `PUT /v1/cluster/placement` with `{"home_region": "R", "survival": "zone"}` (either may
-/// be left out): moves the voters to region R. 400 for a region with no active node or an
-/// unknown survival goal, 409 below the cluster version that brought regions; the map is
-/// unchanged then.
+/// `PUT /v1/cluster/placement` with `{"home_region": "R", "survival": "zone" | "region"}`
+/// (either may be left out): moves leaders to region R, and voters where the goal wants
+/// them. 400 for a region with no active node, an unknown survival goal or survival
+/// `region` with fewer than three regions, 409 below the cluster version that brought
+/// regions; the map is unchanged then.
 pub(crate) async fn set_placement(
     State(state): State<AppState>,
     access: Access,
