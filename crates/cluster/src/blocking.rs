@@ -61,6 +61,24 @@ impl Node {
             .await
     }
 
+    /// Read-your-writes for a stale read of `key`: waits, at most `limit`, until this node's
+    /// replica of the key's shard has applied `index` (the `X-Consul-Index` a write of the
+    /// shard answered). `false` when there is no replica here that may serve a stale read,
+    /// or it did not get there in time: the read should then go to the leader, which has.
+    pub async fn await_applied_for_key(&self, key: &[u8], index: u64, limit: Duration) -> bool {
+        let shard = self.shard_of(key);
+        let Some(group) = self.group(shard) else {
+            return false;
+        };
+        if !self.may_serve(shard, &group, true) {
+            return false;
+        }
+        group
+            .await_applied_beyond(index.saturating_sub(1), limit)
+            .await;
+        group.leader_and_applied().1 >= index
+    }
+
     /// Lists the keys under `prefix` once the listing's index passes `block.min_index`, or
     /// after `block.wait`.
     pub async fn list_blocking(

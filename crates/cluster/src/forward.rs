@@ -23,6 +23,18 @@ use trireme_raft::{ForwardHandler, PeerError, RaftLayerError, ReadMode, ShardGro
 use trireme_storage::{ShardView, WatchTarget};
 use trireme_types::{CommandResult, ErrorCode, LogCommand, NodeId, Record, ShardId, TriremeError};
 
+tokio::task_local! {
+    /// The region a request named (Consul's `?dc=`), while it is served.
+    static ASKED_REGION: String;
+}
+
+/// Runs `request` with its stale reads answered by replicas in `region` (Consul's `?dc=`
+/// naming another datacenter), where the shard has one; writes and other reads go to the
+/// leader as always.
+pub async fn answered_in_region<F: Future>(region: String, request: F) -> F::Output {
+    ASKED_REGION.scope(region, request).await
+}
+
 /// What a node answers to a forwarded request it cannot decode (one from a newer build):
 /// the sender may then fall back to what older builds understand.
 pub(crate) const UNDECODABLE_FORWARD: &str = "undecodable forwarded request";
@@ -728,7 +740,9 @@ impl Node {
         shard: ShardId,
         op: &R,
     ) -> Result<R::Answer, ClusterError> {
-        if let Some(served) = op.at_once(self, shard) {
+        // A stale read asked of another region is never served here at once.
+        let elsewhere = op.any_replica() && ASKED_REGION.try_with(|_| ()).is_ok();
+        if !elsewhere && let Some(served) = op.at_once(self, shard) {
             return served;
         }
         let deadline = Instant::now() + self.config.timing.request_timeout;
@@ -833,6 +847,11 @@ impl Node {
         left: Duration,
     ) -> Option<Target> {
         let me = self.node_id;
+        if op.any_replica()
+            && let Some(there) = self.replicas_in_asked_region(shard)
+        {
+            return Some(Target::Remote(there[attempt % there.len()]));
+        }
         if let Some(group) = self.group(shard) {
             if self.may_serve(shard, &group, op.any_replica()) {
                 return Some(Target::Local(group));
@@ -880,6 +899,22 @@ impl Node {
             }
         }
         Some(Target::Remote(others[attempt % others.len()]))
+    }
+
+    /// With a region asked for by the request (see [`answered_in_region`]) other than this
+    /// node's: the replicas of `shard` there, voters and learners; `None` when none is there
+    /// (the read is then served as if no region were asked for).
+    fn replicas_in_asked_region(&self, shard: ShardId) -> Option<Vec<u64>> {
+        let asked = ASKED_REGION.try_with(Clone::clone).ok()?;
+        if self.config.region.as_deref() == Some(asked.as_str()) {
+            return None;
+        }
+        let mut there: Vec<u64> = self.replicas_of(shard);
+        there.extend(self.learners_of(shard));
+        there.retain(|r| {
+            *r != self.node_id && self.region_of(NodeId(*r)).as_deref() == Some(&asked)
+        });
+        (!there.is_empty()).then_some(there)
     }
 
     /// After a local group refused as not leader: wait for the leader it named to be known.

@@ -46,6 +46,7 @@ pub use acl::{
 pub use blocking::Blocking;
 pub use config::NodeConfig;
 pub use error::ClusterError;
+pub use forward::answered_in_region;
 pub use history::ShardEvent;
 pub use meta::{NodeInfo, NodeState};
 pub use node::{Node, NodeHealth, ShardInfo};

@@ -23,7 +23,7 @@ use crate::meta::{self, ClusterMap, META_SHARD, NodeInfo, NodeRow, NodeState};
 use crate::request::PutOutcome;
 use crate::{ClusterError, NodeConfig};
 use bytes::Bytes;
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, RwLock};
 use std::time::{Duration, Instant};
@@ -1125,6 +1125,19 @@ impl Node {
             .region
             .clone()
             .unwrap_or_else(|| self.config.cluster_name.clone())
+    }
+
+    /// Every region the cluster's nodes are in (a node without a region label counts as the
+    /// cluster's name, as [`Node::datacenter`] says), this node's own first, then by name.
+    pub fn datacenters(&self) -> Vec<String> {
+        let own = self.datacenter();
+        let others: BTreeSet<String> = self
+            .nodes()
+            .into_iter()
+            .map(|n| n.region.unwrap_or_else(|| self.config.cluster_name.clone()))
+            .filter(|dc| *dc != own)
+            .collect();
+        std::iter::once(own).chain(others).collect()
     }
 
     pub(crate) fn directory_snapshot(&self) -> BTreeMap<u64, NodeInfo> {

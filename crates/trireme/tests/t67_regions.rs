@@ -145,6 +145,45 @@ async fn regions_show_as_consul_datacenters_and_replica_labels() {
                 vec!["n2".to_string(), "n3".to_string()]
             )
         );
+
+        // Consul's `?dc=`: a stale read naming r3 is answered by r3's learner, so with n3
+        // stopped it is not answered at all, while the same read naming r2 (or none) is.
+        c.put(0, "dc/key", "1").await;
+        poll_until(
+            Duration::from_secs(10),
+            Duration::from_millis(20),
+            || async {
+                match stale_read(&c, 2, "dc/key").await {
+                    (Some(1), _) => Ok(()),
+                    other => Err(other),
+                }
+            },
+        )
+        .await
+        .expect("r3's learner has the key");
+        let url = |dc: &str| format!("{}?stale&dc={dc}", c.node(0).kv_url("dc/key"));
+        let http = http_client();
+        for dc in ["r1", "r2", "r3", "trireme"] {
+            let answer = http.get(url(dc)).send().await.expect("an answer");
+            assert_eq!(answer.status(), 200, "dc={dc}");
+        }
+        let unknown = http.get(url("mars")).send().await.expect("an answer");
+        assert_eq!(unknown.status(), 500);
+        assert!(
+            unknown
+                .text()
+                .await
+                .unwrap_or_default()
+                .contains("No path to datacenter")
+        );
+        signal(&c, 2, rustix::process::Signal::STOP);
+        let in_r3 = tokio::time::timeout(Duration::from_secs(1), http.get(url("r3")).send()).await;
+        assert!(in_r3.is_err(), "answered without r3: {in_r3:?}");
+        for dc in ["r1", "r2"] {
+            let answer = http.get(url(dc)).send().await.expect("an answer");
+            assert_eq!(answer.status(), 200, "dc={dc} with r3 stopped");
+        }
+        signal(&c, 2, rustix::process::Signal::CONT);
     })
     .await;
 }
@@ -165,8 +204,85 @@ async fn stale_reads_never_miss_a_write_older_than_their_bound() {
         for reader in [follower, 3] {
             bound_holds(&c, leader, reader, &key).await;
         }
+        reads_see_their_own_writes(&c, leader, 3, &key).await;
     })
     .await;
+}
+
+/// Read-your-writes: each PUT through `leader` answers its index in `X-Consul-Index`; a stale
+/// read through `reader` right after it, carrying `?after_index=` that index, always sees
+/// the write. An index the shard has not reached is answered by the leader after a wait.
+async fn reads_see_their_own_writes(c: &TestCluster, leader: usize, reader: usize, key: &str) {
+    let http = http_client();
+    let mut last = 0;
+    for value in 0..30u64 {
+        let response = http
+            .put(c.node(leader).kv_url(key))
+            .body(format!("rw{value}"))
+            .send()
+            .await
+            .expect("a PUT answer");
+        assert_eq!(response.status(), 200);
+        let index: u64 = header(response.headers(), "X-Consul-Index")
+            .parse()
+            .expect("a PUT answers its index");
+        assert!(index > last, "indexes grow: {index} after {last}");
+        last = index;
+        let (entry, _) = c
+            .try_get(reader, key, &format!("?stale&after_index={index}"))
+            .await
+            .expect("a stale read");
+        let entry = entry.expect("the key exists");
+        assert_eq!(
+            entry.value,
+            format!("rw{value}").as_bytes(),
+            "after {index}"
+        );
+        assert!(entry.modify_index >= index);
+    }
+    // A reader just resumed is behind: its first reads would miss the write; carrying the
+    // index they wait for it.
+    let mut behind = 0;
+    for round in 0..5 {
+        signal(c, reader, rustix::process::Signal::STOP);
+        let value = format!("paused{round}");
+        let response = http
+            .put(c.node(leader).kv_url(key))
+            .body(value.clone())
+            .send()
+            .await
+            .expect("a PUT answer");
+        last = header(response.headers(), "X-Consul-Index")
+            .parse()
+            .expect("a PUT answers its index");
+        signal(c, reader, rustix::process::Signal::CONT);
+        let after = format!("?stale&after_index={last}");
+        let (plain, waited) = tokio::join!(
+            c.try_get(reader, key, "?stale"),
+            c.try_get(reader, key, &after)
+        );
+        let plain = plain.expect("a stale read").0.expect("the key");
+        behind += usize::from(plain.value != value.as_bytes());
+        let waited = waited.expect("a stale read").0.expect("the key");
+        assert_eq!(waited.value, value.as_bytes(), "after {last}");
+    }
+    eprintln!("read-your-writes: plain stale reads behind in {behind} of 5 resumed rounds");
+    let started = std::time::Instant::now();
+    let (entry, headers) = c
+        .try_get(
+            reader,
+            key,
+            &format!("?stale&after_index={}", last + 1_000_000),
+        )
+        .await
+        .expect("a read waiting for an index never reached");
+    assert_eq!(entry.expect("the key").value, b"paused4");
+    assert_eq!(
+        header(&headers, "X-Consul-LastContact"),
+        "0",
+        "the leader answered"
+    );
+    assert!(started.elapsed() >= Duration::from_secs(2));
 }
 
 /// Reads through `reader` while a writer bumps `key` through `leader` (see above).

@@ -12,6 +12,7 @@ use axum::http::{HeaderMap, HeaderValue, StatusCode, Uri, header};
 use axum::response::{IntoResponse, Response};
 use base64::Engine;
 use serde::Serialize;
+use std::time::Duration;
 use trireme_cluster::{DeleteRequest, PutCondition, PutRequest, ReadMeta, ReadMode};
 use trireme_types::{ErrorCode, Record, TriremeError, ValueKind};
 
@@ -47,6 +48,17 @@ pub(crate) fn max_stale(query: &Query) -> Result<Option<u64>, ApiError> {
         ))
     })?;
     Ok(Some(bound.as_millis() as u64).filter(|ms| *ms > 0))
+}
+
+/// How long a stale read with `?after_index=I` waits for its replica to apply `I` before it
+/// goes to the leader instead.
+const AFTER_INDEX_WAIT: Duration = Duration::from_secs(2);
+
+/// Trireme's `?after_index=I` (read-your-writes): the index a write answered in
+/// `X-Consul-Index`. A stale read carrying it is answered by the local replica once that has
+/// applied `I`, and otherwise by the leader.
+pub(crate) fn after_index(query: &Query) -> Result<Option<u64>, ApiError> {
+    Ok(query.u64("after_index")?.filter(|i| *i > 0))
 }
 
 /// Whether a read answered with `meta` must run again on the leader: it was stale, and its
@@ -149,21 +161,75 @@ fn not_found(headers: HeaderMap) -> Response {
     (StatusCode::NOT_FOUND, headers).into_response()
 }
 
+/// The other region a request names with Consul's `?dc=`; `None` for none, this node's own
+/// region or the cluster's name. Consul's own error for a datacenter it does not know.
+pub(crate) fn asked_region(
+    query: &Query,
+    node: &trireme_cluster::Node,
+) -> Result<Option<String>, ApiError> {
+    let Some(dc) = query.str("dc").filter(|dc| !dc.is_empty()) else {
+        return Ok(None);
+    };
+    if dc == node.datacenter() || dc == node.config().cluster_name {
+        return Ok(None);
+    }
+    if !node.datacenters().iter().any(|known| known == dc) {
+        return Err(ApiError(TriremeError::new(
+            ErrorCode::Internal,
+            "No path to datacenter",
+        )));
+    }
+    Ok(Some(dc.to_owned()))
+}
+
 /// `GET /v1/kv/<key>`.
 ///
 /// Listings (`keys`, `recurse`) need `key:list` on the prefix and show only the keys the
-/// caller may read.
+/// caller may read. With `?dc=` naming another region, stale reads are answered by replicas
+/// there.
 pub(crate) async fn get(
+    state: State<AppState>,
+    access: Access,
+    uri: Uri,
+) -> Result<Response, ApiError> {
+    let query = Query::parse(uri.query());
+    match asked_region(&query, &state.node)? {
+        Some(region) => {
+            trireme_cluster::answered_in_region(region, get_here(state, access, uri, true)).await
+        }
+        None => get_here(state, access, uri, false).await,
+    }
+}
+
+/// [`get`], answered by this node's region, or another one's (`elsewhere`).
+async fn get_here(
     State(state): State<AppState>,
     access: Access,
     uri: Uri,
+    elsewhere: bool,
 ) -> Result<Response, ApiError> {
     HttpMetrics::inc(&state.metrics.kv_get);
     let key = key_of(&uri);
     let query = Query::parse(uri.query());
-    let mode = read_mode(&query)?;
+    let mut mode = read_mode(&query)?;
     let max_stale = max_stale(&query)?;
+    let after_index = after_index(&query)?;
     let node = &state.node;
+    // Indexes are per shard: a listing, which may span shards, carrying one is read through
+    // the leaders; a key is read here once this replica has applied the index (in another
+    // region, through the leader).
+    if mode == ReadMode::Stale
+        && let Some(index) = after_index
+        && (elsewhere
+            || query.flag("keys")?
+            || query.flag("recurse")?
+            || key.is_empty()
+            || !node
+                .await_applied_for_key(&key, index, AFTER_INDEX_WAIT)
+                .await)
+    {
+        mode = ReadMode::Default;
+    }
 
     let block = crate::blocking::blocking(&query)?;
     let list_in = async |prefix: &[u8], mode: ReadMode| match block {
@@ -301,7 +367,14 @@ pub(crate) async fn put(
     {
         return Err(ApiError(collection_error(previous.kind)));
     }
-    Ok(bool_response(outcome.written))
+    let mut response = bool_response(outcome.written);
+    if outcome.written {
+        // Not sent by Consul: the index a stale read's `?after_index` waits for.
+        response
+            .headers_mut()
+            .insert("X-Consul-Index", HeaderValue::from(outcome.index));
+    }
+    Ok(response)
 }
 
 /// `DELETE /v1/kv/<key>`.

@@ -59,18 +59,7 @@ pub(crate) async fn agent_self(State(state): State<AppState>) -> Json<serde_json
 /// first, then by name. Consul orders them by estimated round trip; this node's region is
 /// the nearest.
 pub(crate) async fn datacenters(State(state): State<AppState>) -> Json<Vec<String>> {
-    let node = &state.node;
-    let own = node.datacenter();
-    let others: BTreeSet<String> = node
-        .nodes()
-        .into_iter()
-        .map(|n| {
-            n.region
-                .unwrap_or_else(|| node.config().cluster_name.clone())
-        })
-        .filter(|dc| *dc != own)
-        .collect();
-    Json(std::iter::once(own).chain(others).collect())
+    Json(state.node.datacenters())
 }
 
 /// `GET /v1/status/peers`: peer addresses of every node in the cluster.
