@@ -17,7 +17,7 @@ use crate::lab::Lab;
 use crate::nodes::{self, NodeProcess, NodeState, Role, ServerSettings};
 use crate::schedule::{self, Extent, Fault, FaultKind, Step, TAIL, Target};
 use crate::verify::{self, Divergence, Verdict};
-use crate::workload::{self, Endpoints, Workload};
+use crate::workload::{self, Endpoint, Endpoints, Workload};
 use crate::{locks, txns};
 
 /// Settings of one run.
@@ -76,6 +76,9 @@ pub struct ChaosConfig {
     pub regions: u32,
     /// One-way delay of every peer link between two regions.
     pub region_delay: Duration,
+    /// With regions: sets survival `region` before the clients start (each shard's voters
+    /// in three regions), so a region cut off should not stop the writes.
+    pub survival_region: bool,
 }
 
 /// A fault as it happened.
@@ -93,6 +96,10 @@ pub struct FaultRecord {
     pub recovery_ms: Option<u64>,
     /// Whether a replica move was in progress when it started.
     pub during_move: bool,
+    /// A region cut off: from the cut until every shard took a write through a node
+    /// outside it; None if some shard did not while it lasted.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub writable_outside_ms: Option<u64>,
 }
 
 /// What a run found.
@@ -118,6 +125,13 @@ pub struct RunSummary {
     pub max_recovery_after_partition_ms: Option<u64>,
     /// The longest recovery after any fault (ms).
     pub max_recovery_ms: Option<u64>,
+    /// Regions cut off, and in how many of them every shard kept taking writes through the
+    /// nodes outside (with survival `region`, all).
+    pub region_cuts: usize,
+    /// ... of which the other regions took writes on every shard before it healed.
+    pub region_cuts_writable: usize,
+    /// The longest time, over the region cuts, until every shard took a write outside (ms).
+    pub max_write_pause_in_region_cut_ms: Option<u64>,
     /// Keys whose replicas disagree after healing (must be empty).
     pub divergent_keys: Vec<Divergence>,
     /// Shard splits made during the run (asked for in `splits`).
@@ -135,8 +149,9 @@ pub struct RunSummary {
     /// The checker's verdict.
     pub checker: Verdict,
     /// True when the history is linearizable (single keys and transactions), no stale read
-    /// went backwards, no lock was held by two sessions at once, every shard recovered, and
-    /// the replicas agree.
+    /// went backwards, no lock was held by two sessions at once, every shard recovered, the
+    /// replicas agree, and with survival `region` every shard took writes outside each
+    /// region cut off.
     pub passed: bool,
     /// Where everything was written.
     pub out: PathBuf,
@@ -146,6 +161,8 @@ pub struct RunSummary {
 const FINAL_CLIENT: u32 = 10_000;
 /// Longest wait for a shard to take writes after a fault is healed.
 const RECOVERY_LIMIT: Duration = Duration::from_secs(60);
+/// Longest wait, with survival `region`, for every shard's voters to spread over regions.
+const SPREAD_LIMIT: Duration = Duration::from_secs(90);
 
 fn log(clock: Instant, message: impl std::fmt::Display) {
     eprintln!("[{:>8.3}s] {message}", clock.elapsed().as_secs_f64());
@@ -191,7 +208,13 @@ pub fn run(config: &ChaosConfig) -> Result<RunSummary, ChaosError> {
         Some(count) => Extent::Count(count),
         None => Extent::Within(config.duration),
     };
-    let plan = schedule::plan(config.seed, lab.nodes().len(), extent, &config.faults);
+    let plan = schedule::plan(
+        config.seed,
+        lab.nodes().len(),
+        regions,
+        extent,
+        &config.faults,
+    );
     eprintln!(
         "chaos seed {} : {} nodes, {} shards, {:?}, {} clients over {} keys at {} ops/s, {} faults planned; output in {}",
         config.seed,
@@ -251,6 +274,11 @@ pub fn run(config: &ChaosConfig) -> Result<RunSummary, ChaosError> {
             .max()
     };
     let all_recovered = faults.iter().all(|f| f.recovery_ms.is_some());
+    let cut_waits: Vec<Option<u64>> = faults
+        .iter()
+        .filter(|f| f.kind == FaultKind::CutRegion.name())
+        .map(|f| f.writable_outside_ms)
+        .collect();
     let summary = RunSummary {
         seed: config.seed,
         nodes: config.nodes,
@@ -261,6 +289,9 @@ pub fn run(config: &ChaosConfig) -> Result<RunSummary, ChaosError> {
         acknowledged_writes,
         max_recovery_after_partition_ms: max_recovery(&["partition", "one-way"]),
         max_recovery_ms: max_recovery(&FaultKind::ALL.map(FaultKind::name)),
+        region_cuts: cut_waits.len(),
+        region_cuts_writable: cut_waits.iter().flatten().count(),
+        max_write_pause_in_region_cut_ms: cut_waits.iter().flatten().max().copied(),
         faults_during_moves: faults.iter().filter(|f| f.during_move).count(),
         faults,
         splits_done: elastic.splits_done,
@@ -271,7 +302,9 @@ pub fn run(config: &ChaosConfig) -> Result<RunSummary, ChaosError> {
             && divergent_keys.is_empty()
             && all_recovered
             && elastic.settled
-            && elastic.all_done(),
+            && elastic.all_done()
+            // Survival `region` promises writes with any one region gone.
+            && (!config.survival_region || cut_waits.iter().all(Option::is_some)),
         divergent_keys,
         checker,
         out: config.out.clone(),
@@ -298,6 +331,13 @@ async fn drive(
         s.start()?;
     }
     verify::wait_healthy(&client, &live(servers), Duration::from_secs(60)).await?;
+    if config.survival_region {
+        verify::survive_regions(&client, &live(servers), SPREAD_LIMIT).await?;
+        log(
+            clock,
+            "survival region: every shard's voters are in three regions",
+        );
+    }
     let probe_keys = verify::probe_keys(&client, &live(servers)).await?;
     log(clock, "cluster up; clients start");
 
@@ -355,7 +395,23 @@ async fn drive(
             clock,
             format!("fault: {fault} for {:.1}s", step.hold.as_secs_f64()),
         );
-        tokio::time::sleep(step.hold).await;
+        let held_until = Instant::now() + step.hold;
+        // With a region cut off: how soon the other regions take writes on every shard.
+        let writable_outside = match &step.fault {
+            Fault::CutRegion { nodes, .. } => {
+                let outside: Vec<Endpoint> = servers
+                    .iter()
+                    .enumerate()
+                    .filter(|(i, s)| !nodes.contains(i) && s.in_cluster())
+                    .map(|(_, s)| s.endpoint())
+                    .collect();
+                verify::time_to_writable(&client, &outside, &probe_keys, step.hold)
+                    .await
+                    .map(|d| u64::try_from(d.as_millis()).unwrap_or(u64::MAX))
+            }
+            _ => None,
+        };
+        tokio::time::sleep_until(held_until.into()).await;
         heal(lab, delay, servers)?;
         let recovery =
             verify::time_to_writable(&client, &live(servers), &probe_keys, RECOVERY_LIMIT).await;
@@ -379,6 +435,7 @@ async fn drive(
             held_secs: step.hold.as_secs_f64(),
             recovery_ms: recovery.map(|d| u64::try_from(d.as_millis()).unwrap_or(u64::MAX)),
             during_move,
+            writable_outside_ms: writable_outside,
         });
     }
 
@@ -509,14 +566,12 @@ async fn inject(
             isolate(i)?;
             format!("isolate {} ({target})", servers[i].node_id)
         }
-        Fault::Split { minority } => {
-            let (small, big): (Vec<_>, Vec<_>) = nodes
-                .iter()
-                .enumerate()
-                .partition(|(i, _)| minority.contains(i));
-            let small: Vec<_> = small.into_iter().map(|(_, n)| n.clone()).collect();
-            let big: Vec<_> = big.into_iter().map(|(_, n)| n.clone()).collect();
-            lab.partition(&small, &big)?;
+        Fault::Split { minority: cut } | Fault::CutRegion { nodes: cut, .. } => {
+            let (inside, outside): (Vec<_>, Vec<_>) =
+                nodes.iter().enumerate().partition(|(i, _)| cut.contains(i));
+            let inside: Vec<_> = inside.into_iter().map(|(_, n)| n.clone()).collect();
+            let outside: Vec<_> = outside.into_iter().map(|(_, n)| n.clone()).collect();
+            lab.partition(&inside, &outside)?;
             fault.to_string()
         }
         Fault::OneWay { at, from } => {

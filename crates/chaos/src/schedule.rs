@@ -29,6 +29,8 @@ pub enum FaultKind {
     KillMover,
     /// The metadata leader cut from every other node, while a move is in progress if one is.
     IsolateMeta,
+    /// Every node of one region cut from the nodes of the others (only with regions).
+    CutRegion,
 }
 
 impl FaultKind {
@@ -47,6 +49,10 @@ impl FaultKind {
     /// replicas (splits or membership changes).
     pub const MID_MOVE: [FaultKind; 2] = [FaultKind::KillMover, FaultKind::IsolateMeta];
 
+    /// The faults aimed at regions, added to the default mix when the nodes are spread over
+    /// regions.
+    pub const REGIONAL: [FaultKind; 1] = [FaultKind::CutRegion];
+
     /// The name used on the command line.
     #[must_use]
     pub fn name(self) -> &'static str {
@@ -60,6 +66,7 @@ impl FaultKind {
             FaultKind::Pause => "pause",
             FaultKind::KillMover => "kill-mover",
             FaultKind::IsolateMeta => "isolate-meta",
+            FaultKind::CutRegion => "cut-region",
         }
     }
 
@@ -69,6 +76,7 @@ impl FaultKind {
         FaultKind::ALL
             .into_iter()
             .chain(FaultKind::MID_MOVE)
+            .chain(FaultKind::REGIONAL)
             .find(|k| k.name() == name)
     }
 }
@@ -121,6 +129,13 @@ pub enum Fault {
     },
     /// Cut the metadata leader from every other node.
     IsolateMeta,
+    /// Cut every node of region `region` (0-based: `r1` is 0) from the others.
+    CutRegion {
+        /// The region.
+        region: u32,
+        /// Its nodes.
+        nodes: Vec<usize>,
+    },
 }
 
 impl Fault {
@@ -137,6 +152,7 @@ impl Fault {
             Fault::Pause(_) => FaultKind::Pause,
             Fault::KillMover { .. } => FaultKind::KillMover,
             Fault::IsolateMeta => FaultKind::IsolateMeta,
+            Fault::CutRegion { .. } => FaultKind::CutRegion,
         }
     }
 }
@@ -171,6 +187,9 @@ impl fmt::Display for Fault {
             Fault::KillMover { source: true } => write!(f, "kill -9 the source of a move"),
             Fault::KillMover { source: false } => write!(f, "kill -9 the target of a move"),
             Fault::IsolateMeta => write!(f, "isolate the metadata leader"),
+            Fault::CutRegion { region, nodes } => {
+                write!(f, "cut region r{} ({}) off", region + 1, names(nodes))
+            }
         }
     }
 }
@@ -215,11 +234,23 @@ pub enum Extent {
 }
 
 /// The plan: faults one after another, each preceded by 1-3 s of calm. An empty `kinds` gives
-/// an empty plan.
+/// an empty plan. With `regions` above 1, node `i` is in region `i % regions` (as the lab
+/// places them); below, [`FaultKind::CutRegion`] is left out.
 #[must_use]
-pub fn plan(seed: u64, nodes: usize, extent: Extent, kinds: &[FaultKind]) -> Vec<Step> {
+pub fn plan(
+    seed: u64,
+    nodes: usize,
+    regions: u32,
+    extent: Extent,
+    kinds: &[FaultKind],
+) -> Vec<Step> {
     let mut rng = ChaCha8Rng::seed_from_u64(seed);
     let mut steps = Vec::new();
+    let kinds: Vec<FaultKind> = kinds
+        .iter()
+        .copied()
+        .filter(|k| regions > 1 || *k != FaultKind::CutRegion)
+        .collect();
     if kinds.is_empty() || nodes == 0 {
         return steps;
     }
@@ -286,6 +317,16 @@ pub fn plan(seed: u64, nodes: usize, extent: Extent, kinds: &[FaultKind]) -> Vec
                 millis(&mut rng, 500, 4_000),
             ),
             FaultKind::IsolateMeta => (Fault::IsolateMeta, millis(&mut rng, 2_000, 6_000)),
+            FaultKind::CutRegion => {
+                let region = rng.random_range(0..regions);
+                let nodes = (0..nodes)
+                    .filter(|i| *i as u32 % regions == region)
+                    .collect();
+                (
+                    Fault::CutRegion { region, nodes },
+                    millis(&mut rng, 3_000, 8_000),
+                )
+            }
         };
         match extent {
             Extent::Within(duration) if at + hold + TAIL > duration => break,
@@ -305,9 +346,9 @@ mod tests {
     #[test]
     fn a_seed_replays_the_same_plan_and_another_seed_does_not() {
         let d = Duration::from_secs(60);
-        let a = plan(7, 5, Extent::Within(d), &FaultKind::ALL);
-        assert_eq!(a, plan(7, 5, Extent::Within(d), &FaultKind::ALL));
-        assert_ne!(a, plan(8, 5, Extent::Within(d), &FaultKind::ALL));
+        let a = plan(7, 5, 0, Extent::Within(d), &FaultKind::ALL);
+        assert_eq!(a, plan(7, 5, 0, Extent::Within(d), &FaultKind::ALL));
+        assert_ne!(a, plan(8, 5, 0, Extent::Within(d), &FaultKind::ALL));
         assert!(a.len() >= 4, "a minute holds several faults: {a:?}");
     }
 
@@ -315,7 +356,7 @@ mod tests {
     fn faults_do_not_overlap_and_end_before_the_tail() {
         let d = Duration::from_secs(120);
         for seed in 0..50 {
-            let steps = plan(seed, 3, Extent::Within(d), &FaultKind::ALL);
+            let steps = plan(seed, 3, 0, Extent::Within(d), &FaultKind::ALL);
             let mut free_from = Duration::ZERO;
             for s in &steps {
                 assert!(s.at >= free_from + Duration::from_secs(1), "{steps:?}");
@@ -331,6 +372,7 @@ mod tests {
             for s in plan(
                 seed,
                 5,
+                0,
                 Extent::Within(Duration::from_secs(60)),
                 &[FaultKind::Kill, FaultKind::OneWay],
             ) {
@@ -350,7 +392,7 @@ mod tests {
 
     #[test]
     fn kill_all_kills_every_node() {
-        let steps = plan(3, 3, Extent::Count(10), &[FaultKind::KillAll]);
+        let steps = plan(3, 3, 0, Extent::Count(10), &[FaultKind::KillAll]);
         assert_eq!(steps.len(), 10);
         for s in steps {
             assert_eq!(s.fault, Fault::Kill(vec![0, 1, 2]));
@@ -359,8 +401,28 @@ mod tests {
     }
 
     #[test]
+    fn a_region_cut_takes_every_node_of_one_region_and_needs_regions() {
+        let steps = plan(5, 6, 3, Extent::Count(12), &[FaultKind::CutRegion]);
+        assert_eq!(steps.len(), 12);
+        let mut cut = std::collections::BTreeSet::new();
+        for s in steps {
+            let Fault::CutRegion { region, nodes } = s.fault else {
+                panic!("unexpected {s:?}");
+            };
+            assert_eq!(nodes, [region as usize, region as usize + 3]);
+            cut.insert(region);
+        }
+        assert!(cut.len() > 1, "more than one region is cut: {cut:?}");
+        assert!(plan(5, 6, 0, Extent::Count(3), &[FaultKind::CutRegion]).is_empty());
+    }
+
+    #[test]
     fn names_round_trip() {
-        for k in FaultKind::ALL.into_iter().chain(FaultKind::MID_MOVE) {
+        for k in FaultKind::ALL
+            .into_iter()
+            .chain(FaultKind::MID_MOVE)
+            .chain(FaultKind::REGIONAL)
+        {
             assert_eq!(FaultKind::parse(k.name()), Some(k));
         }
         assert_eq!(FaultKind::parse("meteor"), None);

@@ -19,6 +19,62 @@ async fn shards_of(client: &reqwest::Client, node: &Endpoint) -> Option<ShardsDo
     client.get(url).send().await.ok()?.json().await.ok()
 }
 
+/// Sets survival `region` through the first of `nodes`, then waits until every shard's
+/// voters are in three distinct regions, as the first node that answers reports.
+pub async fn survive_regions(
+    client: &reqwest::Client,
+    nodes: &[Endpoint],
+    limit: Duration,
+) -> Result<(), ChaosError> {
+    let node = nodes
+        .first()
+        .ok_or_else(|| ChaosError::Cluster("no node to set the placement through".into()))?;
+    let url = format!("{}/v1/cluster/placement", node.http_base);
+    let answer = client
+        .put(&url)
+        .json(&serde_json::json!({"survival": "region"}))
+        .send()
+        .await
+        .map_err(|e| ChaosError::Cluster(format!("PUT {url}: {e}")))?;
+    if !answer.status().is_success() {
+        let status = answer.status();
+        let body = answer.text().await.unwrap_or_default();
+        return Err(ChaosError::Cluster(format!("PUT {url}: {status} {body}")));
+    }
+    let deadline = Instant::now() + limit;
+    let mut last = String::new();
+    while Instant::now() < deadline {
+        for node in nodes {
+            let Ok(Some(doc)) =
+                tokio::time::timeout(Duration::from_secs(2), shards_of(client, node)).await
+            else {
+                continue;
+            };
+            let spread = doc.shards.iter().all(|shard| {
+                let regions: std::collections::BTreeSet<_> = shard
+                    .replicas
+                    .iter()
+                    .filter(|r| r.role.as_deref() == Some("voter"))
+                    .map(|r| r.region.clone())
+                    .collect();
+                regions.len() >= 3
+            });
+            if spread {
+                return Ok(());
+            }
+            last = format!(
+                "{:?}",
+                doc.shards.iter().map(|s| &s.replicas).collect::<Vec<_>>()
+            );
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(250)).await;
+    }
+    Err(ChaosError::Cluster(format!(
+        "the voters did not spread over three regions within {limit:?}: {last}"
+    )))
+}
+
 /// How many shards the cluster has, as the first node that answers says.
 pub async fn shard_count(client: &reqwest::Client, nodes: &[Endpoint]) -> Option<u32> {
     for node in nodes {

@@ -55,9 +55,10 @@ pub struct ChaosArgs {
     #[arg(long, default_value_t = 1)]
     pub locks: u32,
     /// Fault kinds, comma-separated: partition, one-way, loss, delay, kill, kill-all, pause,
-    /// and the ones aimed at replica moves, kill-mover (the source or target of a move) and
-    /// isolate-meta (the metadata leader). Default: all of them, the last two only with
-    /// --splits or --membership.
+    /// the ones aimed at replica moves, kill-mover (the source or target of a move) and
+    /// isolate-meta (the metadata leader), and cut-region (every node of one region cut from
+    /// the others). Default: all of them, the two aimed at moves only with --splits or
+    /// --membership, cut-region only with --regions.
     #[arg(long, value_delimiter = ',')]
     pub faults: Vec<String>,
     /// Inject exactly this many faults per seed (the run lasts until they are done, at least
@@ -100,6 +101,11 @@ pub struct ChaosArgs {
     /// With --regions: the one-way delay of every peer link between two regions, e.g. 40ms
     #[arg(long, default_value = "40ms")]
     pub region_delay: String,
+    /// With --regions 3 or more: the survival goal, `zone` (voters in the home region) or
+    /// `region` (set before the clients start: each shard's voters in three regions, so a
+    /// region cut off should not stop the writes; the summary says how soon they went on)
+    #[arg(long, default_value = "zone")]
+    pub survival: String,
     /// The Go checker's source directory.
     #[arg(long, default_value = concat!(env!("CARGO_MANIFEST_DIR"), "/../../chaos/checker"))]
     pub checker: PathBuf,
@@ -120,16 +126,25 @@ pub fn run(args: ChaosArgs) -> anyhow::Result<()> {
         if reshapes {
             kinds.extend(FaultKind::MID_MOVE);
         }
+        if args.regions > 1 {
+            kinds.extend(FaultKind::REGIONAL);
+        }
         kinds
     } else {
         args.faults
             .iter()
             .map(|name| {
                 FaultKind::parse(name).with_context(|| {
-                    format!("--faults: unknown kind {name:?}; expected partition, one-way, loss, delay, kill, kill-all, pause, kill-mover or isolate-meta")
+                    format!("--faults: unknown kind {name:?}; expected partition, one-way, loss, delay, kill, kill-all, pause, kill-mover, isolate-meta or cut-region")
                 })
             })
             .collect::<anyhow::Result<Vec<_>>>()?
+    };
+    let survival_region = match args.survival.as_str() {
+        "zone" => false,
+        "region" if args.regions >= 3 => true,
+        "region" => bail!("--survival region needs --regions 3 or more"),
+        other => bail!("--survival {other:?}: expected zone or region"),
     };
     if !(3..=9).contains(&args.nodes) {
         bail!("--nodes must be between 3 and 9");
@@ -192,6 +207,7 @@ pub fn run(args: ChaosArgs) -> anyhow::Result<()> {
             secure: args.secure,
             regions: args.regions,
             region_delay,
+            survival_region,
         };
         let summary = trireme_chaos::run(&config).with_context(|| format!("seed {seed}"))?;
         println!(
@@ -215,6 +231,16 @@ pub fn run(args: ChaosArgs) -> anyhow::Result<()> {
                 .max_recovery_after_partition_ms
                 .map_or("-".into(), |ms| format!("{ms} ms")),
         );
+        if summary.region_cuts > 0 {
+            println!(
+                "seed {seed}: {} regions cut off, {} with every shard taking writes outside while cut (longest wait {})",
+                summary.region_cuts,
+                summary.region_cuts_writable,
+                summary
+                    .max_write_pause_in_region_cut_ms
+                    .map_or("-".into(), |ms| format!("{ms} ms")),
+            );
+        }
         if reshapes {
             let changes_done = summary
                 .membership_changes

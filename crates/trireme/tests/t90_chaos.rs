@@ -206,6 +206,51 @@ fn nodes_in_two_regions_keep_every_promise_and_every_stale_bound() {
     );
 }
 
+/// Three regions of one node each, 40 ms apart, with survival `region` (every shard's voters
+/// in all three): whole regions are cut off in turn, the home region among them (seed 502),
+/// and the other two keep taking writes on every shard while each cut lasts, with every
+/// promise kept.
+#[test]
+fn with_survival_region_a_region_cut_off_does_not_stop_the_writes() {
+    let _turn = cluster_turn_blocking();
+    let out = tempfile::tempdir().expect("tempdir");
+    let run = chaos(
+        out.path(),
+        &[
+            "--seed",
+            "502",
+            "--regions",
+            "3",
+            "--survival",
+            "region",
+            "--faults",
+            "cut-region",
+            "--fault-count",
+            "2",
+            "--duration",
+            "15s",
+        ],
+    );
+    assert!(run.status.success(), "seed 502 failed");
+    let s = summary(out.path(), 502);
+    assert_clean(&s);
+    assert_eq!(
+        (
+            s["region_cuts"].as_u64(),
+            s["region_cuts_writable"].as_u64()
+        ),
+        (Some(2), Some(2)),
+        "{s:#}"
+    );
+    let cut: Vec<&str> = s["faults"]
+        .as_array()
+        .expect("the faults")
+        .iter()
+        .filter_map(|f| f["fault"].as_str())
+        .collect();
+    assert!(cut.iter().any(|f| f.contains("region r1")), "{cut:?}");
+}
+
 /// Transaction clients whose groups' keys are in several shards (`--txn`): every transaction
 /// commits across shards while nodes are killed, paused and cut off, and the history of
 /// transactions stays linearizable.
