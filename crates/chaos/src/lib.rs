@@ -16,6 +16,8 @@
 //!   sessions, and sometimes stall while holding one.
 //! - [`elastic`]: splits and membership changes (join, drain, replace) between the faults.
 //! - [`mod@run`]: drives one run and its verification ([`verify`]).
+//! - [`mod@hold`]: the same lab without faults, held up while one command (a benchmark)
+//!   runs against it.
 
 #![deny(missing_docs)]
 #![deny(clippy::unwrap_used)]
@@ -24,6 +26,7 @@
 pub mod delay;
 pub mod elastic;
 pub mod history;
+pub mod hold;
 pub mod lab;
 pub mod locks;
 pub mod nodes;
@@ -34,6 +37,7 @@ pub mod txns;
 pub mod verify;
 pub mod workload;
 
+pub use hold::{HoldConfig, hold};
 pub use run::{ChaosConfig, RunSummary, run};
 pub use schedule::FaultKind;
 

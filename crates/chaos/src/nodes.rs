@@ -64,6 +64,9 @@ pub struct ServerSettings {
     /// Regions the lab slots are spread over, round-robin (`r1`, `r2`, ...); 0: no region
     /// labels.
     pub regions: u32,
+    /// Short election timeouts and frequent snapshots, so that faults heal and snapshots
+    /// are sent within a run; off, the servers' defaults (for measuring).
+    pub chaos_timing: bool,
 }
 
 /// The region of lab slot `slot` when the nodes are spread over `regions` regions.
@@ -215,9 +218,10 @@ pub fn prepare(
         .join(",");
     let config = settings.dir.join("node.toml");
     let security = crate::secure::current();
+    let timing = if settings.chaos_timing { CONFIG } else { "" };
     let text = match &security {
-        Some(security) => format!("{CONFIG}{}", security.config),
-        None => CONFIG.to_string(),
+        Some(security) => format!("{timing}{}", security.config),
+        None => timing.to_string(),
     };
     std::fs::write(&config, text).map_err(|e| ChaosError::io(config.display(), e))?;
     Ok(lab_nodes

@@ -197,6 +197,7 @@ pub fn run(config: &ChaosConfig) -> Result<RunSummary, ChaosError> {
         shards: config.shards,
         dir: config.out.clone(),
         regions,
+        chaos_timing: true,
     };
     let mut servers = nodes::prepare(lab.nodes(), &settings, spares)?;
     // Before any server starts, so every peer connection goes through the proxies.

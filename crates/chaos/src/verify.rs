@@ -20,7 +20,7 @@ async fn shards_of(client: &reqwest::Client, node: &Endpoint) -> Option<ShardsDo
 }
 
 /// Sets survival `region` through the first of `nodes`, then waits until every shard's
-/// voters are in three distinct regions, as the first node that answers reports.
+/// voters are in three distinct regions and its leader in the home region.
 pub async fn survive_regions(
     client: &reqwest::Client,
     nodes: &[Endpoint],
@@ -41,8 +41,76 @@ pub async fn survive_regions(
         let body = answer.text().await.unwrap_or_default();
         return Err(ChaosError::Cluster(format!("PUT {url}: {status} {body}")));
     }
+    let placement: trireme_types::cluster_status::Placement = answer
+        .json()
+        .await
+        .map_err(|e| ChaosError::Cluster(format!("PUT {url}: {e}")))?;
+    let home = placement.home_region;
     let deadline = Instant::now() + limit;
     let mut last = String::new();
+    while Instant::now() < deadline {
+        // Every node answers for the shards it holds: a leader is known only there.
+        let mut docs = Vec::new();
+        for node in nodes {
+            if let Ok(Some(doc)) =
+                tokio::time::timeout(Duration::from_secs(2), shards_of(client, node)).await
+            {
+                docs.push(doc);
+            }
+        }
+        let Some(first) = docs.first() else {
+            tokio::time::sleep(Duration::from_millis(250)).await;
+            continue;
+        };
+        let spread = first.shards.iter().all(|shard| {
+            let regions: std::collections::BTreeSet<_> = shard
+                .replicas
+                .iter()
+                .filter(|r| r.role.as_deref() == Some("voter"))
+                .map(|r| r.region.clone())
+                .collect();
+            regions.len() >= 3
+        });
+        // And each shard led from the home region, where its preferred leader is.
+        let led_home = first.shards.iter().all(|shard| {
+            docs.iter().any(|doc| {
+                doc.shards
+                    .iter()
+                    .filter(|s| s.shard == shard.shard)
+                    .filter_map(|s| s.leader.as_ref())
+                    .any(|leader| {
+                        shard
+                            .replicas
+                            .iter()
+                            .any(|r| r.name == leader.name && r.region == home)
+                    })
+            })
+        });
+        if spread && led_home {
+            return Ok(());
+        }
+        last = format!(
+            "spread {spread}, led from {home:?} {led_home}: {:?}",
+            first.shards.iter().map(|s| &s.replicas).collect::<Vec<_>>()
+        );
+        tokio::time::sleep(Duration::from_millis(250)).await;
+    }
+    Err(ChaosError::Cluster(format!(
+        "the voters did not spread over three regions, led from the home region, within {limit:?}: {last}"
+    )))
+}
+
+/// Waits until every shard has a replica, voter or learner, in each of `regions` (a `None`
+/// region, nodes without labels, is not waited for), as the first node that answers says.
+pub async fn wait_replicas_in(
+    client: &reqwest::Client,
+    nodes: &[Endpoint],
+    regions: &std::collections::BTreeSet<Option<String>>,
+    limit: Duration,
+) -> Result<(), ChaosError> {
+    let deadline = Instant::now() + limit;
+    let wanted: Vec<&String> = regions.iter().flatten().collect();
+    let mut last = String::from("no node answered");
     while Instant::now() < deadline {
         for node in nodes {
             let Ok(Some(doc)) =
@@ -50,28 +118,31 @@ pub async fn survive_regions(
             else {
                 continue;
             };
-            let spread = doc.shards.iter().all(|shard| {
-                let regions: std::collections::BTreeSet<_> = shard
-                    .replicas
-                    .iter()
-                    .filter(|r| r.role.as_deref() == Some("voter"))
-                    .map(|r| r.region.clone())
-                    .collect();
-                regions.len() >= 3
-            });
-            if spread {
+            let missing: Vec<String> = doc
+                .shards
+                .iter()
+                .flat_map(|shard| {
+                    wanted
+                        .iter()
+                        .filter(|region| {
+                            !shard
+                                .replicas
+                                .iter()
+                                .any(|r| r.region.as_ref() == Some(**region))
+                        })
+                        .map(move |region| format!("shard {} in {region}", shard.shard))
+                })
+                .collect();
+            if missing.is_empty() {
                 return Ok(());
             }
-            last = format!(
-                "{:?}",
-                doc.shards.iter().map(|s| &s.replicas).collect::<Vec<_>>()
-            );
+            last = missing.join(", ");
             break;
         }
         tokio::time::sleep(Duration::from_millis(250)).await;
     }
     Err(ChaosError::Cluster(format!(
-        "the voters did not spread over three regions within {limit:?}: {last}"
+        "no replica within {limit:?}: {last}"
     )))
 }
 

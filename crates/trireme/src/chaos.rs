@@ -111,6 +111,87 @@ pub struct ChaosArgs {
     pub checker: PathBuf,
 }
 
+/// Flags of `trireme lab`.
+#[derive(Args, Debug)]
+pub struct LabArgs {
+    /// Nodes, each in its own network namespace.
+    #[arg(long, default_value_t = 3)]
+    pub nodes: u32,
+    /// Shards.
+    #[arg(long, default_value_t = 4)]
+    pub shards: u32,
+    /// Spread the nodes over this many regions, round-robin (`--region r1`, `r2`, ...).
+    #[arg(long, default_value_t = 0)]
+    pub regions: u32,
+    /// The one-way delay of every peer link between two regions, e.g. 40ms.
+    #[arg(long, default_value = "40ms")]
+    pub region_delay: String,
+    /// The survival goal: zone (voters in the home region) or region (voters in three
+    /// regions; needs --regions 3 or more).
+    #[arg(long, default_value = "zone")]
+    pub survival: String,
+    /// Where the nodes' data, config and logs go (default: a new directory under /tmp).
+    #[arg(long)]
+    pub out: Option<PathBuf>,
+    /// The command, run in the lab's hub namespace once every region holds a replica of
+    /// every shard. It finds the nodes in TRIREME_LAB_NODES (names) and
+    /// TRIREME_LAB_<NAME>_HTTP, _RESP and _REGION (e.g. TRIREME_LAB_N1_HTTP).
+    #[arg(last = true, required = true)]
+    pub command: Vec<String>,
+}
+
+/// `trireme lab`: exits with the command's status, or 2 when the lab could not be held up.
+pub fn run_lab(args: LabArgs) -> std::process::ExitCode {
+    match hold_lab(args) {
+        Ok(code) => std::process::ExitCode::from(u8::try_from(code).unwrap_or(1)),
+        Err(e) => {
+            eprintln!("error: {e:#}");
+            std::process::ExitCode::from(2)
+        }
+    }
+}
+
+fn hold_lab(args: LabArgs) -> anyhow::Result<i32> {
+    let region_delay = humantime::parse_duration(&args.region_delay).with_context(|| {
+        format!(
+            "--region-delay {:?} is not a duration like 40ms",
+            args.region_delay
+        )
+    })?;
+    let survival_region = survival_region(&args.survival, args.regions)?;
+    if !(1..=9).contains(&args.nodes) {
+        bail!("--nodes must be between 1 and 9");
+    }
+    if rustix::process::geteuid().as_raw() != 0 {
+        bail!("trireme lab needs root: it creates network namespaces");
+    }
+    let out = match args.out {
+        Some(out) => out,
+        None => std::env::temp_dir().join(format!("trireme-lab-{}", std::process::id())),
+    };
+    let config = trireme_chaos::HoldConfig {
+        exe: std::env::current_exe().context("cannot find the trireme executable")?,
+        nodes: args.nodes,
+        shards: args.shards,
+        regions: args.regions,
+        region_delay,
+        survival_region,
+        out,
+        command: args.command,
+    };
+    Ok(trireme_chaos::hold(&config)?)
+}
+
+/// Whether `--survival NAME` asks for survival `region`, which needs three regions.
+fn survival_region(name: &str, regions: u32) -> anyhow::Result<bool> {
+    match name {
+        "zone" => Ok(false),
+        "region" if regions >= 3 => Ok(true),
+        "region" => bail!("--survival region needs --regions 3 or more"),
+        other => bail!("--survival {other:?}: expected zone or region"),
+    }
+}
+
 pub fn run(args: ChaosArgs) -> anyhow::Result<()> {
     let duration = humantime::parse_duration(&args.duration)
         .with_context(|| format!("--duration {:?} is not a duration like 30s", args.duration))?;
@@ -140,12 +221,7 @@ pub fn run(args: ChaosArgs) -> anyhow::Result<()> {
             })
             .collect::<anyhow::Result<Vec<_>>>()?
     };
-    let survival_region = match args.survival.as_str() {
-        "zone" => false,
-        "region" if args.regions >= 3 => true,
-        "region" => bail!("--survival region needs --regions 3 or more"),
-        other => bail!("--survival {other:?}: expected zone or region"),
-    };
+    let survival_region = survival_region(&args.survival, args.regions)?;
     if !(3..=9).contains(&args.nodes) {
         bail!("--nodes must be between 3 and 9");
     }

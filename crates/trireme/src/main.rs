@@ -52,6 +52,9 @@ enum Commands {
     /// Chaos: a cluster in network namespaces under faults, histories checked for
     /// linearizability (needs root, iproute2, iptables and Go).
     Chaos(chaos::ChaosArgs),
+    /// A cluster in network namespaces, spread over regions with a delay between them, held
+    /// up while one command runs against it (a benchmark); needs root and iproute2.
+    Lab(chaos::LabArgs),
     /// Write every shard's keys (values, flags, expiry) to a file, while the cluster serves.
     Backup(backup::BackupArgs),
     /// Write a backup's keys into an empty cluster of any shape; a damaged file is refused
@@ -78,6 +81,8 @@ fn main() -> ExitCode {
         Commands::Kv(args) => return kv::run(args),
         Commands::Bench(args) => bench::run(*args),
         Commands::Chaos(args) => chaos::run(args),
+        // The command's own exit status.
+        Commands::Lab(args) => return chaos::run_lab(args),
         Commands::Backup(args) => backup::run_backup(args),
         Commands::Restore(args) => backup::run_restore(args),
     };

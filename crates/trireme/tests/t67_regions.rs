@@ -9,7 +9,7 @@
 use crate::common::cluster::{
     ClusterOptions, TestCluster, bounded, header, other_than, poll_until,
 };
-use crate::common::http_client;
+use crate::common::{ReplyExt, http_client};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 use trireme_types::admin::ShardsDoc;
@@ -145,6 +145,23 @@ async fn regions_show_as_consul_datacenters_and_replica_labels() {
                 vec!["n2".to_string(), "n3".to_string()]
             )
         );
+
+        // Redis Cluster clients see the learners as replicas after the voter.
+        let mut resp = crate::common::RawResp::connect(c.node(0).resp_addr()).await;
+        let slots = crate::common::Reply::parse(&resp.cmd(&[b"CLUSTER", b"SLOTS"]).await);
+        let ports: Vec<i64> = slots.array()[0].array()[2..]
+            .iter()
+            .map(|node| node.array()[1].int())
+            .collect();
+        let expected: Vec<i64> = (0..3)
+            .map(|i| i64::from(c.node(i).resp_addr().port()))
+            .collect();
+        assert_eq!(ports[0], expected[0], "the voter first: {ports:?}");
+        let mut learners = ports[1..].to_vec();
+        learners.sort_unstable();
+        let mut others = expected[1..].to_vec();
+        others.sort_unstable();
+        assert_eq!(learners, others, "then the learners");
 
         // Consul's `?dc=`: a stale read naming r3 is answered by r3's learner, so with n3
         // stopped it is not answered at all, while the same read naming r2 (or none) is.

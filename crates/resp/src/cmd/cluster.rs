@@ -21,7 +21,9 @@ fn split_addr(addr: &str) -> (String, i64) {
     }
 }
 
-/// Leader first, then the other replicas, as Redis lists master then replicas.
+/// Leader first, then the other voters, then the learners (replicas in other regions), as
+/// Redis lists master then replicas: a client reading from replicas after `READONLY` may
+/// then pick the one in its own region.
 fn ordered_replicas(shard: &ShardInfo) -> Vec<(&PeerNode, bool)> {
     let leader = shard.leader.as_ref().map(|l| l.name.as_str());
     let mut out: Vec<_> = shard
@@ -30,6 +32,7 @@ fn ordered_replicas(shard: &ShardInfo) -> Vec<(&PeerNode, bool)> {
         .map(|r| (r, Some(r.name.as_str()) == leader))
         .collect();
     out.sort_by_key(|(_, is_leader)| !is_leader);
+    out.extend(shard.learners.iter().map(|l| (l, false)));
     out
 }
 
