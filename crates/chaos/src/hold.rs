@@ -66,11 +66,7 @@ pub fn hold(config: &HoldConfig) -> Result<i32, ChaosError> {
     let tag = format!("{}", std::process::id() % 100_000);
     let lab = Lab::create(&tag, config.nodes)?;
     crate::secure::prepare(&config.out, None)?;
-    let regions = if config.regions > 1 {
-        config.regions
-    } else {
-        0
-    };
+    let regions = config.regions;
     let settings = ServerSettings {
         exe: config.exe.clone(),
         shards: config.shards,

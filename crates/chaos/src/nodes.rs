@@ -61,8 +61,8 @@ pub struct ServerSettings {
     pub shards: u32,
     /// Directory holding each node's data dir, config and log.
     pub dir: PathBuf,
-    /// Regions the lab slots are spread over, round-robin (`r1`, `r2`, ...); 0: no region
-    /// labels.
+    /// Regions the lab slots are spread over, round-robin (`r1`, `r2`, ...); 0 or 1: no
+    /// region labels.
     pub regions: u32,
     /// Short election timeouts and frequent snapshots, so that faults heal and snapshots
     /// are sent within a run; off, the servers' defaults (for measuring).
@@ -72,7 +72,7 @@ pub struct ServerSettings {
 /// The region of lab slot `slot` when the nodes are spread over `regions` regions.
 #[must_use]
 pub fn region_of_slot(slot: usize, regions: u32) -> Option<String> {
-    (regions > 0).then(|| format!("r{}", slot % regions as usize + 1))
+    (regions > 1).then(|| format!("r{}", slot % regions as usize + 1))
 }
 
 /// The `[raft]` timing of chaos nodes: elections within a second, and snapshots often enough

@@ -187,11 +187,7 @@ pub fn run(config: &ChaosConfig) -> Result<RunSummary, ChaosError> {
     let spares = usize::from(config.membership);
     let lab = Lab::create(&tag, config.nodes + spares as u32)?;
     crate::secure::prepare(&config.out, config.secure.then(|| lab.nodes()))?;
-    let regions = if config.regions > 1 {
-        config.regions
-    } else {
-        0
-    };
+    let regions = config.regions;
     let settings = ServerSettings {
         exe: config.exe.clone(),
         shards: config.shards,

@@ -92,10 +92,20 @@ pub struct ChaosArgs {
     /// management token and trust a CA made for the run.
     #[arg(long)]
     pub secure: bool,
-    /// Spread the nodes over this many regions, round-robin (`--region r1`, `r2`, ...): every
-    /// shard's voters stay in the home region and each other region holds a learner, which
-    /// answers the stale reads sent to its node; every stale read is checked against the age
-    /// it reports
+    /// Regions: with them every stale read is also checked against the age it reports, and a
+    /// region cut off is one of the faults.
+    #[command(flatten)]
+    pub region: RegionArgs,
+    /// The Go checker's source directory.
+    #[arg(long, default_value = concat!(env!("CARGO_MANIFEST_DIR"), "/../../chaos/checker"))]
+    pub checker: PathBuf,
+}
+
+/// How the lab's nodes are spread over regions: flags of `trireme chaos` and `trireme lab`.
+#[derive(Args, Debug)]
+pub struct RegionArgs {
+    /// Spread the nodes over this many regions, round-robin (`--region r1`, `r2`, ...):
+    /// every shard's voters in the home region (r1) and a learner in each other region
     #[arg(long, default_value_t = 0)]
     pub regions: u32,
     /// With --regions: the one-way delay of every peer link between two regions, e.g. 40ms
@@ -103,12 +113,29 @@ pub struct ChaosArgs {
     pub region_delay: String,
     /// With --regions 3 or more: the survival goal, `zone` (voters in the home region) or
     /// `region` (set before the clients start: each shard's voters in three regions, so a
-    /// region cut off should not stop the writes; the summary says how soon they went on)
+    /// region cut off should not stop the writes)
     #[arg(long, default_value = "zone")]
     pub survival: String,
-    /// The Go checker's source directory.
-    #[arg(long, default_value = concat!(env!("CARGO_MANIFEST_DIR"), "/../../chaos/checker"))]
-    pub checker: PathBuf,
+}
+
+impl RegionArgs {
+    /// The delay between regions, and whether survival `region` is asked for (it needs
+    /// three regions).
+    fn parse(&self) -> anyhow::Result<(std::time::Duration, bool)> {
+        let delay = humantime::parse_duration(&self.region_delay).with_context(|| {
+            format!(
+                "--region-delay {:?} is not a duration like 40ms",
+                self.region_delay
+            )
+        })?;
+        let survival_region = match self.survival.as_str() {
+            "zone" => false,
+            "region" if self.regions >= 3 => true,
+            "region" => bail!("--survival region needs --regions 3 or more"),
+            other => bail!("--survival {other:?}: expected zone or region"),
+        };
+        Ok((delay, survival_region))
+    }
 }
 
 /// Flags of `trireme lab`.
@@ -120,16 +147,9 @@ pub struct LabArgs {
     /// Shards.
     #[arg(long, default_value_t = 4)]
     pub shards: u32,
-    /// Spread the nodes over this many regions, round-robin (`--region r1`, `r2`, ...).
-    #[arg(long, default_value_t = 0)]
-    pub regions: u32,
-    /// The one-way delay of every peer link between two regions, e.g. 40ms.
-    #[arg(long, default_value = "40ms")]
-    pub region_delay: String,
-    /// The survival goal: zone (voters in the home region) or region (voters in three
-    /// regions; needs --regions 3 or more).
-    #[arg(long, default_value = "zone")]
-    pub survival: String,
+    /// Regions.
+    #[command(flatten)]
+    pub region: RegionArgs,
     /// Where the nodes' data, config and logs go (default: a new directory under /tmp).
     #[arg(long)]
     pub out: Option<PathBuf>,
@@ -152,13 +172,7 @@ pub fn run_lab(args: LabArgs) -> std::process::ExitCode {
 }
 
 fn hold_lab(args: LabArgs) -> anyhow::Result<i32> {
-    let region_delay = humantime::parse_duration(&args.region_delay).with_context(|| {
-        format!(
-            "--region-delay {:?} is not a duration like 40ms",
-            args.region_delay
-        )
-    })?;
-    let survival_region = survival_region(&args.survival, args.regions)?;
+    let (region_delay, survival_region) = args.region.parse()?;
     if !(1..=9).contains(&args.nodes) {
         bail!("--nodes must be between 1 and 9");
     }
@@ -173,7 +187,7 @@ fn hold_lab(args: LabArgs) -> anyhow::Result<i32> {
         exe: std::env::current_exe().context("cannot find the trireme executable")?,
         nodes: args.nodes,
         shards: args.shards,
-        regions: args.regions,
+        regions: args.region.regions,
         region_delay,
         survival_region,
         out,
@@ -182,32 +196,17 @@ fn hold_lab(args: LabArgs) -> anyhow::Result<i32> {
     Ok(trireme_chaos::hold(&config)?)
 }
 
-/// Whether `--survival NAME` asks for survival `region`, which needs three regions.
-fn survival_region(name: &str, regions: u32) -> anyhow::Result<bool> {
-    match name {
-        "zone" => Ok(false),
-        "region" if regions >= 3 => Ok(true),
-        "region" => bail!("--survival region needs --regions 3 or more"),
-        other => bail!("--survival {other:?}: expected zone or region"),
-    }
-}
-
 pub fn run(args: ChaosArgs) -> anyhow::Result<()> {
     let duration = humantime::parse_duration(&args.duration)
         .with_context(|| format!("--duration {:?} is not a duration like 30s", args.duration))?;
-    let region_delay = humantime::parse_duration(&args.region_delay).with_context(|| {
-        format!(
-            "--region-delay {:?} is not a duration like 40ms",
-            args.region_delay
-        )
-    })?;
+    let (region_delay, survival_region) = args.region.parse()?;
     let reshapes = args.splits > 0 || args.membership;
     let faults = if args.faults.is_empty() {
         let mut kinds = FaultKind::ALL.to_vec();
         if reshapes {
             kinds.extend(FaultKind::MID_MOVE);
         }
-        if args.regions > 1 {
+        if args.region.regions > 1 {
             kinds.extend(FaultKind::REGIONAL);
         }
         kinds
@@ -221,7 +220,6 @@ pub fn run(args: ChaosArgs) -> anyhow::Result<()> {
             })
             .collect::<anyhow::Result<Vec<_>>>()?
     };
-    let survival_region = survival_region(&args.survival, args.regions)?;
     if !(3..=9).contains(&args.nodes) {
         bail!("--nodes must be between 3 and 9");
     }
@@ -281,7 +279,7 @@ pub fn run(args: ChaosArgs) -> anyhow::Result<()> {
             out: out.join(format!("seed-{seed}")),
             checker: checker.clone(),
             secure: args.secure,
-            regions: args.regions,
+            regions: args.region.regions,
             region_delay,
             survival_region,
         };
